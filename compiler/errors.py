@@ -1,0 +1,35 @@
+"""The errors a user can cause (and fix).
+
+Everything tplparse raises on bad input derives from `TplparseError`; the CLI prints
+its one-line message and exits with status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+
+class TplparseError(Exception):
+    """Bad input: a file, a template, an argument or a model output the user supplied."""
+
+
+class LoadError(TplparseError):
+    """A source could not be loaded as a chat template (missing, not a GGUF, truncated, ...)."""
+
+
+class TemplateError(TplparseError):
+    """A chat template failed to compile or render.
+
+    `template` names the template, `line` is the Jinja source line (1-based) when known.
+    """
+
+    def __init__(self, message: str, *, template: str = "", line: int | None = None):
+        self.reason = message
+        self.template = template
+        self.line = line
+        where = template or "template"
+        if line is not None:
+            where += f", line {line}"
+        super().__init__(f"{where}: {message}")
+
+
+class InputError(TplparseError):
+    """Messages, tools or arguments that are not what tplparse accepts."""
