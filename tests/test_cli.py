@@ -1,0 +1,135 @@
+"""The command line, run as a user runs it: real processes, real files, exit codes."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from conftest import EXAMPLES, run_cli
+
+CHATML_GGUF = EXAMPLES / "chatml-think-tools.gguf"
+
+
+def test_info_table():
+    result = run_cli("info", CHATML_GGUF)
+    assert result.returncode == 0, result.stderr
+    lines = dict(line.split(":", 1) for line in result.stdout.splitlines())
+    assert lines["family"].strip() == "chatml-think-tools"
+    assert lines["eos_token"].strip() == "'<|im_end|>'"
+    assert lines["special tokens"].strip().startswith("9: <|endoftext|> <|im_start|> <|im_end|> <think>")
+
+
+def test_info_json_matches_the_library():
+    import tplparse
+
+    result = run_cli("info", CHATML_GGUF, "--json")
+    facts = json.loads(result.stdout)
+    template = tplparse.load(CHATML_GGUF)
+    assert facts["sha256"] == template.sha256
+    assert facts["special_tokens"] == list(template.special_tokens)
+    assert facts["variants"] == ["default"]
+
+
+def test_render_with_tools_and_vars():
+    result = run_cli("render", CHATML_GGUF, EXAMPLES / "messages.json", "--tools", EXAMPLES / "tools.json",
+                     "--var", "enable_thinking=false")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert out.startswith("<|im_start|>system\nYou are a concise assistant.\n\nYou may call tools.")
+    assert '"name": "get_weather"' in out
+    assert out.endswith("<|im_start|>user\nWhat is the weather in Paris?<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n")
+
+
+def test_render_is_byte_exact_and_reads_stdin():
+    messages = [{"role": "user", "content": "no trailing newline is added"}]
+    result = run_cli("render", CHATML_GGUF, "-", "--no-generation-prompt", stdin=json.dumps(messages))
+    assert result.stdout == "<|im_start|>user\nno trailing newline is added<|im_end|>\n"
+
+
+def test_render_accepts_an_object_with_messages_and_tools():
+    doc = {"messages": [{"role": "user", "content": "hi"}], "tools": json.loads((EXAMPLES / "tools.json").read_text())}
+    result = run_cli("render", EXAMPLES / "bracket-tools.gguf", "-", stdin=json.dumps(doc))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith('<s>[AVAILABLE_TOOLS][{"type": "function"')
+
+
+def _write(tmp_path, name, data: bytes):
+    path = tmp_path / name
+    path.write_bytes(data)
+    return path
+
+
+def _truncated(tmp_path):
+    data = CHATML_GGUF.read_bytes()
+    return _write(tmp_path, "cut.gguf", data[: data.index(b"<|im_start|>system") + 5])
+
+
+def _no_template(tmp_path):
+    import gguf
+
+    path = tmp_path / "plain.gguf"
+    writer = gguf.GGUFWriter(str(path), arch="llama")
+    writer.add_name("no template here")
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+# Each bad input: how to make it, the command, what the one-line error must say.
+BAD_INPUTS = {
+    "missing file": (lambda t: t / "nope.gguf", "info", r"nope.gguf: no such file or directory"),
+    "bad magic": (lambda t: _write(t, "x.gguf", b"\x89PNG\r\n\x1a\n...."), "info", r"x.gguf: not a GGUF file \(it starts with b'\\x89PNG'"),
+    "truncated gguf": (_truncated, "info", r"cut.gguf: truncated GGUF file: metadata key 'tokenizer.chat_template' runs past the end"),
+    "no chat template": (_no_template, "info", r"plain.gguf: this GGUF file has no chat template"),
+    "jinja syntax error": (lambda t: _write(t, "t.jinja", b"a\nb\n{% if x %}never closed"), "info",
+                           r"t, line 3: Jinja syntax error: Unexpected end of template"),
+    "template raises": (lambda t: _write(t, "t.jinja", b"{{ raise_exception('no system role') }}"), "render",
+                        r"t, line 1: the template raised an exception: no system role"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUTS))
+def test_bad_input_is_one_line_and_exit_2(tmp_path, case):
+    make, command, message = BAD_INPUTS[case]
+    source = make(tmp_path)
+    args = [command, source] + ([EXAMPLES / "messages.json"] if command == "render" else [])
+    result = run_cli(*args)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("tplparse: error: ")
+    assert re.search(message, lines[0]), lines[0]
+    assert result.stdout == ""
+
+
+@pytest.mark.parametrize("args, message", [
+    (["render", CHATML_GGUF, "missing.json"], "missing.json: no such file"),
+    (["render", CHATML_GGUF, "-", "--var", "novalue"], "--var 'novalue': expected KEY=VALUE"),
+    (["render", CHATML_GGUF, "-", "--variant", "tool_use"], "no chat template named 'tool_use'"),
+])
+def test_bad_arguments_exit_2(args, message):
+    result = run_cli(*args, stdin="[]")
+    assert result.returncode == 2
+    assert message in result.stderr and "Traceback" not in result.stderr
+
+
+def test_bad_messages_json(tmp_path):
+    path = _write(tmp_path, "m.json", b'[{"role": "user",\n "content": }]')
+    result = run_cli("render", CHATML_GGUF, path)
+    assert result.returncode == 2
+    assert "m.json: invalid JSON (messages) at line 2, column 13" in result.stderr
+
+
+def test_messages_must_be_a_list():
+    result = run_cli("render", CHATML_GGUF, "-", stdin='{"role": "user"}')
+    assert result.returncode == 2 and "expected a JSON list of messages" in result.stderr
+
+
+def test_unknown_command_is_a_usage_error():
+    result = run_cli("probe", CHATML_GGUF)
+    assert result.returncode == 2 and "No such command 'probe'" in result.stderr

@@ -1,0 +1,161 @@
+"""The renderer: transformers' environment, inside a sandbox with limits."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tplparse import ChatTemplate, RenderLimits, TemplateError
+from tplparse.errors import InputError
+
+USER = [{"role": "user", "content": "hi"}]
+
+
+def tpl(source: str, **kwargs) -> ChatTemplate:
+    return ChatTemplate(source=source, name="t", family="t", origin="test", **kwargs)
+
+
+def test_trim_and_lstrip_blocks():
+    source = "{% for m in messages %}\n    {% if true %}\n[{{ m.content }}]\n    {% endif %}\n{% endfor %}"
+    assert tpl(source).render(USER * 2) == "[hi]\n[hi]\n"
+
+
+def test_tojson_accepts_transformers_arguments_and_does_not_escape_html():
+    source = "{{ x | tojson }}|{{ x | tojson(indent=2) }}|{{ x | tojson(separators=(',', ':'), sort_keys=true) }}|{{ 'é' | tojson(ensure_ascii=true) }}"
+    out = tpl(source).render(USER, x={"b": "<a & 'b'>", "a": 1})
+    assert out == (
+        '{"b": "<a & \'b\'>", "a": 1}|{\n  "b": "<a & \'b\'>",\n  "a": 1\n}|{"a":1,"b":"<a & \'b\'>"}|"\\u00e9"'
+    )
+
+
+def test_loop_controls_and_generation_block():
+    source = "{% for m in messages %}{% if loop.index > 2 %}{% break %}{% endif %}{% generation %}<{{ m.content }}>{% endgeneration %}{% endfor %}"
+    assert tpl(source).render([{"role": "user", "content": str(i)} for i in range(5)]) == "<0><1>"
+
+
+def test_globals_and_named_tokens():
+    source = "{{ bos_token }}{{ strftime_now('%Y') | length }}{{ dict(a=1).a }}{% set ns = namespace(n=2) %}{{ ns.n }}{{ eos_token }}"
+    out = tpl(source, named_tokens={"bos_token": "<s>", "eos_token": "</s>"}).render(USER)
+    assert out == "<s>412</s>"
+
+
+def test_extra_variables_and_generation_prompt_flag():
+    source = "{{ enable_thinking }}/{{ reasoning_effort }}/{{ add_generation_prompt }}"
+    assert tpl(source).render(USER, enable_thinking=False, reasoning_effort="high") == "False/high/True"
+    assert tpl(source).render(USER, add_generation_prompt=False, enable_thinking=1, reasoning_effort=None) == "1/None/False"
+
+
+def test_messages_prepared_like_transformers():
+    # None values are dropped (not rendered as "None"), reasoning is offered under both names.
+    source = "{% for m in messages %}{{ 'content' in m }} {{ m.reasoning_content }} {{ m.thinking }}{% endfor %}"
+    out = tpl(source).render([{"role": "assistant", "content": None, "reasoning": "why"}])
+    assert out == "False why why"
+
+
+def test_the_callers_messages_are_not_changed():
+    messages = [{"role": "assistant", "content": None, "thinking": "t", "tool_calls": [{"function": {"arguments": {"a": 1}}}]}]
+    before = repr(messages)
+    tpl("{% for m in messages %}{% set _ = m.tool_calls[0].function.arguments.update({'b': 2}) if false %}{% endfor %}").render(messages)
+    assert repr(messages) == before
+
+
+def test_raise_exception_reports_message_and_line():
+    source = "line one\n{% if messages | length > 0 %}\n{{ raise_exception('Roles must alternate') }}\n{% endif %}"
+    with pytest.raises(TemplateError) as info:
+        tpl(source).render(USER)
+    assert info.value.line == 3
+    assert "Roles must alternate" in str(info.value)
+    assert str(info.value).startswith("t, line 3:")
+
+
+def test_runtime_error_has_template_line():
+    with pytest.raises(TemplateError, match=r"line 2: UndefinedError: .*'nope'"):
+        tpl("ok\n{{ messages[0].nope.deeper }}").render(USER)
+
+
+def test_syntax_error_has_line():
+    with pytest.raises(TemplateError, match=r"line 2: Jinja syntax error"):
+        tpl("fine\n{% if %}").check()
+
+
+@pytest.mark.parametrize("source", [
+    "{{ ''.__class__.__mro__[1].__subclasses__() }}",
+    "{{ cycler.__init__.__globals__.os }}",
+    "{% set ns = namespace() %}{% set ns._x = 1 %}",
+    "{{ messages.append(1) }}",  # immutable sandbox: no mutation of inputs
+])
+def test_sandbox_blocks_escapes(source):
+    with pytest.raises(TemplateError, match="sandbox|unsafe|SecurityError|underscore"):
+        tpl(source).render(USER)
+
+
+def test_unsafe_attributes_are_undefined():
+    # The sandbox answers a lookup of an internal attribute with "undefined" (renders empty).
+    assert tpl("[{{ messages.__class__ }}][{{ messages[0].__init__ }}]").render(USER) == "[][]"
+
+
+def test_wall_clock_limit_stops_a_hanging_template():
+    source = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
+    started = time.monotonic()
+    with pytest.raises(TemplateError, match="longer than 0.5 s"):
+        tpl(source, limits=RenderLimits(seconds=0.5)).render(USER)
+    assert time.monotonic() - started < 5
+
+
+def test_output_limit():
+    source = "{% for i in range(100000) %}{{ 'x' * 100 }}{% endfor %}"
+    with pytest.raises(TemplateError, match="exceeds 100000 characters"):
+        tpl(source, limits=RenderLimits(max_output_chars=100_000)).render(USER)
+
+
+@pytest.mark.parametrize("source", [
+    "{{ 'x' * 10000000000 }}",
+    "{{ [1] * 10000000000 }}",
+    "{{ 10 ** 10000000000 }}",
+    "{{ '%0999999999d' % 1 }}",
+    "{{ 'x'.center(10000000000) }}",
+    "{{ '{:>9999999999}'.format(1) }}",
+    "{{ 'x' | center(10000000000) }}",
+])
+def test_single_step_blowups_are_refused(source):
+    with pytest.raises(TemplateError, match="blocked by the sandbox"):
+        tpl(source).render(USER)
+
+
+def test_memory_growth_limit():
+    # Doubling a string is not one big operation, so the watchdog catches it by memory.
+    source = "{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s | length }}"
+    limits = RenderLimits(seconds=30, max_memory_growth_bytes=64 << 20)
+    with pytest.raises(TemplateError, match="memory|exceeds|out of memory"):
+        tpl(source, limits=limits).render(USER)
+
+
+def test_recursion_is_an_error_not_a_crash():
+    source = "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}"
+    with pytest.raises(TemplateError, match="recursion"):
+        tpl(source).render(USER)
+
+
+def test_limits_do_not_leak_into_the_next_render():
+    slow = tpl("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+               limits=RenderLimits(seconds=0.2))
+    with pytest.raises(TemplateError):
+        slow.render(USER)
+    fast = tpl("{% for i in range(3000) %}{% endfor %}ok")
+    for _ in range(50):
+        assert fast.render(USER) == "ok"
+    time.sleep(0.3)
+    assert fast.render(USER) == "ok"
+
+
+@pytest.mark.parametrize("messages, tools, message", [
+    ("hello", None, "messages must be a list"),
+    (["hello"], None, "message 0 must be an object"),
+    ([{"role": "user", "content": object()}], None, "message 0: object values"),
+    (USER, {"name": "x"}, "tools must be a list"),
+    (USER, ["x"], "each tool must be an object"),
+])
+def test_bad_inputs(messages, tools, message):
+    with pytest.raises(InputError, match=message):
+        tpl("x").render(messages, tools=tools)
