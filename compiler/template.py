@@ -101,8 +101,8 @@ class ChatTemplate:
                 raise TypeError("each tool must be an object (a JSON schema in OpenAI format)")
             variables = {
                 **self.named_tokens,
+                "documents": None,  # transformers always defines it
                 **plain_data(extra, "extra variables"),
-                "documents": plain_data(extra.get("documents"), "documents"),
                 "messages": prepared,
                 "tools": plain_data(tools, "tools"),
                 "add_generation_prompt": bool(add_generation_prompt),

@@ -159,3 +159,9 @@ def test_limits_do_not_leak_into_the_next_render():
 def test_bad_inputs(messages, tools, message):
     with pytest.raises(InputError, match=message):
         tpl("x").render(messages, tools=tools)
+
+
+def test_documents_are_always_defined():
+    source = "{{ documents is none }}{% for d in documents or [] %}|{{ d.title }}{% endfor %}"
+    assert tpl(source).render(USER) == "True"
+    assert tpl(source).render(USER, documents=[{"title": "a", "text": "b"}]) == "False|a"
