@@ -26,6 +26,7 @@ import json
 import os
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
@@ -287,56 +288,81 @@ def _resident_bytes() -> int | None:
 _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
-class _Watchdog:
-    """Interrupts the calling thread if a render runs too long or grows memory too much.
+@dataclass
+class _Watch:
+    """One render under watch: whom to interrupt, and when."""
 
-    A helper thread polls the clock and resident memory; on a breach it raises
+    thread_id: int
+    deadline: float
+    start_rss: int | None
+    limits: RenderLimits
+    breach: str | None = None
+
+
+class _Watchdog:
+    """Interrupts a rendering thread whose render runs too long or grows memory too much.
+
+    One daemon thread (started on first use, restarted after a fork) polls the clock and
+    resident memory for every render in progress; on a breach it raises
     `_RenderInterrupted` in the rendering thread (CPython's asynchronous exception, which
-    lands between two bytecodes of the template's compiled Python code).
+    lands between two bytecodes of the template's compiled Python code). A render only
+    registers and unregisters, so watching costs microseconds, not a thread start.
     """
 
     POLL_SECONDS = 0.005
 
-    def __init__(self, limits: RenderLimits):
-        self.limits = limits
-        self.target = threading.get_ident()
-        self.breach: str | None = None
-        self._done = threading.Event()
-        self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._watch, name="tplparse-render-watchdog", daemon=True)
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._active: dict[int, _Watch] = {}
+        self._pid: int | None = None
 
-    def __enter__(self):
-        self._start_rss = _resident_bytes()
-        self._thread.start()
-        return self
+    @contextmanager
+    def watch(self, limits: RenderLimits):
+        watch = _Watch(threading.get_ident(), time.monotonic() + limits.seconds, _resident_bytes(), limits)
+        with self._cond:
+            if self._pid != os.getpid():
+                self._pid = os.getpid()
+                threading.Thread(target=self._run, name="tplparse-render-watchdog", daemon=True).start()
+            self._active[id(watch)] = watch
+            self._cond.notify()
+        try:
+            yield watch
+        finally:
+            with self._cond:
+                self._active.pop(id(watch), None)
+                if watch.breach is not None:
+                    # The exception may still be pending (not yet delivered): withdraw it.
+                    _async_raise(watch.thread_id, None)
 
-    def _watch(self):
-        deadline = time.monotonic() + self.limits.seconds
-        while not self._done.wait(self.POLL_SECONDS):
-            breach = None
-            if time.monotonic() > deadline:
-                breach = f"rendering took longer than {self.limits.seconds:g} s"
-            elif self._start_rss is not None:
+    def _run(self):
+        with self._cond:
+            while True:
+                while not self._active:
+                    self._cond.wait()
+                self._cond.wait(self.POLL_SECONDS)
+                now = time.monotonic()
                 rss = _resident_bytes()
-                if rss is not None and rss - self._start_rss > self.limits.max_memory_growth_bytes:
-                    breach = f"rendering grew memory by more than {self.limits.max_memory_growth_bytes >> 20} MB"
-            if breach:
-                with self._lock:
-                    if not self._done.is_set():
-                        self.breach = breach
-                        ctypes.pythonapi.PyThreadState_SetAsyncExc(
-                            ctypes.c_ulong(self.target), ctypes.py_object(_RenderInterrupted)
-                        )
-                return
+                for key, watch in list(self._active.items()):
+                    watch.breach = _breach(watch, now, rss)
+                    if watch.breach is not None:
+                        _async_raise(watch.thread_id, _RenderInterrupted)
+                        del self._active[key]  # signalled once; its thread now unwinds
 
-    def __exit__(self, *exc):
-        with self._lock:
-            self._done.set()
-            if self.breach is not None:
-                # The exception may still be pending (not yet delivered): withdraw it.
-                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self.target), None)
-        self._thread.join()
-        return False
+
+def _breach(watch: _Watch, now: float, rss: int | None) -> str | None:
+    if now > watch.deadline:
+        return f"rendering took longer than {watch.limits.seconds:g} s"
+    limit = watch.limits.max_memory_growth_bytes
+    if rss is not None and watch.start_rss is not None and rss - watch.start_rss > limit:
+        return f"rendering grew memory by more than {limit >> 20} MB"
+    return None
+
+
+def _async_raise(thread_id: int, exception) -> None:
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), ctypes.py_object(exception) if exception else None)
+
+
+_WATCHDOG = _Watchdog()
 
 
 def _template_line(tb) -> int | None:
@@ -361,7 +387,7 @@ def render_template(
     size = 0
     try:
         try:
-            with _Watchdog(limits) as watchdog:
+            with _WATCHDOG.watch(limits) as watch:
                 for piece in template.generate(**variables):
                     size += len(piece)
                     if size > limits.max_output_chars:
@@ -370,7 +396,7 @@ def render_template(
                         )
                     pieces.append(piece)
         except _RenderInterrupted:
-            raise TemplateError(watchdog.breach or "rendering was interrupted", template=name) from None
+            raise TemplateError(watch.breach or "rendering was interrupted", template=name) from None
     except TemplateError:
         raise
     except _TemplateRaised as e:

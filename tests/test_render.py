@@ -165,3 +165,30 @@ def test_documents_are_always_defined():
     source = "{{ documents is none }}{% for d in documents or [] %}|{{ d.title }}{% endfor %}"
     assert tpl(source).render(USER) == "True"
     assert tpl(source).render(USER, documents=[{"title": "a", "text": "b"}]) == "False|a"
+
+
+def test_watchdog_interrupts_only_the_slow_render_among_threads():
+    import threading
+
+    from tplparse.render import _WATCHDOG
+
+    slow = tpl("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+               limits=RenderLimits(seconds=0.3))
+    fast = tpl("{% for i in range(2000) %}{% endfor %}ok")
+    outcomes = {}
+
+    def run(name, template):
+        try:
+            outcomes[name] = [template.render(USER) for _ in range(100 if template is fast else 1)][-1]
+        except TemplateError as e:
+            outcomes[name] = e
+
+    threads = [threading.Thread(target=run, args=("slow", slow))]
+    threads += [threading.Thread(target=run, args=(f"fast{i}", fast)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert isinstance(outcomes["slow"], TemplateError) and "longer than 0.3 s" in str(outcomes["slow"])
+    assert [outcomes[f"fast{i}"] for i in range(3)] == ["ok"] * 3
+    assert _WATCHDOG._active == {}
