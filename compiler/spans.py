@@ -1,0 +1,70 @@
+"""Text diffing for the probe: common prefixes and suffixes that respect marker boundaries.
+
+Two renders that differ only in one assistant turn share a prefix (the history and the
+assistant header). Where they diverge inside a marker (`<|START_THINKING|>` in one,
+`<|START_TEXT|>` in the other share `<|START_T`), the split must move back to where the
+marker starts: to the start of a special token of the model when the split falls inside
+one, else to just after the last character that ends a marker or a line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Characters after which a new marker may begin (the end of a marker, a line, a word), and
+# characters that may begin one.
+_BOUNDARY_AFTER = frozenset(">]})([{:,=\"'\n \t")
+_OPENERS = frozenset("<[{(")
+
+
+def common_prefix_length(a: str, b: str) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def common_suffix_length(a: str, b: str) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[-1 - i] == b[-1 - i]:
+        i += 1
+    return i
+
+
+@dataclass(frozen=True)
+class Boundaries:
+    """Where markers may start and end in a text, from the model's special tokens."""
+
+    special_tokens: tuple[str, ...] = ()
+
+    def is_split_point(self, text: str, p: int) -> bool:
+        """Whether `text` may be cut at `p` without cutting a marker in two."""
+        for token in self.special_tokens:
+            start = text.rfind(token, max(0, p - len(token) + 1), p)
+            if start != -1 and start < p < start + len(token):
+                return False
+        if p <= 0 or p >= len(text):
+            return True
+        if text[p - 1] in _BOUNDARY_AFTER or text[p] in _OPENERS:
+            return True
+        return any(text.startswith(token, p) for token in self.special_tokens)
+
+    def split_common_prefix(self, a: str, b: str) -> int:
+        """Length of the common prefix of a and b, backed off when a and b diverge mid-marker."""
+        i = common_prefix_length(a, b)
+        if i == len(a) or i == len(b):
+            return i  # one is a prefix of the other: nothing was cut
+        while i > 0 and not (self.is_split_point(a, i) and self.is_split_point(b, i)):
+            i -= 1
+        return i
+
+    def split_common_suffix(self, a: str, b: str) -> int:
+        """Length of the common suffix of a and b, shrunk until it starts where a marker may start."""
+        n = common_suffix_length(a, b)
+        if n == len(a) or n == len(b):
+            return n
+        while n > 0 and not (self.is_split_point(a, len(a) - n) and self.is_split_point(b, len(b) - n)):
+            n -= 1
+        return n
