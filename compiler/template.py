@@ -81,6 +81,10 @@ class ChatTemplate:
         chosen.check()
         return chosen
 
+    def with_tokens(self, **named_tokens: str) -> "ChatTemplate":
+        """The same template with named special tokens set (bos_token="<s>", ...)."""
+        return replace(self, named_tokens={**self.named_tokens, **named_tokens})
+
     def render(
         self,
         messages: list,
