@@ -131,3 +131,81 @@ def render(source, messages, tools_path, no_generation_prompt, variables, varian
     extra = dict(_parse_var(v) for v in variables)
     text = template.render(conversation, tools=tools, add_generation_prompt=not no_generation_prompt, **extra)
     click.echo(text, nl=False)
+
+
+def _show(value) -> str:
+    return repr(value) if value != "" else "-"
+
+
+def _layout_text(layout) -> str:
+    return "".join(repr(p)[1:-1] if isinstance(p, str) else "{" + p["slot"] + "}" for p in layout)
+
+
+@main.command()
+@click.argument("source", type=click.Path())
+@click.option("--variant", help="A named template of the source (e.g. tool_use).")
+@click.option("--json", "as_json", is_flag=True, help="Print the ProtocolSpec as JSON.")
+def probe(source, variant, as_json):
+    """Derive SOURCE's protocol (reasoning, content, tool calls, end of turn) by rendering it."""
+    from .probe import probe as run_probe
+    from .verify import verify
+
+    template = load(source, variant=variant)
+    spec = run_probe(template)
+    if as_json:
+        click.echo(spec.to_json(), nl=False)
+        return
+    echo = click.echo
+    echo(f"{template.name} — family {spec.family}, template sha256 {spec.template_sha256[:16]}…, input shape: {spec.shape}")
+    echo("\nGeneration prompt")
+    echo(f"  {'mode':<12} {'set':<28} {'prompt ends with':<34} starts in")
+    for name, mode in spec.modes.items():
+        setting = ", ".join(f"{k}={v!r}" for k, v in mode.variables.items()) or (
+            f"system {mode.system_flag!r}" if mode.system_flag else "-")
+        echo(f"  {name:<12} {setting:<28} {_show(mode.tail)[:34]:<34} {mode.start}")
+    echo("\nReasoning")
+    if spec.reasoning:
+        echo(f"  start          {_show(spec.reasoning.start)}")
+        echo(f"  end            {_show(spec.reasoning.end)}")
+        echo(f"  in history     {'yes' if spec.reasoning.in_history else 'no (the template drops it)'}")
+        echo(f"  a tool call ends open reasoning: {'yes' if spec.reasoning.tool_call_ends_reasoning else 'no'}")
+    else:
+        echo("  none found")
+    echo("\nContent")
+    echo(f"  wrapper        {_show(spec.content_start)} … {_show(spec.content_end)}")
+    echo("\nTool calls")
+    tc = spec.tool_calls
+    if tc:
+        args = tc.arguments
+        echo(f"  section        {_show(tc.section_start)} … {_show(tc.section_end)}")
+        echo(f"  one call       {_layout_text(tc.call)}")
+        echo(f"  between calls  {_show(tc.separator)}   (parallel calls: {tc.parallel})")
+        if args.style == "object":
+            echo(f"  arguments      one object, {args.encoder}" + (f", keys {args.order}" if args.order != "given" else ""))
+        else:
+            echo(f"  arguments      one per argument, joined by {_show(args.separator)}, keys {args.order}")
+            for kind, layout in args.argument.items():
+                echo(f"    {kind:<12} {_layout_text(layout)}")
+            echo("    values       " + ", ".join(f"{k}: {v}" for k, v in args.value_encoders.items()))
+    else:
+        echo("  the template does not render tool calls")
+    echo("\nEnd of turn")
+    echo("  " + (", ".join(map(repr, spec.end_of_turn)) or "none found"))
+    echo("\nTurn layouts")
+    for kind, layout in spec.turns.items():
+        echo(f"  {kind:<18} {_layout_text(layout)}")
+    if spec.evidence:
+        echo("\nEvidence")
+        for key, why in spec.evidence.items():
+            echo(f"  {key}: {why}")
+    for title, lines in (("Overrides", spec.overrides), ("Warnings", spec.warnings)):
+        if lines:
+            echo(f"\n{title}")
+            for line in lines:
+                echo(f"  - {line}")
+    checks = verify(template, spec)
+    passed = sum(c.passed for c in checks)
+    echo(f"\nCheck: the spec re-renders {passed} of {len(checks)} standard turns (fresh values) exactly as the template does")
+    for check in checks:
+        if not check.passed:
+            echo(f"  {check.turn}: {check.detail}")
