@@ -131,5 +131,21 @@ def test_messages_must_be_a_list():
 
 
 def test_unknown_command_is_a_usage_error():
-    result = run_cli("probe", CHATML_GGUF)
-    assert result.returncode == 2 and "No such command 'probe'" in result.stderr
+    result = run_cli("frobnicate", CHATML_GGUF)
+    assert result.returncode == 2 and "No such command 'frobnicate'" in result.stderr
+
+
+def test_probe_report_and_json():
+    report = run_cli("probe", CHATML_GGUF)
+    assert report.returncode == 0, report.stderr
+    assert "end            '</think>'" in report.stdout
+    assert "Check: the spec re-renders 6 of 6 standard turns" in report.stdout
+    spec = json.loads(run_cli("probe", CHATML_GGUF, "--json").stdout)
+    assert spec["reasoning"]["start"] == "<think>" and spec["end_of_turn"][0] == "<|im_end|>"
+
+
+def test_probe_bad_source_exit_2(tmp_path):
+    bad = tmp_path / "t.jinja"
+    bad.write_text("{% if %}", encoding="utf-8")
+    result = run_cli("probe", bad)
+    assert result.returncode == 2 and "Jinja syntax error" in result.stderr and "Traceback" not in result.stderr
