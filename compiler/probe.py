@@ -19,13 +19,12 @@ Two independent sentinel sets run the whole probe; a field is kept only when bot
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 
 from jinja2 import meta as jinja_meta
 
-from .conversations import FRESH, SENTINEL_SETS, Call, Rendered, Sentinels, ShapedRenderer, Turn, tool_definition
-from .encodings import ENCODERS, JSON_TYPES, encode, json_type
+from .conversations import SENTINEL_SETS, Call, Rendered, Sentinels, ShapedRenderer, Turn, tool_definition
+from .encodings import ENCODERS, encode
 from .render import DEFAULT_LIMITS, _environment
 from . import markers
 from .overrides import apply_overrides
@@ -388,6 +387,11 @@ def _slots_in(span: str, values: list[tuple[str, str]], start: int = 0) -> list[
     return out
 
 
+def _between_slots(text: str, found: list[tuple[int, int, str]]) -> list[str]:
+    """The literal text between consecutive slots of one call."""
+    return [text[end:next_start] for (_, end, _), (next_start, _, _) in zip(found, found[1:])]
+
+
 def _index_aware_layout(a: str, b: str, index_a: int, index_b: int) -> list[Piece] | None:
     """A layout for two renders of the same literal that may differ only by the call index."""
     if a == b:
@@ -432,13 +436,6 @@ def _call_format(renderer, user, s: Sentinels, arg_format: ArgumentFormat, bound
             return None
         slots_per_call.append(found)
         cursor = found[-1][1]
-    # Literals inside each call, between its slots.
-    def inner(found):
-        pieces = []
-        for (s0, e0, n0), (s1, e1, n1) in zip(found, found[1:]):
-            pieces.append(text[e0:s1])
-        return pieces
-
     first = slots_per_call[0]
     pre = text[:first[0][0]]
     if parallel:
@@ -448,9 +445,8 @@ def _call_format(renderer, user, s: Sentinels, arg_format: ArgumentFormat, bound
         if [n for _, _, n in first] != [n for _, _, n in second]:
             warnings.append("the two calls are laid out differently")
             return None
-        inner_a, inner_b = inner(first), inner(second)
         inner_layouts = []
-        for la, lb in zip(inner_a, inner_b):
+        for la, lb in zip(_between_slots(text, first), _between_slots(text, second), strict=True):
             between = _index_aware_layout(la, lb, 0, 1)
             if between is None:
                 warnings.append("the two calls differ in more than their values")
@@ -464,12 +460,12 @@ def _call_format(renderer, user, s: Sentinels, arg_format: ArgumentFormat, bound
         section_start = pre[: len(pre) - in_pre]
         section_end = post[end_len:]
     else:
-        inner_layouts = [[p] if p else [] for p in inner(first)]
+        inner_layouts = [[p] if p else [] for p in _between_slots(text, first)]
         post = text[first[-1][1]:]
         call_end, separator = "", ""
         start_layout, section_start, section_end = [], pre, post
     layout: list[Piece] = list(start_layout)
-    for (_, _, name), between in zip(first, inner_layouts + [[]]):
+    for (_, _, name), between in zip(first, inner_layouts + [[]], strict=True):
         layout.append(slot(name))
         layout.extend(between)
     if call_end:

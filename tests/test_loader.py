@@ -10,7 +10,7 @@ import pytest
 import tplparse
 from tplparse import LoadError, TemplateError
 
-from conftest import CORPUS, EXAMPLES, SMOLLM2, corpus_ids, corpus_templates, needs_corpus, needs_smollm2, needs_vocab_files, vocab_files
+from conftest import EXAMPLES, SMOLLM2, corpus_ids, corpus_templates, needs_corpus, needs_smollm2, needs_vocab_files, vocab_files
 
 CHATML = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
 

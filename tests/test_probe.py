@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ast
 import json
-from pathlib import Path
 
 import pytest
 
@@ -16,7 +15,7 @@ from tplparse.spec import ProtocolSpec, slot
 from tplparse.template import ChatTemplate
 from tplparse.verify import standard_turns, verify
 
-from conftest import CORPUS, EXAMPLES, REPO, corpus_templates, needs_corpus
+from conftest import EXAMPLES, REPO, corpus_templates, needs_corpus
 
 TEMPLATES = corpus_templates()
 
