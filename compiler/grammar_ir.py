@@ -1,0 +1,155 @@
+"""The grammar IR: one small model of a grammar that every emitter (PEG, GBNF) reads.
+
+A `Grammar` is an ordered set of named rules; a rule's body is a tree of nodes:
+
+    Lit(text)              the exact text
+    Chars(ranges, negate)  one character of a class ([a-z0-9_], [^"\\])
+    AnyChar()              any one character
+    Seq(items), Alt(items) sequence, ordered alternatives
+    Rep(item, min, max)    repetition (max None: unbounded)
+    Ref(name)              another rule
+    TextUntil(stops)       any text (maybe empty) in which none of `stops` occurs
+    End()                  the end of the text
+
+`TextUntil` is the one construct the emitters write differently: PEG with negative
+lookahead, GBNF (which has no lookahead) as an automaton of the stops' prefixes.
+Rule names are lower-case words joined by "-" (the GBNF spelling); the PEG emitter turns
+"-" into "_".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Union
+
+
+@dataclass(frozen=True)
+class Lit:
+    text: str
+
+
+@dataclass(frozen=True)
+class Chars:
+    ranges: tuple[tuple[str, str], ...]  # inclusive (first, last) pairs
+    negate: bool = False
+
+
+@dataclass(frozen=True)
+class AnyChar:
+    pass
+
+
+@dataclass(frozen=True)
+class Seq:
+    items: tuple
+
+
+@dataclass(frozen=True)
+class Alt:
+    items: tuple
+
+
+@dataclass(frozen=True)
+class Rep:
+    item: "Node"
+    min: int = 0
+    max: int | None = None
+
+
+@dataclass(frozen=True)
+class Ref:
+    name: str
+
+
+@dataclass(frozen=True)
+class TextUntil:
+    stops: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class End:
+    """The end of the text (PEG checks it; GBNF is complete at the end of its root anyway)."""
+
+
+Node = Union[Lit, Chars, AnyChar, Seq, Alt, Rep, Ref, TextUntil, End]
+
+
+def seq(*items) -> Node:
+    flat = []
+    for item in items:
+        if item is None or item == Lit(""):
+            continue
+        if isinstance(item, Seq):
+            flat.extend(item.items)
+        else:
+            flat.append(item)
+    if not flat:
+        return Lit("")
+    return flat[0] if len(flat) == 1 else Seq(tuple(flat))
+
+
+def alt(*items) -> Node:
+    unique = []
+    for item in items:
+        if item not in unique:
+            unique.append(item)
+    return unique[0] if len(unique) == 1 else Alt(tuple(unique))
+
+
+def opt(item) -> Node:
+    return Rep(item, 0, 1)
+
+
+def chars(spec: str, negate: bool = False) -> Chars:
+    """A class from a compact spec: "a-z0-9_" -> ranges."""
+    ranges = []
+    i = 0
+    while i < len(spec):
+        if i + 2 < len(spec) and spec[i + 1] == "-":
+            ranges.append((spec[i], spec[i + 2]))
+            i += 3
+        else:
+            ranges.append((spec[i], spec[i]))
+            i += 1
+    return Chars(tuple(ranges), negate)
+
+
+@dataclass
+class Rule:
+    name: str
+    body: Node
+    comment: str = ""
+
+
+@dataclass
+class Grammar:
+    root: str
+    rules: dict[str, Rule] = field(default_factory=dict)
+    header: list[str] = field(default_factory=list)
+
+    def add(self, name: str, body: Node, comment: str = "") -> Ref:
+        """Add (or replace) a rule; returns a reference to it."""
+        self.rules[name] = Rule(name, body, comment)
+        return Ref(name)
+
+    def has(self, name: str) -> bool:
+        return name in self.rules
+
+    def reachable(self) -> list[str]:
+        """Rule names reachable from the root, root first, in first-use order."""
+        order, seen = [], set()
+
+        def visit(node):
+            if isinstance(node, Ref):
+                if node.name not in seen:
+                    seen.add(node.name)
+                    order.append(node.name)
+                    visit(self.rules[node.name].body)
+            elif isinstance(node, (Seq, Alt)):
+                for item in node.items:
+                    visit(item)
+            elif isinstance(node, Rep):
+                visit(node.item)
+
+        visit(Ref(self.root))
+        return order
