@@ -209,3 +209,62 @@ def probe(source, variant, as_json):
     for check in checks:
         if not check.passed:
             echo(f"  {check.turn}: {check.detail}")
+
+
+@main.command()
+@click.argument("source", type=click.Path())
+@click.option("--tools", "tools_path", type=click.Path(), help="OpenAI-style tool definitions: names and argument schemas.")
+@click.option("--tool-choice", default="auto", show_default=True, help="auto, required, none, or a tool name.")
+@click.option("--parallel/--no-parallel", default=True, show_default=True, help="Allow several calls in one turn.")
+@click.option("--json-schema", "schema_path", type=click.Path(), help="Structured output: the answer is JSON of this schema.")
+@click.option("--mode", default="default", show_default=True,
+              help="The generation-prompt mode whose start state the output follows (default, thinking, no_thinking).")
+@click.option("--llama-request", is_flag=True, help="Print the JSON fields llama.cpp's server takes.")
+@click.option("--variant", help="A named template of the source (e.g. tool_use).")
+def gbnf(source, tools_path, tool_choice, parallel, schema_path, mode, llama_request, variant):
+    """Print a GBNF grammar for SOURCE's output (llama.cpp constrained decoding).
+
+    Without --tools: any tool name, any JSON arguments. With --tools: the offered names only,
+    each call's arguments by its tool's JSON Schema. Unsupported schema keywords are reported
+    on stderr. The grammar is checked with lark, and with llama.cpp when it is installed.
+    """
+    from . import llama_check
+    from .gbnf import emit_gbnf
+    from .gbnf_check import parse_gbnf
+    from .grammar import GrammarOptions, build
+    from .llama_request import llama_request as make_request
+    from .probe import probe as run_probe
+
+    tools = _read_json_file(tools_path, "tools") if tools_path else None
+    if tools is not None and not isinstance(tools, list):
+        raise InputError(f"{tools_path}: expected a JSON list of tool definitions")
+    schema = _read_json_file(schema_path, "JSON schema") if schema_path else None
+    if tool_choice not in ("auto", "required", "none") and not any(
+            (t.get("function") or t).get("name") == tool_choice for t in tools or []):
+        raise InputError(f"--tool-choice {tool_choice!r}: not auto, required, none, or the name of a tool in --tools")
+    template = load(source, variant=variant)
+    spec = run_probe(template)
+    if mode not in spec.modes:
+        raise InputError(f"--mode {mode!r}: this template has the modes {', '.join(spec.modes)}")
+    if spec.tool_calls is None and tool_choice == "required":
+        raise InputError("--tool-choice required: this template does not render tool calls")
+    options = GrammarOptions(tools=tools, tool_choice=tool_choice, parallel=parallel, mode=mode, content_schema=schema)
+    try:
+        if llama_request:
+            request = make_request(spec, options, template.special_tokens)
+            text = request["grammar"]
+        else:
+            text = emit_gbnf(build(spec, options, template.special_tokens))
+    except ValueError as e:
+        raise InputError(str(e)) from None
+    for warning in options.warnings:
+        click.echo(f"tplparse: warning: {warning}", err=True)
+    parse_gbnf(text)
+    if llama_check.available():
+        ok, message = llama_check.checker().validate(text)
+        if not ok:
+            raise InputError(f"llama.cpp rejected the generated grammar (a tplparse bug, please report it): {message}")
+    if llama_request:
+        click.echo(json.dumps(request, ensure_ascii=False, indent=2))
+    else:
+        click.echo(text, nl=False)

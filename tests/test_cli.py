@@ -149,3 +149,32 @@ def test_probe_bad_source_exit_2(tmp_path):
     bad.write_text("{% if %}", encoding="utf-8")
     result = run_cli("probe", bad)
     assert result.returncode == 2 and "Jinja syntax error" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_gbnf_generic_and_with_tools():
+    generic = run_cli("gbnf", CHATML_GGUF)
+    assert generic.returncode == 0, generic.stderr
+    assert generic.stdout.splitlines()[1].startswith("# template sha256 ")
+    assert "root ::= " in generic.stdout
+    request = run_cli("gbnf", CHATML_GGUF, "--tools", EXAMPLES / "tools.json", "--llama-request")
+    fields = json.loads(request.stdout)
+    assert fields["grammar_lazy"] is True and fields["grammar_triggers"] == [{"type": "word", "value": "<tool_call>"}]
+    assert '"get_weather"' in fields["grammar"]
+
+
+def test_gbnf_reports_unsupported_schema_keywords(tmp_path):
+    schema = tmp_path / "s.json"
+    schema.write_text(json.dumps({"type": "object", "properties": {"n": {"type": "number", "multipleOf": 2}}}))
+    result = run_cli("gbnf", CHATML_GGUF, "--json-schema", schema, "--tool-choice", "none")
+    assert result.returncode == 0
+    assert "warning: JSON Schema keyword 'multipleOf' at #/properties/n" in result.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--tool-choice", "nope"], "--tool-choice 'nope'"),
+    (["--mode", "sideways"], "--mode 'sideways'"),
+    (["--tools", "missing.json"], "missing.json: no such file"),
+])
+def test_gbnf_bad_arguments_exit_2(args, message):
+    result = run_cli("gbnf", CHATML_GGUF, *args)
+    assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr

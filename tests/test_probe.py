@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 
 import pytest
 
@@ -292,10 +293,19 @@ def _string_constants(tree: ast.AST):
             yield node
 
 
+# Strings that name a family for another reason than branching on it, with that reason.
+ALLOWED_FAMILY_STRINGS = {
+    ("byte_vocab.py", "llama"): "the GGUF architecture llama.cpp loads a vocabulary under",
+}
+
+
 def test_no_code_branches_on_a_family_name():
     for path in sorted((REPO / "compiler").glob("*.py")):
         for node in _string_constants(ast.parse(path.read_text(encoding="utf-8"))):
-            text = node.value.lower()
+            if (path.name, node.value) in ALLOWED_FAMILY_STRINGS:
+                continue
+            # llama.cpp (and the modules that talk to it) is the engine, not a model family
+            text = re.sub(r"llama[._-](cpp|request|check)", "engine", node.value.lower())
             for word in FAMILY_WORDS:
                 assert f"{word}" not in text.split() and not text.startswith(word), (
                     f"{path.name}:{node.lineno}: string {node.value!r} names a model family"

@@ -1,0 +1,270 @@
+"""Grammars from specs: PEG + reference parser, GBNF checked by the real llama.cpp."""
+
+from __future__ import annotations
+
+import json
+import re
+import warnings
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import tplparse
+from tplparse import llama_check
+from tplparse.conversations import Call, Turn
+from tplparse.gbnf import emit_gbnf
+from tplparse.gbnf_check import GbnfAcceptor, GbnfSyntaxError, parse_gbnf
+from tplparse.grammar import GrammarOptions, build
+from tplparse.grammar_ir import Grammar, TextUntil
+from tplparse.json_schema import add_schema
+from tplparse.llama_request import lazy_grammar, llama_request
+from tplparse.peg import ReferenceParser, emit_peg
+from tplparse.probe import probe
+
+from conftest import EXAMPLES, corpus_ids, corpus_templates, needs_corpus
+from corpus_outputs import FRESH_TOOLS, outputs, readable
+
+TEMPLATES = corpus_templates()
+
+# Turns whose render reads back differently, and why (the template maps them lossily).
+KNOWN_READBACK_DIFFERENCES = {
+    ("OpenAI-gpt-oss-120b", "content+call"):
+        "the template writes a tool-calling turn's content into the analysis (reasoning) channel",
+}
+
+
+@pytest.fixture(scope="session")
+def accepts():
+    """accepts(gbnf, text): the real llama.cpp when installed, else the lark check (and say so)."""
+    if llama_check.available():
+        checker = llama_check.checker()
+        return checker.accepts
+    warnings.warn("llama-cpp-python is not installed: GBNF acceptance is checked with the lark Earley parser")
+    cache = {}
+
+    def lark_accepts(gbnf, text):
+        if gbnf not in cache:
+            cache[gbnf] = GbnfAcceptor(gbnf)
+        return cache[gbnf].accepts(text)
+
+    return lark_accepts
+
+
+def valid(gbnf: str) -> None:
+    parse_gbnf(gbnf)  # lark: syntax and references, with line numbers
+    if llama_check.available():
+        ok, message = llama_check.checker().validate(gbnf)
+        assert ok, message
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    return {p.stem: (tplparse.load(p), probe(tplparse.load(p))) for p in TEMPLATES}
+
+
+@needs_corpus
+@pytest.mark.parametrize("stem", [p.stem for p in TEMPLATES], ids=corpus_ids(TEMPLATES))
+def test_corpus_grammars_read_back_the_templates_renders(corpus, stem, accepts, tmp_path):
+    template, spec = corpus[stem]
+    grammar_ir = build(spec, special_tokens=template.special_tokens)
+    peg, gbnf = emit_peg(grammar_ir), emit_gbnf(grammar_ir)
+    (tmp_path / f"{spec.family}.peg").write_text(peg, encoding="utf-8")
+    (tmp_path / f"{spec.family}.gbnf").write_text(gbnf, encoding="utf-8")
+    assert f"template sha256 {spec.template_sha256}" in peg.splitlines()[1]
+    valid(gbnf)
+    parsers = {}
+    grammars = {}
+    for output in outputs(template, spec):
+        if output.start not in parsers:
+            parsers[output.start] = ReferenceParser(spec, FRESH_TOOLS, start=output.start,
+                                                    special_tokens=template.special_tokens)
+            grammars[output.start] = emit_gbnf(build(spec, GrammarOptions(start=output.start), template.special_tokens))
+        message = parsers[output.start].parse(output.text)
+        if (stem, output.turn) in KNOWN_READBACK_DIFFERENCES:
+            assert readable(message) != output.expected, "fixed? remove it from KNOWN_READBACK_DIFFERENCES"
+        else:
+            assert message["errors"] == [], (output.turn, output.text, message["errors"])
+            assert readable(message) == output.expected, (output.turn, output.text)
+        assert accepts(grammars[output.start], output.text), (output.turn, output.text)
+
+
+TOOL = {"type": "function", "function": {"name": "convert_currency", "description": "Convert", "parameters": {
+    "type": "object",
+    "properties": {"amount": {"type": "string"}, "target": {"enum": ["USD", "EUR"]}, "count": {"type": "integer"}},
+    "required": ["amount", "target"],
+}}}
+CALLS = {
+    "valid": {"amount": "EUR 12", "target": "USD", "count": 3},
+    "wrong type": {"amount": "EUR 12", "target": "USD", "count": "three"},
+    "missing required": {"amount": "EUR 12", "count": 3},
+    "outside the enum": {"amount": "EUR 12", "target": "GBP", "count": 3},
+}
+
+
+@needs_corpus
+@pytest.mark.parametrize("stem", [p.stem for p in TEMPLATES], ids=corpus_ids(TEMPLATES))
+def test_tool_grammar_rejects_unknown_tools_and_schema_violations(corpus, stem, accepts):
+    template, spec = corpus[stem]
+    if spec.tool_calls is None:
+        pytest.skip(f"{stem} does not render tool calls")
+    turns = {label: Turn(calls=(Call("convert_currency", args, "a1b2c3d4e"),)) for label, args in CALLS.items()}
+    turns["unknown tool"] = Turn(calls=(Call("drop_tables", CALLS["valid"], "a1b2c3d4e"),))
+    rendered = {o.turn: o for o in outputs(template, spec, turns)}
+    start = rendered["valid"].start
+    grammar = emit_gbnf(build(spec, GrammarOptions(tools=[TOOL], tool_choice="required", start=start),
+                              template.special_tokens))
+    valid(grammar)
+    assert accepts(grammar, rendered["valid"].text), rendered["valid"].text
+    for label in ("wrong type", "missing required", "outside the enum", "unknown tool"):
+        assert rendered[label].start == start
+        assert not accepts(grammar, rendered[label].text), (label, rendered[label].text)
+
+
+@needs_corpus
+@pytest.mark.parametrize("stem", [p.stem for p in TEMPLATES], ids=corpus_ids(TEMPLATES))
+def test_lazy_grammar_accepts_from_the_trigger_on(corpus, stem, accepts):
+    template, spec = corpus[stem]
+    if spec.tool_calls is None:
+        pytest.skip(f"{stem} does not render tool calls")
+    request = llama_request(spec, GrammarOptions(tools=FRESH_TOOLS), template.special_tokens)
+    valid(request["grammar"])
+    assert request["grammar_lazy"] is True
+    trigger = request["grammar_triggers"][0]
+    for output in outputs(template, spec):
+        if not output.expected["tool_calls"] or output.start == "reasoning" and output.turn.startswith("reasoning"):
+            continue
+        if trigger["type"] == "word":
+            at = output.text.find(trigger["value"])
+        else:
+            match = re.search(trigger["value"], output.text)
+            at = match.start() if match else -1
+        assert at != -1, (trigger, output.text)
+        assert accepts(request["grammar"], output.text[at:]), (output.turn, output.text[at:])
+
+
+def test_example_request_fields():
+    template = tplparse.load(EXAMPLES / "chatml-think-tools.gguf")
+    tools = json.loads((EXAMPLES / "tools.json").read_text())
+    request = llama_request(probe(template), GrammarOptions(tools=tools), template.special_tokens)
+    assert request["grammar_triggers"] == [{"type": "word", "value": "<tool_call>"}]
+    assert {"<tool_call>", "</tool_call>", "<think>", "</think>"} <= set(request["preserved_tokens"])
+    strict = llama_request(probe(template), GrammarOptions(tools=tools, tool_choice="required"), template.special_tokens)
+    assert strict["grammar_lazy"] is False and "grammar_triggers" not in strict
+
+
+def test_reference_parser_keeps_markers_inside_json_strings():
+    template = tplparse.load(EXAMPLES / "chatml-think-tools.gguf")
+    parser = ReferenceParser(probe(template))
+    text = ('Sure.\n<tool_call>\n{"name": "f", "arguments": {"s": "use </tool_call> and <|im_end|> here"}}\n'
+            "</tool_call><|im_end|>")
+    message = parser.parse(text)
+    assert message["errors"] == []
+    assert json.loads(message["tool_calls"][0]["function"]["arguments"]) == {"s": "use </tool_call> and <|im_end|> here"}
+    assert message["content"] == "Sure."
+
+
+def test_reference_parser_reports_what_it_cannot_read():
+    parser = ReferenceParser(probe(tplparse.load(EXAMPLES / "chatml-think-tools.gguf")))
+    broken = parser.parse('<tool_call>\n{"name": "f", "arguments": {"a": }}\n</tool_call>')
+    assert broken["tool_calls"] == [] and broken["errors"][0]["kind"] == "invalid_output"
+    after = parser.parse("Hi<|im_end|>and more")
+    assert after["content"] == "Hi" and after["errors"][0]["kind"] == "text_after_end_of_turn"
+
+
+# --- JSON Schema -> GBNF, against llama.cpp ---------------------------------------------
+
+SCHEMA_TABLE = [
+    ({"type": "object", "properties": {"a": {"type": "object", "properties": {"b": {"type": "integer"}}, "required": ["b"]}},
+      "required": ["a"], "additionalProperties": False},
+     ['{"a": {"b": 1}}', '{"a":{"b":-20}}'], ['{"a": {}}', '{"a": {"b": "1"}}', '{"a": {"b": 1}, "c": 2}']),
+    ({"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 2},
+     ['["x"]', '["x", "y"]'], ['[]', '["x", "y", "z"]', '[1]']),
+    ({"enum": ["red", "green", 3]}, ['"red"', "3"], ['"blue"', '"3"']),
+    ({"type": ["string", "null"]}, ['"x"', "null"], ["1", "true"]),
+    ({"anyOf": [{"type": "integer"}, {"type": "boolean"}]}, ["7", "false"], ['"7"', "null"]),
+    ({"$defs": {"node": {"type": "object", "properties": {"next": {"anyOf": [{"$ref": "#/$defs/node"}, {"type": "null"}]}},
+                         "required": ["next"], "additionalProperties": False}},
+      "$ref": "#/$defs/node"},
+     ['{"next": null}', '{"next": {"next": null}}'], ['{"next": 1}', "{}"]),
+    ({"type": "string", "minLength": 2, "maxLength": 3}, ['"ab"', '"abc"'], ['"a"', '"abcd"']),
+    ({"type": "integer", "minimum": 1, "maximum": 5}, ["1", "5"], ["0", "6", "-1"]),
+    ({"type": "string", "pattern": "^[A-Z]{2}-[0-9]+$"}, ['"AB-12"'], ['"ab-12"', '"AB-"', '"AB-12x"']),
+    ({"type": "object", "properties": {"x": {"type": "boolean"}}}, ["{}", '{"x": true}', '{"x": true, "y": [1]}'],
+     ['{"x": 1}']),
+    ({"const": {"k": [1, 2]}}, ['{"k": [1, 2]}'], ['{"k": [1]}']),
+]
+
+
+@pytest.mark.parametrize("schema, good, bad", SCHEMA_TABLE, ids=[json.dumps(s)[:40] for s, _, _ in SCHEMA_TABLE])
+def test_json_schema_to_gbnf(schema, good, bad, accepts):
+    g = Grammar(root="root")
+    warnings_found = []
+    g.add("root", add_schema(g, schema, "value", warnings_found))
+    gbnf = emit_gbnf(g)
+    valid(gbnf)
+    assert warnings_found == []
+    for text in good:
+        assert accepts(gbnf, text), text
+    for text in bad:
+        assert not accepts(gbnf, text), text
+
+
+def test_unsupported_keywords_are_reported_with_their_path():
+    g = Grammar(root="root")
+    found = []
+    schema = {"type": "object", "properties": {"n": {"type": "number", "multipleOf": 3}, "s": {"not": {"const": "x"}}}}
+    g.add("root", add_schema(g, schema, "value", found))
+    assert any("'multipleOf' at #/properties/n" in w for w in found)
+    assert any("'not' at #/properties/s" in w for w in found)
+
+
+# --- Text without markers: the GBNF automaton ----------------------------------------------
+
+STOPS = ("</think>", "<tool_call>", "<<x")
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.text(alphabet="<>/thinkx_ca l", max_size=24))
+def test_text_until_matches_exactly_the_texts_without_a_stop(text):
+    g = Grammar(root="root")
+    g.add("root", TextUntil(STOPS))
+    acceptor = _lark_until()
+    assert acceptor.accepts(text) == (not any(stop in text for stop in STOPS))
+
+
+_UNTIL = {}
+
+
+def _lark_until():
+    if "acceptor" not in _UNTIL:
+        g = Grammar(root="root")
+        g.add("root", TextUntil(STOPS))
+        _UNTIL["gbnf"] = emit_gbnf(g)
+        _UNTIL["acceptor"] = GbnfAcceptor(_UNTIL["gbnf"])
+    return _UNTIL["acceptor"]
+
+
+@pytest.mark.skipif(not llama_check.available(), reason="llama-cpp-python is not installed")
+def test_text_until_in_llama_cpp():
+    _lark_until()
+    gbnf = _UNTIL["gbnf"]
+    checker = llama_check.checker()
+    for text in ["", "plain", "<thin", "a</think", "<<<tool_cal", "x<<", "<x"]:
+        assert checker.accepts(gbnf, text), text
+    for text in ["</think>", "a<tool_call>b", "<<x", "<<<x"]:
+        assert not checker.accepts(gbnf, text), text
+
+
+def test_gbnf_syntax_errors_name_the_line():
+    with pytest.raises(GbnfSyntaxError, match="line 2"):
+        parse_gbnf('root ::= "a"\nbad line here ::=\n')
+    with pytest.raises(GbnfSyntaxError, match="undefined rule 'nope'"):
+        parse_gbnf('root ::= nope\n')
+
+
+def test_lazy_grammar_root_is_the_calls_section():
+    spec = probe(tplparse.load(EXAMPLES / "chatml-think-tools.gguf"))
+    g = lazy_grammar(spec, GrammarOptions())
+    root = next(line for line in emit_gbnf(g).splitlines() if line.startswith("root ::="))
+    assert root.startswith("root ::= (tool-calls ws end-of-turn?)")
