@@ -13,7 +13,7 @@ followed by a path that ends inside a partial stop (the stop itself may follow t
 
 from __future__ import annotations
 
-from .grammar_ir import AnyChar, Alt, Chars, End, Grammar, Lit, Ref, Rep, Seq, TextUntil
+from .grammar_ir import AnyChar, Alt, Chars, End, Grammar, Lit, Ref, Rep, Seq, TextUntil, quantifier
 
 
 def _escape_char(ch: str, in_class: bool) -> str:
@@ -72,18 +72,7 @@ class _Emitter:
             text = " | ".join(self.expr(i) for i in node.items)
             return text if top else f"({text})"
         if isinstance(node, Rep):
-            inner = self.expr(node.item)
-            if (node.min, node.max) == (0, None):
-                return inner + "*"
-            if (node.min, node.max) == (1, None):
-                return inner + "+"
-            if (node.min, node.max) == (0, 1):
-                return inner + "?"
-            if node.max is None:
-                return f"{inner}{{{node.min},}}"
-            if node.min == node.max:
-                return f"{inner}{{{node.min}}}"
-            return f"{inner}{{{node.min},{node.max}}}"
+            return self.expr(node.item) + quantifier(node)
         raise TypeError(f"unknown IR node {node!r}")
 
     def until(self, stops: tuple[str, ...]) -> str:

@@ -25,7 +25,7 @@ from .grammar_ir import Chars, End, Grammar, Lit, Node, Ref, Rep, TextUntil, alt
 from .json_grammar import add_json, add_python_literal, add_ws
 from .markers import first_marker
 from .spans import Boundaries
-from .spec import ArgumentFormat, ProtocolSpec, ToolCallFormat, slot
+from .spec import ArgumentFormat, ProtocolSpec, ToolCallFormat, kv_parts, slot
 
 NAME_CHARS = chars("A-Za-z0-9_.-")
 ID_CHARS = chars("A-Za-z0-9_-")
@@ -290,12 +290,6 @@ def _add_arguments(g: Grammar, fmt: ArgumentFormat, name: str, schema: dict | No
     return g.add(name, _kv_arguments(g, fmt, name, schema, ws, warnings), "arguments, one per key")
 
 
-def _kv_parts(layout) -> tuple[str, str, str]:
-    k, v = layout.index(slot("key")), layout.index(slot("value"))
-    text = lambda pieces: "".join(p for p in pieces if isinstance(p, str))  # noqa: E731
-    return text(layout[:k]), text(layout[k + 1:v]), text(layout[v + 1:])
-
-
 def _kv_arguments(g: Grammar, fmt: ArgumentFormat, name: str, schema: dict | None, ws: Ref, warnings) -> Node:
     """argument (separator argument)*, each argument by the layout of its value's type."""
     properties = (schema or {}).get("properties") or {}
@@ -328,7 +322,7 @@ def _kv_arguments(g: Grammar, fmt: ArgumentFormat, name: str, schema: dict | Non
 
 def _kv_layout_node(fmt: ArgumentFormat, kind: str, key: Node, value: Node, ws: Ref) -> Node:
     layout = fmt.argument.get(kind) or fmt.argument["string"]
-    before, middle, after = _kv_parts(layout)
+    before, middle, after = kv_parts(layout)
     # Whitespace right before a value is the template's exactly (a raw value keeps its own).
     core = middle.rstrip()
     lead = middle[len(core):]
@@ -338,7 +332,7 @@ def _kv_layout_node(fmt: ArgumentFormat, kind: str, key: Node, value: Node, ws: 
 def _value_rule(g: Grammar, fmt: ArgumentFormat, kind: str, encoder: str) -> Ref:
     """value-<encoder>: the rule name tells the reference parser how to decode the value."""
     if encoder == "raw":
-        _, _, after = _kv_parts(fmt.argument.get(kind) or fmt.argument["string"])
+        _, _, after = kv_parts(fmt.argument.get(kind) or fmt.argument["string"])
         stop = after.strip() or fmt.separator.strip()
         name = f"value-raw-{kind}" if kind in fmt.argument and kind != "string" else "value-raw"
         return g.add(name, TextUntil((stop,) if stop else ()), "text up to the argument's closing text")

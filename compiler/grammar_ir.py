@@ -71,6 +71,21 @@ class End:
     """The end of the text (PEG checks it; GBNF is complete at the end of its root anyway)."""
 
 
+def quantifier(rep: "Rep") -> str:
+    """The repetition suffix both PEG and GBNF spell the same way: *, +, ?, {m}, {m,}, {m,n}."""
+    if (rep.min, rep.max) == (0, None):
+        return "*"
+    if (rep.min, rep.max) == (1, None):
+        return "+"
+    if (rep.min, rep.max) == (0, 1):
+        return "?"
+    if rep.max is None:
+        return f"{{{rep.min},}}"
+    if rep.min == rep.max:
+        return f"{{{rep.min}}}"
+    return f"{{{rep.min},{rep.max}}}"
+
+
 Node = Union[Lit, Chars, AnyChar, Seq, Alt, Rep, Ref, TextUntil, End]
 
 

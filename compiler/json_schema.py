@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 
+from .encodings import json_type
 from .grammar_ir import AnyChar, Chars, Grammar, Lit, Node, Ref, Rep, TextUntil, alt, chars, opt, seq
 from .json_grammar import add_json, add_python_literal, add_ws
 
@@ -41,28 +42,12 @@ def primary_type(schema: dict) -> str:
     if kind:
         return kind
     if "enum" in schema and schema["enum"]:
-        return _json_type(schema["enum"][0])
+        return json_type(schema["enum"][0])
     if "const" in schema:
-        return _json_type(schema["const"])
+        return json_type(schema["const"])
     if "properties" in schema:
         return "object"
     if "items" in schema:
-        return "array"
-    return "string"
-
-
-def _json_type(value) -> str:
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if value is None:
-        return "null"
-    if isinstance(value, dict):
-        return "object"
-    if isinstance(value, list):
         return "array"
     return "string"
 

@@ -18,8 +18,8 @@ from parsimonious.grammar import Grammar as ParsimoniousGrammar
 from parsimonious.nodes import Node as ParseNode
 
 from .grammar import GrammarOptions, build
-from .grammar_ir import AnyChar, Alt, Chars, End, Grammar, Lit, Ref, Rep, Seq, TextUntil
-from .spec import ArgumentFormat, ProtocolSpec, json_type
+from .grammar_ir import AnyChar, Alt, Chars, End, Grammar, Lit, Ref, Rep, Seq, TextUntil, quantifier
+from .spec import ArgumentFormat, ProtocolSpec, json_type, kv_parts
 
 # --- emitting ------------------------------------------------------------------------
 
@@ -63,15 +63,7 @@ def _expr(node, top: bool = False) -> str:
         text = " / ".join(_expr(i) for i in node.items)
         return text if top else f"({text})"
     if isinstance(node, Rep):
-        inner = _expr(node.item)
-        if (node.min, node.max) == (0, None):
-            return inner + "*"
-        if (node.min, node.max) == (1, None):
-            return inner + "+"
-        if (node.min, node.max) == (0, 1):
-            return inner + "?"
-        high = "" if node.max is None else str(node.max)
-        return f"{inner}{{{node.min},{high}}}"
+        return _expr(node.item) + quantifier(node)
     raise TypeError(f"unknown IR node {node!r}")
 
 
@@ -234,8 +226,7 @@ def _decode_value(node: ParseNode, fmt: ArgumentFormat, schema: dict | None) -> 
 
 def _strip_layout_ws(text: str, fmt: ArgumentFormat, layout_kind: str) -> str:
     """Drop the whitespace the layout puts between a raw value and its closing text."""
-    layout = fmt.argument.get(layout_kind) or fmt.argument["string"]
-    after = "".join(p for p in layout[layout.index({"slot": "value"}) + 1:] if isinstance(p, str))
+    _, _, after = kv_parts(fmt.argument.get(layout_kind) or fmt.argument["string"])
     lead = after[: len(after) - len(after.lstrip())]
     return text[: len(text) - len(lead)] if lead and text.endswith(lead) else text
 

@@ -29,7 +29,7 @@ from .render import DEFAULT_LIMITS, _environment
 from . import markers
 from .overrides import apply_overrides
 from .spans import Boundaries, common_prefix_length, common_suffix_length
-from .spec import ArgumentFormat, Piece, PromptMode, ProtocolSpec, Reasoning, SpecError, ToolCallFormat, fill, slot
+from .spec import ArgumentFormat, Piece, PromptMode, ProtocolSpec, Reasoning, SpecError, ToolCallFormat, fill, kv_parts, slot
 from .template import ChatTemplate
 
 # A string argument that shows how values are escaped: quotes, backslash, newline.
@@ -267,17 +267,10 @@ def _standard_encoders(value) -> dict:
     return encoders
 
 
-def _kv_parts(layout: list[Piece]) -> tuple[str, str, str]:
-    """(before key, between key and value, after value) of an argument layout."""
-    k, v = layout.index(slot("key")), layout.index(slot("value"))
-    text = lambda pieces: "".join(p for p in pieces if isinstance(p, str))  # noqa: E731
-    return text(layout[:k]), text(layout[k + 1:v]), text(layout[v + 1:])
-
-
 def _split_quotes(string_layout: list[Piece], plain_layout: list[Piece]):
     """If the string layout is the plain one with quotes around the value, those quotes."""
-    p_s, m_s, s_s = _kv_parts(string_layout)
-    p_p, m_p, s_p = _kv_parts(plain_layout)
+    p_s, m_s, s_s = kv_parts(string_layout)
+    p_p, m_p, s_p = kv_parts(plain_layout)
     if p_s != p_p or not m_s.startswith(m_p) or not s_s.endswith(s_p):
         return None
     opening, closing = m_s[len(m_p):], s_s[: len(s_s) - len(s_p)]

@@ -43,8 +43,14 @@ def fill(layout: list[Piece], values: dict[str, str]) -> str:
     return "".join(out)
 
 
-def literals(layout: list[Piece]) -> list[str]:
-    return [p for p in layout if isinstance(p, str) and p]
+def kv_parts(layout: list[Piece]) -> tuple[str, str, str]:
+    """An argument layout's literal text: before the key, between key and value, after the value."""
+    k, v = layout.index(slot("key")), layout.index(slot("value"))
+
+    def text(pieces):
+        return "".join(p for p in pieces if isinstance(p, str))
+
+    return text(layout[:k]), text(layout[k + 1:v]), text(layout[v + 1:])
 
 
 @dataclass
