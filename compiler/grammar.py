@@ -2,11 +2,13 @@
 
 The grammar says what the model may write after the generation prompt:
 
-    root            reasoning? body end-of-turn?
+    root            form end-of-turn? (end)     one alternative per form
+    form            the generic form: reasoning? body, or a rendered turn layout
+                    (form-N) for shapes the generic form does not cover
     reasoning       reasoning-start reasoning-text reasoning-end   (no start when the
                     prompt left reasoning open; a call opener may end it, by policy)
     body            content-text (tool-calls content-text?)?        ("auto")
-    tool-calls      section start, tool-call (separator tool-call)*, section end
+    tool-calls      section start, call-list, section end
     tool-call       the spec's call layout: tool-name, arguments, call-id, call-index
     arguments       a JSON / Python object, or argument (separator argument)*
 
@@ -21,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from . import json_schema
-from .grammar_ir import Chars, End, Grammar, Lit, Node, Ref, Rep, TextUntil, alt, chars, opt, seq
+from .grammar_ir import End, Grammar, Lit, Node, Ref, Rep, TextUntil, alt, chars, opt, seq
 from .json_grammar import add_json, add_python_literal, add_ws
 from .markers import first_marker
 from .spans import Boundaries
@@ -415,4 +417,4 @@ def _add_native(g: Grammar, fmt: ArgumentFormat) -> Ref:
     return g.add("native-value", alt(*alternatives), "a value in the format's own notation")
 
 
-__all__ = ["GrammarOptions", "build", "call_opener", "tolerant", "Chars"]
+__all__ = ["GrammarOptions", "build", "call_opener", "content_may_follow_calls", "cut_at_end", "tolerant"]
