@@ -124,6 +124,7 @@ SHAPES = (
     Shape("arguments as JSON string", arguments_as_string=True),
     Shape("arguments as JSON string, empty content", arguments_as_string=True, empty_content=True),
     Shape("bare tools", bare_tools=True),
+    Shape("bare tools, arguments as JSON string", bare_tools=True, arguments_as_string=True),
     Shape("bare tools and calls, arguments as JSON string", bare_tools=True, bare_calls=True, arguments_as_string=True),
     Shape("tools with parameter_definitions", parameter_definition_tools=True),
     Shape("functions variable, arguments as JSON string", functions_variable=True, arguments_as_string=True),

@@ -320,3 +320,10 @@ def test_overrides_are_few_and_justified():
     for override in overrides:
         assert len(override["why"]) > 40, override["file"]
         assert set(override["template_sha256"]) & shas, f"{override['file']} matches no corpus template"
+
+
+@needs_corpus
+def test_name_as_key(specs):  # Apertus: [{"NAME": {args}}], bare tools, arguments as a JSON string
+    spec = corpus_spec(specs, "SwissAI-Apertus-8B-Instruct")
+    assert spec.shape == "bare tools, arguments as JSON string"
+    assert spec.tool_calls.call == ['{"', slot("name"), '": ', slot("arguments"), "}"]
