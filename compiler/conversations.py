@@ -152,21 +152,18 @@ def _tools_in_shape(tools: list[dict], shape: Shape) -> list[dict]:
 def _turn_message(turn: Turn, shape: Shape, reasoning_blocks: bool = False) -> dict:
     message: dict[str, Any] = {"role": "assistant"}
     if turn.reasoning is not None and reasoning_blocks:
-        # Reasoning as a content block ({"type": "thinking"}), as Mistral's templates read it.
+        # Reasoning as a content block ({"type": "thinking"}), as some templates read it.
         blocks = [{"type": "thinking", "thinking": turn.reasoning}]
         if turn.content:
             blocks.append({"type": "text", "text": turn.content})
         message["content"] = blocks
     elif turn.reasoning is not None:
         message["reasoning_content"] = turn.reasoning
-    if "content" in message:
-        pass
-    elif turn.content is not None:
-        message["content"] = turn.content
-    elif turn.calls and shape.empty_content:
-        message["content"] = ""
-    elif not turn.calls:
-        message["content"] = ""
+    if "content" not in message:
+        if turn.content is not None:
+            message["content"] = turn.content
+        elif shape.empty_content or not turn.calls:
+            message["content"] = ""  # a turn with calls gets "" only in the shape that needs it
     if turn.calls:
         calls = []
         for call in turn.calls:
