@@ -25,7 +25,7 @@ from jinja2 import meta as jinja_meta
 
 from .conversations import SENTINEL_SETS, Call, Rendered, Sentinels, ShapedRenderer, Turn, tool_definition
 from .encodings import ENCODERS, encode
-from .render import DEFAULT_LIMITS, _environment
+from .render import DEFAULT_LIMITS, _environment, fixed_clock
 from . import markers
 from .overrides import apply_overrides
 from .spans import Boundaries, common_prefix_length, common_suffix_length
@@ -641,6 +641,11 @@ PLACEHOLDER_TOKENS = {"bos_token": "<|bos_token|>", "eos_token": "<|eos_token|>"
 
 def probe(template: ChatTemplate) -> ProtocolSpec:
     """Derive the template's ProtocolSpec (both sentinel sets must agree on each field)."""
+    with fixed_clock():  # templates that print the time must print the same one in every render
+        return _probe(template)
+
+
+def _probe(template: ChatTemplate) -> ProtocolSpec:
     notes = []
     missing = {k: v for k, v in PLACEHOLDER_TOKENS.items() if k not in template.named_tokens}
     if missing:

@@ -27,6 +27,7 @@ import os
 import threading
 import time
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
@@ -92,8 +93,23 @@ def _tojson(value, ensure_ascii=False, indent=None, separators=None, sort_keys=F
     return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
 
+# The clock templates read through strftime_now: the real one, unless a caller pins it (the
+# probe renders a conversation several times and compares the renders, so they must agree).
+_CLOCK: ContextVar[datetime | None] = ContextVar("tplparse_clock", default=None)
+
+
 def _strftime_now(format):
-    return datetime.now().strftime(format)
+    return (_CLOCK.get() or datetime.now()).strftime(format)
+
+
+@contextmanager
+def fixed_clock(moment: datetime | None = None):
+    """Within the block, templates see `moment` (default: 2026-01-01 12:00:00) as now."""
+    token = _CLOCK.set(moment or datetime(2026, 1, 1, 12, 0, 0))
+    try:
+        yield
+    finally:
+        _CLOCK.reset(token)
 
 
 class _DictConstructor:

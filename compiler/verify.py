@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from .conversations import FRESH, SHAPES, Call, ShapedRenderer, Turn, tool_definition
 from .probe import assistant_spans
+from .render import fixed_clock
 from .spec import ProtocolSpec, SpecError
 from .template import ChatTemplate
 
@@ -60,7 +61,8 @@ def verify(template: ChatTemplate, spec: ProtocolSpec) -> list[Check]:
     renderer = ShapedRenderer(template, tools, shape=next((s for s in SHAPES if s.label == label), None),
                               reasoning_blocks=spec.shape.endswith("reasoning as thinking blocks"))
     turns = standard_turns()
-    rendered = assistant_spans(renderer, FRESH.user, turns)
+    with fixed_clock():
+        rendered = assistant_spans(renderer, FRESH.user, turns)
     if rendered is None:
         return [Check(name, False, "the template renders none of the standard turns") for name in turns]
     spans = rendered[2]

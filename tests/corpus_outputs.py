@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from tplparse.conversations import FRESH, SHAPES, ShapedRenderer, tool_definition
 from tplparse.probe import PLACEHOLDER_TOKENS, assistant_spans
+from tplparse.render import fixed_clock
 from tplparse.spec import ProtocolSpec
 from tplparse.template import ChatTemplate
 from tplparse.verify import standard_turns
@@ -56,7 +57,8 @@ def outputs(template: ChatTemplate, spec: ProtocolSpec, turns: dict | None = Non
                               shape=next((s for s in SHAPES if s.label == label), None),
                               reasoning_blocks=spec.shape.endswith("thinking blocks"))
     turns = turns or standard_turns()
-    rendered = assistant_spans(renderer, FRESH.user, turns)
+    with fixed_clock():  # the renders of one turn must agree on what time it is
+        rendered = assistant_spans(renderer, FRESH.user, turns)
     if rendered is None:
         return []
     _, tail, spans = rendered

@@ -192,3 +192,14 @@ def test_watchdog_interrupts_only_the_slow_render_among_threads():
     assert isinstance(outcomes["slow"], TemplateError) and "longer than 0.3 s" in str(outcomes["slow"])
     assert [outcomes[f"fast{i}"] for i in range(3)] == ["ok"] * 3
     assert _WATCHDOG._active == {}
+
+
+def test_a_fixed_clock_pins_strftime_now():
+    from datetime import datetime
+
+    from tplparse.render import fixed_clock
+
+    template = tpl("{{ strftime_now('%Y-%m-%d %H:%M:%S') }}")
+    with fixed_clock(datetime(2030, 5, 6, 7, 8, 9)):
+        assert template.render(USER) == "2030-05-06 07:08:09"
+    assert template.render(USER) != "2030-05-06 07:08:09"
