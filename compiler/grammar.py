@@ -143,6 +143,8 @@ def build(spec: ProtocolSpec, options: GrammarOptions | None = None, special_tok
             slots = {p["slot"] for p in layout if isinstance(p, dict)}
             if options.tool_choice != "auto" and ("content" in slots or not slots & {"calls", "call_list"}):
                 continue  # a required call: only layouts that are calls
+            if any(isinstance(p, str) and any(m in p for m in end_markers) for p in layout[:-1]):
+                continue  # the template renders two turns here; a model's turn ends at the marker
             form = _layout_form(g, spec, layout, number, start_state, options, content_stops, end_markers, calls, ws)
             if form is not None:
                 forms.append(g.add(f"form-{number}", form, f"a turn laid out as the template renders a {kind} turn"))
