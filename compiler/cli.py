@@ -268,3 +268,120 @@ def gbnf(source, tools_path, tool_choice, parallel, schema_path, mode, llama_req
         click.echo(json.dumps(request, ensure_ascii=False, indent=2))
     else:
         click.echo(text, nl=False)
+
+
+@main.command(name="compile")
+@click.argument("source", type=click.Path())
+@click.option("-o", "--out", "out_dir", type=click.Path(), default=".", show_default=True,
+              help="Where grammars/ and generated/ go.")
+@click.option("--family", help="The family name (default: from the model's name).")
+@click.option("--variant", help="A named template of the source (e.g. tool_use).")
+def compile_command(source, out_dir, family, variant):
+    """Write SOURCE's PEG and GBNF grammars, its spec and its streaming parser module."""
+    from pathlib import Path
+
+    from .build import compile_template
+
+    template = load(source, variant=variant, family=family)
+    for path in compile_template(template, Path(out_dir)):
+        click.echo(f"wrote {path}")
+
+
+def _parser_module(source: str):
+    """A generated module from a .py file, or generated now from a template source."""
+    import importlib.util
+    import types
+    from pathlib import Path
+
+    if source.endswith(".py"):
+        path = Path(source)
+        if not path.is_file():
+            raise InputError(f"{source}: no such file")
+        spec = importlib.util.spec_from_file_location(f"tplparse_generated_{path.stem.replace('-', '_')}", path)
+        module = importlib.util.module_from_spec(spec)
+        try:
+            spec.loader.exec_module(module)
+        except Exception as e:  # noqa: BLE001 - a broken module file is bad input
+            raise InputError(f"{source}: not a generated parser module ({type(e).__name__}: {e})") from None
+        if not hasattr(module, "StreamParser"):
+            raise InputError(f"{source}: not a generated parser module (no StreamParser)")
+        return module
+    from .parser_gen import generate_module
+    from .probe import probe as run_probe
+
+    module = types.ModuleType("tplparse_generated")
+    exec(compile(generate_module(run_probe(load(source))), "<generated>", "exec"), module.__dict__)  # noqa: S102
+    return module
+
+
+@main.command()
+@click.argument("source", type=click.Path())
+@click.option("--tools", "tools_path", type=click.Path(), help="OpenAI-style tool definitions (types key/value arguments).")
+@click.option("--prompt", "prompt_path", type=click.Path(), help="The rendered prompt: decides the start state.")
+@click.option("--start", type=click.Choice(["reasoning", "content"]), help="Override the start state.")
+@click.option("--finish-reason", default="stop", show_default=True, help="How the generation ended (stop, length).")
+@click.option("--stream", is_flag=True, help="Print the deltas, one per line (fed in small chunks), then the message.")
+def parse(source, tools_path, prompt_path, start, finish_reason, stream):
+    """Parse a model's raw output (stdin) with SOURCE's parser (a generated .py, or a template)."""
+    module = _parser_module(source)
+    tools = _read_json_file(tools_path, "tools") if tools_path else None
+    prompt = None
+    if prompt_path:
+        try:
+            with open(prompt_path, encoding="utf-8") as f:
+                prompt = f.read()
+        except OSError as e:
+            raise InputError(f"{prompt_path}: cannot read the prompt: {e}") from None
+    text = sys.stdin.read()
+    parser = module.StreamParser(tools=tools, generation_prompt=prompt, start=start)
+    if stream:
+        for i in range(0, len(text), 8):
+            for delta in parser.feed(text[i:i + 8]):
+                click.echo(json.dumps(delta, ensure_ascii=False))
+        for delta in parser.end(finish_reason):
+            click.echo(json.dumps(delta, ensure_ascii=False))
+        click.echo(json.dumps({"message": parser.message}, ensure_ascii=False))
+        return
+    parser.feed(text)
+    parser.end(finish_reason)
+    click.echo(json.dumps(parser.message, ensure_ascii=False, indent=2))
+
+
+@main.command(name="build")
+@click.option("--manifest", type=click.Path(), default="families.toml", show_default=True)
+@click.option("--check", is_flag=True, help="Write nothing; exit 1 naming the files a fresh build would change.")
+def build_command(manifest, check):
+    """Regenerate grammars/ and generated/ for every family of the manifest."""
+    from pathlib import Path
+
+    from .build import artifacts, family_template, read_manifest
+
+    manifest_path = Path(manifest)
+    root = manifest_path.parent
+    families = read_manifest(manifest_path)
+    stale, skipped, written = [], [], 0
+    with click.progressbar(families, label="building", item_show_func=lambda f: f.name if f else "") as bar:
+        for family in bar:
+            if not family.source.exists():
+                skipped.append(family)
+                continue
+            for relative, text in artifacts(family_template(family)).items():
+                path = root / relative
+                current = path.read_text(encoding="utf-8") if path.is_file() else None
+                if current == text:
+                    continue
+                if check:
+                    stale.append(relative)
+                else:
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    path.write_text(text, encoding="utf-8")
+                    written += 1
+    for family in skipped:
+        click.echo(f"skipped {family.name}: {family.source} is not here", err=True)
+    if check:
+        if stale:
+            click.echo("stale (run tplparse build): " + ", ".join(stale), err=True)
+            sys.exit(1)
+        click.echo(f"all {len(families) - len(skipped)} families are current")
+    else:
+        click.echo(f"built {len(families) - len(skipped)} families, {written} files changed")

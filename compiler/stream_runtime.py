@@ -1,0 +1,806 @@
+"""The streaming parser engine that every generated module carries (standard library only).
+
+A generated module is this engine plus its family's `SPEC` (a ProtocolSpec as a dict). The
+engine reads a model's output as it streams and turns it into OpenAI-style deltas and, at
+the end, the normalized message. It follows the family's grammar (tplparse.grammar):
+
+    reasoning-text   text up to the reasoning end (or a call opener, by policy)
+    content-text     text up to a call opener or an end-of-turn marker
+    tool-calls       section start, tool-call (separator tool-call)*, section end
+    tool-call        the spec's call layout: literals, tool-name, arguments, call-id, call-index
+    end-of-turn      ends the message; text after it is reported and ignored
+
+The parse is a coroutine (`_turn`) that pulls characters and suspends when it needs more:
+each `feed` resumes it, so every character is looked at a bounded number of times. Text
+that may be the start of a marker is held back until it cannot be; nothing emitted is ever
+retracted. A tool call's header delta goes out once its name (and id, when the layout has
+one) is complete; its arguments, normalized to JSON, once the call's layout is complete.
+"""
+
+import ast
+import codecs
+import json
+import re
+
+SPEC: dict = {}  # replaced by the generated module's own SPEC
+
+# ---------------------------------------------------------------------------
+# Tables from the spec
+
+_NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
+_ID_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+_MARKER_END = ">]\n"
+
+
+def _first_marker(text):
+    """The first marker of a literal (after whitespace): up to its first > or ], or its first word."""
+    text = text.lstrip()
+    for i, ch in enumerate(text):
+        if ch in _MARKER_END and i > 0:
+            return text[: i + 1].strip() if ch != "\n" else text[:i].strip()
+    return text.strip()
+
+
+class _Tables:
+    def __init__(self, spec):
+        self.spec = spec
+        reasoning = spec.get("reasoning") or {}
+        self.reasoning_start = reasoning.get("start", "")
+        self.reasoning_end = reasoning.get("end", "")
+        self.call_ends_reasoning = reasoning.get("tool_call_ends_reasoning", True)
+        self.content_start = spec.get("content_start", "")
+        self.content_end = spec.get("content_end", "")
+        self.end_of_turn = tuple(m for m in spec.get("end_of_turn", []) if m.strip())
+        self.tool_calls = spec.get("tool_calls")
+        self.opener = ""
+        if self.tool_calls:
+            tc = self.tool_calls
+            head = tc["section_start"] or next((p for p in tc["call"] if isinstance(p, str)), "")
+            self.opener = _first_marker(head)
+            self.section_end = _cut_at_end(tc["section_end"], self.end_of_turn)
+            # each piece of the call layout, with the next literal after it
+            self.call_pieces = [
+                (piece, next((p for p in tc["call"][i + 1:] if isinstance(p, str) and p.strip()), ""))
+                for i, piece in enumerate(tc["call"])
+            ]
+        self.content_after_calls = _content_may_follow_calls(spec)
+        # Layout-driven forms (data from the spec's turn layouts, not family knowledge):
+        # - without a call opener, content turns start with their own prefix ("all\n") and
+        #   the text between content and calls opens the calls (">>>");
+        # - a section whose start is two markers may hold content between them
+        #   (<|python_start|>content<|python_end|>calls).
+        turns = spec.get("turns", {})
+        self.content_prefix = self.inline_opener = ""
+        self.section_inner = None
+        content_layout = turns.get("content") or []
+        mixed = turns.get("content+calls") or []
+        if self.tool_calls and not self.opener and content_layout and isinstance(content_layout[0], str):
+            self.content_prefix = content_layout[0].strip()
+            for a, b in zip(mixed, mixed[1:] + [None]):
+                if a == {"slot": "content"} and isinstance(b, str) and b.strip():
+                    self.inline_opener = b.strip()
+        for i, piece in enumerate(mixed[:-3]):
+            if (isinstance(piece, str) and mixed[i + 1] == {"slot": "content"} and isinstance(mixed[i + 2], str)
+                    and mixed[i + 3] == {"slot": "call_list"} and self.tool_calls
+                    and "".join((piece + mixed[i + 2]).split()) == "".join(self.tool_calls["section_start"].split())):
+                self.section_inner = (piece.strip(), mixed[i + 2].strip())
+
+    def start_state(self, generation_prompt, start):
+        if start in ("reasoning", "content"):
+            return start
+        if not self.reasoning_end:
+            return "content"
+        if generation_prompt is not None:
+            tail = generation_prompt.rstrip()
+            closed = tail.rfind(self.reasoning_end)
+            opened = tail.rfind(self.reasoning_start) if self.reasoning_start else -1
+            for mode in self.spec["modes"].values():
+                if mode["tail"].strip() and tail.endswith(mode["tail"].strip()):
+                    return mode["start"]
+            if opened > closed:
+                return "reasoning"
+            if closed != -1 and closed >= opened:
+                return "content"
+        return self.spec["modes"]["default"]["start"]
+
+
+def _cut_at_end(text, end_markers):
+    cut = min([text.find(m) for m in end_markers if m and m in text] or [len(text)])
+    return text[:cut]
+
+
+def _content_may_follow_calls(spec):
+    for layout in spec.get("turns", {}).values():
+        slots = [p["slot"] for p in layout if isinstance(p, dict)]
+        if "content" in slots and any(s in slots for s in ("calls", "call_list")):
+            calls_at = min(slots.index(s) for s in ("calls", "call_list") if s in slots)
+            if slots.index("content") > calls_at:
+                return True
+    return False
+
+
+def _kv_parts(layout):
+    k, v = layout.index({"slot": "key"}), layout.index({"slot": "value"})
+
+    def text(pieces):
+        return "".join(p for p in pieces if isinstance(p, str))
+
+    return text(layout[:k]), text(layout[k + 1:v]), text(layout[v + 1:])
+
+
+class _Invalid(Exception):
+    """The output leaves the format."""
+
+
+class _Truncated(Exception):
+    """The output ended in the middle of something."""
+
+
+class _BadArguments(Exception):
+    """A complete call whose arguments do not read (invalid JSON, a value of the wrong type)."""
+
+
+# ---------------------------------------------------------------------------
+# The parser
+
+
+class StreamParser:
+    """Feed a model's output in chunks (str or bytes); get OpenAI-style deltas back."""
+
+    def __init__(self, tools=None, generation_prompt=None, start=None):
+        self._t = _Tables(SPEC)
+        self._tools = {}
+        for tool in tools or []:
+            function = tool.get("function") or tool
+            self._tools[function.get("name")] = function.get("parameters") or {}
+        self._state = self._t.start_state(generation_prompt, start)
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self._text = ""
+        self._pos = 0
+        self._eof = False
+        self._deltas = []
+        self._content_parts = []
+        self._reasoning_parts = []
+        self._pending_ws = {"content": "", "reasoning": ""}
+        self._started = {"content": False, "reasoning": False}
+        self._calls = []
+        self._errors = []
+        self._finish = None
+        self._run = self._turn()
+        next(self._run)
+
+    # --- the public contract ------------------------------------------------------
+
+    def feed(self, chunk):
+        if self._finish is not None:
+            raise RuntimeError("end() was called: the stream is closed")
+        text = self._decoder.decode(chunk) if isinstance(chunk, (bytes, bytearray)) else chunk
+        return self._push(text)
+
+    def end(self, finish_reason="stop"):
+        if self._finish is not None:
+            return []
+        tail = self._decoder.decode(b"", final=True)
+        self._finish = finish_reason
+        self._eof = True
+        deltas = self._push(tail)
+        if finish_reason == "length" and self._state == "reasoning":
+            self._errors.append(_error("reasoning_truncated", "the output ended inside reasoning", len(self._text)))
+        return deltas
+
+    @property
+    def message(self):
+        if self._finish is None:
+            raise RuntimeError("the message is complete only after end()")
+        content = "".join(self._content_parts)
+        reasoning = "".join(self._reasoning_parts)
+        return {
+            "role": "assistant",
+            "content": content or None,
+            "reasoning_content": reasoning or None,
+            "tool_calls": [dict(c) for c in self._calls],
+            "errors": list(self._errors),
+            "finish_reason": self._finish,
+        }
+
+    # --- plumbing -------------------------------------------------------------------
+
+    def _push(self, text):
+        if text:
+            if self._pos > 4096:
+                self._text = self._text[self._pos:]  # drop what is consumed (keeps feed O(chunk))
+                self._offset_base = getattr(self, "_offset_base", 0) + self._pos
+                self._pos = 0
+            self._text += text
+        try:
+            self._run.send(None)
+        except StopIteration:
+            pass
+        deltas, self._deltas = self._deltas, []
+        return deltas
+
+    def _offset(self):
+        return getattr(self, "_offset_base", 0) + self._pos
+
+    def _available(self):
+        return len(self._text) - self._pos
+
+    def _need(self, n):
+        """Wait until n characters are available (or the stream ended)."""
+        while self._available() < n and not self._eof:
+            yield
+
+    def _emit_text(self, field, text):
+        """Emit reasoning or content, without the whitespace at its very start and end."""
+        if not text:
+            return
+        if not self._started[field]:
+            text = text.lstrip()
+            if not text:
+                return
+            self._started[field] = True
+        body = text.rstrip()
+        if not body:
+            self._pending_ws[field] += text
+            return
+        out = self._pending_ws[field] + body
+        self._pending_ws[field] = text[len(body):]
+        (self._content_parts if field == "content" else self._reasoning_parts).append(out)
+        key = "content" if field == "content" else "reasoning_content"
+        self._deltas.append({key: out})
+
+    def _text_until(self, stops, field):
+        """reasoning-text / content-text: emit text up to the first stop; return the stop (or None at the end)."""
+        stops = [s for s in stops if s]
+        while True:
+            window = self._text[self._pos:]
+            found = None
+            for stop in stops:
+                at = window.find(stop)
+                if at != -1 and (found is None or at < found[0] or (at == found[0] and len(stop) > len(found[1]))):
+                    found = (at, stop)
+            if found is not None and not self._eof:
+                # A longer stop that starts the same way may still be arriving: wait for it.
+                rest = window[found[0]:]
+                if any(len(s) > len(rest) and s.startswith(rest) for s in stops if s.startswith(found[1])):
+                    found = None
+                    keep = len(rest)
+                    self._emit_text(field, window[: len(window) - keep])
+                    self._pos += len(window) - keep
+                    yield
+                    continue
+            if found is not None:
+                self._emit_text(field, window[: found[0]])
+                self._pos += found[0]
+                return found[1]
+            if self._eof:
+                self._emit_text(field, window)
+                self._pos += len(window)
+                return None
+            keep = _held_back(window, stops)
+            self._emit_text(field, window[: len(window) - keep])
+            self._pos += len(window) - keep
+            yield
+
+    def _skip_ws(self):
+        while True:
+            while self._pos < len(self._text) and self._text[self._pos].isspace():
+                self._pos += 1
+            if self._pos < len(self._text) or self._eof:
+                return
+            yield
+
+    def _match(self, literal, required=True):
+        """A literal whose whitespace runs match any whitespace or none (the grammar's tolerance)."""
+        start = self._pos
+        for word in _words(literal):
+            if word.isspace():
+                yield from self._skip_ws()
+                continue
+            yield from self._need(len(word))
+            if self._text.startswith(word, self._pos):
+                self._pos += len(word)
+                continue
+            if self._available() < len(word):
+                self._pos = start
+                if required:
+                    raise _Truncated(f"the output ended inside {literal.strip()!r}")
+                return False
+            self._pos = start
+            if required:
+                raise _Invalid(f"expected {literal.strip()!r} at {self._text[start:start + 20]!r}")
+            return False
+        return True
+
+    def _peek(self, text):
+        """Whether `text` comes next (nothing consumed)."""
+        yield from self._need(len(text))
+        return self._text.startswith(text, self._pos)
+
+    def _read_while(self, chars, what):
+        start = self._pos
+        while True:
+            while self._pos < len(self._text) and self._text[self._pos] in chars:
+                self._pos += 1
+            if self._pos < len(self._text):
+                break
+            if self._eof:
+                raise _Truncated(f"the output ended inside a {what}")
+            yield
+        if self._pos == start:
+            raise _Invalid(f"expected a {what} at {self._text[start:start + 20]!r}")
+        return self._text[start:self._pos]
+
+    def _read_until(self, stop, what):
+        """Raw text up to `stop` (not consumed)."""
+        while True:
+            at = self._text.find(stop, self._pos)
+            if at != -1:
+                value, self._pos = self._text[self._pos:at], at
+                return value
+            if self._eof:
+                raise _Truncated(f"the output ended inside a {what}")
+            yield
+
+    def _read_balanced(self, quotes, what):
+        """A JSON / Python literal: brackets balanced, strings (in `quotes`) respected."""
+        start = self._pos
+        depth = 0
+        quote = None
+        i = self._pos
+        while True:
+            while i < len(self._text):
+                # Skip runs of ordinary characters at C speed.
+                run = (_STRING_BODY[quote] if quote else _PLAIN).match(self._text, i)
+                if run and i > start and (quote or depth > 0):
+                    i = run.end()
+                    if i >= len(self._text):
+                        break
+                ch = self._text[i]
+                if quote:
+                    if ch == "\\":
+                        if i + 1 >= len(self._text):
+                            break
+                        i += 2
+                        continue
+                    if ch == quote:
+                        quote = None
+                        if depth == 0:  # a string on its own
+                            self._pos = i + 1
+                            return self._text[start:self._pos]
+                elif ch in quotes:
+                    quote = ch
+                elif ch in "{[(":
+                    depth += 1
+                elif ch in "}])":
+                    depth -= 1
+                    if depth == 0:
+                        self._pos = i + 1
+                        return self._text[start:self._pos]
+                    if depth < 0:
+                        raise _Invalid(f"unbalanced {ch!r} in a {what}")
+                elif depth == 0 and not ch.isspace() and i == start:
+                    # a scalar: read to the next delimiter
+                    match = re.compile(r"[^\s,}\])]+").match(self._text, i)
+                    end = match.end()
+                    if end < len(self._text) or self._eof:
+                        self._pos = end
+                        return self._text[start:end]
+                    break
+                i += 1
+            if self._eof:
+                raise _Truncated(f"the output ended inside a {what}")
+            yield
+
+    # --- the turn ---------------------------------------------------------------------
+
+    def _turn(self):
+        """root: reasoning? content (tool-calls content?)* end-of-turn?"""
+        yield  # primed; wait for the first chunk
+        t = self._t
+        try:
+            if self._state == "content" and t.reasoning_start and t.reasoning_end:
+                # An optional reasoning block first (the model opens it itself).
+                yield from self._skip_ws()
+                yield from self._need(len(t.reasoning_start))
+                if self._text.startswith(t.reasoning_start, self._pos):
+                    self._pos += len(t.reasoning_start)
+                    self._state = "reasoning"
+            if self._state == "reasoning":
+                stop = yield from self._reasoning_block()
+                if stop is None or stop in t.end_of_turn:
+                    yield from self._after_end(stop)
+                    return
+                if stop == t.opener:
+                    yield from self._tool_calls()
+            self._state = "content"
+            if t.tool_calls and not t.opener:
+                yield from self._turn_without_opener()
+            else:
+                yield from self._content()
+        except _Truncated as e:
+            self._errors.append(_error("truncated_tool_call", str(e), self._offset()))
+        except _Invalid as e:
+            self._errors.append(_error("invalid_tool_call", str(e), self._offset()))
+            self._pos = len(self._text)
+        while True:  # whatever still comes is past the parse
+            self._pos = len(self._text)
+            if self._eof:
+                return
+            yield
+
+    def _reasoning_block(self):
+        """reasoning-text, up to its end marker (or a call opener, by policy)."""
+        t = self._t
+        stops = [t.reasoning_end] + list(t.end_of_turn)
+        if t.opener and t.call_ends_reasoning:
+            stops.append(t.opener)
+        stop = yield from self._text_until(stops, "reasoning")
+        if stop == t.reasoning_end:
+            self._pos += len(stop)
+            self._state = "content"
+        return stop
+
+    def _content(self):
+        """content-text (tool-calls content-text?)* end-of-turn?"""
+        t = self._t
+        stops = list(t.end_of_turn) + ([t.opener] if t.opener else []) + ([t.content_end] if t.content_end else [])
+        if t.content_start:
+            yield from self._skip_ws()
+            yield from self._need(len(t.content_start))
+            if self._text.startswith(t.content_start, self._pos):
+                self._pos += len(t.content_start)
+        while True:
+            stop = yield from self._text_until(stops, "content")
+            if stop is None or stop in t.end_of_turn:
+                yield from self._after_end(stop)
+                return
+            if stop == t.content_end:
+                self._pos += len(stop)
+                continue
+            yield from self._tool_calls()
+
+    def _turn_without_opener(self):
+        """No marker opens a call: a content turn starts with its prefix, anything else is calls."""
+        t = self._t
+        yield from self._skip_ws()
+        if t.content_prefix and (yield from self._peek(t.content_prefix)):
+            self._pos += len(t.content_prefix)
+            stops = list(t.end_of_turn) + ([t.inline_opener] if t.inline_opener else [])
+            stop = yield from self._text_until(stops, "content")
+            if stop is None or stop in t.end_of_turn:
+                yield from self._after_end(stop)
+                return
+            self._pos += len(stop)
+        if self._available() or not self._eof:
+            yield from self._tool_calls()
+        yield from self._skip_ws()
+        stop = next((m for m in t.end_of_turn if self._text.startswith(m, self._pos)), None)
+        yield from self._after_end(stop)
+
+    def _after_end(self, stop):
+        """end-of-turn: the message ends; text after it is reported, not parsed."""
+        if stop is None:
+            return
+        self._pos += len(stop)
+        start = self._offset()
+        rest = []
+        while True:
+            rest.append(self._text[self._pos:])
+            self._pos = len(self._text)
+            if self._eof:
+                break
+            yield
+        text = "".join(rest)
+        if text.strip():
+            self._errors.append(_error("text_after_end_of_turn", f"ignored: {text[:80]!r}", start))
+
+    def _tool_calls(self):
+        """tool-calls: section start, tool-call (separator tool-call)*, section end."""
+        tc = self._t.tool_calls
+        inner = self._t.section_inner
+        if inner and not (yield from self._match(tc["section_start"], required=False)):
+            # The section holds content first: <start>content<end>, then the calls.
+            yield from self._match(inner[0])
+            stop = yield from self._text_until([inner[1]], "content")
+            if stop is None:
+                raise _Truncated(f"the output ended before {inner[1]!r}")
+            self._pos += len(stop)
+        elif not inner:
+            yield from self._match(tc["section_start"])
+        while True:
+            index = len(self._calls) + len([e for e in self._errors if e["kind"] == "invalid_arguments"])
+            yield from self._tool_call(index)
+            if tc["parallel"] == "all" and tc["separator"].strip():
+                if (yield from self._match(tc["separator"], required=False)):
+                    continue
+            elif tc["parallel"] == "all":
+                # Calls separated by whitespace only: another call starts with the call's opener.
+                start = self._pos
+                yield from self._skip_ws()
+                head = _first_marker(next((p for p in tc["call"] if isinstance(p, str)), ""))
+                if head and (yield from self._peek(head)):
+                    continue
+                self._pos = start
+            break
+        if self._t.section_end.strip():
+            yield from self._match(self._t.section_end)
+
+    def _tool_call(self, index):
+        """tool-call: the layout's literals, then name, arguments, id, index slots."""
+        layout = self._t.tool_calls["call"]
+        call = {"name": None, "id": None, "arguments": None}
+        bad = None
+        has_id = {"slot": "id"} in layout
+        announced = False
+        for piece, following in self._t.call_pieces:
+            if isinstance(piece, str):
+                yield from self._match(piece)
+                continue
+            slot = piece["slot"]
+            if slot == "name":
+                call["name"] = yield from self._read_while(_NAME_CHARS, "tool name")
+            elif slot == "id":
+                call["id"] = yield from self._read_while(_ID_CHARS, "call id")
+            elif slot in ("index", "index1"):
+                yield from self._read_while("0123456789", "call index")
+            elif slot == "arguments":
+                try:
+                    call["arguments"] = yield from self._arguments(call["name"], following)
+                except _BadArguments as e:
+                    bad = str(e)
+            if not announced and call["name"] and (call["id"] or not has_id):
+                announced = True
+                self._announce(index, call)
+        if not announced:
+            self._announce(index, call)
+        if bad is not None:
+            # The call is complete but its arguments do not read: no call, an error.
+            self._errors.append(_error("invalid_arguments", f"call {index} ({call['name']}): {bad}", self._offset()))
+            return
+        arguments = json.dumps(call["arguments"], ensure_ascii=False)
+        self._deltas.append({"tool_calls": [{"index": index, "function": {"arguments": arguments}}]})
+        self._calls.append({"id": call["id"] or f"call_{index}", "type": "function",
+                            "function": {"name": call["name"], "arguments": arguments}})
+
+    def _announce(self, index, call):
+        self._deltas.append({"tool_calls": [{"index": index, "id": call["id"] or f"call_{index}", "type": "function",
+                                             "function": {"name": call["name"], "arguments": ""}}]})
+
+    # --- arguments ----------------------------------------------------------------------
+
+    def _arguments(self, name, following):
+        """arguments: one encoded object, or argument (separator argument)*."""
+        fmt = self._t.tool_calls["arguments"]
+        schema = self._tools.get(name) or {}
+        if fmt["style"] == "object":
+            yield from self._skip_ws()
+            python = fmt["encoder"] == "python"
+            text = yield from self._read_balanced("'\"" if python else '"', "arguments object")
+            try:
+                value = ast.literal_eval(text) if python else json.loads(text)
+            except (ValueError, SyntaxError) as e:
+                raise _BadArguments(f"the arguments are not valid {'Python' if python else 'JSON'}: {e}") from None
+            if not isinstance(value, dict):
+                raise _BadArguments("the arguments are not an object")
+            return value
+        return (yield from self._kv_arguments(fmt, schema, following))
+
+    def _kv_arguments(self, fmt, schema, following):
+        arguments = {}
+        properties = schema.get("properties") or {}
+        layouts = fmt["argument"]
+        string_parts = _kv_parts(layouts["string"])
+        closing = following.strip()
+        first = True
+        while True:
+            yield from self._skip_ws()
+            if closing:
+                yield from self._need(len(closing))
+                if self._text.startswith(closing, self._pos):
+                    return arguments
+            elif self._eof and not self._available():
+                return arguments
+            if not first and fmt["separator"].strip():
+                yield from self._match(fmt["separator"])
+            first = False
+            before = string_parts[0]
+            if before.strip():
+                yield from self._match(before)
+            key = yield from self._read_while(_NAME_CHARS, "argument name")
+            kind, (_, middle, after) = yield from self._argument_layout(layouts, key)
+            core = middle.rstrip()
+            yield from self._match(core)
+            lead = middle[len(core):]
+            if lead and (yield from self._peek(lead)):
+                self._pos += len(lead)
+            arguments[key] = yield from self._argument_value(fmt, kind, after, properties.get(key))
+            if after.strip():
+                yield from self._match(after)
+
+    def _argument_layout(self, layouts, key):
+        """Which layout this argument uses: the one whose middle text comes next."""
+        options = []
+        for kind, layout in layouts.items():
+            parts = _kv_parts(layout)
+            options.append((kind, parts))
+        if len(options) == 1:
+            return options[0]
+        longest = max(len(p[1].strip()) for _, p in options)
+        yield from self._need(longest + 8)
+        for kind, parts in sorted(options, key=lambda o: -len(o[1][1])):
+            if self._text.startswith(parts[1].strip(), self._pos) or self._text[self._pos:].lstrip().startswith(parts[1].strip()):
+                return kind, parts
+        raise _Invalid(f"an argument's layout is not recognised at {self._text[self._pos:self._pos + 20]!r}")
+
+    def _argument_value(self, fmt, kind, after, schema):
+        """argument-value: raw text, quoted text, JSON, a Python literal or the format's notation."""
+        encoders = fmt["value_encoders"]
+        yield from self._need(max(1, len(fmt["quotes"][0])))
+        if encoders.get("string") == "raw" and (len(fmt["argument"]) == 1 or kind == "string"):
+            stop = after.strip() or fmt["separator"].strip()
+            text = yield from self._read_until(stop, "argument value")
+            lead = after[: len(after) - len(after.lstrip())]
+            if lead and text.endswith(lead):
+                text = text[: len(text) - len(lead)]
+            return _typed_raw(text, schema)
+        if encoders.get("string") == "quoted" and self._text.startswith(fmt["quotes"][0], self._pos):
+            self._pos += len(fmt["quotes"][0])
+            text = yield from self._read_until(fmt["quotes"][1], "argument value")
+            self._pos += len(fmt["quotes"][1])
+            return _typed_raw(text, schema)
+        if encoders.get("object") == "native" or encoders.get("array") == "native":
+            text = yield from self._read_native(fmt)
+            return _decode_native(text, fmt)
+        python = any(encoders.get(k) in ("python", "jinja") for k in (kind, "string"))
+        if after.strip() and kind != "string":
+            # A typed value runs to its layout's closing text (DSML: string="false">3</parameter>).
+            text = (yield from self._read_until(after.strip(), "argument value")).strip()
+        else:
+            text = yield from self._read_balanced("'\"" if python else '"', "argument value")
+        try:
+            return json.loads(text)
+        except ValueError:
+            try:
+                return ast.literal_eval(text)
+            except (ValueError, SyntaxError) as e:
+                raise _BadArguments(f"cannot read the argument value {text[:40]!r}: {e}") from None
+
+    def _read_native(self, fmt):
+        """A value in the format's own notation: its quotes and brackets balanced."""
+        quote_open, quote_close = fmt["quotes"]
+        opens = {b[0]: b[1] for b in fmt.get("brackets", {}).values()}
+        start = self._pos
+        stack = []
+        while True:
+            while self._pos < len(self._text):
+                if quote_open and self._text.startswith(quote_open, self._pos):
+                    end = self._text.find(quote_close, self._pos + len(quote_open))
+                    if end == -1:
+                        break
+                    self._pos = end + len(quote_close)
+                    if not stack:
+                        return self._text[start:self._pos]
+                    continue
+                ch = self._text[self._pos]
+                if ch in opens:
+                    stack.append(opens[ch])
+                elif stack and ch == stack[-1]:
+                    stack.pop()
+                    if not stack:
+                        self._pos += 1
+                        return self._text[start:self._pos]
+                elif not stack and (ch in fmt["separator"] or ch in "}])"):
+                    return self._text[start:self._pos]
+                self._pos += 1
+            if self._eof:
+                if not stack and self._pos > start:
+                    return self._text[start:self._pos]
+                raise _Truncated("the output ended inside an argument value")
+            yield
+
+
+_WORDS = {}
+
+
+def _words(literal):
+    """A literal cut into words and whitespace runs (cached: the same few literals recur)."""
+    words = _WORDS.get(literal)
+    if words is None:
+        words = _WORDS[literal] = [w for w in re.split(r"(\s+)", literal) if w]
+    return words
+
+
+def _held_back(window, stops):
+    """How much of the end of `window` could be the start of a stop (kept until it is known)."""
+    longest = max(len(stop) for stop in stops) - 1
+    tail = window[-longest:] if longest > 0 else ""
+    firsts = {stop[0] for stop in stops}
+    for p, ch in enumerate(tail):
+        if ch in firsts and any(stop.startswith(tail[p:]) for stop in stops):
+            return len(tail) - p
+    return 0
+
+
+_STRING_BODY = {'"': re.compile(r'[^"\\]+'), "'": re.compile(r"[^'\\]+")}
+_PLAIN = re.compile(r"[^\"'{}\[\]()]+")
+
+
+def _error(kind, message, offset):
+    return {"kind": kind, "message": message, "offset": offset}
+
+
+def _typed_raw(text, schema):
+    """A value written as raw text, typed by its schema (a string when there is none)."""
+    if not schema:
+        return text
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), "string")
+    if kind is None and "enum" in schema and schema["enum"]:
+        kind = {bool: "boolean", int: "integer", float: "number", type(None): "null"}.get(type(schema["enum"][0]), "string")
+    try:
+        if kind == "integer":
+            return int(text.strip())
+        if kind == "number":
+            return float(text.strip()) if any(c in text for c in ".eE") else int(text.strip())
+        if kind == "boolean":
+            return {"true": True, "false": False}[text.strip().lower()]
+        if kind == "null":
+            return None
+        if kind in ("object", "array"):
+            try:
+                return json.loads(text)
+            except ValueError:
+                return ast.literal_eval(text.strip())
+    except (ValueError, KeyError, SyntaxError) as e:
+        raise _BadArguments(f"{text!r} is not a {kind}: {e}") from None
+    return text
+
+
+def _decode_native(text, fmt):
+    value, end = _native(text, 0, fmt)
+    if end != len(text):
+        raise _Invalid(f"unexpected {text[end:end + 20]!r} in a value")
+    return value
+
+
+_NATIVE_SCALAR = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|true|false|null|None|True|False")
+
+
+def _native(text, i, fmt):
+    quote_open, quote_close = fmt["quotes"]
+    if quote_open and text.startswith(quote_open, i):
+        end = text.index(quote_close, i + len(quote_open))
+        return text[i + len(quote_open):end], end + len(quote_close)
+    for kind in ("object", "array"):
+        brackets = fmt.get("brackets", {}).get(kind)
+        if brackets and text.startswith(brackets[0], i):
+            i += len(brackets[0])
+            out = {} if kind == "object" else []
+            while not text.startswith(brackets[1], i):
+                if kind == "object":
+                    colon = text.index(":", i)
+                    key = text[i:colon]
+                    value, i = _native(text, colon + 1, fmt)
+                    out[key] = value
+                else:
+                    value, i = _native(text, i, fmt)
+                    out.append(value)
+                if text.startswith(fmt["separator"], i):
+                    i += len(fmt["separator"])
+            return out, i + len(brackets[1])
+    match = _NATIVE_SCALAR.match(text, i)
+    if not match:
+        raise _Invalid(f"cannot read a value at {text[i:i + 20]!r}")
+    word = match.group(0)
+    words = {"true": True, "True": True, "false": False, "False": False, "null": None, "None": None}
+    return (words[word] if word in words else json.loads(word)), match.end()
+
+
+def parse(text, tools=None, generation_prompt=None, start=None, finish_reason="stop"):
+    """Parse a whole output at once: the same result as streaming it."""
+    parser = StreamParser(tools=tools, generation_prompt=generation_prompt, start=start)
+    parser.feed(text)
+    parser.end(finish_reason)
+    return parser.message
