@@ -1,0 +1,390 @@
+"""Generated streaming parsers: same result on every chunking, the reference's result, and each
+streaming rule by name."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+import types
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+import tplparse
+from tplparse.parser_gen import generate_module
+from tplparse.peg import ReferenceParser
+from tplparse.probe import probe
+from tplparse.spec import ProtocolSpec
+
+from conftest import CORPUS, EXAMPLES, REPO, corpus_ids, corpus_templates, needs_corpus, run_cli
+from corpus_outputs import FRESH_TOOLS, outputs, readable
+from test_grammars import KNOWN_READBACK_DIFFERENCES
+
+TEMPLATES = corpus_templates()
+
+
+def module_for(spec: ProtocolSpec) -> types.ModuleType:
+    module = types.ModuleType(f"generated_{spec.family.replace('-', '_')}")
+    exec(compile(generate_module(spec), f"<generated {spec.family}>", "exec"), module.__dict__)
+    return module
+
+
+def stream(module, text, chunks, **kwargs):
+    """Feed `text` cut at `chunks` (positions); return (deltas, message)."""
+    finish = kwargs.pop("finish_reason", "stop")
+    parser = module.StreamParser(**kwargs)
+    deltas = []
+    last = 0
+    for cut in list(chunks) + [len(text)]:
+        if cut > last:
+            deltas += parser.feed(text[last:cut])
+            last = cut
+    deltas += parser.end(finish)
+    return deltas, parser.message
+
+
+def joined(deltas) -> dict:
+    """What the deltas add up to."""
+    out = {"content": "", "reasoning_content": "", "calls": {}}
+    for delta in deltas:
+        for key in ("content", "reasoning_content"):
+            out[key] += delta.get(key, "")
+        for call in delta.get("tool_calls", []):
+            entry = out["calls"].setdefault(call["index"], {"name": None, "arguments": ""})
+            if "function" in call and call["function"].get("name"):
+                entry["name"] = call["function"]["name"]
+            entry["arguments"] += call.get("function", {}).get("arguments", "")
+    return out
+
+
+def check_deltas_add_up(deltas, message) -> None:
+    total = joined(deltas)
+    assert (total["content"] or None) == message["content"]
+    assert (total["reasoning_content"] or None) == message["reasoning_content"]
+    finished = {c["function"]["name"]: c["function"]["arguments"] for c in message["tool_calls"]}
+    for entry in total["calls"].values():
+        if entry["name"] in finished and entry["arguments"]:
+            assert entry["arguments"] == finished[entry["name"]]
+            json.loads(entry["arguments"])
+
+
+def marker_cuts(spec: ProtocolSpec, text: str) -> list[int]:
+    """Every position one before, at and after where a marker of the spec starts or ends."""
+    markers = [m for m in spec.end_of_turn if m]
+    if spec.reasoning:
+        markers += [spec.reasoning.start, spec.reasoning.end]
+    if spec.tool_calls:
+        markers += [spec.tool_calls.section_start.strip(), spec.tool_calls.section_end.strip()]
+        markers += [p.strip() for p in spec.tool_calls.call if isinstance(p, str)]
+    cuts = set()
+    for marker in filter(None, markers):
+        at = text.find(marker)
+        while at != -1:
+            for edge in (at, at + len(marker)):
+                cuts.update({edge - 1, edge, edge + 1})
+            at = text.find(marker, at + 1)
+    return sorted(c for c in cuts if 0 < c < len(text))
+
+
+class _Corpus(dict):
+    """stem -> (template, spec, generated module); built once, shown briefly in reports."""
+
+    def __repr__(self):
+        return f"<{len(self)} corpus families>"
+
+
+_CORPUS = _Corpus()
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    if not _CORPUS:
+        for path in TEMPLATES:
+            template = tplparse.load(path)
+            spec = probe(template)
+            _CORPUS[path.stem] = (template, spec, module_for(spec))
+    return _CORPUS
+
+
+@needs_corpus
+@pytest.mark.parametrize("stem", [p.stem for p in TEMPLATES], ids=corpus_ids(TEMPLATES))
+def test_round_trip_on_every_chunking(corpus, stem):
+    template, spec, module = corpus[stem]
+    reference = {}
+    for output in outputs(template, spec):
+        text, kwargs = output.text, {"tools": FRESH_TOOLS, "start": output.start}
+        one_shot = module.parse(text, **kwargs)
+        if (stem, output.turn) in KNOWN_READBACK_DIFFERENCES:
+            assert readable(one_shot) != output.expected
+        else:
+            assert one_shot["errors"] == [], (output.turn, text, one_shot["errors"])
+            assert readable(one_shot) == output.expected, (output.turn, text)
+            if output.start not in reference:
+                reference[output.start] = ReferenceParser(spec, FRESH_TOOLS, start=output.start,
+                                                          special_tokens=template.special_tokens)
+            assert reference[output.start].parse(text) == one_shot
+        chunkings = {
+            "one character": range(1, len(text)),
+            "marker edges": marker_cuts(spec, text),
+            "halves": [len(text) // 2],
+        }
+        for label, cuts in chunkings.items():
+            deltas, message = stream(module, text, cuts, **kwargs)
+            assert message == one_shot, (output.turn, label)
+            check_deltas_add_up(deltas, message)
+        # bytes, one at a time (splitting UTF-8 sequences)
+        data = text.encode("utf-8")
+        parser = module.StreamParser(**kwargs)
+        deltas = []
+        for i in range(len(data)):
+            deltas += parser.feed(data[i:i + 1])
+        deltas += parser.end()
+        assert parser.message == one_shot, (output.turn, "bytes")
+
+
+@needs_corpus
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_random_chunkings(corpus, data):
+    stem = data.draw(st.sampled_from(sorted(corpus)))
+    template, spec, module = corpus[stem]
+    found = outputs(template, spec)
+    if not found:
+        return
+    output = data.draw(st.sampled_from(found))
+    cuts = sorted(data.draw(st.sets(st.integers(1, max(1, len(output.text) - 1)), max_size=12)))
+    kwargs = {"tools": FRESH_TOOLS, "start": output.start}
+    deltas, message = stream(module, output.text, cuts, **kwargs)
+    assert message == module.parse(output.text, **kwargs)
+    check_deltas_add_up(deltas, message)
+
+
+# --- Random messages through real templates (names sharing prefixes, hard values) -------
+
+HARD_TEXT = st.text(st.characters(codec="utf-8", exclude_categories=("Cs", "Cc")), min_size=1, max_size=30).filter(
+    lambda s: s.strip() == s and s.strip()) | st.sampled_from(
+    ['say "hi"', "a } b", "</tool_call> inside", "a <think> inside", "é✓🙂", "back\\slash", "{\"k\": 1}"])
+NAMES = ["roll_back", "roll_back_release", "get", "get_time"]
+SAMPLED = ["Qwen-Qwen3-0.6B", "Qwen-Qwen3-Coder", "LiquidAI-LFM2.5-8B-A1B", "Moonshot-Kimi-K2-Instruct",
+           "Mistral-Small-3.2-24B-Instruct-2506", "ZAI-GLM-4.6"]
+
+
+@needs_corpus
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_random_messages_read_back(corpus, data):
+    from tplparse.conversations import Call, Turn
+
+    stem = data.draw(st.sampled_from([s for s in SAMPLED if s in corpus]))
+    template, spec, module = corpus[stem]
+    n_calls = data.draw(st.integers(0, 3))
+    calls = tuple(
+        Call(data.draw(st.sampled_from(NAMES)),
+             {k: data.draw(HARD_TEXT) for k in data.draw(st.sets(st.sampled_from(["q", "note", "x_y"]), max_size=2))},
+             f"a{i}b2c3d4e")
+        for i in range(n_calls)
+    )
+    content = data.draw(st.none() | HARD_TEXT) if n_calls else data.draw(HARD_TEXT)
+    # Content that holds a marker is ambiguous by the protocol itself (arguments may hold them).
+    markers = [spec.reasoning.start, spec.reasoning.end] if spec.reasoning else []
+    markers += list(spec.end_of_turn) + ([spec.tool_calls.section_start.strip()] if spec.tool_calls else [])
+    assume(not content or not any(m and m in content for m in markers))
+    turn = Turn(content=content, calls=calls)
+    found = outputs(template, spec, {"random": turn})
+    if not found or not found[0].expected["tool_calls"] and calls:
+        return  # the template dropped what we wanted to see
+    output = found[0]
+    tools = [{"type": "function", "function": {"name": n, "parameters": {"type": "object", "properties": {
+        k: {"type": "string"} for k in ("q", "note", "x_y")}}}} for n in NAMES]
+    message = module.parse(output.text, tools=tools, start=output.start)
+    cuts = range(1, len(output.text))
+    deltas, streamed = stream(module, output.text, cuts, tools=tools, start=output.start)
+    assert streamed == message
+    assert message["errors"] == [], (output.text, message["errors"])
+    assert readable(message) == output.expected, output.text
+
+
+# --- Each streaming rule, by name ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def chatml():
+    """JSON arguments in tags, <think> reasoning: the shipped example."""
+    return module_for(probe(tplparse.load(EXAMPLES / "chatml-think-tools.gguf")))
+
+
+def corpus_module(corpus, stem):
+    if stem not in corpus:
+        pytest.skip(f"{stem} is not in the corpus")
+    return corpus[stem][2]
+
+
+def test_hold_back_releases_a_marker_prefix_that_is_not_a_marker(chatml):
+    parser = chatml.StreamParser()
+    assert parser.feed("Use <tool_") == [{"content": "Use"}]  # " <tool_" might open a call
+    assert parser.feed("box> here") == [{"content": " <tool_box> here"}]
+    parser.end()
+    assert parser.message["content"] == "Use <tool_box> here"
+
+
+def test_a_tool_name_is_announced_only_when_complete(chatml):
+    tools = [{"type": "function", "function": {"name": n, "parameters": {}}} for n in ("roll_back_", "roll_back_release")]
+    parser = chatml.StreamParser(tools=tools)
+    deltas = parser.feed('<tool_call>\n{"name": "roll_back_')
+    assert not any("tool_calls" in d for d in deltas)
+    deltas = parser.feed('release", "arguments": {}}\n</tool_call>')
+    names = [c["function"]["name"] for d in deltas for c in d.get("tool_calls", []) if c["function"].get("name")]
+    assert names == ["roll_back_release"]
+
+
+def test_markers_inside_json_strings_are_argument_data(chatml):
+    text = '<tool_call>\n{"name": "f", "arguments": {"s": "use </tool_call> and <|im_end|> here"}}\n</tool_call><|im_end|>'
+    deltas, message = stream(chatml, text, range(1, len(text)))
+    assert json.loads(message["tool_calls"][0]["function"]["arguments"]) == {"s": "use </tool_call> and <|im_end|> here"}
+    assert message["errors"] == []
+
+
+def test_a_call_opener_inside_reasoning_ends_it_by_policy(chatml):
+    message = chatml.parse('<think>I will call\n<tool_call>\n{"name": "f", "arguments": {}}\n</tool_call><|im_end|>')
+    assert message["reasoning_content"] == "I will call"
+    assert [c["function"]["name"] for c in message["tool_calls"]] == ["f"]
+
+
+def test_without_the_policy_the_opener_stays_reasoning():
+    spec = probe(tplparse.load(EXAMPLES / "chatml-think-tools.gguf"))
+    spec.reasoning.tool_call_ends_reasoning = False
+    module = module_for(spec)
+    message = module.parse("<think>maybe <tool_call> later</think>Done<|im_end|>")
+    assert message["reasoning_content"] == "maybe <tool_call> later" and message["content"] == "Done"
+
+
+@needs_corpus
+def test_key_value_arguments_are_typed_by_the_schema(corpus):
+    module = corpus_module(corpus, "Qwen-Qwen3-Coder")
+    text = ("<tool_call>\n<function=lookup>\n<parameter=code>\n5123123\n</parameter>\n<parameter=count>\n5123123\n"
+            "</parameter>\n</function>\n</tool_call><|im_end|>")
+    tools = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object", "properties": {
+        "code": {"type": "string"}, "count": {"type": "integer"}}}}}]
+    deltas, message = stream(module, text, range(1, len(text)), tools=tools)
+    assert json.loads(message["tool_calls"][0]["function"]["arguments"]) == {"code": "5123123", "count": 5123123}
+    check_deltas_add_up(deltas, message)
+
+
+@needs_corpus
+def test_pythonic_arguments_become_json(corpus):
+    module = corpus_module(corpus, "LiquidAI-LFM2.5-8B-A1B")
+    message = module.parse("<|tool_call_start|>[f(a='x, y', n=3), g()]<|tool_call_end|><|im_end|>",
+                           tools=[{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
+                               "a": {"type": "string"}, "n": {"type": "integer"}}}}}])
+    assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in message["tool_calls"]] == [
+        ("f", {"a": "x, y", "n": 3}), ("g", {})]
+
+
+def test_truncation_is_an_error_not_a_guess(chatml):
+    complete = '<tool_call>\n{"name": "a", "arguments": {}}\n</tool_call>\n'
+    for cut in ('<tool_call>\n{"name": "b', '<tool_call>\n{"name": "b", "arguments": {"x": 1', '<tool_call>\n{"name": "b", "arguments": {"x": 1}}'):
+        message = chatml.parse(complete + cut)
+        assert [c["function"]["name"] for c in message["tool_calls"]] == ["a"]
+        assert [e["kind"] for e in message["errors"]] == ["truncated_tool_call"]
+
+
+def test_reasoning_cut_by_the_length_limit(chatml):
+    message = chatml.parse("<think>still thinking", finish_reason="length")
+    assert message["content"] is None and message["reasoning_content"] == "still thinking"
+    assert [e["kind"] for e in message["errors"]] == ["reasoning_truncated"]
+
+
+def test_invalid_arguments_drop_the_call(chatml):
+    message = chatml.parse('<tool_call>\n{"name": "f", "arguments": {"a": tru}}\n</tool_call><|im_end|>')
+    assert message["tool_calls"] == [] and [e["kind"] for e in message["errors"]] == ["invalid_arguments"]
+
+
+def test_whitespace_around_markers_is_tolerated(chatml):
+    message = chatml.parse('<think>\nhm</think>\nAnswer <tool_call>{"name":"f","arguments":{}}</tool_call><|im_end|>')
+    assert message["reasoning_content"] == "hm" and message["content"] == "Answer"
+    assert message["tool_calls"][0]["function"]["arguments"] == "{}"
+
+
+def test_end_of_turn_ends_the_message(chatml):
+    message = chatml.parse("Hi<|im_end|>\n<|im_start|>user\nmore")
+    assert message["content"] == "Hi" and [e["kind"] for e in message["errors"]] == ["text_after_end_of_turn"]
+
+
+def test_content_around_calls_is_kept(chatml):
+    text = 'Before\n<tool_call>\n{"name": "f", "arguments": {}}\n</tool_call>\nAfter<|im_end|>'
+    assert chatml.parse(text)["content"] == "Before\n\nAfter"
+
+
+@needs_corpus
+def test_start_state_follows_the_generation_prompt(corpus):
+    template = tplparse.load(CORPUS / "Qwen-Qwen3.5-4B.jinja")
+    module = corpus_module(corpus, "Qwen-Qwen3.5-4B")
+    on = template.render([{"role": "user", "content": "hi"}])  # ends with an open <think>
+    off = template.render([{"role": "user", "content": "hi"}], enable_thinking=False)  # opens and closes it
+    assert module.parse("Let me see.\n</think>\n\nHello.", generation_prompt=on)["reasoning_content"] == "Let me see."
+    answer = module.parse("Hello, no closing tag here.<|im_end|>", generation_prompt=off)
+    assert answer["content"] == "Hello, no closing tag here." and answer["reasoning_content"] is None
+
+
+def test_bytes_chunks_may_split_utf8(chatml):
+    data = "Déjà vu 🙂<|im_end|>".encode("utf-8")
+    parser = chatml.StreamParser()
+    for i in range(len(data)):
+        parser.feed(data[i:i + 1])
+    parser.end()
+    assert parser.message["content"] == "Déjà vu 🙂"
+
+
+# --- The committed modules ------------------------------------------------------------------
+
+
+def test_generated_module_runs_in_a_bare_interpreter():
+    path = REPO / "generated" / "chatml-think-tools.py"
+    code = (f"import importlib.util as u; s = u.spec_from_file_location('m', {str(path)!r}); m = u.module_from_spec(s); "
+            "s.loader.exec_module(m); import sys; print(m.parse('Hi<|im_end|>')['content'], "
+            "sorted(k for k in sys.modules if k.startswith('tplparse')))")
+    result = subprocess.run([sys.executable, "-S", "-I", "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "Hi []"
+
+
+def test_generation_is_deterministic():
+    spec = probe(tplparse.load(EXAMPLES / "chatml-think-tools.gguf"))
+    assert generate_module(spec) == generate_module(ProtocolSpec.from_json(spec.to_json()))
+    assert (REPO / "generated" / "chatml-think-tools.py").read_text(encoding="utf-8") == generate_module(spec)
+
+
+@needs_corpus
+def test_build_check_passes_on_the_committed_outputs():
+    result = run_cli("build", "--check")
+    assert result.returncode == 0, result.stderr
+    assert "families are current" in result.stdout
+
+
+def test_compile_and_parse_commands(tmp_path):
+    result = run_cli("compile", EXAMPLES / "chatml-think-tools.gguf", "-o", tmp_path)
+    assert result.returncode == 0 and result.stdout.count("wrote ") == 4
+    module = tmp_path / "generated" / "chatml-think-tools.py"
+    text = 'Ok\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call><|im_end|>'
+    parsed = json.loads(run_cli("parse", module, stdin=text).stdout)
+    assert parsed["content"] == "Ok" and parsed["tool_calls"][0]["function"]["name"] == "get_weather"
+    lines = run_cli("parse", EXAMPLES / "chatml-think-tools.gguf", "--stream", stdin=text).stdout.splitlines()
+    assert json.loads(lines[0]) == {"content": "Ok"}
+    assert json.loads(lines[-1])["message"] == parsed
+
+
+def test_parse_rejects_a_file_that_is_not_a_parser(tmp_path):
+    bad = tmp_path / "x.py"
+    bad.write_text("VALUE = 1\n")
+    result = run_cli("parse", bad, stdin="hi")
+    assert result.returncode == 2 and "not a generated parser module" in result.stderr
+
+
+def _load(path):
+    spec = importlib.util.spec_from_file_location("m", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
