@@ -157,7 +157,20 @@ def _content_may_follow_calls(spec):
     return False
 
 
+_KV_PARTS = {}
+
+
 def _kv_parts(layout):
+    """(before key, between key and value, after value) of an argument layout (cached)."""
+    cached = _KV_PARTS.get(id(layout))
+    if cached is not None and cached[0] is layout:
+        return cached[1]
+    parts = _kv_parts_of(layout)
+    _KV_PARTS[id(layout)] = (layout, parts)
+    return parts
+
+
+def _kv_parts_of(layout):
     k, v = layout.index({"slot": "key"}), layout.index({"slot": "value"})
 
     def text(pieces):
@@ -322,8 +335,7 @@ class StreamParser:
 
     def _skip_ws(self):
         while True:
-            while self._pos < len(self._text) and self._text[self._pos].isspace():
-                self._pos += 1
+            self._pos = _SPACES.match(self._text, self._pos).end()
             if self._pos < len(self._text) or self._eof:
                 return
             yield
@@ -331,6 +343,9 @@ class StreamParser:
     def _match(self, literal, required=True):
         """A literal whose whitespace runs match any whitespace or none (the grammar's tolerance)."""
         start = self._pos
+        if self._text.startswith(literal, start):  # the common case: written exactly as rendered
+            self._pos += len(literal)
+            return True
         for word in _words(literal):
             if word.isspace():
                 yield from self._skip_ws()
@@ -739,6 +754,7 @@ class StreamParser:
 
 
 _WORDS = {}
+_SPACES = re.compile(r"\s*")
 
 
 def _words(literal):

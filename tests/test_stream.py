@@ -192,6 +192,9 @@ def test_random_messages_read_back(corpus, data):
     markers = [spec.reasoning.start, spec.reasoning.end] if spec.reasoning else []
     markers += list(spec.end_of_turn) + ([spec.tool_calls.section_start.strip()] if spec.tool_calls else [])
     assume(not content or not any(m and m in content for m in markers))
+    # ... and content that also occurs inside a call cannot be told apart when a template drops it.
+    assume(not content or not any(content in f"{c.name} {c.id} {json.dumps(c.arguments, ensure_ascii=False)}"
+                                  for c in calls))
     turn = Turn(content=content, calls=calls)
     found = outputs(template, spec, {"random": turn})
     if not found or not found[0].expected["tool_calls"] and calls:

@@ -35,7 +35,7 @@ def module_for(spec):
     return module
 
 
-def output(spec, size: int) -> tuple[str, list[dict]]:
+def output(spec, size: int) -> tuple[str, list[dict], list[str]]:
     """A turn of about `size` characters: reasoning, content, calls with long string arguments."""
     calls, i = [], 0
     text = ""
@@ -49,7 +49,8 @@ def output(spec, size: int) -> tuple[str, list[dict]]:
             text = f"{spec.reasoning.start}\n{'Thinking it through. ' * 40}\n{spec.reasoning.end}\n\n" + text
     tools = [{"type": "function", "function": {"name": f"tool_{k}", "parameters": {"type": "object", "properties": {
         "query": {"type": "string"}, "note": {"type": "string"}}}}} for k in range(3)]
-    return text, tools
+    arguments = [json.dumps(c["function"]["arguments"]) for c in calls]  # what the floor decodes
+    return text, tools, arguments
 
 
 def timed(fn, repeat=3) -> float:
@@ -82,8 +83,7 @@ def main(folder: Path) -> None:
         pattern = re.compile("|".join(re.escape(m) for m in markers))
         costs = {}
         for size in (4_000, 32_000):
-            text, tools = output(spec, size)
-            args = [json.dumps({"query": "x"}) for _ in range(text.count(spec.tool_calls.call[-1].strip() or "\n"))]
+            text, tools, args = output(spec, size)
             start = "content"
 
             def floor_one():
