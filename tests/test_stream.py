@@ -4,6 +4,7 @@ streaming rule by name."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import json
 import subprocess
 import sys
@@ -173,7 +174,7 @@ SAMPLED = ["Qwen-Qwen3-0.6B", "Qwen-Qwen3-Coder", "LiquidAI-LFM2.5-8B-A1B", "Moo
 
 
 @needs_corpus
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=int(os.environ.get("TPLPARSE_EXAMPLES", 40)), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_random_messages_read_back(corpus, data):
     from tplparse.conversations import Call, Turn
