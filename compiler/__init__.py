@@ -4,6 +4,7 @@ Pipeline: load (GGUF / Jinja / tokenizer_config.json) -> render (sandboxed, as t
 does) -> probe -> ProtocolSpec -> grammar IR -> emitters (PEG, GBNF, streaming parsers).
 """
 
+from .bridge import GaveUp, Prompt, Success, ToolCallError, feedback_messages, validate_content, validate_tool_calls, with_retries
 from .errors import InputError, LoadError, TemplateError, TplparseError
 from .loader import load
 from .render import RenderLimits
@@ -11,6 +12,14 @@ from .template import ChatTemplate
 
 __all__ = [
     "ChatTemplate",
+    "GaveUp",
+    "Prompt",
+    "Success",
+    "ToolCallError",
+    "feedback_messages",
+    "validate_content",
+    "validate_tool_calls",
+    "with_retries",
     "InputError",
     "LoadError",
     "RenderLimits",

@@ -321,7 +321,9 @@ def _parser_module(source: str):
 @click.option("--start", type=click.Choice(["reasoning", "content"]), help="Override the start state.")
 @click.option("--finish-reason", default="stop", show_default=True, help="How the generation ended (stop, length).")
 @click.option("--stream", is_flag=True, help="Print the deltas, one per line (fed in small chunks), then the message.")
-def parse(source, tools_path, prompt_path, start, finish_reason, stream):
+@click.option("--record", "record_path", type=click.Path(),
+              help="Append the raw output, the message and the template's name and sha256 to this JSON-lines file.")
+def parse(source, tools_path, prompt_path, start, finish_reason, stream, record_path):
     """Parse a model's raw output (stdin) with SOURCE's parser (a generated .py, or a template)."""
     module = _parser_module(source)
     tools = _read_json_file(tools_path, "tools") if tools_path else None
@@ -341,10 +343,26 @@ def parse(source, tools_path, prompt_path, start, finish_reason, stream):
         for delta in parser.end(finish_reason):
             click.echo(json.dumps(delta, ensure_ascii=False))
         click.echo(json.dumps({"message": parser.message}, ensure_ascii=False))
-        return
-    parser.feed(text)
-    parser.end(finish_reason)
-    click.echo(json.dumps(parser.message, ensure_ascii=False, indent=2))
+    else:
+        parser.feed(text)
+        parser.end(finish_reason)
+        click.echo(json.dumps(parser.message, ensure_ascii=False, indent=2))
+    if record_path:
+        import datetime
+
+        entry = {
+            "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "family": module.FAMILY,
+            "template_name": module.SPEC.get("template_name"),
+            "template_sha256": module.TEMPLATE_SHA256,
+            "raw": text,
+            "message": parser.message,
+        }
+        try:
+            with open(record_path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(entry, ensure_ascii=False) + "\n")
+        except OSError as e:
+            raise InputError(f"{record_path}: cannot record: {e}") from None
 
 
 @main.command(name="build")

@@ -85,6 +85,17 @@ class ChatTemplate:
         """The same template with named special tokens set (bos_token="<s>", ...)."""
         return replace(self, named_tokens={**self.named_tokens, **named_tokens})
 
+    def prompt(self, messages: list, tools: list | None = None, thinking: bool | None = None, **variables: Any):
+        """The prompt for generation, tied to the family's parser (see tplparse.bridge.Prompt).
+
+        thinking=None keeps the template's default; True / False use the template's switch
+        (a variable or a system flag the probe found) or, with no switch, close an empty
+        reasoning block after the generation prompt so the model answers directly.
+        """
+        from .bridge import prompt_for
+
+        return prompt_for(self, messages, tools=tools, thinking=thinking, **variables)
+
     def render(
         self,
         messages: list,

@@ -1,0 +1,205 @@
+"""The bridge side: prompts tied to parsers, validation with paths, feedback and retries."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import tplparse
+from tplparse import GaveUp, Success, feedback_messages, validate_content, validate_tool_calls, with_retries
+
+from conftest import CORPUS, EXAMPLES, needs_corpus, run_cli
+
+USER = [{"role": "user", "content": "What is the weather in Paris?"}]
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object",
+    "properties": {"city": {"type": "string"}, "unit": {"enum": ["celsius", "fahrenheit"]},
+                   "days": {"type": "integer"}},
+    "required": ["city"],
+    "additionalProperties": False,
+}}}
+
+
+def corpus_template(stem):
+    path = CORPUS / f"{stem}.jinja"
+    if not path.is_file():
+        pytest.skip(f"{stem} is not in the corpus")
+    return tplparse.load(path)
+
+
+def read(prompt, output):
+    parser = prompt.parser()
+    parser.feed(output)
+    parser.end()
+    return parser.message
+
+
+# --- Thinking modes: the parser's start state follows the prompt -----------------------
+
+
+def test_switch_variable_example():
+    template = tplparse.load(EXAMPLES / "chatml-think-tools.gguf")
+    off = template.prompt(USER, thinking=False)
+    assert off.text.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n") and off.start == "content"
+    assert read(off, "Sunny.<|im_end|>")["content"] == "Sunny."
+    default = template.prompt(USER)
+    assert default.text.endswith("<|im_start|>assistant\n") and default.start == "content"
+    assert read(default, "<think>warm?</think>Sunny.<|im_end|>")["reasoning_content"] == "warm?"
+    assert off.stop == ["<|im_end|>"]
+
+
+@needs_corpus
+def test_forced_open_thinking_starts_the_parser_in_reasoning():
+    template = corpus_template("Qwen-Qwen3.5-4B")
+    on = template.prompt(USER, thinking=True)
+    assert on.generation_prompt.endswith("<think>\n") and on.start == "reasoning"
+    message = read(on, "Let me think.\n</think>\n\nSunny.<|im_end|>")
+    assert (message["reasoning_content"], message["content"]) == ("Let me think.", "Sunny.")
+    off = template.prompt(USER, thinking=False)  # the template's own switch
+    assert off.generation_prompt.endswith("</think>\n\n") and off.start == "content"
+    assert "enable_thinking=False" in off.notes[0]
+
+
+@needs_corpus
+def test_no_switch_closes_the_block_so_the_answer_is_not_reasoning():
+    template = corpus_template("DeepSeek-R1-Distill-Qwen-32B")  # always opens <think>, has no switch
+    default = template.prompt(USER)
+    assert default.start == "reasoning"
+    off = template.prompt(USER, thinking=False)
+    assert off.text.endswith("<think>\n</think>\n\n") and off.start == "content"
+    # The model answers without a closing tag: the answer is content, not reasoning.
+    message = read(off, "It is sunny in Paris.<｜end▁of▁sentence｜>")
+    assert message["content"] == "It is sunny in Paris." and message["reasoning_content"] is None
+    # The same output read from the default prompt is (unfinished) reasoning.
+    assert read(default, "It is sunny in Paris.")["reasoning_content"] == "It is sunny in Paris."
+
+
+@needs_corpus
+def test_system_flag_switch():
+    template = corpus_template("NVIDIA-Nemotron-Nano-9B-v2")
+    off = template.prompt(USER, thinking=False)
+    assert "/no_think" in off.notes[0] and off.start == "content"
+    assert off.generation_prompt.endswith("<think></think>")
+    assert template.prompt(USER, thinking=True).start == "reasoning"
+
+
+# --- Validation --------------------------------------------------------------------------
+
+
+def _message(*calls, content=None, errors=()):
+    return {"role": "assistant", "content": content, "reasoning_content": None, "errors": list(errors),
+            "tool_calls": [{"id": f"c{i}", "type": "function", "function": {"name": n, "arguments": a}}
+                           for i, (n, a) in enumerate(calls)]}
+
+
+@pytest.mark.parametrize("calls, kind, path, expected", [
+    ([("drop_tables", "{}")], "unknown_tool", "$", "one of get_weather"),
+    ([("get_weather", '{"city": ')], "invalid_json", "$", "a JSON object"),
+    ([("get_weather", '{"unit": "celsius"}')], "schema", "$", "property 'city'"),
+    ([("get_weather", '{"city": 3}')], "schema", "$.city", 'type "string"'),
+    ([("get_weather", '{"city": "Paris", "unit": "kelvin"}')], "schema", "$.unit", 'enum ["celsius", "fahrenheit"]'),
+    ([("get_weather", '{"city": "Paris", "mood": "happy"}')], "schema", "$", "no properties beyond city, days, unit"),
+])
+def test_each_error_kind_names_the_call_the_path_and_what_was_expected(calls, kind, path, expected):
+    errors = validate_tool_calls(_message(("get_weather", '{"city": "Lyon"}'), *calls), [WEATHER])
+    assert len(errors) == 1
+    error = errors[0]
+    assert (error.call_index, error.kind, error.path) == (1, kind, path)
+    assert expected in error.expected
+
+
+def test_a_valid_call_has_no_errors():
+    assert validate_tool_calls(_message(("get_weather", '{"city": "Paris", "days": 2}')), [WEATHER]) == []
+
+
+def test_parse_errors_are_validation_errors_too():
+    errors = validate_tool_calls(_message(errors=[{"kind": "truncated_tool_call", "message": "cut", "offset": 9}]), [WEATHER])
+    assert [e.kind for e in errors] == ["parse"]
+
+
+SCHEMA = {"type": "object", "properties": {"intent": {"enum": ["refund", "question"]}, "order_id": {"type": "string"}},
+          "required": ["intent"]}
+
+
+@pytest.mark.parametrize("content, path, message", [
+    ('Sure! {"intent": "refund"}', "$", "not JSON"),
+    ('{"intent": "complaint"}', "$.intent", "is not one of"),
+    ('{"order_id": "A1"}', "$", "'intent' is a required property"),
+])
+def test_structured_output_errors(content, path, message):
+    errors = validate_content({"content": content}, SCHEMA)
+    assert errors and errors[0].path == path and message in errors[0].message
+
+
+def test_structured_output_valid():
+    assert validate_content({"content": '{"intent": "refund", "order_id": "A1"}'}, SCHEMA) == []
+
+
+def test_feedback_states_the_errors():
+    message = _message(("get_weather", '{"city": 3}'))
+    turns = feedback_messages(message, validate_tool_calls(message, [WEATHER]))
+    assert turns[0]["role"] == "assistant" and turns[0]["tool_calls"][0]["function"]["name"] == "get_weather"
+    assert turns[1]["role"] == "user"
+    assert "tool call 0: 3 is not of type 'string' (at $.city); expected type \"string\"" in turns[1]["content"]
+
+
+# --- Retries -----------------------------------------------------------------------------
+
+
+def scripted(*outputs):
+    """A generator that returns the given messages in order, recording what it was asked."""
+    seen = []
+
+    def generate(messages):
+        seen.append(list(messages))
+        message = outputs[len(seen) - 1]
+        return json.dumps(message), message
+
+    return generate, seen
+
+
+GOOD = _message(("get_weather", '{"city": "Paris"}'))
+BAD = _message(("get_weather", '{"town": "Paris"}'))
+
+
+def test_valid_at_the_first_attempt():
+    generate, seen = scripted(GOOD)
+    result = with_retries(generate, USER, tools=[WEATHER])
+    assert isinstance(result, Success) and len(result.attempts) == 1 and len(seen) == 1
+
+
+def test_valid_at_the_second_attempt_after_feedback():
+    generate, seen = scripted(BAD, GOOD)
+    result = with_retries(generate, USER, tools=[WEATHER])
+    assert isinstance(result, Success) and len(result.attempts) == 2
+    feedback = seen[1][-1]["content"]
+    assert "'city' is a required property" in feedback and seen[1][:1] == USER
+
+
+def test_gives_up_after_three_attempts_with_every_attempt_on_record():
+    generate, seen = scripted(BAD, BAD, BAD)
+    result = with_retries(generate, USER, tools=[WEATHER], max_attempts=3)
+    assert isinstance(result, GaveUp) and len(result.attempts) == 3 and len(seen) == 3
+    assert all(a.errors and a.raw and a.message for a in result.attempts)
+
+
+def test_structured_output_retry():
+    generate, _ = scripted({"content": "It is a refund.", "tool_calls": [], "errors": []},
+                           {"content": '{"intent": "refund"}', "tool_calls": [], "errors": []})
+    result = with_retries(generate, USER, schema=SCHEMA)
+    assert isinstance(result, Success) and result.message["content"] == '{"intent": "refund"}'
+
+
+# --- Recording ---------------------------------------------------------------------------
+
+
+def test_parse_records_json_lines(tmp_path):
+    record = tmp_path / "record.jsonl"
+    for text in ("Hi<|im_end|>", "Bye<|im_end|>"):
+        result = run_cli("parse", EXAMPLES / "chatml-think-tools.gguf", "--record", record, stdin=text)
+        assert result.returncode == 0, result.stderr
+    lines = [json.loads(line) for line in record.read_text().splitlines()]
+    assert [line["raw"] for line in lines] == ["Hi<|im_end|>", "Bye<|im_end|>"]
+    assert lines[0]["message"]["content"] == "Hi"
+    assert lines[0]["template_sha256"] == tplparse.load(EXAMPLES / "chatml-think-tools.gguf").sha256
