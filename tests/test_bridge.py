@@ -203,3 +203,74 @@ def test_parse_records_json_lines(tmp_path):
     assert [line["raw"] for line in lines] == ["Hi<|im_end|>", "Bye<|im_end|>"]
     assert lines[0]["message"]["content"] == "Hi"
     assert lines[0]["template_sha256"] == tplparse.load(EXAMPLES / "chatml-think-tools.gguf").sha256
+
+
+# --- Real streams from llama.cpp + SmolLM2 (recorded by examples/llama_cpp_bridge.py --record) ---
+
+import random  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+from tplparse import llama_check  # noqa: E402
+from tplparse.template import ChatTemplate  # noqa: E402
+
+from conftest import REPO, SMOLLM2  # noqa: E402
+
+TRANSCRIPTS = sorted((REPO / "tests" / "fixtures" / "transcripts").glob("*.json"))
+
+
+@pytest.mark.parametrize("path", TRANSCRIPTS, ids=[p.name for p in TRANSCRIPTS])
+def test_recorded_streams_replay_in_every_chunking(path):
+    record = json.loads(path.read_text(encoding="utf-8"))
+    template = ChatTemplate(source=record["chat_template"], name=record["template"], family="replay",
+                            origin=str(path), named_tokens=record["named_tokens"])
+    assert template.sha256 == record["template_sha256"]
+    prompt = template.prompt([{"role": "user", "content": "x"}], tools=record["tools"], thinking=False)
+    text = "".join(record["pieces"])
+    rng = random.Random(7)
+    chunkings = {
+        "as the model emitted them": record["pieces"],
+        "one character": list(text),
+        "random spans": _random_spans(text, rng),
+    }
+    for label, chunks in chunkings.items():
+        parser = prompt.parser()
+        for chunk in chunks:
+            parser.feed(chunk)
+        parser.end(record["finish_reason"])
+        assert parser.message == record["message"], label
+    data = text.encode("utf-8")
+    parser = prompt.parser()
+    for i in range(len(data)):
+        parser.feed(data[i:i + 1])
+    parser.end(record["finish_reason"])
+    assert parser.message == record["message"], "bytes"
+    # and what was recorded validates
+    if record["tools"]:
+        assert validate_tool_calls(record["message"], record["tools"]) == []
+
+
+def _random_spans(text, rng):
+    cuts = sorted(rng.sample(range(1, len(text)), min(12, len(text) - 1)))
+    return [text[a:b] for a, b in zip([0] + cuts, cuts + [len(text)])]
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(not llama_check.available(), reason="llama-cpp-python is not installed")
+@pytest.mark.skipif(not SMOLLM2.is_file(), reason="the SmolLM2 model is not fetched (tests/fetch_fixtures.py)")
+def test_end_to_end_with_llama_cpp_and_a_real_model():
+    result = subprocess.run([sys.executable, str(REPO / "examples" / "llama_cpp_bridge.py"), "--model", str(SMOLLM2)],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    verdicts = [line for line in result.stdout.splitlines() if "valid after" in line or "gave up" in line]
+    assert len(verdicts) == 2 and all("valid after" in v for v in verdicts), result.stdout
+    structured = json.loads(verdicts[0].split(": ", 1)[1])
+    assert validate_content(structured, TRIAGE_SCHEMA) == []
+    call = json.loads(verdicts[1].split(": ", 1)[1])
+    assert call["tool_calls"] and validate_tool_calls(call, [WEATHER]) == []
+
+
+TRIAGE_SCHEMA = {"type": "object", "properties": {"intent": {"enum": ["refund", "question", "complaint"]},
+                                                  "order_id": {"type": "string"}, "urgent": {"type": "boolean"},
+                                                  "summary": {"type": "string"}},
+                 "required": ["intent", "order_id", "urgent", "summary"]}
