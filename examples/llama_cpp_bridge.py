@@ -9,6 +9,8 @@ fetch it into tests/.fixtures/). Two requests:
    mail into JSON of a schema. The GBNF grammar from tplparse holds the answer to the schema.
 2. A tool call with an example tool-calling template (examples/chatml-think-tools.gguf) over
    the same weights: tool_choice "required", one call, the strict grammar from tplparse.
+3. The same with tool_choice "auto": a lazy grammar that takes over at the call opener
+   (the trigger), as llama.cpp's server runs it; the model may answer in text instead.
 
 Each request: render the prompt (tied to its parser), generate under the grammar, stream
 the token pieces into the family's generated parser, validate, and retry with feedback if
@@ -19,15 +21,19 @@ the tool: parsing and validation come first; acting on a call is the caller's de
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
+import re
 import sys
 from pathlib import Path
 
+import llama_cpp
 from llama_cpp import Llama, LlamaGrammar
 
 import tplparse
 from tplparse.gbnf import emit_gbnf
 from tplparse.grammar import GrammarOptions, build
+from tplparse.llama_request import llama_request
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_MODEL = HERE.parent / "tests" / ".fixtures" / "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -66,17 +72,55 @@ def model_path(given: str | None) -> Path:
     return DEFAULT_MODEL
 
 
+def lazy_pieces(llm: Llama, prompt, request: dict, max_tokens: int):
+    """Greedy generation under a lazy grammar: free text until a trigger, the grammar from there.
+
+    llama-cpp-python's high-level API takes strict grammars only, so this drives llama.cpp's
+    own lazy grammar sampler (the request fields tplparse prints for llama.cpp's server).
+    """
+    vocab = llama_cpp.llama_model_get_vocab(llm._model.model)
+    patterns = []
+    for trigger in request["grammar_triggers"]:
+        start = re.escape(trigger["value"]) if trigger["type"] == "word" else trigger["value"]
+        patterns.append(f"[\\s\\S]*?({start})[\\s\\S]*".encode())
+    array = (ctypes.c_char_p * len(patterns))(*patterns)
+    grammar = llama_cpp.llama_sampler_init_grammar_lazy_patterns(
+        vocab, request["grammar"].encode(), b"root", array, len(patterns), None, 0)
+    if not grammar:
+        raise RuntimeError("llama.cpp rejected the lazy grammar")
+    chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
+    llama_cpp.llama_sampler_chain_add(chain, grammar)
+    llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_greedy())
+    try:
+        llm.reset()
+        llm.eval(llm.tokenize(prompt.text.encode(), add_bos=False, special=True))
+        for _ in range(max_tokens):
+            token = llama_cpp.llama_sampler_sample(chain, llm._ctx.ctx, -1)
+            if llama_cpp.llama_vocab_is_eog(vocab, token):
+                return
+            yield llm.detokenize([token], special=True).decode("utf-8", "replace")
+            llm.eval([token])
+    finally:
+        llama_cpp.llama_sampler_free(chain)
+
+
 def generator(llm: Llama, template: tplparse.ChatTemplate, grammar_options: GrammarOptions, tools, log, record):
     """generate(messages) -> (raw output, parsed message): one attempt, streamed into the parser."""
 
     def generate(messages):
         prompt = template.prompt(messages, tools=tools, thinking=False)
         options = GrammarOptions(**{**grammar_options.__dict__, "start": prompt.start, "warnings": []})
-        grammar = LlamaGrammar.from_string(emit_gbnf(build(prompt.spec, options, template.special_tokens)), verbose=False)
         parser = prompt.parser()
         pieces, finish = [], "stop"
-        for chunk in llm.create_completion(prompt.text, max_tokens=160, grammar=grammar, stream=True,
-                                           temperature=0.0, stop=prompt.stop):
+        if options.tool_choice == "auto" and tools:
+            stream = lazy_pieces(llm, prompt, llama_request(prompt.spec, options, template.special_tokens), 160)
+            chunks = ({"choices": [{"text": piece, "finish_reason": None}]} for piece in stream)
+        else:
+            grammar = LlamaGrammar.from_string(emit_gbnf(build(prompt.spec, options, template.special_tokens)),
+                                               verbose=False)
+            chunks = llm.create_completion(prompt.text, max_tokens=160, grammar=grammar, stream=True,
+                                           temperature=0.0, stop=prompt.stop)
+        for chunk in chunks:
             choice = chunk["choices"][0]
             pieces.append(choice["text"])
             for delta in parser.feed(choice["text"]):
@@ -117,6 +161,13 @@ def main(argv=None) -> int:
     example = tplparse.load(HERE / "chatml-think-tools.gguf")
     messages = [{"role": "user", "content": "What is the weather in Paris right now?"}]
     generate = generator(llm, example, GrammarOptions(tools=[WEATHER_TOOL], tool_choice="required", parallel=False),
+                         [WEATHER_TOOL], print, transcripts)
+    result = tplparse.with_retries(generate, messages, tools=[WEATHER_TOOL])
+    report(result)
+
+    print("== tool_choice=auto: a lazy grammar, triggered by the call opener (the model may also just answer)")
+    messages = [{"role": "user", "content": "What is the weather in Paris right now? Use the tool."}]
+    generate = generator(llm, example, GrammarOptions(tools=[WEATHER_TOOL], tool_choice="auto", parallel=False),
                          [WEATHER_TOOL], print, transcripts)
     result = tplparse.with_retries(generate, messages, tools=[WEATHER_TOOL])
     report(result)

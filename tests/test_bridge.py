@@ -263,7 +263,7 @@ def test_end_to_end_with_llama_cpp_and_a_real_model():
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr
     verdicts = [line for line in result.stdout.splitlines() if "valid after" in line or "gave up" in line]
-    assert len(verdicts) == 2 and all("valid after" in v for v in verdicts), result.stdout
+    assert len(verdicts) == 3 and all("valid after" in v for v in verdicts), result.stdout
     structured = json.loads(verdicts[0].split(": ", 1)[1])
     assert validate_content(structured, TRIAGE_SCHEMA) == []
     call = json.loads(verdicts[1].split(": ", 1)[1])
