@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from . import json_schema
+from . import json_schema, stream_runtime
 from .grammar_ir import End, Grammar, Lit, Node, Ref, Rep, TextUntil, alt, chars, opt, seq
 from .json_grammar import add_json, add_python_literal, add_ws
 from .markers import first_marker
@@ -212,13 +212,7 @@ def _layout_form(g: Grammar, spec: ProtocolSpec, layout, number: int, start_stat
 
 def content_may_follow_calls(spec: ProtocolSpec) -> bool:
     """Whether the template writes content after the calls (some put the answer last)."""
-    for layout in spec.turns.values():
-        slots = [p["slot"] for p in layout if isinstance(p, dict)]
-        if "content" in slots and any(s in slots for s in ("calls", "call_list")):
-            calls_at = min(slots.index(s) for s in ("calls", "call_list") if s in slots)
-            if slots.index("content") > calls_at:
-                return True
-    return False
+    return stream_runtime._content_may_follow_calls(spec.to_dict())
 
 
 def _add_tool_calls(g: Grammar, tc: ToolCallFormat, options: GrammarOptions, ws: Ref, end_markers: list[str]) -> Ref:

@@ -17,6 +17,7 @@ from parsimonious.exceptions import ParseError
 from parsimonious.grammar import Grammar as ParsimoniousGrammar
 from parsimonious.nodes import Node as ParseNode
 
+from . import stream_runtime
 from .grammar import GrammarOptions, build
 from .grammar_ir import AnyChar, Alt, Chars, End, Grammar, Lit, Ref, Rep, Seq, TextUntil, quantifier
 from .spec import ArgumentFormat, ProtocolSpec, json_type, kv_parts
@@ -232,67 +233,20 @@ def _strip_layout_ws(text: str, fmt: ArgumentFormat, layout_kind: str) -> str:
 
 
 def _typed_raw(text: str, schema: dict | None) -> Any:
-    """A value written as raw text, typed by its schema (a string when there is none)."""
-    if not schema:
-        return text
-    from .json_schema import primary_type
-
-    kind = primary_type(schema)
+    """A raw value typed by its schema: the same rule the streaming parsers follow."""
     try:
-        if kind == "integer":
-            return int(text.strip())
-        if kind == "number":
-            return float(text.strip()) if any(c in text for c in ".eE") else int(text.strip())
-        if kind == "boolean":
-            return {"true": True, "false": False}[text.strip().lower()]
-        if kind == "null":
-            return None
-        if kind in ("object", "array"):
-            # Templates print nested values as JSON, or as Python's repr of them.
-            try:
-                return json.loads(text)
-            except ValueError:
-                return ast.literal_eval(text.strip())
-    except (ValueError, KeyError, SyntaxError) as e:
-        raise ValueError(f"{text!r} is not a {kind}: {e}") from None
-    return text
+        return stream_runtime._typed_raw(text, schema)
+    except stream_runtime._BadArguments as e:
+        raise ValueError(str(e)) from None
 
 
 def decode_native(text: str, fmt: ArgumentFormat) -> Any:
-    """Decode a value in a format's own notation (see ArgumentFormat.encode_value)."""
-    value, end = _native(text, 0, fmt)
-    if end != len(text):
-        raise ValueError(f"unexpected {text[end:end + 20]!r} in a native value")
-    return value
-
-
-def _native(text: str, i: int, fmt: ArgumentFormat):
-    if fmt.quotes[0] and text.startswith(fmt.quotes[0], i):
-        end = text.index(fmt.quotes[1], i + len(fmt.quotes[0]))
-        return text[i + len(fmt.quotes[0]):end], end + len(fmt.quotes[1])
-    for kind in ("object", "array"):
-        if kind in fmt.brackets and text.startswith(fmt.brackets[kind][0], i):
-            open_, close = fmt.brackets[kind]
-            i += len(open_)
-            out: Any = {} if kind == "object" else []
-            while not text.startswith(close, i):
-                if kind == "object":
-                    colon = text.index(":", i)
-                    key = text[i:colon]
-                    value, i = _native(text, colon + 1, fmt)
-                    out[key] = value
-                else:
-                    value, i = _native(text, i, fmt)
-                    out.append(value)
-                if text.startswith(fmt.separator, i):
-                    i += len(fmt.separator)
-            return out, i + len(close)
-    match = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|true|false|null|None|True|False").match(text, i)
-    if not match:
-        raise ValueError(f"cannot read a value at {text[i:i + 20]!r}")
-    word = match.group(0)
-    return {"true": True, "True": True, "false": False, "False": False, "null": None, "None": None}.get(
-        word, json.loads(word) if word not in ("true", "false", "null") else None), match.end()
+    """A value in a format's own notation (see ArgumentFormat.encode_value)."""
+    try:
+        return stream_runtime._decode_native(text, {"quotes": fmt.quotes, "brackets": fmt.brackets,
+                                                    "separator": fmt.separator})
+    except stream_runtime._Invalid as e:
+        raise ValueError(str(e)) from None
 
 
 __all__ = ["emit_peg", "ReferenceParser", "decode_native", "json_type"]
