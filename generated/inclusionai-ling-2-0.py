@@ -222,6 +222,8 @@ class StreamParser:
         self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
         self._text = ""
         self._pos = 0
+        self._offset_base = 0  # characters dropped from the front of _text
+        self._trim_ok = False  # True only while the parse waits inside _text_until
         self._eof = False
         self._deltas = []
         self._content_parts = []
@@ -272,9 +274,11 @@ class StreamParser:
 
     def _push(self, text):
         if text:
-            if self._pos > 4096:
-                self._text = self._text[self._pos:]  # drop what is consumed (keeps feed O(chunk))
-                self._offset_base = getattr(self, "_offset_base", 0) + self._pos
+            if self._pos > 4096 and self._trim_ok:
+                # Drop what is consumed (keeps feed O(chunk)); only while the parse waits in
+                # text scanning, which re-reads its position (readers keep their own indices).
+                self._text = self._text[self._pos:]
+                self._offset_base += self._pos
                 self._pos = 0
             self._text += text
         try:
@@ -285,7 +289,7 @@ class StreamParser:
         return deltas
 
     def _offset(self):
-        return getattr(self, "_offset_base", 0) + self._pos
+        return self._offset_base + self._pos
 
     def _available(self):
         return len(self._text) - self._pos
@@ -332,7 +336,9 @@ class StreamParser:
                     keep = len(rest)
                     self._emit_text(field, window[: len(window) - keep])
                     self._pos += len(window) - keep
+                    self._trim_ok = True
                     yield
+                    self._trim_ok = False
                     continue
             if found is not None:
                 self._emit_text(field, window[: found[0]])
@@ -345,7 +351,9 @@ class StreamParser:
             keep = _held_back(window, stops)
             self._emit_text(field, window[: len(window) - keep])
             self._pos += len(window) - keep
+            self._trim_ok = True
             yield
+            self._trim_ok = False
 
     def _skip_ws(self):
         while True:
