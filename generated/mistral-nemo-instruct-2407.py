@@ -214,6 +214,7 @@ class StreamParser:
         self._pos = 0
         self._offset_base = 0  # characters dropped from the front of _text
         self._trim_ok = False  # True only while the parse waits inside _text_until
+        self._resume_on = None  # while set, only text holding one of these characters can move the parse
         self._eof = False
         self._deltas = []
         self._content_parts = []
@@ -271,6 +272,9 @@ class StreamParser:
                 self._offset_base += self._pos
                 self._pos = 0
             self._text += text
+            if self._resume_on is not None and not self._eof and _waker(self._resume_on).search(text) is None:
+                return []  # the parse waits for a character this text does not have: no need to wake it
+        self._resume_on = None
         try:
             self._run.send(None)
         except StopIteration:
@@ -398,13 +402,16 @@ class StreamParser:
 
     def _read_until(self, stop, what):
         """Raw text up to `stop` (not consumed)."""
+        searched = self._pos
         while True:
-            at = self._text.find(stop, self._pos)
+            at = self._text.find(stop, searched)
             if at != -1:
                 value, self._pos = self._text[self._pos:at], at
                 return value
             if self._eof:
                 raise _Truncated(f"the output ended inside a {what}")
+            searched = max(self._pos, len(self._text) - len(stop) + 1)
+            self._resume_on = stop[-1]
             yield
 
     def _read_balanced(self, quotes, what):
@@ -455,6 +462,11 @@ class StreamParser:
                 i += 1
             if self._eof:
                 raise _Truncated(f"the output ended inside a {what}")
+            # Only a closing bracket can end a nested value; a closing quote a string alone.
+            if depth > 0 and i >= len(self._text):
+                self._resume_on = "}])"
+            elif depth == 0 and quote and i >= len(self._text):
+                self._resume_on = quote
             yield
 
     # --- the turn ---------------------------------------------------------------------
@@ -763,6 +775,17 @@ class StreamParser:
                     return self._text[start:self._pos]
                 raise _Truncated("the output ended inside an argument value")
             yield
+
+
+_WAKERS = {}
+
+
+def _waker(chars):
+    """A compiled search for any of `chars` (cached)."""
+    found = _WAKERS.get(chars)
+    if found is None:
+        found = _WAKERS[chars] = re.compile("[" + re.escape(chars) + "]")
+    return found
 
 
 _WORDS = {}
