@@ -677,6 +677,17 @@ class StreamParser:
         if fmt["style"] == "object":
             yield from self._skip_ws()
             python = fmt["encoder"] == "python"
+            if not python and self._text.startswith("{", self._pos):
+                # Fast path: an object that is already all here decodes in one C call. A
+                # truncated or invalid one falls through to the incremental reader below.
+                try:
+                    value, end = _JSON_DECODER.raw_decode(self._text, self._pos)
+                except ValueError:
+                    pass
+                else:
+                    if isinstance(value, dict):
+                        self._pos = end
+                        return value
             text = yield from self._read_balanced("'\"" if python else '"', "arguments object")
             try:
                 value = ast.literal_eval(text) if python else json.loads(text)
@@ -837,6 +848,7 @@ def _held_back(window, stops):
 
 _STRING_BODY = {'"': re.compile(r'[^"\\]+'), "'": re.compile(r"[^'\\]+")}
 _PLAIN = re.compile(r"[^\"'{}\[\]()]+")
+_JSON_DECODER = json.JSONDecoder()
 
 
 def _error(kind, message, offset):
