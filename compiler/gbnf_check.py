@@ -78,6 +78,31 @@ def _unescape(esc: str) -> str:
     return {"n": "\n", "r": "\r", "t": "\t"}.get(esc, esc)
 
 
+def _regex_class_body(body: str) -> str:
+    """A GBNF class body as a regex class body that survives Lark's own escape evaluation.
+
+    Lark turns `\\x5B` into a bare `[` before the regex sees it, so a class's special characters
+    (an escaped `]`, `[`, `\\`, `^`, `-`) are written as backslash escapes instead, which it keeps.
+    """
+    negated = body.startswith("^")
+    out = ["^"] if negated else []
+    for m in re.finditer(r"\\(x[0-9A-Fa-f]{2}|u[0-9A-Fa-f]{4}|.)|(.)", body[1:] if negated else body, re.S):
+        if m.group(2) is not None:  # unescaped: "-" is the range operator, the rest literal
+            char = m.group(2)
+            out.append(char if char == "-" else _regex_class_char(char))
+        else:
+            out.append(_regex_class_char(_unescape(m.group(1))))
+    return "".join(out)
+
+
+def _regex_class_char(char: str) -> str:
+    if char in "[]\\^-/":
+        return "\\" + char
+    if not char.isprintable() or char.isspace():
+        return f"\\x{ord(char):02x}" if ord(char) < 256 else f"\\u{ord(char):04x}"
+    return char
+
+
 class _ToLark(Transformer):
     """GBNF tree -> Lark grammar text (each GBNF item becomes a Lark expansion)."""
 
@@ -117,8 +142,7 @@ class _ToLark(Transformer):
         return _lark_literal(value)
 
     def charclass(self, children):
-        body = children[0].value[1:-1].replace("/", "\\/")
-        return f"/[{body}]/s"
+        return f"/[{_regex_class_body(children[0].value[1:-1])}]/s"
 
     def anychar(self, children):
         return "/./s"

@@ -272,3 +272,15 @@ def test_lazy_grammar_root_is_the_calls_section():
     g = lazy_grammar(spec, GrammarOptions())
     root = next(line for line in emit_gbnf(g).splitlines() if line.startswith("root ::="))
     assert root.startswith("root ::= (tool-calls ws end-of-turn?)")
+
+
+@pytest.mark.parametrize("gbnf, texts", [
+    (r'root ::= [^"\\\x00-\x1F]', {"a": True, '"': False, "\\": False, "\x01": False, "]": True}),
+    (r"root ::= [^/HIKNT\x5B\x5D]", {"x": True, "H": False, "[": False, "]": False, "/": False}),
+    (r"root ::= [A-Za-z0-9_.\x2D]+", {"ab-c": True, "a,b": False}),
+    (r"root ::= [\^a]", {"^": True, "a": True, "b": False}),
+])
+def test_the_lark_check_reads_class_escapes_as_llama_cpp_does(gbnf, texts):
+    """The lark fallback must not let Lark's own escape handling turn \\x5B into a bare '['."""
+    acceptor = GbnfAcceptor(gbnf)
+    assert {text: acceptor.accepts(text) for text in texts} == texts
