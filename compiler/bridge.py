@@ -181,6 +181,10 @@ def validate_tool_calls(message: dict, tools: list) -> list[ToolCallError]:
         except json.JSONDecodeError as e:
             errors.append(ToolCallError(index, "invalid_json", "$", f"the arguments are not JSON: {e.msg}", "a JSON object"))
             continue
+        except RecursionError:
+            errors.append(ToolCallError(index, "invalid_json", "$", "the arguments are nested too deeply to read",
+                                        "a JSON object"))
+            continue
         errors += _schema_errors(arguments, offered[name], index)
     return errors
 
@@ -195,6 +199,8 @@ def validate_content(message: dict, schema: dict) -> list[ToolCallError]:
     except json.JSONDecodeError as e:
         return [ToolCallError(None, "invalid_json", "$", f"the reply is not JSON ({e.msg} at character {e.pos})",
                               "only a JSON value, with no text around it")]
+    except RecursionError:
+        return [ToolCallError(None, "invalid_json", "$", "the reply is nested too deeply to read", "a JSON value")]
     return _schema_errors(value, schema, None)
 
 

@@ -640,7 +640,7 @@ class StreamParser:
                 # truncated or invalid one falls through to the incremental reader below.
                 try:
                     value, end = _JSON_DECODER.raw_decode(self._text, self._pos)
-                except ValueError:
+                except (ValueError, RecursionError):
                     pass
                 else:
                     if isinstance(value, dict):
@@ -649,7 +649,9 @@ class StreamParser:
             text = yield from self._read_balanced("'\"" if python else '"', "arguments object")
             try:
                 value = ast.literal_eval(text) if python else json.loads(text)
-            except (ValueError, SyntaxError) as e:
+            except RecursionError:
+                raise _BadArguments("the arguments are nested too deeply to read") from None
+            except (ValueError, SyntaxError, MemoryError) as e:
                 raise _BadArguments(f"the arguments are not valid {'Python' if python else 'JSON'}: {e}") from None
             if not isinstance(value, dict):
                 raise _BadArguments("the arguments are not an object")
@@ -663,14 +665,15 @@ class StreamParser:
         string_parts = _kv_parts(layouts["string"])
         closing = following.strip()
         first = True
+        bad = None  # the first value that does not read; raised once the arguments' layout is read
         while True:
             yield from self._skip_ws()
             if closing:
                 yield from self._need(len(closing))
                 if self._text.startswith(closing, self._pos):
-                    return arguments
+                    break
             elif self._eof and not self._available():
-                return arguments
+                break
             if not first and fmt["separator"].strip():
                 yield from self._match(fmt["separator"])
             first = False
@@ -684,9 +687,15 @@ class StreamParser:
             lead = middle[len(core):]
             if lead and (yield from self._peek(lead)):
                 self._pos += len(lead)
-            arguments[key] = yield from self._argument_value(fmt, kind, after, properties.get(key))
+            try:
+                arguments[key] = yield from self._argument_value(fmt, kind, after, properties.get(key))
+            except _BadArguments as e:
+                bad = bad or e  # the value was read; its closing text keeps the parse in step
             if after.strip():
                 yield from self._match(after)
+        if bad is not None:
+            raise bad
+        return arguments
 
     def _argument_layout(self, layouts, key):
         """Which layout this argument uses: the one whose middle text comes next."""
@@ -730,11 +739,13 @@ class StreamParser:
             text = yield from self._read_balanced("'\"" if python else '"', "argument value")
         try:
             return json.loads(text)
+        except RecursionError:
+            raise _BadArguments(f"the argument value {text[:40]!r} is nested too deeply to read") from None
         except ValueError:
             try:
                 return ast.literal_eval(text)
-            except (ValueError, SyntaxError) as e:
-                raise _BadArguments(f"cannot read the argument value {text[:40]!r}: {e}") from None
+            except (ValueError, SyntaxError, RecursionError, MemoryError) as e:
+                raise _BadArguments(f"cannot read the argument value {text[:40]!r}: {e or 'nested too deeply'}") from None
 
     def _read_native(self, fmt):
         """A value in the format's own notation: its quotes and brackets balanced."""
@@ -836,13 +847,18 @@ def _typed_raw(text, schema):
                 return json.loads(text)
             except ValueError:
                 return ast.literal_eval(text.strip())
-    except (ValueError, KeyError, SyntaxError) as e:
-        raise _BadArguments(f"{text!r} is not a {kind}: {e}") from None
+    except RecursionError:
+        raise _BadArguments(f"{text[:40]!r} is nested too deeply to read") from None
+    except (ValueError, KeyError, SyntaxError, MemoryError) as e:
+        raise _BadArguments(f"{text[:40]!r} is not a {kind}: {e}") from None
     return text
 
 
 def _decode_native(text, fmt):
-    value, end = _native(text, 0, fmt)
+    try:
+        value, end = _native(text, 0, fmt)
+    except RecursionError:
+        raise _BadArguments(f"the value {text[:40]!r} is nested too deeply to read") from None
     if end != len(text):
         raise _Invalid(f"unexpected {text[end:end + 20]!r} in a value")
     return value

@@ -126,6 +126,7 @@ SCHEMA = {"type": "object", "properties": {"intent": {"enum": ["refund", "questi
     ('Sure! {"intent": "refund"}', "$", "not JSON"),
     ('{"intent": "complaint"}', "$.intent", "is not one of"),
     ('{"order_id": "A1"}', "$", "'intent' is a required property"),
+    ('{"intent": ' + "[" * 50_000 + "]" * 50_000 + "}", "$", "nested too deeply"),
 ])
 def test_structured_output_errors(content, path, message):
     errors = validate_content({"content": content}, SCHEMA)

@@ -410,3 +410,26 @@ def test_long_outputs_stream_like_one_shot(corpus, stem):
     for size in (1, 4, 7, 333):
         _, message = stream(module, text, range(size, len(text), size), tools=tools)
         assert message == one_shot, size
+
+
+DEEP = 50_000  # far past the decoders' recursion limits
+
+
+@pytest.mark.parametrize("stem, call", [
+    ("chatml-think-tools", '<tool_call>\n{"name": "f", "arguments": {"a": ' + "[" * DEEP + "]" * DEEP + '}}\n</tool_call>'),
+    ("Qwen-Qwen3-Coder", "<tool_call>\n<function=f>\n<parameter=a>\n" + "[" * DEEP + "]" * DEEP
+     + "\n</parameter>\n</function>\n</tool_call>"),
+    ("LiquidAI-LFM2.5-8B-A1B", "<|tool_call_start|>[f(a=" + "[" * DEEP + "]" * DEEP + ")]<|tool_call_end|>"),
+])
+def test_arguments_nested_too_deeply_are_an_error_not_a_crash(corpus, chatml, stem, call):
+    """Untrusted output may nest past the decoders' recursion limits: the call is dropped with an error."""
+    module = chatml if stem == "chatml-think-tools" else corpus_module(corpus, stem)
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
+        "a": {"type": "array"}}}}}]
+    text = call + "Done."
+    one_shot = module.parse(text, tools=tools, start="content")
+    assert one_shot["tool_calls"] == [] and [e["kind"] for e in one_shot["errors"]] == ["invalid_arguments"]
+    assert "deeply" in one_shot["errors"][0]["message"]
+    for size in (1, 4096):
+        _, message = stream(module, text, range(size, len(text), size), tools=tools, start="content")
+        assert message == one_shot, size
