@@ -109,6 +109,9 @@ class ReferenceParser:
         except ParseError as e:
             message["errors"].append(_error("invalid_output", f"the output does not follow the format: {e}", e.pos))
             return message
+        except RecursionError:  # parsimonious recurses once per nesting level of a value
+            message["errors"].append(_error("invalid_output", "the output nests too deeply for the reference parser", 0))
+            return message
         found = {"reasoning": [], "content": [], "calls": [], "after": None}
         self._walk(tree, found)
         reasoning = "".join(found["reasoning"]).strip()
@@ -120,6 +123,8 @@ class ReferenceParser:
                 message["tool_calls"].append(self._call(index, call))
             except ValueError as e:
                 message["errors"].append(_error("invalid_arguments", str(e), call.start))
+            except RecursionError:
+                message["errors"].append(_error("invalid_arguments", "the arguments are nested too deeply to read", call.start))
         if found["after"] is not None and found["after"].text.strip():
             node = found["after"]
             message["errors"].append(_error("text_after_end_of_turn", f"ignored: {node.text[:80]!r}", node.start))

@@ -433,3 +433,7 @@ def test_arguments_nested_too_deeply_are_an_error_not_a_crash(corpus, chatml, st
     for size in (1, 4096):
         _, message = stream(module, text, range(size, len(text), size), tools=tools, start="content")
         assert message == one_shot, size
+    if stem == "chatml-think-tools":  # the reference parser says no too, without a crash
+        reference = ReferenceParser(probe(tplparse.load(EXAMPLES / "chatml-think-tools.gguf")), tools=tools, start="content")
+        message = reference.parse(text)
+        assert message["tool_calls"] == [] and "deeply" in message["errors"][0]["message"]
