@@ -214,7 +214,13 @@ class StreamParser:
         self._pos = 0
         self._offset_base = 0  # characters dropped from the front of _text
         self._trim_ok = False  # True only while the parse waits inside _text_until
-        self._resume_on = None  # while set, only text holding one of these characters can move the parse
+        # While the parse waits, `_quiet` (a compiled search) finds the characters that can move it;
+        # a chunk without any is handled by `feed` alone: kept (`_plain` is None) or, when the
+        # parse waits in reasoning/content text (`_plain` names the field) with nothing held
+        # back, emitted at once.
+        self._quiet = None
+        self._plain = None
+        self._wait_for = 0  # or: the parse needs _text to reach this length to decide
         self._eof = False
         self._deltas = []
         self._content_parts = []
@@ -233,6 +239,24 @@ class StreamParser:
         if self._finish is not None:
             raise RuntimeError("end() was called: the stream is closed")
         text = self._decoder.decode(chunk) if isinstance(chunk, (bytes, bytearray)) else chunk
+        if not text:
+            return []
+        # Fast paths: most chunks cannot move the parse past what it waits in.
+        quiet = self._quiet
+        if quiet is None:
+            if len(self._text) + len(text) < self._wait_for:
+                self._append(text)  # still fewer characters than the parse needs to decide
+                return []
+        elif quiet.search(text) is None:
+            if self._plain is None:
+                self._append(text)  # inside a value that only a `quiet` character can end
+                return []
+            if self._pos == len(self._text):
+                # Plain content or reasoning with nothing held back: it goes straight out.
+                self._offset_base += len(text)
+                self._emit_text(self._plain, text)
+                deltas, self._deltas = self._deltas, []
+                return deltas
         return self._push(text)
 
     def end(self, finish_reason="stop"):
@@ -264,6 +288,7 @@ class StreamParser:
     # --- plumbing -------------------------------------------------------------------
 
     def _push(self, text):
+        """Add text and resume the parse until it needs more."""
         if text:
             if self._pos > 4096 and self._trim_ok:
                 # Drop what is consumed (keeps feed O(chunk)); only while the parse waits in
@@ -271,16 +296,22 @@ class StreamParser:
                 self._text = self._text[self._pos:]
                 self._offset_base += self._pos
                 self._pos = 0
-            self._text += text
-            if self._resume_on is not None and not self._eof and _waker(self._resume_on).search(text) is None:
-                return []  # the parse waits for a character this text does not have: no need to wake it
-        self._resume_on = None
+            self._append(text)
+        self._quiet = self._plain = None
+        self._wait_for = 0
         try:
             self._run.send(None)
         except StopIteration:
             pass
         deltas, self._deltas = self._deltas, []
         return deltas
+
+    def _append(self, text):
+        # Grow the buffer in place: with its only reference in a local, CPython extends the
+        # string instead of copying it (`self._text += text` copies the whole buffer each time).
+        buffer, self._text = self._text, ""
+        buffer += text
+        self._text = buffer
 
     def _offset(self):
         return self._offset_base + self._pos
@@ -291,6 +322,7 @@ class StreamParser:
     def _need(self, n):
         """Wait until n characters are available (or the stream ended)."""
         while self._available() < n and not self._eof:
+            self._wait_for = self._pos + n
             yield
 
     def _emit_text(self, field, text):
@@ -315,6 +347,7 @@ class StreamParser:
     def _text_until(self, stops, field):
         """reasoning-text / content-text: emit text up to the first stop; return the stop (or None at the end)."""
         stops = [s for s in stops if s]
+        quiet = _waker("".join(s[0] for s in stops))
         while True:
             window = self._text[self._pos:]
             found = None
@@ -345,6 +378,8 @@ class StreamParser:
             keep = _held_back(window, stops)
             self._emit_text(field, window[: len(window) - keep])
             self._pos += len(window) - keep
+            if not keep:
+                self._plain, self._quiet = field, quiet
             self._trim_ok = True
             yield
             self._trim_ok = False
@@ -362,6 +397,12 @@ class StreamParser:
         if self._text.startswith(literal, start):  # the common case: written exactly as rendered
             self._pos += len(literal)
             return True
+        if self._available() < len(literal) and not self._eof and literal.startswith(self._text[start:]):
+            # Written so far exactly as rendered: wait for the whole literal, then decide.
+            yield from self._need(len(literal))
+            if self._text.startswith(literal, start):
+                self._pos += len(literal)
+                return True
         for word in _words(literal):
             if word.isspace():
                 yield from self._skip_ws()
@@ -387,14 +428,16 @@ class StreamParser:
         return self._text.startswith(text, self._pos)
 
     def _read_while(self, chars, what):
+        """A run of `chars` (a tool name, a call id, an index), ended by any other character."""
         start = self._pos
+        run = _run_of(chars)
         while True:
-            while self._pos < len(self._text) and self._text[self._pos] in chars:
-                self._pos += 1
+            self._pos = run.match(self._text, self._pos).end()
             if self._pos < len(self._text):
                 break
             if self._eof:
                 raise _Truncated(f"the output ended inside a {what}")
+            self._quiet = _outside(chars)
             yield
         if self._pos == start:
             raise _Invalid(f"expected a {what} at {self._text[start:start + 20]!r}")
@@ -411,7 +454,7 @@ class StreamParser:
             if self._eof:
                 raise _Truncated(f"the output ended inside a {what}")
             searched = max(self._pos, len(self._text) - len(stop) + 1)
-            self._resume_on = stop[-1]
+            self._quiet = _waker(stop[-1])
             yield
 
     def _read_balanced(self, quotes, what):
@@ -464,9 +507,9 @@ class StreamParser:
                 raise _Truncated(f"the output ended inside a {what}")
             # Only a closing bracket can end a nested value; a closing quote a string alone.
             if depth > 0 and i >= len(self._text):
-                self._resume_on = "}])"
+                self._quiet = _waker("}])")
             elif depth == 0 and quote and i >= len(self._text):
-                self._resume_on = quote
+                self._quiet = _waker(quote)
             yield
 
     # --- the turn ---------------------------------------------------------------------
@@ -806,8 +849,31 @@ def _waker(chars):
     """A compiled search for any of `chars` (cached)."""
     found = _WAKERS.get(chars)
     if found is None:
-        found = _WAKERS[chars] = re.compile("[" + re.escape(chars) + "]")
+        found = _WAKERS[chars] = re.compile("[" + _class_body(chars) + "]")
     return found
+
+
+_RUNS = {}
+
+
+def _run_of(chars):
+    """A compiled match of a run of `chars` (cached)."""
+    found = _RUNS.get(chars)
+    if found is None:
+        found = _RUNS[chars] = re.compile("[" + _class_body(chars) + "]*")
+    return found
+
+
+def _outside(chars):
+    """A compiled search for any character not in `chars` (cached)."""
+    found = _WAKERS.get((chars, False))
+    if found is None:
+        found = _WAKERS[chars, False] = re.compile("[^" + _class_body(chars) + "]")
+    return found
+
+
+def _class_body(chars):
+    return "".join(re.escape(ch) if ch in "\\]^-[" else ch for ch in sorted(set(chars)))
 
 
 _WORDS = {}
