@@ -122,6 +122,9 @@ class _Tables:
             tc = self.tool_calls
             head = tc["section_start"] or next((p for p in tc["call"] if isinstance(p, str)), "")
             self.opener = _first_marker(head)
+            # what starts a call (another call after a whitespace-only separator starts so)
+            self.call_has_id = {"slot": "id"} in tc["call"]
+            self.call_head = _first_marker(next((p for p in tc["call"] if isinstance(p, str)), ""))
             self.section_end = _cut_at_end(tc["section_end"], self.end_of_turn)
             # each piece of the call layout, with the next literal after it
             self.call_pieces = [
@@ -167,6 +170,18 @@ class _Tables:
             if closed != -1 and closed >= opened:
                 return "content"
         return self.spec["modes"]["default"]["start"]
+
+
+_TABLES = []  # [(spec, its _Tables)]: built once per spec, read-only afterwards
+
+
+def _tables_of(spec):
+    for known, tables in _TABLES:
+        if known is spec:
+            return tables
+    tables = _Tables(spec)
+    _TABLES[:] = [(spec, tables)]
+    return tables
 
 
 def _cut_at_end(text, end_markers):
@@ -226,7 +241,7 @@ class StreamParser:
     """Feed a model's output in chunks (str or bytes); get OpenAI-style deltas back."""
 
     def __init__(self, tools=None, generation_prompt=None, start=None):
-        self._t = _Tables(SPEC)
+        self._t = _tables_of(SPEC)
         self._tools = {}
         for tool in tools or []:
             function = tool.get("function") or tool
@@ -251,6 +266,7 @@ class StreamParser:
         self._pending_ws = {"content": "", "reasoning": ""}
         self._started = {"content": False, "reasoning": False}
         self._calls = []
+        self._invalid_calls = 0  # complete calls dropped for their arguments (they keep their index)
         self._errors = []
         self._finish = None
         self._run = self._turn()
@@ -272,7 +288,10 @@ class StreamParser:
                 return []
         elif quiet.search(text) is None:
             if self._plain is None:
-                self._append(text)  # inside a value that only a `quiet` character can end
+                # Inside a value that only a `quiet` character can end: keep it (as _append).
+                buffer, self._text = self._text, ""
+                buffer += text
+                self._text = buffer
                 return []
             if self._pos == len(self._text):
                 # Plain content or reasoning with nothing held back: it goes straight out.
@@ -420,12 +439,21 @@ class StreamParser:
         if self._text.startswith(literal, start):  # the common case: written exactly as rendered
             self._pos += len(literal)
             return True
-        if self._available() < len(literal) and not self._eof and literal.startswith(self._text[start:]):
-            # Written so far exactly as rendered: wait for the whole literal, then decide.
-            yield from self._need(len(literal))
-            if self._text.startswith(literal, start):
-                self._pos += len(literal)
+        body = literal.lstrip()  # leading whitespace matches any whitespace or none
+        if body:
+            at = _SPACES.match(self._text, start).end() if len(body) < len(literal) else start
+            if self._text.startswith(body, at):
+                self._pos = at + len(body)
                 return True
+            if len(self._text) - at < len(body) and not self._eof and body.startswith(self._text[at:]):
+                # Written so far as rendered: wait for the whole literal, then decide (below
+                # if what comes is written differently).
+                self._pos = at
+                yield from self._need(len(body))
+                self._pos = start
+                if self._text.startswith(body, at):
+                    self._pos = at + len(body)
+                    return True
         for word in _words(literal):
             if word.isspace():
                 yield from self._skip_ws()
@@ -652,7 +680,7 @@ class StreamParser:
         elif not inner:
             yield from self._match(tc["section_start"])
         while True:
-            index = len(self._calls) + len([e for e in self._errors if e["kind"] == "invalid_arguments"])
+            index = len(self._calls) + self._invalid_calls
             yield from self._tool_call(index)
             if tc["parallel"] == "all" and tc["separator"].strip():
                 if (yield from self._match(tc["separator"], required=False)):
@@ -661,7 +689,7 @@ class StreamParser:
                 # Calls separated by whitespace only: another call starts with the call's opener.
                 start = self._pos
                 yield from self._skip_ws()
-                head = _first_marker(next((p for p in tc["call"] if isinstance(p, str)), ""))
+                head = self._t.call_head
                 if head and (yield from self._peek(head)):
                     continue
                 self._pos = start
@@ -671,14 +699,16 @@ class StreamParser:
 
     def _tool_call(self, index):
         """tool-call: the layout's literals, then name, arguments, id, index slots."""
-        layout = self._t.tool_calls["call"]
         call = {"name": None, "id": None, "arguments": None}
         bad = None
-        has_id = {"slot": "id"} in layout
+        has_id = self._t.call_has_id
         announced = False
         for piece, following in self._t.call_pieces:
-            if isinstance(piece, str):
-                yield from self._match(piece)
+            if piece.__class__ is str:
+                if self._text.startswith(piece, self._pos):  # as rendered: no need for _match
+                    self._pos += len(piece)
+                else:
+                    yield from self._match(piece)
                 continue
             slot = piece["slot"]
             if slot == "name":
@@ -700,8 +730,9 @@ class StreamParser:
         if bad is not None:
             # The call is complete but its arguments do not read: no call, an error.
             self._errors.append(_error("invalid_arguments", f"call {index} ({call['name']}): {bad}", self._offset()))
+            self._invalid_calls += 1
             return
-        arguments = json.dumps(call["arguments"], ensure_ascii=False)
+        arguments = _JSON_ENCODER.encode(call["arguments"])
         self._deltas.append({"tool_calls": [{"index": index, "function": {"arguments": arguments}}]})
         self._calls.append({"id": call["id"] or f"call_{index}", "type": "function",
                             "function": {"name": call["name"], "arguments": arguments}})
@@ -925,6 +956,7 @@ def _held_back(window, stops):
 _STRING_BODY = {'"': re.compile(r'[^"\\]+'), "'": re.compile(r"[^'\\]+")}
 _PLAIN = re.compile(r"[^\"'{}\[\]()]+")
 _JSON_DECODER = json.JSONDecoder()
+_JSON_ENCODER = json.JSONEncoder(ensure_ascii=False)  # json.dumps(value, ensure_ascii=False), built once
 
 
 def _error(kind, message, offset):
