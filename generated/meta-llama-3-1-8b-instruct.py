@@ -223,7 +223,7 @@ class StreamParser:
         self._pos = 0
         self._offset_base = 0  # characters dropped from the front of _text
         self._trim_ok = False  # True only while the parse waits inside _text_until
-        # While the parse waits, `_quiet` (a compiled search) finds the characters that can move it;
+        # While the parse waits, `_quiet` (a regex search) finds the characters that can move it;
         # a chunk without any is handled by `feed` alone: kept (`_plain` is None) or, when the
         # parse waits in reasoning/content text (`_plain` names the field) with nothing held
         # back, emitted at once.
@@ -248,7 +248,7 @@ class StreamParser:
     def feed(self, chunk):
         if self._finish is not None:
             raise RuntimeError("end() was called: the stream is closed")
-        text = self._decoder.decode(chunk) if isinstance(chunk, (bytes, bytearray)) else chunk
+        text = chunk if chunk.__class__ is str else self._decode(chunk)
         if not text:
             return []
         # Fast paths: most chunks cannot move the parse past what it waits in.
@@ -257,7 +257,7 @@ class StreamParser:
             if len(self._text) + len(text) < self._wait_for:
                 self._append(text)  # still fewer characters than the parse needs to decide
                 return []
-        elif quiet.search(text) is None:
+        elif quiet(text) is None:
             if self._plain is None:
                 # Inside a value that only a `quiet` character can end: keep it (as _append).
                 buffer, self._text = self._text, ""
@@ -271,6 +271,9 @@ class StreamParser:
                 deltas, self._deltas = self._deltas, []
                 return deltas
         return self._push(text)
+
+    def _decode(self, chunk):
+        return self._decoder.decode(chunk) if isinstance(chunk, (bytes, bytearray)) else chunk
 
     def end(self, finish_reason="stop"):
         if self._finish is not None:
@@ -721,9 +724,10 @@ class StreamParser:
         if fmt["style"] == "object":
             yield from self._skip_ws()
             python = fmt["encoder"] == "python"
-            if not python and self._text.startswith("{", self._pos):
+            if not python and self._text.startswith("{", self._pos) and self._text.rfind("}") > self._pos:
                 # Fast path: an object that is already all here decodes in one C call. A
-                # truncated or invalid one falls through to the incremental reader below.
+                # truncated or invalid one falls through to the incremental reader below
+                # (not tried before a "}" is here: a failed decode counts lines in the buffer).
                 try:
                     value, end = _JSON_DECODER.raw_decode(self._text, self._pos)
                 except (ValueError, RecursionError):
@@ -871,10 +875,10 @@ _WAKERS = {}
 
 
 def _waker(chars):
-    """A compiled search for any of `chars` (cached)."""
+    """A search for any of `chars` (cached)."""
     found = _WAKERS.get(chars)
     if found is None:
-        found = _WAKERS[chars] = re.compile("[" + _class_body(chars) + "]")
+        found = _WAKERS[chars] = re.compile("[" + _class_body(chars) + "]").search
     return found
 
 
@@ -890,10 +894,10 @@ def _run_of(chars):
 
 
 def _outside(chars):
-    """A compiled search for any character not in `chars` (cached)."""
+    """A search for any character not in `chars` (cached)."""
     found = _WAKERS.get((chars, False))
     if found is None:
-        found = _WAKERS[chars, False] = re.compile("[^" + _class_body(chars) + "]")
+        found = _WAKERS[chars, False] = re.compile("[^" + _class_body(chars) + "]").search
     return found
 
 
