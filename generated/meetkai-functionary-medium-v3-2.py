@@ -402,6 +402,40 @@ class StreamParser:
             yield
             self._trim_ok = False
 
+    # Plain forms of the readers below, for text that is already here (most of a one-shot
+    # parse): each consumes and returns a result, or consumes nothing and returns None/False,
+    # and the caller falls back to the waiting form (`yield from`).
+
+    def _here(self, literal):
+        """Consume `literal` if it comes next exactly as rendered."""
+        if self._text.startswith(literal, self._pos):
+            self._pos += len(literal)
+            return True
+        return False
+
+    def _ws_here(self):
+        """Skip whitespace; True when what follows is known (another character, or the end)."""
+        self._pos = _SPACES.match(self._text, self._pos).end()
+        return self._pos < len(self._text) or self._eof
+
+    def _run_here(self, chars):
+        """A non-empty run of `chars` ended by another character already here."""
+        end = _run_of(chars).match(self._text, self._pos).end()
+        if self._pos < end < len(self._text):
+            run, self._pos = self._text[self._pos:end], end
+            return run
+        return None
+
+    def _until_here(self, stop):
+        """The text up to `stop` (not consumed), if `stop` is already here."""
+        at = self._text.find(stop, self._pos)
+        if at == -1:
+            return None
+        value, self._pos = self._text[self._pos:at], at
+        return value
+
+    # Waiting forms.
+
     def _skip_ws(self):
         while True:
             self._pos = _SPACES.match(self._text, self._pos).end()
@@ -659,14 +693,15 @@ class StreamParser:
             index = len(self._calls) + self._invalid_calls
             yield from self._tool_call(index)
             if tc["parallel"] == "all" and tc["separator"].strip():
-                if (yield from self._match(tc["separator"], required=False)):
+                if self._here(tc["separator"]) or (yield from self._match(tc["separator"], required=False)):
                     continue
             elif tc["parallel"] == "all":
                 # Calls separated by whitespace only: another call starts with the call's opener.
                 start = self._pos
-                yield from self._skip_ws()
+                if not self._ws_here():
+                    yield from self._skip_ws()
                 head = self._t.call_head
-                if head and (yield from self._peek(head)):
+                if head and (self._text.startswith(head, self._pos) or (yield from self._peek(head))):
                     continue
                 self._pos = start
             break
@@ -688,9 +723,9 @@ class StreamParser:
                 continue
             slot = piece["slot"]
             if slot == "name":
-                call["name"] = yield from self._read_while(_NAME_CHARS, "tool name")
+                call["name"] = self._run_here(_NAME_CHARS) or (yield from self._read_while(_NAME_CHARS, "tool name"))
             elif slot == "id":
-                call["id"] = yield from self._read_while(_ID_CHARS, "call id")
+                call["id"] = self._run_here(_ID_CHARS) or (yield from self._read_while(_ID_CHARS, "call id"))
             elif slot in ("index", "index1"):
                 yield from self._read_while("0123456789", "call index")
             elif slot == "arguments":
@@ -724,7 +759,8 @@ class StreamParser:
         fmt = self._t.tool_calls["arguments"]
         schema = self._tools.get(name) or {}
         if fmt["style"] == "object":
-            yield from self._skip_ws()
+            if not self._ws_here():
+                yield from self._skip_ws()
             python = fmt["encoder"] == "python"
             if not python and self._text.startswith("{", self._pos) and self._text.rfind("}") > self._pos:
                 # Fast path: an object that is already all here decodes in one C call. A
@@ -758,32 +794,39 @@ class StreamParser:
         closing = following.strip()
         first = True
         bad = None  # the first value that does not read; raised once the arguments' layout is read
+        separator = fmt["separator"] if fmt["separator"].strip() else ""
+        before = string_parts[0] if string_parts[0].strip() else ""
         while True:
-            yield from self._skip_ws()
+            if not self._ws_here():
+                yield from self._skip_ws()
             if closing:
-                yield from self._need(len(closing))
+                if self._available() < len(closing):
+                    yield from self._need(len(closing))
                 if self._text.startswith(closing, self._pos):
                     break
             elif self._eof and not self._available():
                 break
-            if not first and fmt["separator"].strip():
-                yield from self._match(fmt["separator"])
+            if separator and not first and not self._here(separator):
+                yield from self._match(separator)
             first = False
-            before = string_parts[0]
-            if before.strip():
+            if before and not self._here(before):
                 yield from self._match(before)
-            key = yield from self._read_while(_NAME_CHARS, "argument name")
-            kind, (_, middle, after) = yield from self._argument_layout(layouts, key)
+            key = self._run_here(_NAME_CHARS) or (yield from self._read_while(_NAME_CHARS, "argument name"))
+            if len(layouts) == 1:
+                kind, (_, middle, after) = "string", string_parts
+            else:
+                kind, (_, middle, after) = yield from self._argument_layout(layouts, key)
             core = middle.rstrip()
-            yield from self._match(core)
+            if not self._here(core):
+                yield from self._match(core)
             lead = middle[len(core):]
-            if lead and (yield from self._peek(lead)):
+            if lead and not self._here(lead) and (yield from self._peek(lead)):
                 self._pos += len(lead)
             try:
                 arguments[key] = yield from self._argument_value(fmt, kind, after, properties.get(key))
             except _BadArguments as e:
                 bad = bad or e  # the value was read; its closing text keeps the parse in step
-            if after.strip():
+            if after.strip() and not self._here(after):
                 yield from self._match(after)
         if bad is not None:
             raise bad
@@ -807,17 +850,22 @@ class StreamParser:
     def _argument_value(self, fmt, kind, after, schema):
         """argument-value: raw text, quoted text, JSON, a Python literal or the format's notation."""
         encoders = fmt["value_encoders"]
-        yield from self._need(max(1, len(fmt["quotes"][0])))
+        if self._available() < max(1, len(fmt["quotes"][0])):
+            yield from self._need(max(1, len(fmt["quotes"][0])))
         if encoders.get("string") == "raw" and (len(fmt["argument"]) == 1 or kind == "string"):
             stop = after.strip() or fmt["separator"].strip()
-            text = yield from self._read_until(stop, "argument value")
+            text = self._until_here(stop)
+            if text is None:
+                text = yield from self._read_until(stop, "argument value")
             lead = after[: len(after) - len(after.lstrip())]
             if lead and text.endswith(lead):
                 text = text[: len(text) - len(lead)]
             return _typed_raw(text, schema)
         if encoders.get("string") == "quoted" and self._text.startswith(fmt["quotes"][0], self._pos):
             self._pos += len(fmt["quotes"][0])
-            text = yield from self._read_until(fmt["quotes"][1], "argument value")
+            text = self._until_here(fmt["quotes"][1])
+            if text is None:
+                text = yield from self._read_until(fmt["quotes"][1], "argument value")
             self._pos += len(fmt["quotes"][1])
             return _typed_raw(text, schema)
         if encoders.get("object") == "native" or encoders.get("array") == "native":
