@@ -120,6 +120,9 @@ class _Tables:
                 (piece, next((p for p in tc["call"][i + 1:] if isinstance(p, str) and p.strip()), ""))
                 for i, piece in enumerate(tc["call"])
             ]
+        self.key_values = None
+        if self.tool_calls and self.tool_calls["arguments"]["style"] != "object":
+            self.key_values = _KeyValueFormat(self.tool_calls["arguments"])
         self.content_after_calls = _content_may_follow_calls(spec)
         # Layout-driven forms (data from the spec's turn layouts, not family knowledge):
         # - without a call opener, content turns start with their own prefix ("all\n") and
@@ -188,26 +191,40 @@ def _content_may_follow_calls(spec):
     return False
 
 
-_KV_PARTS = {}
+class _ArgumentLayout:
+    """One key/value argument layout cut at its slots: before key, key, middle, value, after."""
+
+    def __init__(self, kind, layout):
+        k, v = layout.index({"slot": "key"}), layout.index({"slot": "value"})
+
+        def text(pieces):
+            return "".join(p for p in pieces if isinstance(p, str))
+
+        self.kind = kind
+        self.before, middle, self.after = text(layout[:k]), text(layout[k + 1:v]), text(layout[v + 1:])
+        self.middle_full = middle
+        self.middle = middle.rstrip()  # matched with the grammar's whitespace tolerance
+        self.middle_lead = middle[len(self.middle):]  # whitespace before the value, taken when there
+        self.after_core = self.after.strip()
+        self.after_lead = self.after[: len(self.after) - len(self.after.lstrip())]
 
 
-def _kv_parts(layout):
-    """(before key, between key and value, after value) of an argument layout (cached)."""
-    cached = _KV_PARTS.get(id(layout))
-    if cached is not None and cached[0] is layout:
-        return cached[1]
-    parts = _kv_parts_of(layout)
-    _KV_PARTS[id(layout)] = (layout, parts)
-    return parts
+class _KeyValueFormat:
+    """The spec's key/value argument format, read once: layouts, separator, value encoders."""
 
-
-def _kv_parts_of(layout):
-    k, v = layout.index({"slot": "key"}), layout.index({"slot": "value"})
-
-    def text(pieces):
-        return "".join(p for p in pieces if isinstance(p, str))
-
-    return text(layout[:k]), text(layout[k + 1:v]), text(layout[v + 1:])
+    def __init__(self, fmt):
+        self.fmt = fmt
+        self.layouts = [_ArgumentLayout(kind, layout) for kind, layout in fmt["argument"].items()]
+        self.string = next(a for a in self.layouts if a.kind == "string")
+        self.separator = fmt["separator"] if fmt["separator"].strip() else ""
+        self.separator_core = fmt["separator"].strip()
+        self.before = self.string.before if self.string.before.strip() else ""
+        encoders = self.encoders = fmt["value_encoders"]
+        self.quote_open, self.quote_close = fmt["quotes"]
+        self.value_min = max(1, len(self.quote_open))
+        self.raw_strings = encoders.get("string") == "raw"
+        self.quoted_strings = encoders.get("string") == "quoted"
+        self.native = encoders.get("object") == "native" or encoders.get("array") == "native"
 
 
 class _Invalid(Exception):
@@ -800,18 +817,14 @@ class StreamParser:
             if not isinstance(value, dict):
                 raise _BadArguments("the arguments are not an object")
             return value
-        return (yield from self._kv_arguments(fmt, schema, following))
+        return (yield from self._kv_arguments(self._t.key_values, schema, following))
 
-    def _kv_arguments(self, fmt, schema, following):
+    def _kv_arguments(self, kv, schema, following):
         arguments = {}
         properties = schema.get("properties") or {}
-        layouts = fmt["argument"]
-        string_parts = _kv_parts(layouts["string"])
         closing = following.strip()
         first = True
         bad = None  # the first value that does not read; raised once the arguments' layout is read
-        separator = fmt["separator"] if fmt["separator"].strip() else ""
-        before = string_parts[0] if string_parts[0].strip() else ""
         while True:
             if not self._ws_here():
                 yield from self._skip_ws()
@@ -822,75 +835,65 @@ class StreamParser:
                     break
             elif self._eof and not self._available():
                 break
-            if separator and not first and not self._here(separator):
-                yield from self._match(separator)
+            if kv.separator and not first and not self._here(kv.separator):
+                yield from self._match(kv.separator)
             first = False
-            if before and not self._here(before):
-                yield from self._match(before)
+            if kv.before and not self._here(kv.before):
+                yield from self._match(kv.before)
             key = self._run_here(_NAME_CHARS) or (yield from self._read_while(_NAME_CHARS, "argument name"))
-            if len(layouts) == 1:
-                kind, (_, middle, after) = "string", string_parts
-            else:
-                kind, (_, middle, after) = yield from self._argument_layout(layouts, key)
-            core = middle.rstrip()
-            if not self._here(core):
-                yield from self._match(core)
-            lead = middle[len(core):]
+            layout = kv.string if len(kv.layouts) == 1 else (yield from self._argument_layout(kv))
+            if not self._here(layout.middle):
+                yield from self._match(layout.middle)
+            lead = layout.middle_lead
             if lead and not self._here(lead) and (yield from self._peek(lead)):
                 self._pos += len(lead)
             try:
-                arguments[key] = yield from self._argument_value(fmt, kind, after, properties.get(key))
+                arguments[key] = yield from self._argument_value(kv, layout, properties.get(key))
             except _BadArguments as e:
                 bad = bad or e  # the value was read; its closing text keeps the parse in step
-            if after.strip() and not self._here(after):
-                yield from self._match(after)
+            if layout.after_core and not self._here(layout.after):
+                yield from self._match(layout.after)
         if bad is not None:
             raise bad
         return arguments
 
-    def _argument_layout(self, layouts, key):
+    def _argument_layout(self, kv):
         """Which layout this argument uses: the one whose middle text comes next."""
-        options = []
-        for kind, layout in layouts.items():
-            parts = _kv_parts(layout)
-            options.append((kind, parts))
-        if len(options) == 1:
-            return options[0]
-        longest = max(len(p[1].strip()) for _, p in options)
+        longest = max(len(a.middle.strip()) for a in kv.layouts)
         yield from self._need(longest + 8)
-        for kind, parts in sorted(options, key=lambda o: -len(o[1][1])):
-            if self._text.startswith(parts[1].strip(), self._pos) or self._text[self._pos:].lstrip().startswith(parts[1].strip()):
-                return kind, parts
+        for layout in sorted(kv.layouts, key=lambda a: -len(a.middle_full)):
+            middle = layout.middle.strip()
+            if self._text.startswith(middle, self._pos) or self._text[self._pos:].lstrip().startswith(middle):
+                return layout
         raise _Invalid(f"an argument's layout is not recognised at {self._text[self._pos:self._pos + 20]!r}")
 
-    def _argument_value(self, fmt, kind, after, schema):
+    def _argument_value(self, kv, layout, schema):
         """argument-value: raw text, quoted text, JSON, a Python literal or the format's notation."""
-        encoders = fmt["value_encoders"]
-        if self._available() < max(1, len(fmt["quotes"][0])):
-            yield from self._need(max(1, len(fmt["quotes"][0])))
-        if encoders.get("string") == "raw" and (len(fmt["argument"]) == 1 or kind == "string"):
-            stop = after.strip() or fmt["separator"].strip()
+        if self._available() < kv.value_min:
+            yield from self._need(kv.value_min)
+        if kv.raw_strings and (len(kv.layouts) == 1 or layout.kind == "string"):
+            stop = layout.after_core or kv.separator_core
             text = self._until_here(stop)
             if text is None:
                 text = yield from self._read_until(stop, "argument value")
-            lead = after[: len(after) - len(after.lstrip())]
+            lead = layout.after_lead
             if lead and text.endswith(lead):
                 text = text[: len(text) - len(lead)]
             return _typed_raw(text, schema)
-        if encoders.get("string") == "quoted" and self._text.startswith(fmt["quotes"][0], self._pos):
-            self._pos += len(fmt["quotes"][0])
-            text = self._until_here(fmt["quotes"][1])
+        if kv.quoted_strings and self._text.startswith(kv.quote_open, self._pos):
+            self._pos += len(kv.quote_open)
+            text = self._until_here(kv.quote_close)
             if text is None:
-                text = yield from self._read_until(fmt["quotes"][1], "argument value")
-            self._pos += len(fmt["quotes"][1])
+                text = yield from self._read_until(kv.quote_close, "argument value")
+            self._pos += len(kv.quote_close)
             return _typed_raw(text, schema)
-        if encoders.get("object") == "native" or encoders.get("array") == "native":
-            text = yield from self._read_native(fmt)
-            return _decode_native(text, fmt)
-        python = any(encoders.get(k) in ("python", "jinja") for k in (kind, "string"))
-        if after.strip() and kind != "string":
+        if kv.native:
+            text = yield from self._read_native(kv.fmt)
+            return _decode_native(text, kv.fmt)
+        python = any(kv.encoders.get(k) in ("python", "jinja") for k in (layout.kind, "string"))
+        if layout.after_core and layout.kind != "string":
             # A typed value runs to its layout's closing text (DSML: string="false">3</parameter>).
-            text = (yield from self._read_until(after.strip(), "argument value")).strip()
+            text = (yield from self._read_until(layout.after_core, "argument value")).strip()
         else:
             text = yield from self._read_balanced("'\"" if python else '"', "argument value")
         try:
