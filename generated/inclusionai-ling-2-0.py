@@ -396,37 +396,34 @@ class StreamParser:
     def _text_until(self, stops, field):
         """reasoning-text / content-text: emit text up to the first stop; return the stop (or None at the end)."""
         stops = [s for s in stops if s]
+        first_stop = _first_of(stops)  # one scan from the position: never past the first stop
         quiet = _waker("".join(s[0] for s in stops))
+        longest = max(len(s) for s in stops)
         while True:
-            window = self._text[self._pos:]
-            found = None
-            for stop in stops:
-                at = window.find(stop)
-                if at != -1 and (found is None or at < found[0] or (at == found[0] and len(stop) > len(found[1]))):
-                    found = (at, stop)
+            text, pos = self._text, self._pos
+            found = first_stop(text, pos)
             if found is not None and not self._eof:
                 # A longer stop that starts the same way may still be arriving: wait for it.
-                rest = window[found[0]:]
-                if any(len(s) > len(rest) and s.startswith(rest) for s in stops if s.startswith(found[1])):
-                    found = None
-                    keep = len(rest)
-                    self._emit_text(field, window[: len(window) - keep])
-                    self._pos += len(window) - keep
+                at, stop = found.start(), found.group()
+                rest = len(text) - at
+                if rest < longest and any(len(s) > rest and s.startswith(text[at:]) for s in stops if s.startswith(stop)):
+                    self._emit_text(field, text[pos:at])
+                    self._pos = at
                     self._trim_ok = True
                     yield
                     self._trim_ok = False
                     continue
             if found is not None:
-                self._emit_text(field, window[: found[0]])
-                self._pos += found[0]
-                return found[1]
+                self._emit_text(field, text[pos:found.start()])
+                self._pos = found.start()
+                return found.group()
             if self._eof:
-                self._emit_text(field, window)
-                self._pos += len(window)
+                self._emit_text(field, text[pos:])
+                self._pos = len(text)
                 return None
-            keep = _held_back(window, stops)
-            self._emit_text(field, window[: len(window) - keep])
-            self._pos += len(window) - keep
+            keep = _held_back(text[max(pos, len(text) - longest):], stops)
+            self._emit_text(field, text[pos:len(text) - keep])
+            self._pos = len(text) - keep
             if not keep:
                 self._plain, self._quiet = field, quiet
             self._trim_ok = True
@@ -946,6 +943,19 @@ def _waker(chars):
     found = _WAKERS.get(chars)
     if found is None:
         found = _WAKERS[chars] = re.compile("[" + _class_body(chars) + "]").search
+    return found
+
+
+_FIRSTS = {}
+
+
+def _first_of(stops):
+    """A search for the first of `stops` (the longest of those that start at the same place; cached)."""
+    key = tuple(stops)
+    found = _FIRSTS.get(key)
+    if found is None:
+        ordered = sorted(set(stops), key=len, reverse=True)
+        found = _FIRSTS[key] = re.compile("|".join(re.escape(s) for s in ordered)).search
     return found
 
 
