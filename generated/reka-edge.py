@@ -82,6 +82,7 @@ import re
 
 _NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
 _ID_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+_SLOT_CHARS = {"name": _NAME_CHARS, "id": _ID_CHARS, "index": "0123456789", "index1": "0123456789"}
 _MARKER_END = ">]\n"
 
 
@@ -506,9 +507,10 @@ class StreamParser:
                 if required:
                     raise _Truncated(f"the output ended inside {literal.strip()!r}")
                 return False
+            seen = self._text[max(start, self._pos + len(word) - 40):self._pos + len(word)]
             self._pos = start
-            if required:
-                raise _Invalid(f"expected {literal.strip()!r} at {self._text[start:start + 20]!r}")
+            if required:  # (the message quotes only text read so far: the same on every chunking)
+                raise _Invalid(f"expected {literal.strip()!r} at {seen!r}")
             return False
         return True
 
@@ -530,7 +532,7 @@ class StreamParser:
             self._quiet = _outside(chars)
             yield
         if self._pos == start:
-            raise _Invalid(f"expected a {what} at {self._text[start:start + 20]!r}")
+            raise _Invalid(f"expected a {what} at {self._text[start]!r}")
         return self._text[start:self._pos]
 
     def _read_until(self, stop, what):
@@ -720,7 +722,8 @@ class StreamParser:
             yield from self._match(tc["section_start"])
         while True:
             index = len(self._calls) + self._invalid_calls
-            yield from self._tool_call(index)
+            if not self._call_here(index):
+                yield from self._tool_call(index)
             if tc["parallel"] == "all" and tc["separator"].strip():
                 if self._here(tc["separator"]) or (yield from self._match(tc["separator"], required=False)):
                     continue
@@ -772,10 +775,119 @@ class StreamParser:
             self._errors.append(_error("invalid_arguments", f"call {index} ({call['name']}): {bad}", self._offset()))
             self._invalid_calls += 1
             return
+        self._complete_call(index, call)
+
+    def _complete_call(self, index, call):
         arguments = _JSON_ENCODER.encode(call["arguments"])
         self._deltas.append({"tool_calls": [{"index": index, "function": {"arguments": arguments}}]})
         self._calls.append({"id": call["id"] or f"call_{index}", "type": "function",
                             "function": {"name": call["name"], "arguments": arguments}})
+
+    # --- a call that is all here ---------------------------------------------------------
+    # The plain form of `_tool_call` for a call that is already all here, written as rendered
+    # (a one-shot parse, a large chunk): the same layout read with no generator and no waiting.
+    # It covers the common shapes (JSON arguments; key/value strings, raw or quoted) and gives
+    # up, consuming nothing, on anything else (a missing piece, other whitespace, a value to
+    # type or that does not read): `_tool_call` then reads the call. The chunking tests hold
+    # the two to the same result (one-shot takes this path, one-character feeds the other).
+
+    def _call_here(self, index):
+        text = self._text
+        start = pos = self._pos
+        call = {"name": None, "id": None, "arguments": None}
+        for piece, following in self._t.call_pieces:
+            if piece.__class__ is str:
+                pos = _literal_here(text, pos, piece)
+                if pos < 0:
+                    return False
+                continue
+            slot = piece["slot"]
+            if slot == "arguments":
+                self._pos = pos
+                call["arguments"] = self._arguments_here(call["name"], following)
+                pos, self._pos = self._pos, start
+                if call["arguments"] is None:
+                    return False
+                continue
+            chars = _SLOT_CHARS.get(slot)
+            if chars is None:  # a slot the call layout does not read (as in _tool_call)
+                continue
+            end = _run_of(chars).match(text, pos).end()
+            if not pos < end < len(text):
+                return False
+            if slot in ("name", "id"):
+                call[slot] = text[pos:end]
+            pos = end
+        self._pos = pos
+        self._announce(index, call)
+        self._complete_call(index, call)
+        return True
+
+    def _arguments_here(self, name, following):
+        """The arguments of `_call_here` (None: not all here, or not a shape read here)."""
+        text = self._text
+        fmt = self._t.tool_calls["arguments"]
+        if fmt["style"] == "object":
+            pos = _SPACES.match(text, self._pos).end()
+            if fmt["encoder"] == "python" or not text.startswith("{", pos) or text.rfind("}") < pos:
+                return None
+            try:
+                value, end = _JSON_DECODER.raw_decode(text, pos)
+            except (ValueError, RecursionError):
+                return None
+            if not isinstance(value, dict):
+                return None
+            self._pos = end
+            return value
+        kv = self._t.key_values
+        closing = following.strip()
+        if len(kv.layouts) != 1 or not closing or not (kv.raw_strings or kv.quoted_strings):
+            return None
+        properties = (self._tools.get(name) or {}).get("properties") or {}
+        layout = kv.string
+        arguments = {}
+        pos = self._pos
+        while True:
+            pos = _SPACES.match(text, pos).end()
+            if text.startswith(closing, pos):
+                break
+            if arguments and kv.separator:
+                pos = _literal_here(text, pos, kv.separator)
+            if kv.before and pos >= 0:
+                pos = _literal_here(text, pos, kv.before)
+            if pos < 0:
+                return None
+            end = _run_of(_NAME_CHARS).match(text, pos).end()
+            key = text[pos:end]
+            if not pos < end < len(text) or not text.startswith(layout.middle, end):
+                return None
+            pos = end + len(layout.middle)
+            if layout.middle_lead and text.startswith(layout.middle_lead, pos):
+                pos += len(layout.middle_lead)
+            if kv.raw_strings:
+                at = text.find(layout.after_core or kv.separator_core, pos)
+                if at == -1:
+                    return None
+                value, pos = text[pos:at], at
+                if layout.after_lead and value.endswith(layout.after_lead):
+                    value = value[: len(value) - len(layout.after_lead)]
+            elif text.startswith(kv.quote_open, pos):
+                at = text.find(kv.quote_close, pos + len(kv.quote_open))
+                if at == -1:
+                    return None
+                value, pos = text[pos + len(kv.quote_open):at], at + len(kv.quote_close)
+            else:
+                return None
+            try:
+                arguments[key] = _typed_raw(value, properties.get(key))
+            except _BadArguments:
+                return None
+            if layout.after_core:
+                pos = _literal_here(text, pos, layout.after)
+                if pos < 0:
+                    return None
+        self._pos = pos
+        return arguments
 
     def _announce(self, index, call):
         self._deltas.append({"tool_calls": [{"index": index, "id": call["id"] or f"call_{index}", "type": "function",
@@ -861,7 +973,7 @@ class StreamParser:
             middle = layout.middle.strip()
             if self._text.startswith(middle, self._pos) or self._text[self._pos:].lstrip().startswith(middle):
                 return layout
-        raise _Invalid(f"an argument's layout is not recognised at {self._text[self._pos:self._pos + 20]!r}")
+        raise _Invalid(f"an argument's layout is not recognised at {self._text[self._pos:self._pos + longest + 8]!r}")
 
     def _argument_value(self, kv, layout, schema):
         """argument-value: raw text, quoted text, JSON, a Python literal or the format's notation."""
@@ -993,6 +1105,19 @@ def _words(literal):
     if words is None:
         words = _WORDS[literal] = [w for w in re.split(r"(\s+)", literal) if w]
     return words
+
+
+def _literal_here(text, pos, literal):
+    """Where `literal` ends if it is here as `_match` reads it without waiting (-1: it is not)."""
+    if text.startswith(literal, pos):
+        return pos + len(literal)
+    body = literal.lstrip()  # leading whitespace matches any whitespace or none
+    if len(body) == len(literal):
+        return -1
+    pos = _SPACES.match(text, pos).end()
+    if not body:
+        return pos if pos < len(text) else -1
+    return pos + len(body) if text.startswith(body, pos) else -1
 
 
 def _held_back(window, stops):

@@ -196,6 +196,11 @@ def test_random_messages_read_back(corpus, data):
     # ... and content that also occurs inside a call cannot be told apart when a template drops it.
     assume(not content or not any(content in f"{c.name} {c.id} {json.dumps(c.arguments, ensure_ascii=False)}"
                                   for c in calls))
+    # ... nor a quoted value holding its closing quote when the template writes it unescaped
+    # (LFM2.5 renders the value ' as q=''', which no parser can read back).
+    arguments_format = spec.tool_calls.arguments if spec.tool_calls else None
+    if arguments_format and arguments_format.value_encoders.get("string") == "quoted":
+        assume(not any(arguments_format.quotes[1] in v for c in calls for v in c.arguments.values()))
     turn = Turn(content=content, calls=calls)
     found = outputs(template, spec, {"random": turn})
     if not found or not found[0].expected["tool_calls"] and calls:
@@ -410,6 +415,52 @@ def test_long_outputs_stream_like_one_shot(corpus, stem):
     for size in (1, 4, 7, 333):
         _, message = stream(module, text, range(size, len(text), size), tools=tools)
         assert message == one_shot, size
+
+
+def read_counting_waits(module, text, **kwargs):
+    """One-shot parse that records which calls the waiting reader (`_tool_call`) had to read."""
+    parser = module.StreamParser(**kwargs)
+    waited, waiting_reader = [], parser._tool_call
+
+    def counting(index):
+        waited.append(index)
+        return waiting_reader(index)
+
+    parser._tool_call = counting
+    parser.feed(text)
+    parser.end()
+    return parser.message, waited
+
+
+@needs_corpus
+@pytest.mark.parametrize("stem, variant", [
+    # (family, a rewrite the plain reader does not cover: the waiting reader reads it, to the same result)
+    ("Qwen-Qwen3-0.6B", [('"arguments": {', '"arguments":{')]),
+    ("Qwen-Qwen3-Coder", [("<function=tool_1>\n", "<function=tool_1> \n")]),
+    # the value in double quotes, as Python also writes it
+    ("LiquidAI-LFM2.5-8B-A1B", [("query='", 'query="'), ('"quotes"\'', '\\"quotes\\""')]),
+])
+def test_a_call_that_is_all_here_is_read_without_waiting(corpus, stem, variant):
+    """One-shot parses read a call written as rendered in one plain pass (`_call_here`); anything
+    else falls back to the waiting reader, which one-character feeds always use."""
+    _, spec, module = corpus[stem] if stem in corpus else pytest.skip(f"{stem} is not in the corpus")
+    tools = [{"type": "function", "function": {"name": "tool_1", "parameters": {"type": "object", "properties": {
+        "query": {"type": "string"}}}}}]
+    calls = [{"id": f"c{i:08d}x", "type": "function", "function": {"name": "tool_1", "arguments": {
+        "query": f"value {i} with </tool_call> and \"quotes\""}}} for i in range(3)]
+    text = spec.format({"role": "assistant", "content": "Doing it.", "tool_calls": calls})
+    message, waited = read_counting_waits(module, text, tools=tools, start="content")
+    assert waited == [] and message["errors"] == [] and len(message["tool_calls"]) == 3
+    assert [json.loads(c["function"]["arguments"]) for c in message["tool_calls"]] == [
+        c["function"]["arguments"] for c in calls]
+    varied = text
+    for old, new in variant:
+        assert old in varied
+        varied = varied.replace(old, new)
+    message, waited = read_counting_waits(module, varied, tools=tools, start="content")
+    assert waited == [0, 1, 2] and message["errors"] == [] and len(message["tool_calls"]) == 3
+    _, streamed = stream(module, varied, range(1, len(varied)), tools=tools, start="content")
+    assert streamed == message
 
 
 DEEP = 50_000  # far past the decoders' recursion limits
