@@ -219,6 +219,18 @@ class _KeyValueFormat:
         self.native = encoders.get("object") == "native" or encoders.get("array") == "native"
 
 
+class _TextField:
+    """Content or reasoning as emitted so far: its parts, and the whitespace held at its edges."""
+
+    __slots__ = ("key", "parts", "pending", "started")
+
+    def __init__(self, key):
+        self.key = key  # its delta key: "content" or "reasoning_content"
+        self.parts = []
+        self.pending = ""  # whitespace at the end so far: emitted only if more text follows it
+        self.started = False  # until then, whitespace at the very start is dropped
+
+
 class _Invalid(Exception):
     """The output leaves the format."""
 
@@ -252,17 +264,15 @@ class StreamParser:
         self._trim_ok = False  # True only while the parse waits inside _text_until
         # While the parse waits, `_quiet` (a regex search) finds the characters that can move it;
         # a chunk without any is handled by `feed` alone: kept (`_plain` is None) or, when the
-        # parse waits in reasoning/content text (`_plain` names the field) with nothing held
+        # parse waits in reasoning/content text (`_plain` is that field) with nothing held
         # back, emitted at once.
         self._quiet = None
         self._plain = None
         self._wait_for = 0  # or: the parse needs _text to reach this length to decide
         self._eof = False
         self._deltas = []
-        self._content_parts = []
-        self._reasoning_parts = []
-        self._pending_ws = {"content": "", "reasoning": ""}
-        self._started = {"content": False, "reasoning": False}
+        self._content_text = _TextField("content")
+        self._reasoning_text = _TextField("reasoning_content")
         self._calls = []
         self._invalid_calls = 0  # complete calls dropped for their arguments (they keep their index)
         self._errors = []
@@ -294,7 +304,11 @@ class StreamParser:
             if self._pos == len(self._text):
                 # Plain content or reasoning with nothing held back: it goes straight out.
                 self._offset_base += len(text)
-                self._emit_text(self._plain, text)
+                field = self._plain
+                if field.started and not field.pending and text.rstrip() is text:
+                    field.parts.append(text)  # (what _emit_text does with text that has no edges)
+                    return [{field.key: text}]
+                self._emit_text(field, text)
                 deltas, self._deltas = self._deltas, []
                 return deltas
         return self._push(text)
@@ -317,8 +331,8 @@ class StreamParser:
     def message(self):
         if self._finish is None:
             raise RuntimeError("the message is complete only after end()")
-        content = "".join(self._content_parts)
-        reasoning = "".join(self._reasoning_parts)
+        content = "".join(self._content_text.parts)
+        reasoning = "".join(self._reasoning_text.parts)
         return {
             "role": "assistant",
             "content": content or None,
@@ -372,20 +386,19 @@ class StreamParser:
         """Emit reasoning or content, without the whitespace at its very start and end."""
         if not text:
             return
-        if not self._started[field]:
+        if not field.started:
             text = text.lstrip()
             if not text:
                 return
-            self._started[field] = True
+            field.started = True
         body = text.rstrip()
         if not body:
-            self._pending_ws[field] += text
+            field.pending += text
             return
-        out = self._pending_ws[field] + body
-        self._pending_ws[field] = text[len(body):]
-        (self._content_parts if field == "content" else self._reasoning_parts).append(out)
-        key = "content" if field == "content" else "reasoning_content"
-        self._deltas.append({key: out})
+        out = field.pending + body if field.pending else body
+        field.pending = text[len(body):]
+        field.parts.append(out)
+        self._deltas.append({field.key: out})
 
     def _text_until(self, stops, field):
         """reasoning-text / content-text: emit text up to the first stop; return the stop (or None at the end)."""
@@ -639,7 +652,7 @@ class StreamParser:
         stops = [t.reasoning_end] + list(t.end_of_turn)
         if t.opener and t.call_ends_reasoning:
             stops.append(t.opener)
-        stop = yield from self._text_until(stops, "reasoning")
+        stop = yield from self._text_until(stops, self._reasoning_text)
         if stop == t.reasoning_end:
             self._pos += len(stop)
             self._state = "content"
@@ -655,7 +668,7 @@ class StreamParser:
             if self._text.startswith(t.content_start, self._pos):
                 self._pos += len(t.content_start)
         while True:
-            stop = yield from self._text_until(stops, "content")
+            stop = yield from self._text_until(stops, self._content_text)
             if stop is None or stop in t.end_of_turn:
                 yield from self._after_end(stop)
                 return
@@ -671,7 +684,7 @@ class StreamParser:
         if t.content_prefix and (yield from self._peek(t.content_prefix)):
             self._pos += len(t.content_prefix)
             stops = list(t.end_of_turn) + ([t.inline_opener] if t.inline_opener else [])
-            stop = yield from self._text_until(stops, "content")
+            stop = yield from self._text_until(stops, self._content_text)
             if stop is None or stop in t.end_of_turn:
                 yield from self._after_end(stop)
                 return
@@ -706,7 +719,7 @@ class StreamParser:
         if inner and not (yield from self._match(tc["section_start"], required=False)):
             # The section holds content first: <start>content<end>, then the calls.
             yield from self._match(inner[0])
-            stop = yield from self._text_until([inner[1]], "content")
+            stop = yield from self._text_until([inner[1]], self._content_text)
             if stop is None:
                 raise _Truncated(f"the output ended before {inner[1]!r}")
             self._pos += len(stop)
