@@ -8,7 +8,6 @@ streaming parsers are tested against, so it is written to be plain rather than f
 
 from __future__ import annotations
 
-import ast
 import json
 import re
 from typing import Any
@@ -165,7 +164,7 @@ class ReferenceParser:
         return {
             "id": parts["id"] or f"call_{index}",
             "type": "function",
-            "function": {"name": name, "arguments": json.dumps(arguments, ensure_ascii=False)},
+            "function": {"name": name, "arguments": _arguments_json(arguments)},
         }
 
     def _walk_call(self, node: ParseNode, parts: dict) -> None:
@@ -204,9 +203,17 @@ def _function(tool: dict) -> dict:
     return tool.get("function") or tool
 
 
+def _arguments_json(arguments: dict) -> str:
+    """The JSON text of a call's arguments, as the generated parsers write it."""
+    try:
+        return stream_runtime._arguments_json(arguments)
+    except stream_runtime._BadArguments as e:
+        raise ValueError(str(e)) from None
+
+
 def _decode_object(text: str, fmt: ArgumentFormat) -> dict:
     try:
-        value = ast.literal_eval(text) if fmt.encoder == "python" else json.loads(text)
+        value = stream_runtime._python_value(text) if fmt.encoder == "python" else json.loads(text)
     except (ValueError, SyntaxError) as e:
         raise ValueError(f"arguments are not valid {'Python' if fmt.encoder == 'python' else 'JSON'}: {e}") from None
     if not isinstance(value, dict):
@@ -224,7 +231,7 @@ def _decode_value(node: ParseNode, fmt: ArgumentFormat, schema: dict | None) -> 
     if kind == "value_quoted":
         return _typed_raw(text[len(fmt.quotes[0]):len(text) - len(fmt.quotes[1])], schema)
     if kind == "value_python":
-        return ast.literal_eval(text)
+        return stream_runtime._python_value(text)
     if kind == "value_native":
         return decode_native(text, fmt)
     return json.loads(text)

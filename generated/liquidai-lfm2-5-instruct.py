@@ -194,6 +194,7 @@ class _KeyValueFormat:
         self.raw_strings = encoders.get("string") == "raw"
         self.quoted_strings = encoders.get("string") == "quoted"
         self.native = encoders.get("object") == "native" or encoders.get("array") == "native"
+        self.key_run = _run_of(_NAME_CHARS).match
 
 
 class _TextField:
@@ -744,7 +745,7 @@ class StreamParser:
                 yield from self._read_while("0123456789", "call index")
             elif slot == "arguments":
                 try:
-                    call["arguments"] = yield from self._arguments(call["name"], following)
+                    call["arguments"] = _arguments_json((yield from self._arguments(call["name"], following)))
                 except _BadArguments as e:
                     bad = str(e)
             if not announced and call["name"] and (call["id"] or not has_id):
@@ -760,7 +761,8 @@ class StreamParser:
         self._complete_call(index, call)
 
     def _complete_call(self, index, call):
-        arguments = _JSON_ENCODER.encode(call["arguments"])
+        """The call is complete and its arguments (now JSON text) read: its last delta, and the call."""
+        arguments = call["arguments"]
         self._deltas.append({"tool_calls": [{"index": index, "function": {"arguments": arguments}}]})
         self._calls.append({"id": call["id"] or f"call_{index}", "type": "function",
                             "function": {"name": call["name"], "arguments": arguments}})
@@ -786,9 +788,13 @@ class StreamParser:
             slot = piece["slot"]
             if slot == "arguments":
                 self._pos = pos
-                call["arguments"] = self._arguments_here(call["name"], following)
+                value = self._arguments_here(call["name"], following)
                 pos, self._pos = self._pos, start
-                if call["arguments"] is None:
+                if value is None:
+                    return False
+                try:
+                    call["arguments"] = _arguments_json(value)
+                except _BadArguments:
                     return False
                 continue
             chars = _SLOT_CHARS.get(slot)
@@ -827,10 +833,15 @@ class StreamParser:
             return None
         properties = (self._tools.get(name) or {}).get("properties") or {}
         layout = kv.string
+        middle, middle_lead, after_lead = layout.middle, layout.middle_lead, layout.after_lead
+        after = layout.after if layout.after_core else ""  # (whitespace alone after a value is left to the loop)
+        value_end = layout.after_core or kv.separator_core  # where a raw value ends
+        quote_open, quote_close = kv.quote_open, kv.quote_close
+        key_run, spaces, raw = kv.key_run, _SPACES.match, kv.raw_strings
         arguments = {}
         pos = self._pos
         while True:
-            pos = _SPACES.match(text, pos).end()
+            pos = spaces(text, pos).end()
             if text.startswith(closing, pos):
                 break
             if arguments and kv.separator:
@@ -839,33 +850,35 @@ class StreamParser:
                 pos = _literal_here(text, pos, kv.before)
             if pos < 0:
                 return None
-            end = _run_of(_NAME_CHARS).match(text, pos).end()
-            key = text[pos:end]
-            if not pos < end < len(text) or not text.startswith(layout.middle, end):
+            end = key_run(text, pos).end()
+            if not pos < end < len(text) or not text.startswith(middle, end):
                 return None
-            pos = end + len(layout.middle)
-            if layout.middle_lead and text.startswith(layout.middle_lead, pos):
-                pos += len(layout.middle_lead)
-            if kv.raw_strings:
-                at = text.find(layout.after_core or kv.separator_core, pos)
+            key, pos = text[pos:end], end + len(middle)
+            if middle_lead and text.startswith(middle_lead, pos):
+                pos += len(middle_lead)
+            if raw:
+                at = text.find(value_end, pos)
                 if at == -1:
                     return None
                 value, pos = text[pos:at], at
-                if layout.after_lead and value.endswith(layout.after_lead):
-                    value = value[: len(value) - len(layout.after_lead)]
-            elif text.startswith(kv.quote_open, pos):
-                at = text.find(kv.quote_close, pos + len(kv.quote_open))
+                if after_lead and value.endswith(after_lead):
+                    value = value[: len(value) - len(after_lead)]
+            elif text.startswith(quote_open, pos):
+                at = text.find(quote_close, pos + len(quote_open))
                 if at == -1:
                     return None
-                value, pos = text[pos + len(kv.quote_open):at], at + len(kv.quote_close)
+                value, pos = text[pos + len(quote_open):at], at + len(quote_close)
             else:
                 return None
-            try:
-                arguments[key] = _typed_raw(value, properties.get(key))
-            except _BadArguments:
-                return None
-            if layout.after_core:
-                pos = _literal_here(text, pos, layout.after)
+            schema = properties.get(key)
+            if schema:
+                try:
+                    value = _typed_raw(value, schema)
+                except _BadArguments:
+                    return None
+            arguments[key] = value
+            if after:
+                pos = _literal_here(text, pos, after)
                 if pos < 0:
                     return None
         self._pos = pos
@@ -899,7 +912,7 @@ class StreamParser:
                         return value
             text = yield from self._read_balanced("'\"" if python else '"', "arguments object")
             try:
-                value = ast.literal_eval(text) if python else json.loads(text)
+                value = _python_value(text) if python else json.loads(text)
             except RecursionError:
                 raise _BadArguments("the arguments are nested too deeply to read") from None
             except (ValueError, SyntaxError, MemoryError) as e:
@@ -992,7 +1005,7 @@ class StreamParser:
             raise _BadArguments(f"the argument value {text[:40]!r} is nested too deeply to read") from None
         except ValueError:
             try:
-                return ast.literal_eval(text)
+                return _python_value(text)
             except (ValueError, SyntaxError, RecursionError, MemoryError) as e:
                 raise _BadArguments(f"cannot read the argument value {text[:40]!r}: {e or 'nested too deeply'}") from None
 
@@ -1116,7 +1129,54 @@ def _held_back(window, stops):
 _STRING_BODY = {'"': re.compile(r'[^"\\]+'), "'": re.compile(r"[^'\\]+")}
 _PLAIN = re.compile(r"[^\"'{}\[\]()]+")
 _JSON_DECODER = json.JSONDecoder()
-_JSON_ENCODER = json.JSONEncoder(ensure_ascii=False)  # json.dumps(value, ensure_ascii=False), built once
+
+
+def _json_encoder():
+    """json.dumps(value, ensure_ascii=False, allow_nan=False), built once: the C encoder when
+    it is there and writes what the pure one does (its constructor is not public), else that one."""
+    pure = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
+    try:
+        from json.encoder import c_make_encoder, encode_basestring
+
+        c_encode = c_make_encoder(None, pure.default, encode_basestring, None, ": ", ", ", False, False, False)
+        sample = {"a": [1, -2.5e-300, None, True, "é\"\\\n\u2028\x00"], "b": {}}
+        if "".join(c_encode(sample, 0)) == pure.encode(sample):
+            return lambda value: "".join(c_encode(value, 0))
+    except Exception:  # any other Python: the pure encoder
+        pass
+    return pure.encode
+
+
+_ENCODE_JSON = _json_encoder()
+
+
+def _arguments_json(value):
+    """Arguments as the JSON text of the final call; what JSON cannot hold is bad arguments."""
+    try:
+        return _ENCODE_JSON(value)
+    except (ValueError, TypeError, RecursionError) as e:  # NaN / Infinity; a value no decoder here makes
+        raise _BadArguments(f"the arguments hold a value JSON cannot: {e}") from None
+
+
+_JSON_KINDS = (str, int, float, bool, type(None))
+
+
+def _python_value(text):
+    """A Python literal that is a JSON value (dicts with string keys, lists, tuples, scalars)."""
+    value = ast.literal_eval(text)
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            for key in item:
+                if not isinstance(key, str):
+                    raise ValueError(f"the key {key!r} is not a string")
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+        elif not isinstance(item, _JSON_KINDS):
+            raise ValueError(f"a {type(item).__name__} is not a JSON value")
+    return value
 
 
 def _error(kind, message, offset):
@@ -1132,6 +1192,8 @@ def _typed_raw(text, schema):
         kind = next((k for k in kind if k != "null"), "string")
     if kind is None and "enum" in schema and schema["enum"]:
         kind = {bool: "boolean", int: "integer", float: "number", type(None): "null"}.get(type(schema["enum"][0]), "string")
+    if kind == "string":
+        return text
     try:
         if kind == "integer":
             return int(text.strip())
@@ -1145,7 +1207,7 @@ def _typed_raw(text, schema):
             try:
                 return json.loads(text)
             except ValueError:
-                return ast.literal_eval(text.strip())
+                return _python_value(text.strip())
     except RecursionError:
         raise _BadArguments(f"{text[:40]!r} is nested too deeply to read") from None
     except (ValueError, KeyError, SyntaxError, MemoryError) as e:

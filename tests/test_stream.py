@@ -463,6 +463,33 @@ def test_a_call_that_is_all_here_is_read_without_waiting(corpus, stem, variant):
     assert streamed == message
 
 
+@pytest.mark.parametrize("stem, arguments", [
+    ("chatml-think-tools", '{"a": NaN}'),
+    ("chatml-think-tools", '{"a": 1e999}'),
+    ("InternLM-InternLM2.5-chat-vllm-tool", "{'a': {1, 2}}"),
+    ("InternLM-InternLM2.5-chat-vllm-tool", "{(1, 2): 3}"),
+    ("InternLM-InternLM2.5-chat-vllm-tool", "{'a': 1j}"),
+])
+def test_arguments_json_cannot_hold_are_an_error_not_a_crash(corpus, chatml, stem, arguments):
+    """Decoders accept what JSON has no text for (NaN, 1e999 -> inf; Python sets, complex numbers,
+    tuple keys): the call is dropped with invalid_arguments, the same way in every reader."""
+    if stem == "chatml-think-tools":
+        module, text = chatml, '<tool_call>\n{"name": "f", "arguments": ' + arguments + '}\n</tool_call>'
+        spec = probe(tplparse.load(EXAMPLES / "chatml-think-tools.gguf"))
+    else:
+        module = corpus_module(corpus, stem)
+        spec = corpus[stem][1]
+        text = '<|action_start|><|plugin|>\n{"name": "f", "arguments": ' + arguments + '}<|action_end|>'
+    one_shot = module.parse(text, start="content")
+    assert one_shot["tool_calls"] == [] and [e["kind"] for e in one_shot["errors"]] == ["invalid_arguments"]
+    _, streamed = stream(module, text, range(1, len(text)), start="content")
+    assert streamed == one_shot
+    # The reference drops the call too (its JSON grammar has no NaN: there it is invalid output).
+    reference = ReferenceParser(spec, start="content").parse(text)
+    assert reference["tool_calls"] == []
+    assert [e["kind"] for e in reference["errors"]] in (["invalid_arguments"], ["invalid_output"])
+
+
 DEEP = 50_000  # far past the decoders' recursion limits
 
 
