@@ -230,6 +230,65 @@ class _KeyValueFormat:
         self.key_run = _run_of(_NAME_CHARS).match
 
 
+class _BalancedScan:
+    """The resumable scan of a JSON / Python literal from `start`: brackets balanced, strings
+    (in `quotes`) respected. `scan(text)` reads on from where it stopped and says True once
+    the literal's `end` is known (or `unbalanced`, a stray closing bracket)."""
+
+    __slots__ = ("quotes", "start", "i", "depth", "quote", "end", "unbalanced")
+
+    def __init__(self, quotes, start):
+        self.quotes, self.start, self.i = quotes, start, start
+        self.depth, self.quote, self.end, self.unbalanced = 0, None, None, None
+
+    def scan(self, text, eof=False):
+        if self.end is not None or self.unbalanced is not None:
+            return True
+        start, i, depth, quote, quotes = self.start, self.i, self.depth, self.quote, self.quotes
+        n = len(text)
+        while i < n:
+            # Skip runs of ordinary characters at C speed.
+            run = (_STRING_BODY[quote] if quote else _PLAIN).match(text, i)
+            if run and i > start and (quote or depth > 0):
+                i = run.end()
+                if i >= n:
+                    break
+            ch = text[i]
+            if quote:
+                if ch == "\\":
+                    if i + 1 >= n:
+                        break
+                    i += 2
+                    continue
+                if ch == quote:
+                    quote = None
+                    if depth == 0:  # a string on its own
+                        self.end = i + 1
+                        return True
+            elif ch in quotes:
+                quote = ch
+            elif ch in "{[(":
+                depth += 1
+            elif ch in "}])":
+                depth -= 1
+                if depth == 0:
+                    self.end = i + 1
+                    return True
+                if depth < 0:
+                    self.unbalanced = ch
+                    return True
+            elif depth == 0 and not ch.isspace() and i == start:
+                # a scalar: read to the next delimiter
+                end = _SCALAR.match(text, i).end()
+                if end < n or eof:
+                    self.end = end
+                    return True
+                break
+            i += 1
+        self.i, self.depth, self.quote = i, depth, quote
+        return False
+
+
 class _TextField:
     """Content or reasoning as emitted so far: its parts, and the whitespace held at its edges."""
 
@@ -280,6 +339,7 @@ class StreamParser:
         self._quiet = None
         self._plain = None
         self._wait_for = 0  # or: the parse needs _text to reach this length to decide
+        self._poll = None  # or: a plain scan that says whether a chunk that passed `_quiet` completes a value
         self._eof = False
         self._deltas = []
         self._content_text = _TextField("content")
@@ -316,12 +376,22 @@ class StreamParser:
                 # Plain content or reasoning with nothing held back: it goes straight out.
                 self._offset_base += len(text)
                 field = self._plain
-                if field.started and not field.pending and text.rstrip() is text:
-                    field.parts.append(text)  # (what _emit_text does with text that has no edges)
-                    return [{field.key: text}]
+                if field.started:  # (_emit_text, inlined: most chunks of a stream come here)
+                    body = text.rstrip()
+                    if not body:
+                        field.pending += text
+                        return []
+                    out = field.pending + body if field.pending else body
+                    field.pending = text[len(body):]
+                    field.parts.append(out)
+                    return [{field.key: out}]
                 self._emit_text(field, text)
                 deltas, self._deltas = self._deltas, []
                 return deltas
+        elif self._poll is not None:
+            # The reader can tell by itself whether this chunk completes its value: ask it.
+            self._append(text)
+            return self._push("") if self._poll(self._text) else []
         return self._push(text)
 
     def _decode(self, chunk):
@@ -365,7 +435,7 @@ class StreamParser:
                 self._offset_base += self._pos
                 self._pos = 0
             self._append(text)
-        self._quiet = self._plain = None
+        self._quiet = self._plain = self._poll = None
         self._wait_for = 0
         try:
             self._run.send(None)
@@ -567,58 +637,23 @@ class StreamParser:
 
     def _read_balanced(self, quotes, what):
         """A JSON / Python literal: brackets balanced, strings (in `quotes`) respected."""
-        start = self._pos
-        depth = 0
-        quote = None
-        i = self._pos
-        while True:
-            while i < len(self._text):
-                # Skip runs of ordinary characters at C speed.
-                run = (_STRING_BODY[quote] if quote else _PLAIN).match(self._text, i)
-                if run and i > start and (quote or depth > 0):
-                    i = run.end()
-                    if i >= len(self._text):
-                        break
-                ch = self._text[i]
-                if quote:
-                    if ch == "\\":
-                        if i + 1 >= len(self._text):
-                            break
-                        i += 2
-                        continue
-                    if ch == quote:
-                        quote = None
-                        if depth == 0:  # a string on its own
-                            self._pos = i + 1
-                            return self._text[start:self._pos]
-                elif ch in quotes:
-                    quote = ch
-                elif ch in "{[(":
-                    depth += 1
-                elif ch in "}])":
-                    depth -= 1
-                    if depth == 0:
-                        self._pos = i + 1
-                        return self._text[start:self._pos]
-                    if depth < 0:
-                        raise _Invalid(f"unbalanced {ch!r} in a {what}")
-                elif depth == 0 and not ch.isspace() and i == start:
-                    # a scalar: read to the next delimiter
-                    match = re.compile(r"[^\s,}\])]+").match(self._text, i)
-                    end = match.end()
-                    if end < len(self._text) or self._eof:
-                        self._pos = end
-                        return self._text[start:end]
-                    break
-                i += 1
+        scan = _BalancedScan(quotes, self._pos)
+        while not scan.scan(self._text, self._eof):
             if self._eof:
                 raise _Truncated(f"the output ended inside a {what}")
             # Only a closing bracket can end a nested value; a closing quote a string alone.
-            if depth > 0 and i >= len(self._text):
-                self._quiet = _waker("}])")
-            elif depth == 0 and quote and i >= len(self._text):
-                self._quiet = _waker(quote)
+            # (Waking on quotes inside a nested value would cost more: strings escape them.)
+            # A chunk that has one is scanned by feed() itself (`_poll`): the parse is resumed
+            # only once the value is complete.
+            if scan.depth > 0 and scan.i >= len(self._text):
+                self._quiet, self._poll = _waker("}])"), scan.scan
+            elif scan.depth == 0 and scan.quote and scan.i >= len(self._text) - 1:
+                self._quiet, self._poll = _waker(scan.quote), scan.scan
             yield
+        if scan.unbalanced:
+            raise _Invalid(f"unbalanced {scan.unbalanced!r} in a {what}")
+        self._pos = scan.end
+        return self._text[scan.start:scan.end]
 
     # --- the turn ---------------------------------------------------------------------
 
@@ -1161,6 +1196,7 @@ def _held_back(window, stops):
 
 _STRING_BODY = {'"': re.compile(r'[^"\\]+'), "'": re.compile(r"[^'\\]+")}
 _PLAIN = re.compile(r"[^\"'{}\[\]()]+")
+_SCALAR = re.compile(r"[^\s,}\])]+")
 _JSON_DECODER = json.JSONDecoder()
 
 
