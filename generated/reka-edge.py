@@ -229,21 +229,38 @@ class _KeyValueFormat:
 
 
 class _BalancedScan:
-    """The resumable scan of a JSON / Python literal from `start`: brackets balanced, strings
-    (in `quotes`) respected. `scan(text)` reads on from where it stopped and says True once
-    the literal's `end` is known (or `unbalanced`, a stray closing bracket)."""
+    """The resumable scan of a JSON / Python literal at `start` (after whitespace): brackets
+    balanced, strings (in `quotes`) respected. `scan(text)` reads on from where it stopped and
+    says True once the literal's `end` is known (or `unbalanced`, a stray closing bracket)."""
 
     __slots__ = ("quotes", "start", "i", "depth", "quote", "end", "unbalanced")
 
     def __init__(self, quotes, start):
-        self.quotes, self.start, self.i = quotes, start, start
+        self.quotes, self.start, self.i = quotes, None, start
         self.depth, self.quote, self.end, self.unbalanced = 0, None, None, None
+
+    def quiet(self, n):
+        """A search for the characters that can move the scan on, once it has read `n` characters."""
+        if self.start is None:  # nothing but whitespace yet
+            return _NOT_SPACE
+        # Only a closing bracket can end a nested value; a closing quote a string alone.
+        # (Waking on quotes inside a nested value would cost more: strings escape them.)
+        if self.depth > 0 and self.i >= n:
+            return _CLOSERS
+        if self.depth == 0 and self.quote and self.i >= n - 1:
+            return _waker(self.quote)
+        return None
 
     def scan(self, text, eof=False):
         if self.end is not None or self.unbalanced is not None:
             return True
-        start, i, depth, quote, quotes = self.start, self.i, self.depth, self.quote, self.quotes
         n = len(text)
+        if self.start is None:  # the literal starts at its first non-space character
+            self.i = _SPACES.match(text, self.i).end()
+            if self.i >= n:
+                return False
+            self.start = self.i
+        start, i, depth, quote, quotes = self.start, self.i, self.depth, self.quote, self.quotes
         while i < n:
             # Skip runs of ordinary characters at C speed.
             run = (_STRING_BODY[quote] if quote else _PLAIN).match(text, i)
@@ -337,7 +354,7 @@ class StreamParser:
         self._quiet = None
         self._plain = None
         self._wait_for = 0  # or: the parse needs _text to reach this length to decide
-        self._poll = None  # or: a plain scan that says whether a chunk that passed `_quiet` completes a value
+        self._poll = None  # or: a value's scan, which feed() runs on a chunk that passed `_quiet`
         self._eof = False
         self._deltas = []
         self._content_text = _TextField("content")
@@ -348,6 +365,7 @@ class StreamParser:
         self._finish = None
         self._run = self._turn()
         next(self._run)
+        self._resume = self._run.send
 
     # --- the public contract ------------------------------------------------------
 
@@ -387,9 +405,14 @@ class StreamParser:
                 deltas, self._deltas = self._deltas, []
                 return deltas
         elif self._poll is not None:
-            # The reader can tell by itself whether this chunk completes its value: ask it.
+            # The value's scan can tell by itself whether this chunk completes it: ask it.
+            scan = self._poll
             self._append(text)
-            return self._push("") if self._poll(self._text) else []
+            if not scan.scan(self._text):
+                self._quiet = scan.quiet(len(self._text))
+                if self._quiet is not None:
+                    return []
+            return self._push("")
         return self._push(text)
 
     def _decode(self, chunk):
@@ -436,7 +459,7 @@ class StreamParser:
         self._quiet = self._plain = self._poll = None
         self._wait_for = 0
         try:
-            self._run.send(None)
+            self._resume(None)
         except StopIteration:
             pass
         deltas, self._deltas = self._deltas, []
@@ -639,14 +662,11 @@ class StreamParser:
         while not scan.scan(self._text, self._eof):
             if self._eof:
                 raise _Truncated(f"the output ended inside a {what}")
-            # Only a closing bracket can end a nested value; a closing quote a string alone.
-            # (Waking on quotes inside a nested value would cost more: strings escape them.)
-            # A chunk that has one is scanned by feed() itself (`_poll`): the parse is resumed
-            # only once the value is complete.
-            if scan.depth > 0 and scan.i >= len(self._text):
-                self._quiet, self._poll = _waker("}])"), scan.scan
-            elif scan.depth == 0 and scan.quote and scan.i >= len(self._text) - 1:
-                self._quiet, self._poll = _waker(scan.quote), scan.scan
+            # A chunk that can move the scan on is scanned by feed() itself (`_poll`): the
+            # parse is resumed only once the value is complete.
+            self._quiet = scan.quiet(len(self._text))
+            if self._quiet is not None:
+                self._poll = scan
             yield
         if scan.unbalanced:
             raise _Invalid(f"unbalanced {scan.unbalanced!r} in a {what}")
@@ -961,8 +981,7 @@ class StreamParser:
         fmt = self._t.tool_calls["arguments"]
         schema = self._tools.get(name) or {}
         if fmt["style"] == "object":
-            if not self._ws_here():
-                yield from self._skip_ws()
+            self._ws_here()  # (whitespace still to come is skipped by the object's reader)
             python = fmt["encoder"] == "python"
             if not python and self._text.startswith("{", self._pos) and self._text.rfind("}") > self._pos:
                 # Fast path: an object that is already all here decodes in one C call. A
@@ -1158,6 +1177,8 @@ def _class_body(chars):
 
 _WORDS = {}
 _SPACES = re.compile(r"\s*")
+_NOT_SPACE = re.compile(r"\S").search
+_CLOSERS = re.compile(r"[}\])]").search
 
 
 def _words(literal):
