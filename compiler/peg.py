@@ -257,7 +257,7 @@ def decode_native(text: str, fmt: ArgumentFormat) -> Any:
     try:
         return stream_runtime._decode_native(text, {"quotes": fmt.quotes, "brackets": fmt.brackets,
                                                     "separator": fmt.separator})
-    except stream_runtime._Invalid as e:
+    except (stream_runtime._Invalid, stream_runtime._BadArguments) as e:
         raise ValueError(str(e)) from None
 
 

@@ -306,8 +306,9 @@ class _BalancedScan:
                     self.unbalanced = ch
                     return True
             elif depth == 0 and not ch.isspace() and i == start:
-                # a scalar: read to the next delimiter
-                end = _SCALAR.match(text, i).end()
+                # a scalar: read to the next delimiter (none: an empty value, which will not read)
+                scalar = _SCALAR.match(text, i)
+                end = scalar.end() if scalar else i
                 if end < n or eof:
                     self.end = end
                     return True
@@ -439,7 +440,8 @@ class StreamParser:
         self._eof = True
         deltas = self._push(tail)
         if finish_reason == "length" and self._state == "reasoning":
-            self._errors.append(_error("reasoning_truncated", "the output ended inside reasoning", len(self._text)))
+            self._errors.append(_error("reasoning_truncated", "the output ended inside reasoning",
+                                      self._offset_base + len(self._text)))
         return deltas
 
     @property
@@ -673,7 +675,8 @@ class StreamParser:
         """A JSON / Python literal: brackets balanced, strings (in `quotes`) respected."""
         scan = _BalancedScan(quotes, self._pos)
         while not scan.scan(self._text, self._eof):
-            if self._eof:
+            if self._eof:  # (reported where the value starts, or at the end if it never did)
+                self._pos = scan.start if scan.start is not None else len(self._text)
                 raise _Truncated(f"the output ended inside a {what}")
             # A chunk that can move the scan on is scanned by feed() itself (`_poll`): the
             # parse is resumed only once the value is complete.
@@ -769,7 +772,11 @@ class StreamParser:
         if self._available() or not self._eof:
             yield from self._tool_calls()
         yield from self._skip_ws()
+        longest = max([len(m) for m in t.end_of_turn] + [1])
+        yield from self._need(longest)  # enough text to tell an end-of-turn marker
         stop = next((m for m in t.end_of_turn if self._text.startswith(m, self._pos)), None)
+        if stop is None and self._available():
+            raise _Invalid(f"unexpected text after the calls: {self._text[self._pos:self._pos + longest]!r}")
         yield from self._after_end(stop)
 
     def _after_end(self, stop):
@@ -1123,6 +1130,9 @@ class StreamParser:
                     if not stack:
                         return self._text[start:self._pos]
                     continue
+                if (quote_open and not self._eof and len(self._text) - self._pos < len(quote_open)
+                        and quote_open.startswith(self._text[self._pos:])):
+                    break  # what is here may be the start of a quote: wait and see
                 ch = self._text[self._pos]
                 if ch in opens:
                     stack.append(opens[ch])
@@ -1264,7 +1274,10 @@ _JSON_KINDS = (str, int, float, bool, type(None))
 
 def _python_value(text):
     """A Python literal that is a JSON value (dicts with string keys, lists, tuples, scalars)."""
-    value = ast.literal_eval(text)
+    try:
+        value = ast.literal_eval(text)
+    except ValueError:  # (its message names an AST node by its address: not the same twice)
+        raise ValueError("not a Python literal") from None
     stack = [value]
     while stack:
         item = stack.pop()
@@ -1321,6 +1334,8 @@ def _decode_native(text, fmt):
         value, end = _native(text, 0, fmt)
     except RecursionError:
         raise _BadArguments(f"the value {text[:40]!r} is nested too deeply to read") from None
+    except ValueError:  # a quote or a key's colon that is not there
+        raise _Invalid(f"cannot read the value {text[:40]!r}") from None
     if end != len(text):
         raise _Invalid(f"unexpected {text[end:end + 20]!r} in a value")
     return value

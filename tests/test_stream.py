@@ -163,6 +163,38 @@ def test_random_chunkings(corpus, data):
     check_deltas_add_up(deltas, message)
 
 
+EDITS = st.sampled_from(["", " ", "\n", "  ", "\t", "'", '"', "\\", "}", "]", ",", "<", ">", "/", "=", "é"])
+
+
+@needs_corpus
+@settings(max_examples=int(os.environ.get("TPLPARSE_EXAMPLES", 40)) * 3, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_edited_outputs_read_the_same_streamed_and_one_shot(corpus, data):
+    """Model output is untrusted: rendered turns with random edits (whitespace around literals,
+    stray quotes, brackets, backslashes, cut-offs), mostly no longer as rendered and often
+    invalid, give the same message one-shot (plain readers) and fed one character at a time
+    (waiting readers), errors and offsets included."""
+    stem = data.draw(st.sampled_from(sorted(corpus)))
+    template, spec, module = corpus[stem]
+    found = [o for o in outputs(template, spec) if o.expected["tool_calls"]]
+    if not found:
+        return
+    output = data.draw(st.sampled_from(found))
+    text = output.text
+    for _ in range(data.draw(st.integers(1, 4))):
+        at = data.draw(st.integers(0, len(text)))
+        cut = data.draw(st.integers(0, 2))
+        text = text[:at] + data.draw(EDITS) + text[at + cut:]
+    if data.draw(st.booleans()):
+        text = text[: data.draw(st.integers(0, len(text)))]  # truncated
+    kwargs = {"tools": FRESH_TOOLS, "start": output.start, "finish_reason": data.draw(st.sampled_from(["stop", "length"]))}
+    one_shot = module.parse(text, **kwargs)
+    deltas, streamed = stream(module, text, range(1, len(text)), **kwargs)
+    assert streamed == one_shot, text
+    check_deltas_add_up(deltas, streamed)
+
+
 # --- Random messages through real templates (names sharing prefixes, hard values) -------
 
 HARD_TEXT = st.text(st.characters(codec="utf-8", exclude_categories=("Cs", "Cc")), min_size=1, max_size=30).filter(
