@@ -539,11 +539,12 @@ class StreamParser:
     # and the caller falls back to the waiting form (`yield from`).
 
     def _here(self, literal):
-        """Consume `literal` if it comes next exactly as rendered."""
-        if self._text.startswith(literal, self._pos):
-            self._pos += len(literal)
-            return True
-        return False
+        """Consume `literal` if it comes next as rendered (its end whitespace: any)."""
+        end = _literal_here(self._text, self._pos, literal, self._eof)
+        if end < 0:
+            return False
+        self._pos = end
+        return True
 
     def _ws_here(self):
         """Skip whitespace; True when what follows is known (another character, or the end)."""
@@ -576,44 +577,45 @@ class StreamParser:
             yield
 
     def _match(self, literal, required=True):
-        """A literal whose whitespace runs match any whitespace or none (the grammar's tolerance)."""
+        """A literal whose whitespace runs match any whitespace or none (the grammar's tolerance;
+        a run at either end takes all the whitespace there)."""
         start = self._pos
-        if self._text.startswith(literal, start):  # the common case: written exactly as rendered
-            self._pos += len(literal)
+        end = _literal_here(self._text, start, literal, self._eof)
+        if end >= 0:  # the common case: written as rendered
+            self._pos = end
             return True
-        body = literal.lstrip()  # leading whitespace matches any whitespace or none
-        if body:
-            at = _SPACES.match(self._text, start).end() if len(body) < len(literal) else start
-            if self._text.startswith(body, at):
-                self._pos = at + len(body)
-                return True
-            if len(self._text) - at < len(body) and not self._eof and body.startswith(self._text[at:]):
-                # Written so far as rendered: wait for the whole literal, then decide (below
-                # if what comes is written differently).
-                self._pos = at
-                yield from self._need(len(body))
-                self._pos = start
-                if self._text.startswith(body, at):
-                    self._pos = at + len(body)
-                    return True
-        for word in _words(literal):
-            if word.isspace():
-                yield from self._skip_ws()
-                continue
-            yield from self._need(len(word))
-            if self._text.startswith(word, self._pos):
-                self._pos += len(word)
-                continue
-            if self._available() < len(word):
-                self._pos = start
-                if required:
-                    raise _Truncated(f"the output ended inside {literal.strip()!r}")
-                return False
-            seen = self._text[max(start, self._pos + len(word) - 40):self._pos + len(word)]
-            self._pos = start
-            if required:  # (the message quotes only text read so far: the same on every chunking)
-                raise _Invalid(f"expected {literal.strip()!r} at {seen!r}")
-            return False
+        core, lead, trail = _literal_parts(literal)
+        if lead and not self._ws_here():
+            yield from self._skip_ws()
+        if core:
+            at = self._pos
+            if len(self._text) - at < len(core) and not self._eof and core.startswith(self._text[at:]):
+                # Written so far as rendered: wait for the whole literal, then decide (word by
+                # word below if what comes is written differently).
+                yield from self._need(len(core))
+            if self._text.startswith(core, at):
+                self._pos = at + len(core)
+            else:
+                for word in _words(core):
+                    if word.isspace():
+                        yield from self._skip_ws()
+                        continue
+                    yield from self._need(len(word))
+                    if self._text.startswith(word, self._pos):
+                        self._pos += len(word)
+                        continue
+                    if self._available() < len(word):
+                        self._pos = start
+                        if required:
+                            raise _Truncated(f"the output ended inside {core!r}")
+                        return False
+                    seen = self._text[max(start, self._pos + len(word) - 40):self._pos + len(word)]
+                    self._pos = start
+                    if required:  # (the message quotes only text read so far: the same on every chunking)
+                        raise _Invalid(f"expected {core!r} at {seen!r}")
+                    return False
+        if trail and not self._ws_here():
+            yield from self._skip_ws()
         return True
 
     def _peek(self, text):
@@ -665,6 +667,7 @@ class StreamParser:
                 self._poll = scan
             yield
         if scan.unbalanced:
+            self._pos = scan.start  # (reported where the value starts)
             raise _Invalid(f"unbalanced {scan.unbalanced!r} in a {what}")
         self._pos = scan.end
         return self._text[scan.start:scan.end]
@@ -817,9 +820,7 @@ class StreamParser:
         announced = False
         for piece, following in self._t.call_pieces:
             if piece.__class__ is str:
-                if self._text.startswith(piece, self._pos):  # as rendered: no need for _match
-                    self._pos += len(piece)
-                else:
+                if not self._here(piece):  # (as rendered: no need for _match)
                     yield from self._match(piece)
                 continue
             slot = piece["slot"]
@@ -1010,7 +1011,9 @@ class StreamParser:
     def _kv_arguments(self, kv, schema, following):
         arguments = {}
         properties = schema.get("properties") or {}
-        closing = following.strip()
+        # The arguments end where the call's next literal starts: its first word is enough
+        # (the literal itself is matched after, with its whitespace tolerance).
+        closing = _words(following.strip())[0] if following.strip() else ""
         first = True
         bad = None  # the first value that does not read; raised once the arguments' layout is read
         while True:
@@ -1033,7 +1036,8 @@ class StreamParser:
             if not self._here(layout.middle):
                 yield from self._match(layout.middle)
             lead = layout.middle_lead
-            if lead and not self._here(lead) and (yield from self._peek(lead)):
+            # (exactly this whitespace, once: a raw value may start with whitespace of its own)
+            if lead and (self._text.startswith(lead, self._pos) or (yield from self._peek(lead))):
                 self._pos += len(lead)
             try:
                 arguments[key] = yield from self._argument_value(kv, layout, properties.get(key))
@@ -1192,17 +1196,32 @@ def _words(literal):
     return words
 
 
-def _literal_here(text, pos, literal):
-    """Where `literal` ends if it is here as `_match` reads it without waiting (-1: it is not)."""
-    if text.startswith(literal, pos):
-        return pos + len(literal)
-    body = literal.lstrip()  # leading whitespace matches any whitespace or none
-    if len(body) == len(literal):
+_LITERALS = {}
+
+
+def _literal_parts(literal):
+    """(the literal without its end whitespace, whether it starts with whitespace, whether it ends so); cached."""
+    parts = _LITERALS.get(literal)
+    if parts is None:
+        core = literal.strip()
+        parts = _LITERALS[literal] = (core, literal[:1].isspace(), literal[-1:].isspace())
+    return parts
+
+
+def _literal_here(text, pos, literal, eof=False):
+    """Where `literal` ends if it is here as `_match` reads it, without waiting (-1: it is
+    not, or not yet known: whitespace it ends with runs to the end of what has arrived)."""
+    core, lead, trail = _literal_parts(literal)
+    if lead:
+        pos = _SPACES.match(text, pos).end()
+    if not text.startswith(core, pos):
         return -1
-    pos = _SPACES.match(text, pos).end()
-    if not body:
-        return pos if pos < len(text) else -1
-    return pos + len(body) if text.startswith(body, pos) else -1
+    pos += len(core)
+    if trail:
+        pos = _SPACES.match(text, pos).end()
+        if pos >= len(text) and not eof:
+            return -1
+    return pos
 
 
 def _held_back(window, stops):
@@ -1256,7 +1275,7 @@ def _python_value(text):
     """A Python literal that is a JSON value (dicts with string keys, lists, tuples, scalars)."""
     try:
         value = ast.literal_eval(text)
-    except ValueError:  # (its message names an AST node by its address: not the same twice)
+    except (ValueError, TypeError, OverflowError):  # ({[1]: 2}: unhashable; messages may hold addresses)
         raise ValueError("not a Python literal") from None
     stack = [value]
     while stack:

@@ -467,8 +467,8 @@ def read_counting_waits(module, text, **kwargs):
 @needs_corpus
 @pytest.mark.parametrize("stem, variant", [
     # (family, a rewrite the plain reader does not cover: the waiting reader reads it, to the same result)
-    ("Qwen-Qwen3-0.6B", [('"arguments": {', '"arguments":{')]),
-    ("Qwen-Qwen3-Coder", [("<function=tool_1>\n", "<function=tool_1> \n")]),
+    ("Qwen-Qwen3-0.6B", [('{"name": "', '{"name":"')]),
+    ("Qwen-Qwen3-Coder", [("</function>\n</tool_call>", "</function> </tool_call>")]),
     # the value in double quotes, as Python also writes it
     ("LiquidAI-LFM2.5-8B-A1B", [("query='", 'query="'), ('"quotes"\'', '\\"quotes\\""')]),
 ])
@@ -501,6 +501,7 @@ def test_a_call_that_is_all_here_is_read_without_waiting(corpus, stem, variant):
     ("InternLM-InternLM2.5-chat-vllm-tool", "{'a': {1, 2}}"),
     ("InternLM-InternLM2.5-chat-vllm-tool", "{(1, 2): 3}"),
     ("InternLM-InternLM2.5-chat-vllm-tool", "{'a': 1j}"),
+    ("InternLM-InternLM2.5-chat-vllm-tool", "{'a': {[1]: 2}}"),  # literal_eval: TypeError, unhashable
 ])
 def test_arguments_json_cannot_hold_are_an_error_not_a_crash(corpus, chatml, stem, arguments):
     """Decoders accept what JSON has no text for (NaN, 1e999 -> inf; Python sets, complex numbers,
@@ -520,6 +521,20 @@ def test_arguments_json_cannot_hold_are_an_error_not_a_crash(corpus, chatml, ste
     reference = ReferenceParser(spec, start="content").parse(text)
     assert reference["tool_calls"] == []
     assert [e["kind"] for e in reference["errors"]] in (["invalid_arguments"], ["invalid_output"])
+
+
+@needs_corpus
+@pytest.mark.parametrize("cut", ["none", "one character", "inside the whitespace"])
+def test_whitespace_at_a_literals_end_takes_all_there(corpus, cut):
+    """A literal's end whitespace run matches all the whitespace there, whether the literal
+    arrived whole or not (Command R+'s section end is "\n]```\n")."""
+    module = corpus_module(corpus, "Cohere-Command-R-Plus-tool_use")
+    text = ('Hi\nAction:\n```json\n[\n    {\n        "tool_name": "get",\n        "parameters": {}\n    }\n\n]```'
+            '\n\nBye<|END_OF_TURN_TOKEN|>')
+    cuts = {"none": [], "one character": range(1, len(text)), "inside the whitespace": [text.index("\n]") + 1]}[cut]
+    _, message = stream(module, text, cuts, start="content")
+    assert message["errors"] == [] and message["content"] == "Hi\nBye"
+    assert [c["function"]["name"] for c in message["tool_calls"]] == ["get"]
 
 
 DEEP = 50_000  # far past the decoders' recursion limits
