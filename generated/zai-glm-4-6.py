@@ -122,9 +122,13 @@ class _Tables:
             self.call_has_id = {"slot": "id"} in tc["call"]
             self.call_head = _first_marker(next((p for p in tc["call"] if isinstance(p, str)), ""))
             self.section_end = _cut_at_end(tc["section_end"], self.end_of_turn)
-            # each piece of the call layout, with the next literal after it
+            # each piece of the call layout, with the next literal after it, whether what comes
+            # next skips whitespace itself (then a literal need not wait for its end), and
+            # whether the piece is a literal that can be taken exactly as written (no end whitespace)
             self.call_pieces = [
-                (piece, next((p for p in tc["call"][i + 1:] if isinstance(p, str) and p.strip()), ""))
+                (piece, next((p for p in tc["call"][i + 1:] if isinstance(p, str) and p.strip()), ""),
+                 _skips_whitespace(tc["call"][i + 1] if i + 1 < len(tc["call"]) else None),
+                 isinstance(piece, str) and not piece[-1:].isspace())
                 for i, piece in enumerate(tc["call"])
             ]
         self.key_values = None
@@ -169,6 +173,11 @@ class _Tables:
             if closed != -1 and closed >= opened:
                 return "content"
         return self.spec["modes"]["default"]["start"]
+
+
+def _skips_whitespace(piece):
+    """Whether the reader of this call-layout piece starts by skipping whitespace."""
+    return piece == {"slot": "arguments"} or (isinstance(piece, str) and piece[:1].isspace())
 
 
 _TABLES = []  # [(spec, its _Tables)]: built once per spec, read-only afterwards
@@ -378,12 +387,9 @@ class StreamParser:
     # --- the public contract ------------------------------------------------------
 
     def feed(self, chunk):
-        if self._finish is not None:
-            raise RuntimeError("end() was called: the stream is closed")
         text = chunk if chunk.__class__ is str else self._decode(chunk)
-        if not text:
-            return []
-        # Fast paths: most chunks cannot move the parse past what it waits in.
+        # Fast paths: most chunks cannot move the parse past what it waits in. (After end()
+        # none is open: it clears what they test.)
         quiet = self._quiet
         if quiet is None:
             if len(self._text) + len(text) < self._wait_for:
@@ -421,6 +427,8 @@ class StreamParser:
                 if self._quiet is not None:
                     return []
             return self._push("")
+        if self._finish is not None:
+            raise RuntimeError("end() was called: the stream is closed")
         return self._push(text)
 
     def _decode(self, chunk):
@@ -433,6 +441,8 @@ class StreamParser:
         self._finish = finish_reason
         self._eof = True
         deltas = self._push(tail)
+        self._quiet = self._plain = self._poll = None  # (feed's fast paths stay closed)
+        self._wait_for = 0
         if finish_reason == "length" and self._state == "reasoning":
             self._errors.append(_error("reasoning_truncated", "the output ended inside reasoning",
                                       self._offset_base + len(self._text)))
@@ -552,9 +562,13 @@ class StreamParser:
     # parse): each consumes and returns a result, or consumes nothing and returns None/False,
     # and the caller falls back to the waiting form (`yield from`).
 
-    def _here(self, literal):
+    def _here(self, literal, ws_follows=False):
         """Consume `literal` if it comes next as rendered (its end whitespace: any)."""
-        end = _literal_here(self._text, self._pos, literal, self._eof)
+        parts = _LITERALS.get(literal)
+        if parts is not None and not parts[2] and self._text.startswith(literal, self._pos):
+            self._pos += len(literal)  # (the common case, without a call)
+            return True
+        end = _literal_here(self._text, self._pos, literal, self._eof or ws_follows)
         if end < 0:
             return False
         self._pos = end
@@ -590,11 +604,12 @@ class StreamParser:
                 return
             yield
 
-    def _match(self, literal, required=True):
+    def _match(self, literal, required=True, ws_follows=False):
         """A literal whose whitespace runs match any whitespace or none (the grammar's tolerance;
-        a run at either end takes all the whitespace there)."""
+        a run at either end takes all the whitespace there). With `ws_follows` (the next reader
+        skips whitespace itself) the literal does not wait to see where its end run stops."""
         start = self._pos
-        end = _literal_here(self._text, start, literal, self._eof)
+        end = _literal_here(self._text, start, literal, self._eof or ws_follows)
         if end >= 0:  # the common case: written as rendered
             self._pos = end
             return True
@@ -628,14 +643,31 @@ class StreamParser:
                     if required:  # (the message quotes only text read so far: the same on every chunking)
                         raise _Invalid(f"expected {core!r} at {seen!r}")
                     return False
-        if trail and not self._ws_here():
+        if trail and not self._ws_here() and not ws_follows:
             yield from self._skip_ws()
         return True
 
     def _peek(self, text):
-        """Whether `text` comes next (nothing consumed)."""
-        yield from self._need(len(text))
+        """Whether `text` comes next (nothing consumed); decided as soon as what is here is not its start."""
+        while len(self._text) - self._pos < len(text) and not self._eof:
+            if not text.startswith(self._text[self._pos:]):
+                return False
+            self._wait_for = self._pos + len(text)
+            yield
         return self._text.startswith(text, self._pos)
+
+    def _peek_after_ws(self, text):
+        """Whether `text` comes next after whitespace (the whitespace is consumed, `text` is not)."""
+        while True:
+            self._pos = _SPACES.match(self._text, self._pos).end()
+            here = self._text[self._pos:self._pos + len(text)]
+            if len(here) == len(text) or self._eof:
+                return here == text
+            if here and not text.startswith(here):
+                return False
+            # (one wait for the whitespace and the text: whitespace still to come waits again)
+            self._wait_for = self._pos + len(text)
+            yield
 
     def _read_while(self, chars, what):
         """A run of `chars` (a tool name, a call id, an index), ended by any other character."""
@@ -816,10 +848,8 @@ class StreamParser:
             elif tc["parallel"] == "all":
                 # Calls separated by whitespace only: another call starts with the call's opener.
                 start = self._pos
-                if not self._ws_here():
-                    yield from self._skip_ws()
                 head = self._t.call_head
-                if head and (self._text.startswith(head, self._pos) or (yield from self._peek(head))):
+                if head and (yield from self._peek_after_ws(head)):
                     continue
                 self._pos = start
             break
@@ -832,10 +862,12 @@ class StreamParser:
         bad = None
         has_id = self._t.call_has_id
         announced = False
-        for piece, following in self._t.call_pieces:
+        for piece, following, ws_follows, exact in self._t.call_pieces:
             if piece.__class__ is str:
-                if not self._here(piece):  # (as rendered: no need for _match)
-                    yield from self._match(piece)
+                if exact and self._text.startswith(piece, self._pos):  # as rendered
+                    self._pos += len(piece)
+                elif not self._here(piece, ws_follows):
+                    yield from self._match(piece, ws_follows=ws_follows)
                 continue
             slot = piece["slot"]
             if slot == "name":
@@ -880,9 +912,12 @@ class StreamParser:
         text = self._text
         start = pos = self._pos
         call = {"name": None, "id": None, "arguments": None}
-        for piece, following in self._t.call_pieces:
+        for piece, following, ws_follows, exact in self._t.call_pieces:
             if piece.__class__ is str:
-                pos = _literal_here(text, pos, piece)
+                if exact and text.startswith(piece, pos):  # as rendered
+                    pos += len(piece)
+                    continue
+                pos = _literal_here(text, pos, piece, ws_follows)
                 if pos < 0:
                     return False
                 continue
@@ -979,7 +1014,7 @@ class StreamParser:
                     return None
             arguments[key] = value
             if after:
-                pos = _literal_here(text, pos, after)
+                pos = _literal_here(text, pos, after, True)  # (the loop skips whitespace next)
                 if pos < 0:
                     return None
         self._pos = pos
@@ -1026,8 +1061,10 @@ class StreamParser:
         arguments = {}
         properties = schema.get("properties") or {}
         # The arguments end where the call's next literal starts: its first word is enough
-        # (the literal itself is matched after, with its whitespace tolerance).
-        closing = _words(following.strip())[0] if following.strip() else ""
+        # (the literal itself is matched after, with its whitespace tolerance). Waiting for
+        # the length of the whole literal first lets the next argument arrive in one piece.
+        closing = following.strip()
+        closing_word = _words(closing)[0] if closing else ""
         first = True
         bad = None  # the first value that does not read; raised once the arguments' layout is read
         while True:
@@ -1036,7 +1073,7 @@ class StreamParser:
             if closing:
                 if self._available() < len(closing):
                     yield from self._need(len(closing))
-                if self._text.startswith(closing, self._pos):
+                if self._text.startswith(closing_word, self._pos):
                     break
             elif self._eof and not self._available():
                 break
@@ -1057,8 +1094,8 @@ class StreamParser:
                 arguments[key] = yield from self._argument_value(kv, layout, properties.get(key))
             except _BadArguments as e:
                 bad = bad or e  # the value was read; its closing text keeps the parse in step
-            if layout.after_core and not self._here(layout.after):
-                yield from self._match(layout.after)
+            if layout.after_core and not self._here(layout.after, True):  # (the loop skips whitespace next)
+                yield from self._match(layout.after, ws_follows=True)
         if bad is not None:
             raise bad
         return arguments
@@ -1222,18 +1259,25 @@ def _literal_parts(literal):
     return parts
 
 
-def _literal_here(text, pos, literal, eof=False):
+def _literal_here(text, pos, literal, end_known=False):
     """Where `literal` ends if it is here as `_match` reads it, without waiting (-1: it is
-    not, or not yet known: whitespace it ends with runs to the end of what has arrived)."""
-    core, lead, trail = _literal_parts(literal)
-    if lead:
-        pos = _SPACES.match(text, pos).end()
-    if not text.startswith(core, pos):
-        return -1
-    pos += len(core)
+    not, or not yet known: whitespace it ends with runs to the end of what has arrived and
+    `end_known` (the stream ended, or the next reader skips whitespace) is False)."""
+    parts = _LITERALS.get(literal)
+    core, lead, trail = parts if parts is not None else _literal_parts(literal)
+    if text.startswith(literal, pos):  # as rendered (its leading whitespace then is all there is)
+        pos += len(literal)
+    else:
+        if lead:
+            pos = _SPACES.match(text, pos).end()
+        if not text.startswith(core, pos):
+            return -1
+        pos += len(core)
     if trail:
+        if pos < len(text) and not text[pos].isspace():
+            return pos
         pos = _SPACES.match(text, pos).end()
-        if pos >= len(text) and not eof:
+        if pos >= len(text) and not end_known:
             return -1
     return pos
 
