@@ -95,12 +95,14 @@ class _Tables:
             self.call_head = _first_marker(next((p for p in tc["call"] if isinstance(p, str)), ""))
             self.section_end = _cut_at_end(tc["section_end"], self.end_of_turn)
             # each piece of the call layout, with the next literal after it, whether what comes
-            # next skips whitespace itself (then a literal need not wait for its end), and
-            # whether the piece is a literal that can be taken exactly as written (no end whitespace)
+            # next skips whitespace itself (then a literal need not wait for its end), whether
+            # the piece is a literal that can be taken exactly as written (no end whitespace),
+            # and the length of the literal right after it (0: none)
             self.call_pieces = [
                 (piece, next((p for p in tc["call"][i + 1:] if isinstance(p, str) and p.strip()), ""),
                  _skips_whitespace(tc["call"][i + 1] if i + 1 < len(tc["call"]) else None),
-                 isinstance(piece, str) and not piece[-1:].isspace())
+                 isinstance(piece, str) and not piece[-1:].isspace(),
+                 len(tc["call"][i + 1].strip()) if i + 1 < len(tc["call"]) and isinstance(tc["call"][i + 1], str) else 0)
                 for i, piece in enumerate(tc["call"])
             ]
         self.key_values = None
@@ -367,7 +369,7 @@ class StreamParser:
             if len(self._text) + len(text) < self._wait_for:
                 self._append(text)  # still fewer characters than the parse needs to decide
                 return []
-        elif quiet(text) is None:
+        elif quiet(text) is None or len(self._text) + len(text) < self._wait_for:
             if self._plain is None:
                 # Inside a value that only a `quiet` character can end: keep it (as _append).
                 buffer, self._text = self._text, ""
@@ -380,6 +382,9 @@ class StreamParser:
                 field = self._plain
                 if field.started:  # (_emit_text, inlined: most chunks of a stream come here)
                     body = text.rstrip()
+                    if body is text and not field.pending:  # no whitespace at the end, none held
+                        field.parts.append(text)
+                        return [{field.key: text}]
                     if not body:
                         field.pending += text
                         return []
@@ -641,8 +646,10 @@ class StreamParser:
             self._wait_for = self._pos + len(text)
             yield
 
-    def _read_while(self, chars, what):
-        """A run of `chars` (a tool name, a call id, an index), ended by any other character."""
+    def _read_while(self, chars, what, then=0):
+        """A run of `chars` (a tool name, a call id, an index), ended by any other character.
+        `then`: the length of the literal that must follow; the parse waits for it too (it
+        cannot go on before), so the run's end and that literal cost one wake-up, not two."""
         start = self._pos
         run = _run_of(chars)
         while True:
@@ -652,6 +659,7 @@ class StreamParser:
             if self._eof:
                 raise _Truncated(f"the output ended inside a {what}")
             self._quiet = _outside(chars)
+            self._wait_for = len(self._text) + then
             yield
         if self._pos == start:
             raise _Invalid(f"expected a {what} at {self._text[start]!r}")
@@ -821,7 +829,8 @@ class StreamParser:
                 # Calls separated by whitespace only: another call starts with the call's opener.
                 start = self._pos
                 head = self._t.call_head
-                if head and (yield from self._peek_after_ws(head)):
+                if head and (self._ws_here() and self._text.startswith(head, self._pos)
+                             or (yield from self._peek_after_ws(head))):
                     continue
                 self._pos = start
             break
@@ -834,7 +843,7 @@ class StreamParser:
         bad = None
         has_id = self._t.call_has_id
         announced = False
-        for piece, following, ws_follows, exact in self._t.call_pieces:
+        for piece, following, ws_follows, exact, then in self._t.call_pieces:
             if piece.__class__ is str:
                 if exact and self._text.startswith(piece, self._pos):  # as rendered
                     self._pos += len(piece)
@@ -843,9 +852,10 @@ class StreamParser:
                 continue
             slot = piece["slot"]
             if slot == "name":
-                call["name"] = self._run_here(_NAME_CHARS) or (yield from self._read_while(_NAME_CHARS, "tool name"))
+                call["name"] = self._run_here(_NAME_CHARS) or (
+                    yield from self._read_while(_NAME_CHARS, "tool name", then))
             elif slot == "id":
-                call["id"] = self._run_here(_ID_CHARS) or (yield from self._read_while(_ID_CHARS, "call id"))
+                call["id"] = self._run_here(_ID_CHARS) or (yield from self._read_while(_ID_CHARS, "call id", then))
             elif slot in ("index", "index1"):
                 yield from self._read_while("0123456789", "call index")
             elif slot == "arguments":
@@ -884,7 +894,7 @@ class StreamParser:
         text = self._text
         start = pos = self._pos
         call = {"name": None, "id": None, "arguments": None}
-        for piece, following, ws_follows, exact in self._t.call_pieces:
+        for piece, following, ws_follows, exact, then in self._t.call_pieces:
             if piece.__class__ is str:
                 if exact and text.startswith(piece, pos):  # as rendered
                     pos += len(piece)
@@ -942,7 +952,9 @@ class StreamParser:
         properties = (self._tools.get(name) or {}).get("properties") or {}
         layout = kv.string
         middle, middle_lead, after_lead = layout.middle, layout.middle_lead, layout.after_lead
-        after = layout.after if layout.after_core else ""  # (whitespace alone after a value is left to the loop)
+        # (whitespace alone after a value is left to the loop; a raw value ends right at the
+        # closing text, its leading whitespace read as part of the value and stripped)
+        after = (layout.after.lstrip() if kv.raw_strings else layout.after) if layout.after_core else ""
         value_end = layout.after_core or kv.separator_core  # where a raw value ends
         quote_open, quote_close = kv.quote_open, kv.quote_close
         key_run, spaces, raw = kv.key_run, _SPACES.match, kv.raw_strings
@@ -979,7 +991,7 @@ class StreamParser:
             else:
                 return None
             schema = properties.get(key)
-            if schema:
+            if schema and schema.get("type") != "string":
                 try:
                     value = _typed_raw(value, schema)
                 except _BadArguments:
