@@ -11,7 +11,7 @@ import sys
 import click
 
 from .errors import InputError, TplparseError
-from .loader import load
+from .source import load
 
 
 class _Group(click.Group):
@@ -133,14 +133,6 @@ def render(source, messages, tools_path, no_generation_prompt, variables, varian
     click.echo(text, nl=False)
 
 
-def _show(value) -> str:
-    return repr(value) if value != "" else "-"
-
-
-def _layout_text(layout) -> str:
-    return "".join(repr(p)[1:-1] if isinstance(p, str) else "{" + p["slot"] + "}" for p in layout)
-
-
 @main.command()
 @click.argument("source", type=click.Path())
 @click.option("--variant", help="A named template of the source (e.g. tool_use).")
@@ -148,67 +140,22 @@ def _layout_text(layout) -> str:
 def probe(source, variant, as_json):
     """Derive SOURCE's protocol (reasoning, content, tool calls, end of turn) by rendering it."""
     from .probe import probe as run_probe
-    from .verify import verify
+    from .probe import verify
+    from .probe.report import as_text, protocol_sections, provenance_sections
 
     template = load(source, variant=variant)
     spec = run_probe(template)
     if as_json:
         click.echo(spec.to_json(), nl=False)
         return
-    echo = click.echo
-    echo(f"{template.name} — family {spec.family}, template sha256 {spec.template_sha256[:16]}…, input shape: {spec.shape}")
-    echo("\nGeneration prompt")
-    echo(f"  {'mode':<12} {'set':<28} {'prompt ends with':<34} starts in")
-    for name, mode in spec.modes.items():
-        setting = ", ".join(f"{k}={v!r}" for k, v in mode.variables.items()) or (
-            f"system {mode.system_flag!r}" if mode.system_flag else "-")
-        echo(f"  {name:<12} {setting:<28} {_show(mode.tail)[:34]:<34} {mode.start}")
-    echo("\nReasoning")
-    if spec.reasoning:
-        echo(f"  start          {_show(spec.reasoning.start)}")
-        echo(f"  end            {_show(spec.reasoning.end)}")
-        echo(f"  in history     {'yes' if spec.reasoning.in_history else 'no (the template drops it)'}")
-        echo(f"  a tool call ends open reasoning: {'yes' if spec.reasoning.tool_call_ends_reasoning else 'no'}")
-    else:
-        echo("  none found")
-    echo("\nContent")
-    echo(f"  wrapper        {_show(spec.content_start)} … {_show(spec.content_end)}")
-    echo("\nTool calls")
-    tc = spec.tool_calls
-    if tc:
-        args = tc.arguments
-        echo(f"  section        {_show(tc.section_start)} … {_show(tc.section_end)}")
-        echo(f"  one call       {_layout_text(tc.call)}")
-        echo(f"  between calls  {_show(tc.separator)}   (parallel calls: {tc.parallel})")
-        if args.style == "object":
-            echo(f"  arguments      one object, {args.encoder}" + (f", keys {args.order}" if args.order != "given" else ""))
-        else:
-            echo(f"  arguments      one per argument, joined by {_show(args.separator)}, keys {args.order}")
-            for kind, layout in args.argument.items():
-                echo(f"    {kind:<12} {_layout_text(layout)}")
-            echo("    values       " + ", ".join(f"{k}: {v}" for k, v in args.value_encoders.items()))
-    else:
-        echo("  the template does not render tool calls")
-    echo("\nEnd of turn")
-    echo("  " + (", ".join(map(repr, spec.end_of_turn)) or "none found"))
-    echo("\nTurn layouts")
-    for kind, layout in spec.turns.items():
-        echo(f"  {kind:<18} {_layout_text(layout)}")
-    if spec.evidence:
-        echo("\nEvidence")
-        for key, why in spec.evidence.items():
-            echo(f"  {key}: {why}")
-    for title, lines in (("Overrides", spec.overrides), ("Warnings", spec.warnings)):
-        if lines:
-            echo(f"\n{title}")
-            for line in lines:
-                echo(f"  - {line}")
+    title = f"{template.name} — family {spec.family}, template sha256 {spec.template_sha256[:16]}…, input shape: {spec.shape}"
+    click.echo(as_text(title, protocol_sections(spec) + provenance_sections(spec)), nl=False)
     checks = verify(template, spec)
     passed = sum(c.passed for c in checks)
-    echo(f"\nCheck: the spec re-renders {passed} of {len(checks)} standard turns (fresh values) exactly as the template does")
+    click.echo(f"\nCheck: the spec re-renders {passed} of {len(checks)} standard turns (fresh values) exactly as the template does")
     for check in checks:
         if not check.passed:
-            echo(f"  {check.turn}: {check.detail}")
+            click.echo(f"  {check.turn}: {check.detail}")
 
 
 @main.command()
@@ -228,11 +175,11 @@ def gbnf(source, tools_path, tool_choice, parallel, schema_path, mode, llama_req
     each call's arguments by its tool's JSON Schema. Unsupported schema keywords are reported
     on stderr. The grammar is checked with lark, and with llama.cpp when it is installed.
     """
-    from . import llama_check
-    from .gbnf import emit_gbnf
-    from .gbnf_check import parse_gbnf
+    from .check import llama as llama_check
+    from .check.gbnf_lark import parse_gbnf
+    from .emit.gbnf import emit_gbnf
+    from .emit.llama_request import llama_request as make_request
     from .grammar import GrammarOptions, build
-    from .llama_request import llama_request as make_request
     from .probe import probe as run_probe
 
     tools = _read_json_file(tools_path, "tools") if tools_path else None
@@ -276,42 +223,72 @@ def gbnf(source, tools_path, tool_choice, parallel, schema_path, mode, llama_req
               help="Where grammars/ and generated/ go.")
 @click.option("--family", help="The family name (default: from the model's name).")
 @click.option("--variant", help="A named template of the source (e.g. tool_use).")
-def compile_command(source, out_dir, family, variant):
+@click.option("--standalone", is_flag=True,
+              help="Write the parser as one self-contained file (the runtime inlined) instead of a module beside "
+                   "the shared generated/tplparse_runtime.py.")
+def compile_command(source, out_dir, family, variant, standalone):
     """Write SOURCE's PEG and GBNF grammars, its spec and its streaming parser module."""
     from pathlib import Path
 
-    from .build import compile_template
+    from .pipeline import write_artifacts
 
     template = load(source, variant=variant, family=family)
-    for path in compile_template(template, Path(out_dir)):
+    for path in write_artifacts(template, Path(out_dir), standalone=standalone):
         click.echo(f"wrote {path}")
 
 
-def _parser_module(source: str):
-    """A generated module from a .py file, or generated now from a template source."""
+class _Parsers:
+    """Where `parse` gets its parsers: a generated module, or a template compiled in memory."""
+
+    def __init__(self, make, family: str, template_name: str, template_sha256: str):
+        self.make, self.family, self.template_name, self.template_sha256 = make, family, template_name, template_sha256
+
+
+def _load_generated(path) -> "object":
+    """A generated family module from its file, with the runtime beside it importable (as a
+    package member, the way `from generated import <family>` imports it)."""
+    import hashlib
     import importlib.util
+    import sys as _sys
     import types
+
+    package = "tplparse_generated_" + hashlib.sha256(str(path.resolve().parent).encode()).hexdigest()[:12]
+    if package not in _sys.modules:
+        holder = types.ModuleType(package)
+        holder.__path__ = [str(path.resolve().parent)]
+        _sys.modules[package] = holder
+    spec = importlib.util.spec_from_file_location(f"{package}.{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    _sys.modules[spec.name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:  # noqa: BLE001 - a broken module file is bad input
+        _sys.modules.pop(spec.name, None)
+        raise InputError(f"{path}: not a generated parser module ({type(e).__name__}: {e})") from None
+    return module
+
+
+def _parsers(source: str) -> _Parsers:
+    """A generated module from a .py file, or the parser of a template source, probed now."""
     from pathlib import Path
 
     if source.endswith(".py"):
         path = Path(source)
         if not path.is_file():
             raise InputError(f"{source}: no such file")
-        spec = importlib.util.spec_from_file_location(f"tplparse_generated_{path.stem.replace('-', '_')}", path)
-        module = importlib.util.module_from_spec(spec)
-        try:
-            spec.loader.exec_module(module)
-        except Exception as e:  # noqa: BLE001 - a broken module file is bad input
-            raise InputError(f"{source}: not a generated parser module ({type(e).__name__}: {e})") from None
-        if not hasattr(module, "StreamParser"):
+        module = _load_generated(path)
+        if not hasattr(module, "StreamParser") or not hasattr(module, "TEMPLATE_SHA256"):
             raise InputError(f"{source}: not a generated parser module (no StreamParser)")
-        return module
-    from .parser_gen import generate_module
-    from .probe import probe as run_probe
+        return _Parsers(module.StreamParser, module.FAMILY, getattr(module, "TEMPLATE_NAME", ""), module.TEMPLATE_SHA256)
+    from . import runtime
+    from .bridge import compile_in_memory
 
-    module = types.ModuleType("tplparse_generated")
-    exec(compile(generate_module(run_probe(load(source))), "<generated>", "exec"), module.__dict__)  # noqa: S102
-    return module
+    spec, protocol = compile_in_memory(load(source))
+
+    def make(tools=None, generation_prompt=None, start=None):
+        return runtime.StreamParser(protocol, tools=tools, generation_prompt=generation_prompt, start=start)
+
+    return _Parsers(make, spec.family, spec.template_name, spec.template_sha256)
 
 
 @main.command()
@@ -325,7 +302,7 @@ def _parser_module(source: str):
               help="Append the raw output, the message and the template's name and sha256 to this JSON-lines file.")
 def parse(source, tools_path, prompt_path, start, finish_reason, stream, record_path):
     """Parse a model's raw output (stdin) with SOURCE's parser (a generated .py, or a template)."""
-    module = _parser_module(source)
+    parsers = _parsers(source)
     tools = _read_json_file(tools_path, "tools") if tools_path else None
     prompt = None
     if prompt_path:
@@ -335,7 +312,7 @@ def parse(source, tools_path, prompt_path, start, finish_reason, stream, record_
         except OSError as e:
             raise InputError(f"{prompt_path}: cannot read the prompt: {e}") from None
     text = sys.stdin.read()
-    parser = module.StreamParser(tools=tools, generation_prompt=prompt, start=start)
+    parser = parsers.make(tools=tools, generation_prompt=prompt, start=start)
     if stream:
         for i in range(0, len(text), 8):
             for delta in parser.feed(text[i:i + 8]):
@@ -352,9 +329,9 @@ def parse(source, tools_path, prompt_path, start, finish_reason, stream, record_
 
         entry = {
             "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "family": module.FAMILY,
-            "template_name": module.SPEC.get("template_name"),
-            "template_sha256": module.TEMPLATE_SHA256,
+            "family": parsers.family,
+            "template_name": parsers.template_name,
+            "template_sha256": parsers.template_sha256,
             "raw": text,
             "message": parser.message,
         }
@@ -372,34 +349,23 @@ def build_command(manifest, check):
     """Regenerate grammars/ and generated/ for every family of the manifest."""
     from pathlib import Path
 
-    from .build import artifacts, family_template, read_manifest
+    from .pipeline import build, read_manifest
 
     manifest_path = Path(manifest)
-    root = manifest_path.parent
-    families = read_manifest(manifest_path)
-    stale, skipped, written = [], [], 0
-    with click.progressbar(families, label="building", item_show_func=lambda f: f.name if f else "") as bar:
-        for family in bar:
-            if not family.source.exists():
-                skipped.append(family)
-                continue
-            for relative, text in artifacts(family_template(family)).items():
-                path = root / relative
-                current = path.read_text(encoding="utf-8") if path.is_file() else None
-                if current == text:
-                    continue
-                if check:
-                    stale.append(relative)
-                else:
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    path.write_text(text, encoding="utf-8")
-                    written += 1
-    for family in skipped:
+    count = len(read_manifest(manifest_path))
+    with click.progressbar(length=count, label="building", item_show_func=lambda f: f.name if f else "") as bar:
+        result = build(manifest_path, check=check, progress=lambda family: bar.update(1, family))
+    for family in result.skipped:
         click.echo(f"skipped {family.name}: {family.source} is not here", err=True)
     if check:
-        if stale:
-            click.echo("stale (run tplparse build): " + ", ".join(stale), err=True)
+        if result.changed or result.removed:
+            if result.changed:
+                click.echo("stale (run tplparse build): " + ", ".join(result.changed), err=True)
+            if result.removed:
+                click.echo("generated by tplparse but made by no family (tplparse build removes them): "
+                           + ", ".join(result.removed), err=True)
             sys.exit(1)
-        click.echo(f"all {len(families) - len(skipped)} families are current")
+        click.echo(f"all {len(result.built)} families are current")
     else:
-        click.echo(f"built {len(families) - len(skipped)} families, {written} files changed")
+        removed = f", {len(result.removed)} removed" if result.removed else ""
+        click.echo(f"built {len(result.built)} families, {len(result.changed)} files changed{removed}")

@@ -31,9 +31,9 @@ import llama_cpp
 from llama_cpp import Llama, LlamaGrammar
 
 import tplparse
-from tplparse.gbnf import emit_gbnf
+from tplparse.emit.gbnf import emit_gbnf
 from tplparse.grammar import GrammarOptions, build
-from tplparse.llama_request import llama_request
+from tplparse.emit.llama_request import llama_request
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_MODEL = HERE.parent / "tests" / ".fixtures" / "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -108,7 +108,7 @@ def generator(llm: Llama, template: tplparse.ChatTemplate, grammar_options: Gram
     """generate(messages) -> (raw output, parsed message): one attempt, streamed into the parser."""
 
     def generate(messages):
-        prompt = template.prompt(messages, tools=tools, thinking=False)
+        prompt = tplparse.prompt(template, messages, tools=tools, thinking=False)
         options = GrammarOptions(**{**grammar_options.__dict__, "start": prompt.start, "warnings": []})
         parser = prompt.parser()
         pieces, finish = [], "stop"

@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from tplparse.byte_vocab import write_byte_vocab
+from tplparse.check.byte_vocab import write_byte_vocab
 
 HERE = Path(__file__).resolve().parent
 

@@ -1,4 +1,5 @@
-"""Model outputs taken from the template's own renders, for round-trip tests.
+"""Model outputs taken from the template's own renders, for round-trip tests; and a family's
+streaming parser in process, for the tests that read them.
 
 For a template and its spec, render each standard turn (fresh values) and cut out what a
 model would have written: the span after the assistant header, without what the generation
@@ -10,14 +11,43 @@ render shows of the turn: templates drop reasoning, content or extra calls).
 from __future__ import annotations
 
 import json
+import types
 from dataclasses import dataclass
 
-from tplparse.conversations import FRESH, SHAPES, ShapedRenderer, tool_definition
-from tplparse.probe import PLACEHOLDER_TOKENS, assistant_spans
-from tplparse.render import fixed_clock
+from tplparse import runtime
+from tplparse.grammar.reading import reading_tables
+from tplparse.probe import PLACEHOLDER_TOKENS, standard_turns
+from tplparse.probe.conversations import FRESH, SHAPES, ShapedRenderer, tool_definition
+from tplparse.probe.renders import assistant_spans
+from tplparse.source.render import fixed_clock
+from tplparse.source.template import ChatTemplate
 from tplparse.spec import ProtocolSpec
-from tplparse.template import ChatTemplate
-from tplparse.verify import standard_turns
+
+# Turns whose render reads back differently, and why (the template maps them lossily).
+KNOWN_READBACK_DIFFERENCES = {
+    ("OpenAI-gpt-oss-120b", "content+call"):
+        "the template writes a tool-calling turn's content into the analysis (reasoning) channel",
+    ("NVIDIA-Nemotron-Nano-9B-v2", "content+call"):
+        "the template renders content and calls as two assistant turns; a turn ends at its end marker",
+    ("Naver-HyperCLOVAX-SEED-Think-14B-vllm-tool", "content+call"):
+        "the template renders content and calls as two assistant turns; a turn ends at its end marker",
+}
+
+
+def parser_module(spec: ProtocolSpec, special_tokens: tuple[str, ...] = ()) -> types.SimpleNamespace:
+    """The family's parser in process, with a generated module's face: `.StreamParser(tools=...,
+    generation_prompt=..., start=...)` and `.parse(text, ...)`, bound to the spec's reading
+    tables (the runtime and tables a generated module carries; nothing is generated or run)."""
+    protocol = runtime.Protocol(reading_tables(spec, special_tokens))
+
+    def stream_parser(tools=None, generation_prompt=None, start=None):
+        return runtime.StreamParser(protocol, tools=tools, generation_prompt=generation_prompt, start=start)
+
+    def parse(text, tools=None, generation_prompt=None, start=None, finish_reason="stop"):
+        return runtime.parse(protocol, text, tools=tools, generation_prompt=generation_prompt, start=start,
+                             finish_reason=finish_reason)
+
+    return types.SimpleNamespace(StreamParser=stream_parser, parse=parse, protocol=protocol, family=spec.family)
 
 # The tools the fresh standard turns call, with schemas that type every argument.
 FRESH_PROPERTIES = {

@@ -40,10 +40,10 @@ def read(prompt, output):
 
 def test_switch_variable_example():
     template = tplparse.load(EXAMPLES / "chatml-think-tools.gguf")
-    off = template.prompt(USER, thinking=False)
+    off = tplparse.prompt(template, USER, thinking=False)
     assert off.text.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n") and off.start == "content"
     assert read(off, "Sunny.<|im_end|>")["content"] == "Sunny."
-    default = template.prompt(USER)
+    default = tplparse.prompt(template, USER)
     assert default.text.endswith("<|im_start|>assistant\n") and default.start == "content"
     assert read(default, "<think>warm?</think>Sunny.<|im_end|>")["reasoning_content"] == "warm?"
     assert off.stop == ["<|im_end|>"]
@@ -52,11 +52,11 @@ def test_switch_variable_example():
 @needs_corpus
 def test_forced_open_thinking_starts_the_parser_in_reasoning():
     template = corpus_template("Qwen-Qwen3.5-4B")
-    on = template.prompt(USER, thinking=True)
+    on = tplparse.prompt(template, USER, thinking=True)
     assert on.generation_prompt.endswith("<think>\n") and on.start == "reasoning"
     message = read(on, "Let me think.\n</think>\n\nSunny.<|im_end|>")
     assert (message["reasoning_content"], message["content"]) == ("Let me think.", "Sunny.")
-    off = template.prompt(USER, thinking=False)  # the template's own switch
+    off = tplparse.prompt(template, USER, thinking=False)  # the template's own switch
     assert off.generation_prompt.endswith("</think>\n\n") and off.start == "content"
     assert "enable_thinking=False" in off.notes[0]
 
@@ -64,9 +64,9 @@ def test_forced_open_thinking_starts_the_parser_in_reasoning():
 @needs_corpus
 def test_no_switch_closes_the_block_so_the_answer_is_not_reasoning():
     template = corpus_template("DeepSeek-R1-Distill-Qwen-32B")  # always opens <think>, has no switch
-    default = template.prompt(USER)
+    default = tplparse.prompt(template, USER)
     assert default.start == "reasoning"
-    off = template.prompt(USER, thinking=False)
+    off = tplparse.prompt(template, USER, thinking=False)
     assert off.text.endswith("<think>\n</think>\n\n") and off.start == "content"
     # The model answers without a closing tag: the answer is content, not reasoning.
     message = read(off, "It is sunny in Paris.<｜end▁of▁sentence｜>")
@@ -78,10 +78,10 @@ def test_no_switch_closes_the_block_so_the_answer_is_not_reasoning():
 @needs_corpus
 def test_system_flag_switch():
     template = corpus_template("NVIDIA-Nemotron-Nano-9B-v2")
-    off = template.prompt(USER, thinking=False)
+    off = tplparse.prompt(template, USER, thinking=False)
     assert "/no_think" in off.notes[0] and off.start == "content"
     assert off.generation_prompt.endswith("<think></think>")
-    assert template.prompt(USER, thinking=True).start == "reasoning"
+    assert tplparse.prompt(template, USER, thinking=True).start == "reasoning"
 
 
 # --- Validation --------------------------------------------------------------------------
@@ -212,8 +212,8 @@ import random  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 
-from tplparse import llama_check  # noqa: E402
-from tplparse.template import ChatTemplate  # noqa: E402
+from tplparse.check import llama as llama_check  # noqa: E402
+from tplparse.source.template import ChatTemplate  # noqa: E402
 
 from conftest import REPO, SMOLLM2  # noqa: E402
 
@@ -226,7 +226,7 @@ def test_recorded_streams_replay_in_every_chunking(path):
     template = ChatTemplate(source=record["chat_template"], name=record["template"], family="replay",
                             origin=str(path), named_tokens=record["named_tokens"])
     assert template.sha256 == record["template_sha256"]
-    prompt = template.prompt([{"role": "user", "content": "x"}], tools=record["tools"], thinking=False)
+    prompt = tplparse.prompt(template, [{"role": "user", "content": "x"}], tools=record["tools"], thinking=False)
     text = "".join(record["pieces"])
     rng = random.Random(7)
     chunkings = {

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tplparse.errors import LoadError
-from tplparse.gguf_meta import read_gguf_metadata
+from tplparse.source.gguf import read_gguf_metadata
 
 from conftest import EXAMPLES, SMOLLM2, needs_smollm2, needs_vocab_files, vocab_files
 

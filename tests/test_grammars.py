@@ -11,32 +11,22 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tplparse
-from tplparse import llama_check
-from tplparse.conversations import Call, Turn
-from tplparse.gbnf import emit_gbnf
-from tplparse.gbnf_check import GbnfAcceptor, GbnfSyntaxError, parse_gbnf
+from tplparse.check import llama as llama_check
+from tplparse.probe.conversations import Call, Turn
+from tplparse.emit.gbnf import emit_gbnf
+from tplparse.check.gbnf_lark import GbnfAcceptor, GbnfSyntaxError, parse_gbnf
 from tplparse.grammar import GrammarOptions, build
-from tplparse.grammar_ir import Grammar, TextUntil
-from tplparse.json_schema import add_schema
-from tplparse.llama_request import lazy_grammar, llama_request
-from tplparse.peg import ReferenceParser, emit_peg
+from tplparse.grammar.ir import Grammar, TextUntil
+from tplparse.grammar.json_schema import add_schema
+from tplparse.emit.llama_request import lazy_grammar, llama_request
+from tplparse.check.reference import ReferenceParser
+from tplparse.emit.peg import emit_peg
 from tplparse.probe import probe
 
 from conftest import EXAMPLES, corpus_ids, corpus_templates, needs_corpus
-from corpus_outputs import FRESH_TOOLS, outputs, readable
+from corpus_outputs import FRESH_TOOLS, KNOWN_READBACK_DIFFERENCES, outputs, readable
 
 TEMPLATES = corpus_templates()
-
-# Turns whose render reads back differently, and why (the template maps them lossily).
-KNOWN_READBACK_DIFFERENCES = {
-    ("OpenAI-gpt-oss-120b", "content+call"):
-        "the template writes a tool-calling turn's content into the analysis (reasoning) channel",
-    ("NVIDIA-Nemotron-Nano-9B-v2", "content+call"):
-        "the template renders content and calls as two assistant turns; a turn ends at its end marker",
-    ("Naver-HyperCLOVAX-SEED-Think-14B-vllm-tool", "content+call"):
-        "the template renders content and calls as two assistant turns; a turn ends at its end marker",
-}
-
 
 @pytest.fixture(scope="session")
 def accepts():

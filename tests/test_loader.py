@@ -32,7 +32,7 @@ def test_example_gguf():
 def test_every_corpus_template_loads(path):
     template = tplparse.load(path)
     assert template.source == path.read_bytes().decode("utf-8")  # exactly, CRLF included
-    assert template.family == tplparse.template.slugify(path.stem)
+    assert template.family == tplparse.source.template.slugify(path.stem)
     assert template.origin == str(path)
 
 
@@ -115,7 +115,7 @@ def test_model_directory_prefers_chat_template_jinja(tmp_path):
     assert list(template.variants) == ["default", "tool_use"]
     assert template.end_of_turn == ("<|end|>", "<|eom|>")
     assert template.render([]) == "new <|end|>"
-    assert template.family == tplparse.template.slugify(tmp_path.name)
+    assert template.family == tplparse.source.template.slugify(tmp_path.name)
 
 
 def test_family_override(tmp_path):

@@ -9,12 +9,12 @@ import re
 import pytest
 
 import tplparse
-from tplparse.conversations import FRESH, SENTINEL_SETS
-from tplparse.overrides import load_overrides
+from tplparse.probe.conversations import FRESH, SENTINEL_SETS
+from tplparse.probe.overrides import load_overrides
 from tplparse.probe import probe
 from tplparse.spec import ProtocolSpec, slot
-from tplparse.template import ChatTemplate
-from tplparse.verify import standard_turns, verify
+from tplparse.source.template import ChatTemplate
+from tplparse.probe import standard_turns, verify
 
 from conftest import EXAMPLES, REPO, corpus_templates, needs_corpus
 
@@ -300,7 +300,7 @@ ALLOWED_FAMILY_STRINGS = {
 
 
 def test_no_code_branches_on_a_family_name():
-    for path in sorted((REPO / "compiler").glob("*.py")):
+    for path in sorted((REPO / "compiler").rglob("*.py")):
         for node in _string_constants(ast.parse(path.read_text(encoding="utf-8"))):
             if (path.name, node.value) in ALLOWED_FAMILY_STRINGS:
                 continue

@@ -170,7 +170,7 @@ def test_documents_are_always_defined():
 def test_watchdog_interrupts_only_the_slow_render_among_threads():
     import threading
 
-    from tplparse.render import _WATCHDOG
+    from tplparse.source.render import _WATCHDOG
 
     slow = tpl("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
                limits=RenderLimits(seconds=0.3))
@@ -197,7 +197,7 @@ def test_watchdog_interrupts_only_the_slow_render_among_threads():
 def test_a_fixed_clock_pins_strftime_now():
     from datetime import datetime
 
-    from tplparse.render import fixed_clock
+    from tplparse.source.render import fixed_clock
 
     template = tpl("{{ strftime_now('%Y-%m-%d %H:%M:%S') }}")
     with fixed_clock(datetime(2030, 5, 6, 7, 8, 9)):

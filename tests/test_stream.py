@@ -15,22 +15,20 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import tplparse
-from tplparse.parser_gen import generate_module
-from tplparse.peg import ReferenceParser
+from tplparse.check.reference import ReferenceParser
+from tplparse.emit.module import family_module, module_name, runtime_source, standalone_module
+from tplparse.grammar.reading import reading_tables
 from tplparse.probe import probe
 from tplparse.spec import ProtocolSpec
 
 from conftest import CORPUS, EXAMPLES, REPO, corpus_ids, corpus_templates, needs_corpus, run_cli
-from corpus_outputs import FRESH_TOOLS, outputs, readable
-from test_grammars import KNOWN_READBACK_DIFFERENCES
+from corpus_outputs import FRESH_TOOLS, KNOWN_READBACK_DIFFERENCES, outputs, parser_module, readable
 
 TEMPLATES = corpus_templates()
 
 
-def module_for(spec: ProtocolSpec) -> types.ModuleType:
-    module = types.ModuleType(f"generated_{spec.family.replace('-', '_')}")
-    exec(compile(generate_module(spec), f"<generated {spec.family}>", "exec"), module.__dict__)
-    return module
+def module_for(spec: ProtocolSpec, special_tokens: tuple[str, ...] = ()):
+    return parser_module(spec, special_tokens)
 
 
 def stream(module, text, chunks, **kwargs):
@@ -106,7 +104,7 @@ def corpus():
         for path in TEMPLATES:
             template = tplparse.load(path)
             spec = probe(template)
-            _CORPUS[path.stem] = (template, spec, module_for(spec))
+            _CORPUS[path.stem] = (template, spec, module_for(spec, template.special_tokens))
     return _CORPUS
 
 
@@ -209,7 +207,7 @@ SAMPLED = ["Qwen-Qwen3-0.6B", "Qwen-Qwen3-Coder", "LiquidAI-LFM2.5-8B-A1B", "Moo
 @settings(max_examples=int(os.environ.get("TPLPARSE_EXAMPLES", 40)), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_random_messages_read_back(corpus, data):
-    from tplparse.conversations import Call, Turn
+    from tplparse.probe.conversations import Call, Turn
 
     stem = data.draw(st.sampled_from([s for s in SAMPLED if s in corpus]))
     template, spec, module = corpus[stem]
@@ -382,20 +380,76 @@ def test_bytes_chunks_may_split_utf8(chatml):
 # --- The committed modules ------------------------------------------------------------------
 
 
-def test_generated_module_runs_in_a_bare_interpreter():
-    path = REPO / "generated" / "chatml-think-tools.py"
-    code = (f"import importlib.util as u; s = u.spec_from_file_location('m', {str(path)!r}); m = u.module_from_spec(s); "
-            "s.loader.exec_module(m); import sys; print(m.parse('Hi<|im_end|>')['content'], "
-            "sorted(k for k in sys.modules if k.startswith('tplparse')))")
-    result = subprocess.run([sys.executable, "-S", "-I", "-c", code], capture_output=True, text=True)
+BARE_CODE = """
+import importlib.util, sys
+{setup}
+print(m.parse('Hi<|im_end|>')['content'], sorted(k for k in sys.modules if k.startswith('tplparse.') or k == 'tplparse'))
+"""
+
+
+def run_bare(setup: str) -> subprocess.CompletedProcess:
+    """Python without site-packages (-S) or the environment and the current folder (-I)."""
+    return subprocess.run([sys.executable, "-S", "-I", "-c", BARE_CODE.format(setup=setup)], capture_output=True,
+                          text=True)
+
+
+@pytest.mark.parametrize("how", ["package", "side by side", "file path"])
+def test_generated_module_runs_in_a_bare_interpreter(how):
+    """The committed module imports only the standard library and its runtime beside it: as a
+    member of the generated/ package, as two files on sys.path, and loaded from its path."""
+    folder = REPO / "generated"
+    setup = {
+        "package": f"sys.path.insert(0, {str(REPO)!r}); from generated import chatml_think_tools as m",
+        "side by side": f"sys.path.insert(0, {str(folder)!r}); import chatml_think_tools as m",
+        "file path": (f"s = importlib.util.spec_from_file_location('m', {str(folder / 'chatml_think_tools.py')!r}); "
+                      f"sys.path.insert(0, {str(folder)!r}); m = importlib.util.module_from_spec(s); s.loader.exec_module(m)"),
+    }[how]
+    result = run_bare(setup)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "Hi []"
 
 
-def test_generation_is_deterministic():
+def test_standalone_module_runs_alone_in_a_bare_interpreter(tmp_path):
+    """`compile --standalone` writes one file that needs nothing beside it."""
+    result = run_cli("compile", EXAMPLES / "chatml-think-tools.gguf", "-o", tmp_path, "--standalone")
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in (tmp_path / "generated").iterdir()) == ["chatml_think_tools.py"]
+    path = tmp_path / "generated" / "chatml_think_tools.py"
+    setup = f"s = importlib.util.spec_from_file_location('m', {str(path)!r}); m = importlib.util.module_from_spec(s); s.loader.exec_module(m)"
+    outcome = run_bare(setup)
+    assert outcome.returncode == 0, outcome.stderr
+    assert outcome.stdout.strip() == "Hi []"
+    # the same parser as the thin module on the shared runtime
+    text = '<think>x</think>Ok\n<tool_call>\n{"name": "f", "arguments": {"a": [1, "é"]}}\n</tool_call><|im_end|>'
+    namespace = {}
+    exec(compile(path.read_text(encoding="utf-8"), str(path), "exec"), namespace)
     spec = probe(tplparse.load(EXAMPLES / "chatml-think-tools.gguf"))
-    assert generate_module(spec) == generate_module(ProtocolSpec.from_json(spec.to_json()))
-    assert (REPO / "generated" / "chatml-think-tools.py").read_text(encoding="utf-8") == generate_module(spec)
+    assert namespace["parse"](text) == parser_module(spec).parse(text)
+
+
+def test_generation_is_deterministic():
+    template = tplparse.load(EXAMPLES / "chatml-think-tools.gguf")
+    spec = probe(template)
+    again = ProtocolSpec.from_json(spec.to_json())
+    tables = reading_tables(spec, template.special_tokens)
+    assert family_module(spec, tables) == family_module(again, reading_tables(again, template.special_tokens))
+    assert standalone_module(spec, tables) == standalone_module(again, tables)
+    assert runtime_source() == runtime_source()
+    generated = REPO / "generated"
+    assert (generated / f"{module_name(spec.family)}.py").read_text(encoding="utf-8") == family_module(spec, tables)
+    assert (generated / "tplparse_runtime.py").read_text(encoding="utf-8") == runtime_source()
+
+
+def test_generated_folder_is_thin():
+    """One shared runtime file; each family module holds its tables and a few lines of binding."""
+    generated = REPO / "generated"
+    runtime_lines = len((generated / "tplparse_runtime.py").read_text(encoding="utf-8").splitlines())
+    families = [p for p in generated.glob("*.py") if p.name not in ("tplparse_runtime.py", "__init__.py")]
+    assert families
+    for path in families:
+        text = path.read_text(encoding="utf-8")
+        assert "class Input" not in text and "def _turn" not in text, path.name  # no copy of the engine
+        assert len(text.splitlines()) < runtime_lines / 4, path.name
 
 
 @needs_corpus
@@ -407,8 +461,10 @@ def test_build_check_passes_on_the_committed_outputs():
 
 def test_compile_and_parse_commands(tmp_path):
     result = run_cli("compile", EXAMPLES / "chatml-think-tools.gguf", "-o", tmp_path)
-    assert result.returncode == 0 and result.stdout.count("wrote ") == 4
-    module = tmp_path / "generated" / "chatml-think-tools.py"
+    assert result.returncode == 0 and result.stdout.count("wrote ") == 6
+    assert sorted(p.name for p in (tmp_path / "generated").iterdir()) == [
+        "__init__.py", "chatml_think_tools.py", "tplparse_runtime.py"]
+    module = tmp_path / "generated" / "chatml_think_tools.py"
     text = 'Ok\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call><|im_end|>'
     parsed = json.loads(run_cli("parse", module, stdin=text).stdout)
     assert parsed["content"] == "Ok" and parsed["tool_calls"][0]["function"]["name"] == "get_weather"
@@ -422,13 +478,6 @@ def test_parse_rejects_a_file_that_is_not_a_parser(tmp_path):
     bad.write_text("VALUE = 1\n")
     result = run_cli("parse", bad, stdin="hi")
     assert result.returncode == 2 and "not a generated parser module" in result.stderr
-
-
-def _load(path):
-    spec = importlib.util.spec_from_file_location("m", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @needs_corpus
@@ -450,31 +499,32 @@ def test_long_outputs_stream_like_one_shot(corpus, stem):
 
 
 def read_counting_waits(module, text, **kwargs):
-    """One-shot parse that records which calls the waiting reader (`_tool_call`) had to read."""
+    """One-shot parse that records which calls had steps the waiting readers (`_call_steps_waiting`) read."""
     parser = module.StreamParser(**kwargs)
-    waited, waiting_reader = [], parser._tool_call
+    waited, waiting_steps = [], parser._call_steps_waiting
 
-    def counting(index):
+    def counting(index, call, k):
         waited.append(index)
-        return waiting_reader(index)
+        return waiting_steps(index, call, k)
 
-    parser._tool_call = counting
+    parser._call_steps_waiting = counting
     parser.feed(text)
     parser.end()
     return parser.message, waited
 
 
 @needs_corpus
-@pytest.mark.parametrize("stem, variant", [
-    # (family, a rewrite the plain reader does not cover: the waiting reader reads it, to the same result)
-    ("Qwen-Qwen3-0.6B", [('{"name": "', '{"name":"')]),
-    ("Qwen-Qwen3-Coder", [("</function>\n</tool_call>", "</function> </tool_call>")]),
-    # the value in double quotes, as Python also writes it
-    ("LiquidAI-LFM2.5-8B-A1B", [("query='", 'query="'), ('"quotes"\'', '\\"quotes\\""')]),
+@pytest.mark.parametrize("stem, variant, waits", [
+    # (family, a rewrite, whether a step of it needs the waiting readers: they read it, to the same result)
+    ("Qwen-Qwen3-0.6B", [('{"name": "', '{"name":"')], True),
+    ("Qwen-Qwen3-Coder", [("</function>\n</tool_call>", "</function> </tool_call>")], True),
+    # the value in double quotes, as Python also writes it (a Python literal: the waiting value reader)
+    ("LiquidAI-LFM2.5-8B-A1B", [("query='", 'query="'), ('"quotes"\'', '\\"quotes\\""')], True),
 ])
-def test_a_call_that_is_all_here_is_read_without_waiting(corpus, stem, variant):
-    """One-shot parses read a call written as rendered in one plain pass (`_call_here`); anything
-    else falls back to the waiting reader, which one-character feeds always use."""
+def test_a_call_that_is_all_here_is_read_without_waiting(corpus, stem, variant, waits):
+    """One-shot parses read a call written as rendered with the plain readers only (each step of
+    the call layout from what is here); a step written otherwise is read by the waiting readers,
+    which one-character feeds use for every step. Both are the same loop over the same steps."""
     _, spec, module = corpus[stem] if stem in corpus else pytest.skip(f"{stem} is not in the corpus")
     tools = [{"type": "function", "function": {"name": "tool_1", "parameters": {"type": "object", "properties": {
         "query": {"type": "string"}}}}}]
@@ -490,7 +540,7 @@ def test_a_call_that_is_all_here_is_read_without_waiting(corpus, stem, variant):
         assert old in varied
         varied = varied.replace(old, new)
     message, waited = read_counting_waits(module, varied, tools=tools, start="content")
-    assert waited == [0, 1, 2] and message["errors"] == [] and len(message["tool_calls"]) == 3
+    assert waited == ([0, 1, 2] if waits else []) and message["errors"] == [] and len(message["tool_calls"]) == 3
     _, streamed = stream(module, varied, range(1, len(varied)), tools=tools, start="content")
     assert streamed == message
 

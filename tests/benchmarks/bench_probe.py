@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import tplparse
-from tplparse import render as render_module
+from tplparse.source import render as render_module
 from tplparse.probe import probe
 
 DEFAULT = Path(__file__).resolve().parents[3] / "shared" / "corpus" / "templates"
@@ -32,7 +32,7 @@ def main(folder: Path) -> None:
         return original(*args, **kwargs)
 
     render_module.render_template = counting
-    import tplparse.template as template_module
+    import tplparse.source.template as template_module
 
     template_module.render_template = counting
     print(f"{'template':<46} {'probe ms':>9} {'renders':>8} {'one render ms':>14} {'probe / render':>15}")

@@ -23,17 +23,21 @@ import types
 from pathlib import Path
 
 import tplparse
-from tplparse.parser_gen import generate_module
+from tplparse import runtime
+from tplparse.grammar.reading import reading_tables
 from tplparse.probe import probe
 
 DEFAULT = Path(__file__).resolve().parents[3] / "shared" / "corpus" / "templates"
 FAMILIES = {"JSON object": "Qwen-Qwen3-0.6B", "key/value tags": "Qwen-Qwen3-Coder", "pythonic": "LiquidAI-LFM2.5-8B-A1B"}
 
 
-def module_for(spec):
-    module = types.ModuleType("bench")
-    exec(compile(generate_module(spec), "<generated>", "exec"), module.__dict__)
-    return module
+def module_for(spec, special_tokens=()):
+    """The family's parser with a generated module's face (StreamParser, parse), in process."""
+    protocol = runtime.Protocol(reading_tables(spec, special_tokens))
+    return types.SimpleNamespace(
+        StreamParser=lambda **kwargs: runtime.StreamParser(protocol, **kwargs),
+        parse=lambda text, **kwargs: runtime.parse(protocol, text, **kwargs),
+    )
 
 
 REASONING = "Thinking it through. " * 40
@@ -104,8 +108,9 @@ def main(folder: Path) -> None:
         if not path.is_file():
             print(f"{label:<15} skipped: {path} is not here")
             continue
-        spec = probe(tplparse.load(path))
-        module = module_for(spec)
+        template = tplparse.load(path)
+        spec = probe(template)
+        module = module_for(spec, template.special_tokens)
         markers = [m for m in [spec.reasoning.start if spec.reasoning else "", spec.reasoning.end if spec.reasoning else "",
                                *spec.end_of_turn] if m]
         markers += [p.strip() for p in spec.tool_calls.call if isinstance(p, str) and p.strip()]

@@ -1,0 +1,98 @@
+"""Check a parsed message before acting on it: the offered tools' JSON Schemas, or a
+response schema. Errors are a list (each names the call, the JSON path and what was
+expected), never an exception. Parsing, validation and authorization are separate steps:
+nothing here executes a tool."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import jsonschema
+
+
+@dataclass
+class ToolCallError:
+    call_index: int | None  # None: an error about the message, not one call
+    kind: str  # unknown_tool, invalid_json, schema, parse
+    path: str  # JSON path inside the arguments ("$" is the whole object)
+    message: str
+    expected: str = ""
+
+    def describe(self) -> str:
+        where = f"tool call {self.call_index}" if self.call_index is not None else "the reply"
+        text = f"{where}: {self.message}"
+        if self.path and self.path != "$":
+            text += f" (at {self.path})"
+        if self.expected:
+            text += f"; expected {self.expected}"
+        return text
+
+
+def _json_path(error: jsonschema.ValidationError) -> str:
+    path = "$"
+    for part in error.absolute_path:
+        path += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return path
+
+
+def _expected(error: jsonschema.ValidationError) -> str:
+    if error.validator == "required":
+        return f"property {error.message.split(' ')[0]}"
+    if error.validator in ("type", "enum", "const"):
+        return f"{error.validator} {json.dumps(error.validator_value)}"
+    if error.validator == "additionalProperties":
+        return "no properties beyond " + ", ".join(sorted((error.schema.get("properties") or {})))
+    return f"{error.validator} {json.dumps(error.validator_value)}"[:120]
+
+
+def _schema_errors(value, schema, call_index) -> list[ToolCallError]:
+    validator = jsonschema.Draft202012Validator(schema)
+    return [
+        ToolCallError(call_index, "schema", _json_path(e), e.message, _expected(e))
+        for e in sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path))
+    ]
+
+
+def validate_tool_calls(message: dict, tools: list) -> list[ToolCallError]:
+    """Each call: an offered tool, arguments that are JSON, and valid under its schema."""
+    offered = {}
+    for tool in tools or []:
+        function = tool.get("function") or tool
+        offered[function.get("name")] = function.get("parameters") or {"type": "object"}
+    errors: list[ToolCallError] = [
+        ToolCallError(None, "parse", "$", f"{e.get('kind')}: {e.get('message')}") for e in message.get("errors") or []
+    ]
+    for index, call in enumerate(message.get("tool_calls") or []):
+        function = call.get("function") or {}
+        name = function.get("name")
+        if name not in offered:
+            errors.append(ToolCallError(index, "unknown_tool", "$", f"{name!r} is not an offered tool",
+                                        "one of " + ", ".join(sorted(map(str, offered)))))
+            continue
+        try:
+            arguments = json.loads(function.get("arguments") or "")
+        except json.JSONDecodeError as e:
+            errors.append(ToolCallError(index, "invalid_json", "$", f"the arguments are not JSON: {e.msg}", "a JSON object"))
+            continue
+        except RecursionError:
+            errors.append(ToolCallError(index, "invalid_json", "$", "the arguments are nested too deeply to read",
+                                        "a JSON object"))
+            continue
+        errors += _schema_errors(arguments, offered[name], index)
+    return errors
+
+
+def validate_content(message: dict, schema: dict) -> list[ToolCallError]:
+    """The reply's content is JSON (exactly: no prose around it) and valid under `schema`."""
+    content = message.get("content")
+    if content is None:
+        return [ToolCallError(None, "invalid_json", "$", "the reply has no content", "a JSON value")]
+    try:
+        value = json.loads(content)
+    except json.JSONDecodeError as e:
+        return [ToolCallError(None, "invalid_json", "$", f"the reply is not JSON ({e.msg} at character {e.pos})",
+                              "only a JSON value, with no text around it")]
+    except RecursionError:
+        return [ToolCallError(None, "invalid_json", "$", "the reply is nested too deeply to read", "a JSON value")]
+    return _schema_errors(value, schema, None)

@@ -1,0 +1,7 @@
+"""Independent checkers of what the emitters write.
+
+    reference      the reference parser: a whole output parsed with the PEG grammar
+    gbnf_lark      a lark reader of GBNF (syntax, with line numbers) and an Earley acceptor
+    llama          the real llama.cpp (llama-cpp-python): validation and acceptance, byte by byte
+    byte_vocab     the byte-level vocabulary llama.cpp is loaded with for those checks
+"""

@@ -1,0 +1,100 @@
+"""What llama.cpp's server takes for one request: grammar, laziness, triggers, preserved tokens.
+
+With `tool_choice="auto"` the grammar is lazy: the model writes freely until it writes the
+call opener (the trigger), and from there on the grammar holds it to the calls section.
+A format without an opener marker (bare JSON calls) gets a pattern trigger on the start of
+a call instead. With "required" or a tool name, the grammar is strict from the first token.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ..grammar import GrammarOptions, build
+from ..grammar.ir import Ref, alt, opt, seq
+from ..grammar.json_values import add_ws
+from ..grammar.reading import call_opener, content_may_follow_calls
+from ..probe.spans import Boundaries
+from ..spec import ProtocolSpec
+from .gbnf import emit_gbnf
+
+
+def lazy_grammar(spec: ProtocolSpec, options: GrammarOptions, special_tokens: tuple[str, ...] = ()):
+    """The grammar from the trigger on: the calls section, then the end of turn."""
+    g = build(spec, options, special_tokens)
+    ws = add_ws(g)
+    end = Ref("end-of-turn") if g.has("end-of-turn") else None
+    after = Ref("content-text") if content_may_follow_calls(spec) and g.has("content-text") else ws
+    ending = opt(end) if end is not None else None
+    forms = [seq(Ref("tool-calls"), after, ending)]
+    # A rendered layout that starts with the opener and holds calls (text inside the
+    # section's markers, say) is a way on from the trigger too.
+    forms += [seq(Ref(name), ending) for name in g.rules if name.startswith("form-") and _holds_calls(g, g.rules[name].body)]
+    g.add("root", alt(*forms), "from the call opener on")
+    return g
+
+
+def _holds_calls(g, node) -> bool:
+    if isinstance(node, Ref):
+        return node.name in ("tool-calls", "call-list")
+    return any(_holds_calls(g, item) for item in getattr(node, "items", ())) or (
+        hasattr(node, "item") and _holds_calls(g, node.item))
+
+
+def llama_request(spec: ProtocolSpec, options: GrammarOptions, special_tokens: tuple[str, ...] = ()) -> dict:
+    if spec.tool_calls is None and options.content_schema is None:
+        raise ValueError("this template has no tool-call format and no JSON schema was given: nothing to constrain")
+    boundaries = Boundaries(special_tokens)
+    request: dict = {}
+    lazy = spec.tool_calls is not None and options.tool_choice == "auto" and options.content_schema is None
+    if lazy:
+        grammar = lazy_grammar(spec, options, special_tokens)
+        triggers = [_trigger(spec, options, boundaries)]
+        request["grammar_triggers"] = triggers
+    else:
+        grammar = build(spec, options, special_tokens)
+    return {
+        "grammar": emit_gbnf(grammar),
+        "grammar_lazy": lazy,
+        **request,
+        "preserved_tokens": preserved_tokens(spec, special_tokens),
+    }
+
+
+def _trigger(spec: ProtocolSpec, options: GrammarOptions, boundaries: Boundaries) -> dict:
+    """Where the lazy grammar takes over: the call opener, or the start of a call."""
+    tc = spec.tool_calls
+    if tc.section_start.strip():
+        opener = call_opener(tc, boundaries)
+        if not opener.lstrip().startswith(("{", "[")):
+            return {"type": "word", "value": opener}
+        return {"type": "pattern", "value": re.escape(tc.section_start.lstrip())}
+    first = tc.call[0] if tc.call else ""
+    if isinstance(first, str) and first.strip():
+        opener = call_opener(tc, boundaries)
+        if not opener.lstrip().startswith(("{", "[")):
+            return {"type": "word", "value": opener}
+        return {"type": "pattern", "value": re.escape(first.lstrip())}
+    # The call starts with the tool's name: trigger on an offered name and what follows it.
+    names = [(t.get("function") or t)["name"] for t in options.tools or []]
+    following = next((p for p in tc.call[1:] if isinstance(p, str)), "")
+    names_pattern = "|".join(re.escape(n) for n in names) if names else "[A-Za-z0-9_.-]+"
+    return {"type": "pattern", "value": f"(?:{names_pattern}){re.escape(following)}"}
+
+
+def preserved_tokens(spec: ProtocolSpec, special_tokens: tuple[str, ...]) -> list[str]:
+    """The format's markers that are special tokens (kept as text in the server's output)."""
+    texts = [spec.content_start, spec.content_end, *spec.end_of_turn]
+    if spec.reasoning:
+        texts += [spec.reasoning.start, spec.reasoning.end]
+    if spec.tool_calls:
+        tc = spec.tool_calls
+        texts += [tc.section_start, tc.section_end, tc.separator] + [p for p in tc.call if isinstance(p, str)]
+    found = []
+    for token in special_tokens:
+        if token.strip() and any(token in t for t in texts if t) and token not in found:
+            found.append(token)
+    return found
+
+
+__all__ = ["llama_request", "lazy_grammar", "preserved_tokens"]

@@ -1,0 +1,399 @@
+"""From a ProtocolSpec to the grammar IR of a model's whole turn.
+
+The grammar says what the model may write after the generation prompt:
+
+    root            form end-of-turn? (end)     one alternative per form
+    form            the generic form: reasoning? body, or a rendered turn layout
+                    (form-N) for shapes the generic form does not cover
+    reasoning       reasoning-start reasoning-text reasoning-end   (no start when the
+                    prompt left reasoning open; a call opener may end it, by policy)
+    body            content-text (tool-calls content-text?)?        ("auto")
+    tool-calls      section start, call-list, section end
+    tool-call       the spec's call layout: tool-name, arguments, call-id, call-index
+    arguments       a JSON / Python object, or argument (separator argument)*
+
+Literals tolerate whitespace differences (a run of whitespace in the template matches
+any whitespace, or none), since models and templates disagree on it. With `tools`, tool
+names are exactly the offered names and arguments follow each tool's JSON Schema (kv
+formats type each value by its schema); without, any name and any JSON.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..probe.markers import first_marker
+from ..probe.spans import Boundaries
+from ..spec import ArgumentFormat, ProtocolSpec, ToolCallFormat, kv_parts, slot
+from . import json_schema
+from .ir import End, Grammar, Lit, Node, Ref, Rep, TextUntil, alt, chars, opt, seq
+from .json_values import add_json, add_python_literal, add_ws
+from .reading import content_may_follow_calls, cut_at_end, reading_tables
+
+NAME_CHARS = chars("A-Za-z0-9_.-")
+ID_CHARS = chars("A-Za-z0-9_-")
+
+
+@dataclass
+class GrammarOptions:
+    tools: list[dict] | None = None  # OpenAI tool definitions; None: any tool, any JSON
+    tool_choice: str = "auto"  # auto | required | none | a tool name
+    parallel: bool = True
+    mode: str = "default"  # which generation-prompt mode (its start state) the output follows
+    start: str | None = None  # "reasoning" / "content": override the mode's start state
+    content_schema: dict | None = None  # structured output: the content is JSON of this schema
+    trailing_text: bool = False  # accept (and mark) text after the end of turn: for parsing
+    warnings: list[str] = field(default_factory=list)
+
+
+def tolerant(text: str, ws: Ref) -> Node:
+    """A literal whose whitespace runs match any (bounded) whitespace, or none."""
+    parts = []
+    word = ""
+    in_space = False
+    for ch in text:
+        if ch.isspace():
+            if word:
+                parts.append(Lit(word))
+                word = ""
+            if not in_space:
+                parts.append(ws)
+            in_space = True
+        else:
+            word += ch
+            in_space = False
+    if word:
+        parts.append(Lit(word))
+    return seq(*parts)
+
+
+def build(spec: ProtocolSpec, options: GrammarOptions | None = None, special_tokens: tuple[str, ...] = ()) -> Grammar:
+    options = options or GrammarOptions()
+    reading = reading_tables(spec, special_tokens)  # the questions the runtime asks too, answered once
+    g = Grammar(root="root")
+    g.header = [
+        f"tplparse grammar for {spec.template_name} (family {spec.family})",
+        f"template sha256 {spec.template_sha256}",
+    ]
+    ws = add_ws(g)
+    tools_allowed = spec.tool_calls is not None and options.tool_choice != "none"
+    opener = reading["tool_calls"]["opener"] if tools_allowed else ""
+
+    # End of turn.
+    end_markers = reading["end_of_turn"]
+    end = None
+    if end_markers:
+        end = g.add("end-of-turn", alt(*[Lit(m) for m in end_markers]), "a marker that ends the turn")
+
+    # Tool calls.
+    calls = None
+    if tools_allowed:
+        calls = _add_tool_calls(g, spec.tool_calls, options, ws, reading["tool_calls"]["section_end"])
+
+    # Content.
+    content_stops = [m for m in ([opener] if opener else []) + end_markers + [spec.content_end] if m]
+    if options.content_schema is not None:
+        value = json_schema.add_schema(g, options.content_schema, "content-json", options.warnings)
+        content = g.add("content-text", seq(ws, value, ws), "the answer: JSON of the requested schema")
+    else:
+        content = g.add("content-text", TextUntil(tuple(content_stops)), "visible text, up to a call or the end")
+    if spec.content_start:
+        wrapped = seq(tolerant(spec.content_start, ws), content, opt(tolerant(spec.content_end, ws)) if spec.content_end else None)
+        content = g.add("content", alt(wrapped, content), "content, in its wrapper when the model writes one")
+
+    if calls is None:
+        body = content
+    elif options.tool_choice == "auto":
+        after = content if content_may_follow_calls(spec) else ws
+        body = seq(content, opt(seq(calls, after)))
+    else:  # required, or one named tool
+        body = seq(ws, calls, ws)
+    g.add("body", body, "what follows the reasoning")
+
+    # Reasoning.
+    start_state = options.start or spec.modes.get(options.mode, spec.modes["default"]).start
+    turn = Ref("body")
+    r = spec.reasoning
+    if r is not None and r.end:
+        stops = [r.end] + ([opener] if (opener and r.tool_call_ends_reasoning and calls is not None) else [])
+        text = g.add("reasoning-text", TextUntil(tuple(stops)), "reasoning, up to its end marker")
+        close = seq(ws, Lit(r.end), ws)
+        ended = seq(text, close, Ref("body"))
+        if opener and r.tool_call_ends_reasoning and calls is not None:
+            # Policy: a call opener inside open reasoning ends the reasoning.
+            ended = alt(ended, seq(text, calls, ws))
+        if start_state == "reasoning":
+            turn = g.add("reasoning", ended, "the prompt left reasoning open")
+        elif r.start:
+            opened = seq(ws, Lit(r.start), ws, ended)
+            turn = g.add("reasoning", alt(opened, Ref("body")), "optional reasoning, then the body")
+    # The turn forms: the generic one first, then each rendered turn layout the generic
+    # form may not cover (content inside the section's markers, a prefix before content,
+    # calls without an opener, ...). Each form runs to the end of the text.
+    forms = [turn]
+    if options.content_schema is None and options.tool_choice != "none":
+        # Layouts with more slots first: a content-only form would swallow a call as text.
+        layouts = sorted(spec.turns.items(), key=lambda item: -sum(isinstance(p, dict) for p in item[1]))
+        for number, (kind, layout) in enumerate(layouts, 1):
+            slots = {p["slot"] for p in layout if isinstance(p, dict)}
+            if options.tool_choice != "auto" and ("content" in slots or not slots & {"calls", "call_list"}):
+                continue  # a required call: only layouts that are calls
+            if any(isinstance(p, str) and any(m in p for m in end_markers) for p in layout[:-1]):
+                continue  # the template renders two turns here; a model's turn ends at the marker
+            form = _layout_form(g, spec, layout, number, start_state, options, content_stops, end_markers, calls, ws)
+            if form is not None:
+                forms.append(g.add(f"form-{number}", form, f"a turn laid out as the template renders a {kind} turn"))
+    if not opener and len(forms) > 1:
+        # No marker opens a call: only the rendered layouts tell content from calls.
+        forms = forms[1:] + forms[:1]
+    ending = opt(end) if end is not None else None
+    alternatives = [seq(form, ending, End()) for form in forms]
+    if options.trailing_text and end is not None:
+        after = g.add("after-end", TextUntil(()), "text after the end of turn (reported, not parsed)")
+        alternatives.append(seq(turn, end, after, End()))
+    g.add("root", alt(*alternatives), "a whole assistant turn")
+    return g
+
+
+def _layout_form(g: Grammar, spec: ProtocolSpec, layout, number: int, start_state: str, options: GrammarOptions,
+                 content_stops: list[str], end_markers: list[str], calls, ws: Ref):
+    """A turn layout as a grammar form, from where the generation prompt leaves the model."""
+    pieces = list(layout)
+    r = spec.reasoning
+    tail = spec.modes.get(options.mode, spec.modes["default"]).tail.strip()
+    if start_state == "reasoning":
+        if r is None or not r.end:
+            return None
+        if slot("reasoning") in pieces:
+            pieces = pieces[pieces.index(slot("reasoning")):]  # the prompt wrote what came before
+        else:
+            first = pieces[0] if pieces and isinstance(pieces[0], str) else ""
+            pieces = [slot("reasoning")] + ([] if first.strip().startswith(r.end) else [r.end]) + pieces
+    elif tail and pieces and isinstance(pieces[0], str) and pieces[0].strip() and tail.endswith(pieces[0].strip()):
+        pieces = pieces[1:]  # the prompt already wrote the layout's opening text
+    # The end of turn is the root's business: cut the last literal at its first end marker.
+    if pieces and isinstance(pieces[-1], str):
+        pieces[-1] = cut_at_end(pieces[-1], end_markers)
+    parts = []
+    for i, piece in enumerate(pieces):
+        if isinstance(piece, str):
+            parts.append(tolerant(piece, ws))
+            continue
+        following = next((p for p in pieces[i + 1:] if isinstance(p, str) and p.strip()), "")
+        stop = first_marker(following, Boundaries()) if following else ""
+        name = piece["slot"]
+        if name == "content":
+            stops = tuple(dict.fromkeys(content_stops + ([stop] if stop else [])))
+            parts.append(g.add(f"content-text-{number}", TextUntil(stops), "visible text"))
+        elif name == "reasoning":
+            stops = tuple(dict.fromkeys(([r.end] if r and r.end else []) + ([stop] if stop else [])))
+            parts.append(g.add(f"reasoning-text-{number}", TextUntil(stops), "reasoning"))
+        elif name == "calls":
+            if calls is None:
+                return None
+            parts.append(calls)
+        elif name == "call_list":
+            if calls is None:
+                return None
+            parts.append(Ref("call-list"))
+    return seq(*parts)
+
+
+def _add_tool_calls(g: Grammar, tc: ToolCallFormat, options: GrammarOptions, ws: Ref, section_end: str) -> Ref:
+    tools = options.tools
+    if tools is not None and options.tool_choice not in ("auto", "required", "none"):
+        tools = [t for t in tools if _tool_name(t) == options.tool_choice]
+        if not tools:
+            raise ValueError(f"tool_choice names {options.tool_choice!r}, which is not among the tools")
+    if tools is None:
+        args = _add_arguments(g, tc.arguments, "arguments", None, ws, options.warnings)
+        g.add("tool-name", Rep(NAME_CHARS, 1), "a tool name")
+        call = g.add("tool-call", _call_body(tc, Ref("tool-name"), args, ws), "one tool call")
+    else:
+        alternatives = []
+        for tool in tools:
+            name = _tool_name(tool)
+            rule = _rule_name(name)
+            schema = _tool_schema(tool)
+            args = _add_arguments(g, tc.arguments, f"arguments-{rule}", schema, ws, options.warnings)
+            alternatives.append(g.add(f"call-{rule}", _call_body(tc, Lit(name), args, ws), f"a call of {name}"))
+        call = g.add("tool-call", alt(*alternatives), "one tool call, of an offered tool")
+    g.add("call-id", Rep(ID_CHARS, 1), "a call id")
+    g.add("call-index", Rep(chars("0-9"), 1), "a call's position")
+    several = options.parallel and tc.parallel == "all"
+    calls = seq(call, Rep(seq(tolerant(tc.separator, ws), call))) if several else call
+    listed = g.add("call-list", calls, "the calls, without the section's markers")
+    body = seq(tolerant(tc.section_start, ws), listed, tolerant(section_end, ws))
+    return g.add("tool-calls", body, "the calls section")
+
+
+def _call_body(tc: ToolCallFormat, name: Node, arguments: Ref, ws: Ref) -> Node:
+    parts = []
+    for piece in tc.call:
+        if isinstance(piece, str):
+            parts.append(tolerant(piece, ws))
+        elif piece == slot("name"):
+            parts.append(name)
+        elif piece == slot("arguments"):
+            parts.append(arguments)
+        elif piece == slot("id"):
+            parts.append(Ref("call-id"))
+        elif piece["slot"] in ("index", "index1"):
+            parts.append(Ref("call-index"))
+    return seq(*parts)
+
+
+def _tool_name(tool: dict) -> str:
+    return (tool.get("function") or tool).get("name", "")
+
+
+def _tool_schema(tool: dict) -> dict:
+    return (tool.get("function") or tool).get("parameters") or {"type": "object"}
+
+
+def _rule_name(name: str) -> str:
+    out = "".join(c if c.isascii() and c.isalnum() else "-" for c in name.lower())
+    return "-".join(p for p in out.split("-") if p) or "tool"
+
+
+def _add_arguments(g: Grammar, fmt: ArgumentFormat, name: str, schema: dict | None, ws: Ref, warnings) -> Ref:
+    if fmt.style == "object":
+        if fmt.encoder == "python":
+            if schema is None:
+                add_python_literal(g)
+                return g.add(name, Ref("py-dict"), "arguments, as a Python dict")
+            value = json_schema.add_schema(g, schema, name + "-py", warnings, flavor="python")
+            return g.add(name, value, "arguments, a Python dict by the tool's schema")
+        if schema is not None:
+            return g.add(name, json_schema.add_schema(g, schema, name + "-json", warnings), "arguments, by the tool's schema")
+        add_json(g)
+        return g.add(name, Ref("json-object"), "arguments, a JSON object")
+    return g.add(name, _kv_arguments(g, fmt, name, schema, ws, warnings), "arguments, one per key")
+
+
+def _kv_arguments(g: Grammar, fmt: ArgumentFormat, name: str, schema: dict | None, ws: Ref, warnings) -> Node:
+    """argument (separator argument)*, each argument by the layout of its value's type."""
+    properties = (schema or {}).get("properties") or {}
+    if schema is None or not properties:
+        one = _kv_argument_any(g, fmt, ws)
+        return opt(seq(one, Rep(seq(tolerant(fmt.separator, ws), one))))
+    # Properties in the schema's order (sorted when the format sorts keys); required ones
+    # present, optional ones present or not, the separator between those present.
+    required = set(schema.get("required") or [])
+    items = sorted(properties.items()) if fmt.order == "sorted" else list(properties.items())
+    members = []
+    for prop, prop_schema in items:
+        kind = json_schema.primary_type(prop_schema)
+        rule = f"{name}-{_rule_name(prop)}"
+        members.append((_kv_argument_typed(g, fmt, prop, kind, prop_schema, ws, warnings, rule), prop in required))
+    separator = tolerant(fmt.separator, ws)
+    after: Node = Lit("")
+    for i in range(len(members) - 1, -1, -1):
+        member, is_required = members[i]
+        with_it = seq(separator, member, after)
+        after = g.add(f"{name}-after-{i}", with_it if is_required else alt(with_it, after))
+    options = []
+    for j, (member, is_required) in enumerate(members):
+        options.append(seq(member, Ref(f"{name}-after-{j + 1}") if j + 1 < len(members) else None))
+        if is_required:
+            break
+    listed = alt(*options)
+    return listed if required else opt(listed)
+
+
+def _kv_layout_node(fmt: ArgumentFormat, kind: str, key: Node, value: Node, ws: Ref) -> Node:
+    layout = fmt.argument.get(kind) or fmt.argument["string"]
+    before, middle, after = kv_parts(layout)
+    # Whitespace right before a value is the template's exactly (a raw value keeps its own).
+    core = middle.rstrip()
+    lead = middle[len(core):]
+    return seq(tolerant(before, ws), key, tolerant(core, ws), opt(Lit(lead)) if lead else None, value, tolerant(after, ws))
+
+
+def _value_rule(g: Grammar, fmt: ArgumentFormat, kind: str, encoder: str) -> Ref:
+    """value-<encoder>: the rule name tells the reference parser how to decode the value."""
+    if encoder == "raw":
+        _, _, after = kv_parts(fmt.argument.get(kind) or fmt.argument["string"])
+        stop = after.strip() or fmt.separator.strip()
+        name = f"value-raw-{kind}" if kind in fmt.argument and kind != "string" else "value-raw"
+        return g.add(name, TextUntil((stop,) if stop else ()), "text up to the argument's closing text")
+    if encoder == "quoted":
+        return g.add("value-quoted", seq(Lit(fmt.quotes[0]), TextUntil((fmt.quotes[1],)), Lit(fmt.quotes[1])),
+                     "a string between the format's quotes")
+    if encoder in ("python", "jinja"):
+        return g.add("value-python", add_python_literal(g), "a Python literal")
+    if encoder == "native":
+        return g.add("value-native", _add_native(g, fmt), "a value in the format's own notation")
+    return g.add("value-json", add_json(g), "a JSON value")
+
+
+def _kv_argument_any(g: Grammar, fmt: ArgumentFormat, ws: Ref) -> Ref:
+    """Without a schema: any key; each layout with the values its types are written in."""
+    key = g.add("argument-key", Rep(NAME_CHARS, 1), "an argument name")
+    alternatives = []
+    for kind in ["string"] + [k for k in fmt.argument if k != "string"]:
+        if len(fmt.argument) == 1 and fmt.value_encoders.get("string") != "raw":
+            # One layout for every type, each type in its own encoding.
+            encoders = list(dict.fromkeys(fmt.value_encoders.values()))
+        else:
+            # Raw text holds any value; else the layout's own type.
+            encoders = [fmt.value_encoders.get(kind, "json")]
+        value = alt(*[_value_rule(g, fmt, kind, e) for e in encoders])
+        alternatives.append(_kv_layout_node(fmt, kind, key, value, ws))
+    return g.add("argument", alt(*alternatives), "one argument")
+
+
+def _kv_argument_typed(g, fmt: ArgumentFormat, prop: str, kind: str, schema: dict, ws, warnings, name: str) -> Ref:
+    """One argument of a known property: its name, and a value its schema allows."""
+    layout_kind = kind if kind in fmt.argument else "string"
+    encoder = fmt.value_encoders.get(kind) or fmt.value_encoders.get("string", "json")
+    if fmt.value_encoders.get("string") == "raw" and len(fmt.argument) == 1:
+        encoder = "raw"  # this format writes every value as raw text
+    if encoder == "raw":
+        if kind == "string" and not _constrains_string(schema):
+            value = _value_rule(g, fmt, layout_kind, "raw")
+        else:
+            flavor = "python" if fmt.value_encoders.get(kind) in ("python", "jinja") else "json"
+            value = g.add(f"{name}-raw", json_schema.add_raw_value(g, schema, name, warnings, flavor),
+                          "raw text that reads as a value of the schema")
+    elif encoder == "quoted" and kind == "string":
+        inner = json_schema.add_string_content(g, schema, name + "-text", warnings) if _constrains_string(schema) \
+            else TextUntil((fmt.quotes[1],))
+        value = g.add("value-quoted" if not _constrains_string(schema) else f"{name}-quoted",
+                      seq(Lit(fmt.quotes[0]), inner, Lit(fmt.quotes[1])), "a string between the format's quotes")
+    elif encoder.startswith("json"):
+        value = g.add(f"{name}-json", json_schema.add_schema(g, schema, name + "-schema", warnings), "a JSON value of the schema")
+    else:
+        value = _value_rule(g, fmt, layout_kind, encoder)
+    key = g.add(f"{name}-key", Lit(prop), "the argument's name")
+    return g.add(name, _kv_layout_node(fmt, layout_kind, key, value, ws), f"the {prop} argument")
+
+
+def _constrains_string(schema: dict) -> bool:
+    return any(k in schema for k in ("enum", "const", "pattern", "minLength", "maxLength", "format"))
+
+
+def _add_native(g: Grammar, fmt: ArgumentFormat) -> Ref:
+    """The format's own notation for nested values (objects as argument lists, arrays as item lists)."""
+    if g.has("native-value"):
+        return Ref("native-value")
+    ws = add_ws(g)
+    add_json(g)
+    alternatives = []
+    for kind in ("string", "integer", "number", "boolean", "null"):
+        encoder = fmt.value_encoders.get(kind)
+        if encoder and encoder != "native":
+            alternatives.append(_value_rule(g, fmt, kind, encoder))
+    key = Rep(NAME_CHARS, 1)
+    if "object" in fmt.brackets:
+        open_, close = fmt.brackets["object"]
+        member = _kv_layout_node(fmt, "string", key, Ref("native-value"), ws) if len(fmt.argument) == 1 else seq(
+            key, Lit(":"), Ref("native-value"))
+        alternatives.insert(0, seq(Lit(open_), opt(seq(member, Rep(seq(Lit(fmt.separator), member)))), Lit(close)))
+    if "array" in fmt.brackets:
+        open_, close = fmt.brackets["array"]
+        alternatives.insert(0, seq(Lit(open_), opt(seq(Ref("native-value"), Rep(seq(Lit(fmt.separator), Ref("native-value"))))), Lit(close)))
+    return g.add("native-value", alt(*alternatives), "a value in the format's own notation")
+
+
+__all__ = ["GrammarOptions", "build", "tolerant"]

@@ -1,0 +1,471 @@
+"""JSON Schema to grammar IR (for tool arguments and structured output).
+
+Supported: `type` (and unions), `enum`, `const`, `properties` + `required`,
+`additionalProperties` (allowed unless false, or a schema), nested objects, `items`,
+`minItems` / `maxItems`, `anyOf` / `oneOf`, local `$ref` into `$defs` / `definitions`,
+string `minLength` / `maxLength`, integer / number bounds where expressible (the sign, and
+small integer ranges exactly), `pattern` (an anchored regular-expression subset).
+
+Properties are accepted in the schema's order, each required one present, each optional
+one present or not; extra properties follow when allowed. Any keyword that constrains
+values and is not supported is reported as a warning naming the keyword and its path,
+never dropped silently.
+"""
+
+from __future__ import annotations
+
+import json
+
+from ..spec.encodings import json_type
+from .ir import AnyChar, Chars, Grammar, Lit, Node, Ref, Rep, TextUntil, alt, chars, opt, seq
+from .json_values import add_json, add_python_literal, add_ws
+
+# Keywords that describe but do not constrain: no warning when they are not enforced.
+ANNOTATIONS = frozenset({
+    "description", "title", "default", "examples", "$schema", "$id", "$comment", "deprecated",
+    "readOnly", "writeOnly", "$defs", "definitions", "contentMediaType", "contentEncoding",
+})
+HANDLED = frozenset({
+    "type", "enum", "const", "properties", "required", "additionalProperties", "items", "minItems", "maxItems",
+    "anyOf", "oneOf", "$ref", "minLength", "maxLength", "minimum", "maximum", "pattern",
+})
+
+# Integer ranges up to this many values are enumerated exactly.
+MAX_ENUMERATED_RANGE = 256
+
+
+def primary_type(schema: dict) -> str:
+    """The JSON type a schema's values have ("string" when it does not say)."""
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), kind[0] if kind else "string")
+    if kind:
+        return kind
+    if "enum" in schema and schema["enum"]:
+        return json_type(schema["enum"][0])
+    if "const" in schema:
+        return json_type(schema["const"])
+    if "properties" in schema:
+        return "object"
+    if "items" in schema:
+        return "array"
+    return "string"
+
+
+class _Converter:
+    """Schema -> IR. flavor "json" writes JSON; "python" writes Python literals as repr() does
+    (strings in single quotes, True / False / None), for templates that print arguments so."""
+
+    def __init__(self, g: Grammar, root_schema: dict, warnings: list[str], flavor: str = "json"):
+        self.g = g
+        self.root_schema = root_schema
+        self.warnings = warnings
+        self.flavor = flavor
+        self.ws = add_ws(g)
+        self.refs: dict[str, Ref] = {}
+
+    def dump(self, value) -> str:
+        return repr(value) if self.flavor == "python" else json.dumps(value, ensure_ascii=False)
+
+    def any_value(self) -> Node:
+        return add_python_literal(self.g) if self.flavor == "python" else add_json(self.g)
+
+    def warn(self, keyword: str, path: str, why: str = "not supported") -> None:
+        message = f"JSON Schema keyword {keyword!r} at {path or '#'}: {why}; not enforced by the grammar"
+        if message not in self.warnings:
+            self.warnings.append(message)
+
+    def rule(self, name: str, schema, path: str) -> Ref:
+        return self.g.add(name, self.node(schema, name, path))
+
+    def node(self, schema, name: str, path: str) -> Node:
+        if schema is True or schema == {}:
+            return self.any_value()
+        if schema is False:
+            self.warn("false", path, "a schema that accepts nothing")
+            return Lit("\x00never\x00")
+        if not isinstance(schema, dict):
+            self.warn(type(schema).__name__, path, "not a schema")
+            return add_json(self.g)
+        for keyword in schema:
+            if keyword not in HANDLED and keyword not in ANNOTATIONS:
+                self.warn(keyword, path)
+        if "$ref" in schema:
+            return self.ref(schema["$ref"], path)
+        if "const" in schema:
+            return Lit(self.dump(schema["const"]))
+        if "enum" in schema:
+            return alt(*[Lit(self.dump(v)) for v in schema["enum"]])
+        for keyword in ("anyOf", "oneOf"):
+            if keyword in schema:
+                options = [self.rule(f"{name}-{i}", sub, f"{path}/{keyword}/{i}") for i, sub in enumerate(schema[keyword])]
+                return alt(*options)
+        kind = schema.get("type")
+        if isinstance(kind, list):
+            return alt(*[self.typed({**schema, "type": k}, k, f"{name}-{k}", path) for k in kind])
+        if kind is None:
+            kind = primary_type(schema) if ("properties" in schema or "items" in schema) else None
+        if kind is None:
+            return add_json(self.g)
+        return self.typed(schema, kind, name, path)
+
+    def ref(self, target: str, path: str) -> Node:
+        if target in self.refs:
+            return self.refs[target]
+        if not target.startswith("#/"):
+            self.warn("$ref", path, f"only local references are supported, not {target!r}")
+            return add_json(self.g)
+        node = self.root_schema
+        for part in target[2:].split("/"):
+            part = part.replace("~1", "/").replace("~0", "~")
+            if not isinstance(node, dict) or part not in node:
+                self.warn("$ref", path, f"{target!r} does not resolve")
+                return add_json(self.g)
+            node = node[part]
+        name = "ref-" + "-".join(_slug(p) for p in target[2:].split("/") if p not in ("$defs", "definitions"))
+        ref = Ref(name)
+        self.refs[target] = ref
+        self.g.add(name, Lit(""))  # placeholder, so recursive references resolve
+        self.g.add(name, self.node(node, name, target))
+        return ref
+
+    def typed(self, schema: dict, kind: str, name: str, path: str) -> Node:
+        ws = self.ws
+        if kind == "string":
+            if self.flavor == "python":
+                char = alt(chars("'\\\n", negate=True), seq(Lit("\\"), AnyChar()))
+                return seq(Lit("'"), Rep(char, schema.get("minLength", 0), schema.get("maxLength")), Lit("'"))
+            return seq(Lit('"'), self.string_content(schema, name, path, json_escapes=True), Lit('"'))
+        if kind == "integer":
+            return self.integer(schema, path)
+        if kind == "number":
+            self.check_bounds(schema, path, integer=False)
+            add_json(self.g)
+            number = Ref("json-number")
+            if isinstance(schema.get("minimum"), (int, float)) and schema["minimum"] >= 0:
+                return seq(alt(Lit("0"), seq(chars("1-9"), Rep(chars("0-9")))), opt(seq(Lit("."), Rep(chars("0-9"), 1))),
+                           opt(seq(chars("eE"), opt(chars("-+")), Rep(chars("0-9"), 1))))
+            return number
+        if kind == "boolean":
+            return alt(Lit("True"), Lit("False")) if self.flavor == "python" else alt(Lit("true"), Lit("false"))
+        if kind == "null":
+            return Lit("None") if self.flavor == "python" else Lit("null")
+        if kind == "array":
+            item = self.rule(f"{name}-item", schema.get("items", {}), f"{path}/items")
+            low, high = schema.get("minItems", 0), schema.get("maxItems")
+            if high == 0:
+                return seq(Lit("["), ws, Lit("]"))
+            rest = Rep(seq(ws, Lit(","), ws, item), max(low - 1, 0), None if high is None else high - 1)
+            items = seq(item, rest)
+            return seq(Lit("["), ws, items if low > 0 else opt(items), ws, Lit("]"))
+        if kind == "object":
+            return self.object(schema, name, path)
+        self.warn("type", path, f"unknown type {kind!r}")
+        return add_json(self.g)
+
+    def object(self, schema: dict, name: str, path: str) -> Node:
+        ws = self.ws
+        properties = schema.get("properties") or {}
+        required = [k for k in schema.get("required", []) if k in properties]
+        for missing in set(schema.get("required", [])) - set(properties):
+            self.warn("required", path, f"{missing!r} is required but has no schema in properties")
+        extra = schema.get("additionalProperties", True)
+        add_json(self.g)
+        members = []
+        for key, sub in properties.items():
+            value = self.rule(f"{name}-{_slug(key)}", sub, f"{path}/properties/{key}")
+            members.append((key, seq(Lit(self.dump(key)), ws, Lit(":"), ws, value), key in required))
+        pair = None
+        if extra is not False:
+            value = self.any_value() if extra is True else self.rule(f"{name}-extra", extra, f"{path}/additionalProperties")
+            # An extra property's name is none of the declared ones (a declared name must
+            # be written as the declared property, by its own schema).
+            if not properties:
+                key = Ref("py-string") if self.flavor == "python" else Ref("json-string")
+            else:
+                quote = "'" if self.flavor == "python" else '"'
+                key = self.g.add(f"{name}-extra-key", _string_not_in(list(properties), quote), "a name not declared")
+            pair = seq(key, ws, Lit(":"), ws, value)
+        extras = Rep(seq(ws, Lit(","), ws, pair)) if pair is not None else Lit("")
+        if not members:
+            body = opt(seq(pair, extras)) if pair is not None else Lit("")
+        else:
+            listed = self._members(members, name, ws)
+            if required:
+                body = seq(listed, extras)
+            else:
+                body = opt(alt(seq(listed, extras), seq(pair, extras) if pair is not None else listed))
+        return seq(Lit("{"), ws, body, ws, Lit("}"))
+
+    def _members(self, members, name: str, ws) -> Node:
+        """At least one member, in order; optional ones may be skipped; commas between."""
+        # after-i: members i.. once one was written (a named rule each, so size stays linear)
+        after = Lit("")
+        for i in range(len(members) - 1, -1, -1):
+            _, member, is_required = members[i]
+            with_it = seq(ws, Lit(","), ws, member, after)
+            after = self.g.add(f"{name}-after-{i}", with_it if is_required else alt(with_it, after))
+        options = []
+        for j, (_, member, is_required) in enumerate(members):
+            following = Ref(f"{name}-after-{j + 1}") if j + 1 < len(members) else Lit("")
+            options.append(seq(member, following))
+            if is_required:
+                break
+        return alt(*options)
+
+    def integer(self, schema: dict, path: str) -> Node:
+        self.check_bounds(schema, path, integer=True)
+        low, high = schema.get("minimum"), schema.get("maximum")
+        if isinstance(low, int) and isinstance(high, int) and 0 <= high - low <= MAX_ENUMERATED_RANGE:
+            return alt(*[Lit(str(v)) for v in range(low, high + 1)])
+        digits = alt(Lit("0"), seq(chars("1-9"), Rep(chars("0-9"))))
+        if isinstance(low, (int, float)) and low >= 0:
+            return digits
+        if isinstance(high, (int, float)) and high < 0:
+            return seq(Lit("-"), chars("1-9"), Rep(chars("0-9")))
+        return seq(opt(Lit("-")), digits)
+
+    def check_bounds(self, schema: dict, path: str, integer: bool) -> None:
+        low, high = schema.get("minimum"), schema.get("maximum")
+        exact = integer and isinstance(low, int) and isinstance(high, int) and 0 <= high - low <= MAX_ENUMERATED_RANGE
+        if exact:
+            return
+        if high is not None and not (isinstance(high, (int, float)) and high < 0):
+            self.warn("maximum", path, "only the sign (or a small integer range) is enforced")
+        if low is not None and not (isinstance(low, (int, float)) and low in (0, 0.0)):
+            self.warn("minimum", path, "only the sign (or a small integer range) is enforced")
+
+    def string_content(self, schema: dict, name: str, path: str, json_escapes: bool) -> Node:
+        """The characters of a string (without its quotes)."""
+        if "pattern" in schema:
+            node = pattern_to_ir(schema["pattern"], lambda why: self.warn("pattern", path, why))
+            if node is not None:
+                if "minLength" in schema or "maxLength" in schema:
+                    self.warn("minLength/maxLength", path, "ignored next to a pattern")
+                return node
+            return self._chars(schema, json_escapes)
+        return self._chars(schema, json_escapes)
+
+    def _chars(self, schema: dict, json_escapes: bool) -> Node:
+        if json_escapes:
+            char = alt(chars('"\\\x00-\x1f', negate=True),
+                       seq(Lit("\\"), alt(chars('"\\/bfnrt'), seq(Lit("u"), *[chars("0-9a-fA-F")] * 4))))
+        else:
+            char = AnyChar()
+        low, high = schema.get("minLength", 0), schema.get("maxLength")
+        return Rep(char, low, high)
+
+
+def _string_not_in(names: list[str], quote: str = '"') -> Node:
+    """A string literal (JSON, or Python in single quotes) whose text is none of `names`."""
+    if quote == '"':
+        plain = '"\\\x00-\x1f'
+        escape = seq(Lit("\\"), alt(chars('"\\/bfnrt'), seq(Lit("u"), *[chars("0-9a-fA-F")] * 4)))
+    else:
+        plain = "'\\\n"
+        escape = seq(Lit("\\"), AnyChar())
+    any_char = alt(chars(plain, negate=True), escape)
+    trie: dict = {}
+    for name in names:
+        node = trie
+        for ch in name:
+            node = node.setdefault(ch, {})
+        node[""] = {}  # end of a name
+
+    def visit(node: dict) -> Node:
+        options = []
+        if "" not in node:
+            options.append(Lit(""))  # the text may end here: it is no name
+        children = sorted(k for k in node if k)
+        for ch in children:
+            options.append(seq(Lit(ch), visit(node[ch])))
+        # any other character (or an escape) leaves every name behind
+        options.append(seq(alt(chars(plain + "".join(children), negate=True), escape), Rep(any_char)))
+        return alt(*options)
+
+    return seq(Lit(quote), visit(trie), Lit(quote))
+
+
+def _slug(text: str) -> str:
+    out = "".join(c if c.isascii() and c.isalnum() else "-" for c in str(text).lower())
+    return "-".join(p for p in out.split("-") if p) or "x"
+
+
+def add_schema(g: Grammar, schema: dict, name: str, warnings: list[str], flavor: str = "json") -> Ref:
+    """Add rules for values valid under `schema` (JSON, or Python literals); returns the rule."""
+    converter = _Converter(g, schema if isinstance(schema, dict) else {}, warnings, flavor)
+    return converter.rule(name, schema, "#")
+
+
+def add_string_content(g: Grammar, schema: dict, name: str, warnings: list[str]) -> Ref:
+    """The text of a string (no quotes, no escapes): for formats that write strings raw."""
+    converter = _Converter(g, schema, warnings)
+    if "enum" in schema:
+        return g.add(name, alt(*[Lit(str(v)) for v in schema["enum"]]))
+    if "const" in schema:
+        return g.add(name, Lit(str(schema["const"])))
+    return g.add(name, converter.string_content(schema, name, "#", json_escapes=False))
+
+
+def add_raw_value(g: Grammar, schema: dict, name: str, warnings: list[str], flavor: str = "json") -> Node:
+    """A value written as raw text (a template printed it with {{ value }}): its schema's type.
+
+    Objects and arrays are written as JSON or, by templates that print them as they are, as
+    Python literals (`flavor`)."""
+    kind = primary_type(schema)
+    converter = _Converter(g, schema, warnings, flavor if kind in ("object", "array") else "json")
+    if "enum" in schema:
+        return alt(*[Lit(v if isinstance(v, str) else json.dumps(v)) for v in schema["enum"]])
+    if kind == "integer":
+        return converter.integer(schema, "#")
+    if kind == "number":
+        return converter.typed(schema, "number", name, "#")
+    if kind == "boolean":
+        return alt(Lit("true"), Lit("false"), Lit("True"), Lit("False"))
+    if kind == "null":
+        return alt(Lit("null"), Lit("None"))
+    if kind == "string":
+        return converter.string_content(schema, name, "#", json_escapes=False)
+    return converter.node(schema, name, "#")
+
+
+# ---------------------------------------------------------------------------
+# Regular-expression subset for `pattern`
+
+
+def pattern_to_ir(pattern: str, warn) -> Node | None:
+    """An anchored pattern (^...$) as IR; None (after a warning) when outside the subset.
+
+    The subset: literals, escapes (\\d \\w \\s and escaped punctuation), classes [...] and
+    [^...], ".", groups (...), alternation |, and the quantifiers * + ? {m} {m,} {m,n}.
+    """
+    if not (pattern.startswith("^") and pattern.endswith("$") and not pattern.endswith("\\$")):
+        warn(f"only anchored patterns (^...$) are supported, not {pattern!r}")
+        return None
+    try:
+        parser = _PatternParser(pattern[1:-1])
+        node = parser.alternation()
+        if parser.i != len(parser.text):
+            raise ValueError(f"unexpected {parser.text[parser.i]!r}")
+        return node
+    except ValueError as e:
+        warn(f"{pattern!r} is outside the supported subset ({e})")
+        return None
+
+
+_ESCAPE_CLASSES = {"d": "0-9", "w": "A-Za-z0-9_", "s": " \t\n\r\f\v"}
+
+
+class _PatternParser:
+    def __init__(self, text: str):
+        self.text = text
+        self.i = 0
+
+    def peek(self) -> str:
+        return self.text[self.i] if self.i < len(self.text) else ""
+
+    def alternation(self) -> Node:
+        options = [self.sequence()]
+        while self.peek() == "|":
+            self.i += 1
+            options.append(self.sequence())
+        return alt(*options)
+
+    def sequence(self) -> Node:
+        items = []
+        while self.peek() and self.peek() not in "|)":
+            items.append(self.quantified(self.atom()))
+        return seq(*items)
+
+    def atom(self) -> Node:
+        ch = self.peek()
+        self.i += 1
+        if ch == "(":
+            if self.text.startswith("?:", self.i):
+                self.i += 2
+            elif self.peek() == "?":
+                raise ValueError("lookaround and named groups")
+            node = self.alternation()
+            if self.peek() != ")":
+                raise ValueError("unclosed group")
+            self.i += 1
+            return node
+        if ch == "[":
+            return self.char_class()
+        if ch == ".":
+            return chars("\n", negate=True)
+        if ch == "\\":
+            esc = self.peek()
+            self.i += 1
+            if esc in _ESCAPE_CLASSES:
+                return chars(_ESCAPE_CLASSES[esc])
+            if esc in "DWS":
+                return chars(_ESCAPE_CLASSES[esc.lower()], negate=True)
+            if esc.isalnum():
+                raise ValueError(f"escape \\{esc}")
+            return Lit(esc)
+        if ch in "*+?{":
+            raise ValueError(f"nothing to repeat before {ch!r}")
+        if ch in "^$":
+            raise ValueError("anchors inside the pattern")
+        return Lit(ch)
+
+    def char_class(self) -> Node:
+        negate = self.peek() == "^"
+        if negate:
+            self.i += 1
+        ranges = []
+        first = True
+        while first or self.peek() != "]":
+            first = False
+            if not self.peek():
+                raise ValueError("unclosed class")
+            ch = self.peek()
+            self.i += 1
+            if ch == "\\":
+                esc = self.peek()
+                self.i += 1
+                if esc in _ESCAPE_CLASSES:
+                    ranges.extend(chars(_ESCAPE_CLASSES[esc]).ranges)
+                    continue
+                ch = {"n": "\n", "t": "\t", "r": "\r"}.get(esc, esc)
+            if self.peek() == "-" and self.i + 1 < len(self.text) and self.text[self.i + 1] != "]":
+                self.i += 1
+                last = self.peek()
+                self.i += 1
+                if last == "\\":
+                    last = self.peek()
+                    self.i += 1
+                ranges.append((ch, last))
+            else:
+                ranges.append((ch, ch))
+        self.i += 1
+        return Chars(tuple(ranges), negate)
+
+    def quantified(self, node: Node) -> Node:
+        ch = self.peek()
+        if ch == "*":
+            self.i += 1
+            node = Rep(node, 0, None)
+        elif ch == "+":
+            self.i += 1
+            node = Rep(node, 1, None)
+        elif ch == "?":
+            self.i += 1
+            node = Rep(node, 0, 1)
+        elif ch == "{":
+            end = self.text.find("}", self.i)
+            if end == -1:
+                raise ValueError("unclosed {")
+            body = self.text[self.i + 1:end]
+            self.i = end + 1
+            low, _, high = body.partition(",")
+            if not low.isdigit() or (high and not high.isdigit()):
+                raise ValueError(f"quantifier {{{body}}}")
+            node = Rep(node, int(low), int(low) if "," not in body else (int(high) if high else None))
+        if self.peek() and self.peek() in "*+?{":
+            raise ValueError("lazy or nested quantifiers")
+        return node
+
+
+__all__ = ["add_schema", "add_string_content", "add_raw_value", "primary_type", "pattern_to_ir", "TextUntil"]

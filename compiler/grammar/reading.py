@@ -1,0 +1,124 @@
+"""How a spec is read: the answers the grammar builder and the streaming runtime share.
+
+What opens a call, where a calls section ends, which markers end a turn, whether content
+may follow the calls, which turn layouts need a form of their own: each question has one
+answer here. `reading_tables(spec)` writes them as the runtime's tables, plain data that a
+generated module embeds (through repr) and `tplparse.runtime.Protocol` prepares; the
+grammar builder (`grammar.build`) and the llama.cpp request fields ask the same functions.
+"""
+
+from __future__ import annotations
+
+import json
+
+from ..probe.markers import first_marker
+from ..probe.spans import Boundaries
+from ..runtime import TABLES_VERSION
+from ..spec import ProtocolSpec, ToolCallFormat, slot
+
+
+def end_of_turn_markers(spec: ProtocolSpec) -> list[str]:
+    """The markers that end a turn (blank ones name nothing to look for)."""
+    return [m for m in spec.end_of_turn if m.strip()]
+
+
+def call_opener(tool_calls: ToolCallFormat, boundaries: Boundaries) -> str:
+    """The marker that opens a calls section (what a lazy grammar triggers on)."""
+    head = tool_calls.section_start or next((p for p in tool_calls.call if isinstance(p, str)), "")
+    return first_marker(head, boundaries)
+
+
+def call_head(tool_calls: ToolCallFormat, boundaries: Boundaries) -> str:
+    """The first marker of one call (another call after a whitespace-only separator starts so)."""
+    return first_marker(next((p for p in tool_calls.call if isinstance(p, str)), ""), boundaries)
+
+
+def cut_at_end(text: str, end_markers: list[str]) -> str:
+    """`text` up to its first end-of-turn marker (a model stops there)."""
+    cut = min([text.find(m) for m in end_markers if m and m in text] or [len(text)])
+    return text[:cut]
+
+
+def content_may_follow_calls(spec: ProtocolSpec) -> bool:
+    """Whether the template writes content after the calls (some put the answer last)."""
+    for layout in spec.turns.values():
+        slots = [p["slot"] for p in layout if isinstance(p, dict)]
+        if "content" in slots and any(s in slots for s in ("calls", "call_list")):
+            calls_at = min(slots.index(s) for s in ("calls", "call_list") if s in slots)
+            if slots.index("content") > calls_at:
+                return True
+    return False
+
+
+def content_prefix_and_inline_opener(spec: ProtocolSpec, opener: str) -> tuple[str, str]:
+    """Without a call opener: the text a content turn starts with ("all\\n"), and the text
+    between content and calls that opens the calls (">>>"). Empty when there is an opener."""
+    content_layout = spec.turns.get("content") or []
+    mixed = spec.turns.get("content+calls") or []
+    prefix = inline = ""
+    if spec.tool_calls and not opener and content_layout and isinstance(content_layout[0], str):
+        prefix = content_layout[0].strip()
+        for a, b in zip(mixed, mixed[1:] + [None]):
+            if a == slot("content") and isinstance(b, str) and b.strip():
+                inline = b.strip()
+    return prefix, inline
+
+
+def section_with_content(spec: ProtocolSpec) -> tuple[str, str] | None:
+    """A section whose start is two markers that content may sit between
+    (<|python_start|>content<|python_end|>calls): the two markers, else None."""
+    mixed = spec.turns.get("content+calls") or []
+    if not spec.tool_calls:
+        return None
+    found = None
+    for i, piece in enumerate(mixed[:-3]):
+        if (isinstance(piece, str) and mixed[i + 1] == slot("content") and isinstance(mixed[i + 2], str)
+                and mixed[i + 3] == slot("call_list")
+                and "".join((piece + mixed[i + 2]).split()) == "".join(spec.tool_calls.section_start.split())):
+            found = (piece.strip(), mixed[i + 2].strip())
+    return found
+
+
+def reading_tables(spec: ProtocolSpec, special_tokens: tuple[str, ...] = ()) -> dict:
+    """The runtime's tables for `spec`: plain data (str, bool, list, dict, None) only."""
+    boundaries = Boundaries(special_tokens)
+    end_markers = end_of_turn_markers(spec)
+    r = spec.reasoning
+    tables: dict = {
+        "version": TABLES_VERSION,
+        "modes": {name: {"tail": mode.tail, "start": str(mode.start)} for name, mode in spec.modes.items()},
+        "reasoning": None if r is None else {"start": r.start, "end": r.end,
+                                             "call_ends_reasoning": r.tool_call_ends_reasoning},
+        "content": {"start": spec.content_start, "end": spec.content_end},
+        "end_of_turn": end_markers,
+        "tool_calls": None,
+    }
+    tc = spec.tool_calls
+    if tc is not None:
+        opener = call_opener(tc, boundaries)
+        prefix, inline = content_prefix_and_inline_opener(spec, opener)
+        inner = section_with_content(spec)
+        args = tc.arguments
+        if args.style == "object":
+            arguments = {"style": "object", "encoder": args.encoder}
+        else:
+            arguments = {"style": str(args.style), "argument": args.argument, "value_encoders": args.value_encoders,
+                         "separator": args.separator, "quotes": list(args.quotes), "brackets": args.brackets}
+        tables["tool_calls"] = {
+            "opener": opener,
+            "call_head": call_head(tc, boundaries),
+            "section_start": tc.section_start,
+            "section_end": cut_at_end(tc.section_end, end_markers),
+            "section_inner": list(inner) if inner else None,
+            "content_prefix": prefix,
+            "inline_opener": inline,
+            "call": list(tc.call),
+            "separator": tc.separator,
+            "parallel": str(tc.parallel),
+            "arguments": arguments,
+        }
+    return json.loads(json.dumps(tables))  # a copy that is plain data, or a TypeError here
+
+
+__all__ = ["call_head", "call_opener", "content_may_follow_calls", "cut_at_end", "end_of_turn_markers",
+           "reading_tables"]

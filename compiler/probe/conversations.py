@@ -1,0 +1,246 @@
+"""The conversations the probe renders, and the equivalent shapes it retries them in.
+
+A probe message is an abstract assistant turn (reasoning, content, tool calls with
+arguments); `Sentinels` fill it with recognisable values. Templates disagree on how the
+same turn must be written down (arguments as an object or a JSON string, `content: ""`
+or absent, tools with or without the `{type, function}` wrapper, ...), so `ShapedRenderer`
+tries each equivalent shape in order and keeps the first one the template accepts.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import TemplateError
+from ..source.template import ChatTemplate
+
+
+@dataclass(frozen=True)
+class Call:
+    name: str
+    arguments: dict
+    id: str
+
+
+@dataclass(frozen=True)
+class Turn:
+    """An assistant turn, abstractly."""
+
+    content: str | None = None
+    reasoning: str | None = None
+    calls: tuple[Call, ...] = ()
+
+
+@dataclass(frozen=True)
+class Sentinels:
+    """Recognisable values for one probe run. Two independent sets must agree."""
+
+    user: str
+    content: str
+    content2: str
+    reasoning: str
+    names: tuple[str, str, str]  # three tool names
+    ids: tuple[str, str]  # 9-character alphanumeric (some templates insist)
+    key1: str  # key1 sorts after key2, so a template that sorts keys shows it
+    key2: str
+    value1: str
+    value2: str
+
+
+SENTINEL_SETS = (
+    Sentinels(
+        user="What is the weather in Paris?",
+        content="Sunny, 18 degrees in Paris.",
+        content2="Checking the forecast now.",
+        reasoning="The user wants the forecast.",
+        names=("get_weather", "get_time", "search_docs"),
+        ids=("a1b2c3d4e", "f5g6h7i8j"),
+        key1="query",
+        key2="limit",
+        value1="Paris",
+        value2="Lyon",
+    ),
+    Sentinels(
+        user="Please look up the order status.",
+        content="Shipped on Monday.",
+        content2="Looking up order A-1042.",
+        reasoning="I should call the order tool first.",
+        names=("lookup_order", "send_email", "list_items"),
+        ids=("k9l8m7n6o", "p5q4r3s2t"),
+        key1="order_id",
+        key2="channel",
+        value1="A-1042",
+        value2="B-2077",
+    ),
+)
+
+# Values never used while probing: the re-rendering check uses these.
+FRESH = Sentinels(
+    user="Can you convert 12 euros to dollars?",
+    content="Twelve euros is about thirteen dollars.",
+    content2="Converting the amount.",
+    reasoning="A currency conversion is needed.",
+    names=("convert_currency", "get_rate", "fetch_news"),
+    ids=("u1v2w3x4y", "z9y8x7w6v"),
+    key1="amount",
+    key2="target",
+    value1="EUR 12",
+    value2="USD",
+)
+
+
+def tool_definition(name: str, keys: list[str] | None = None) -> dict:
+    """An OpenAI-style function definition for `name` (its parameters are loosely typed)."""
+    keys = keys or []
+    return {
+        "name": name,
+        "description": f"The {name} tool",
+        "parameters": {
+            "type": "object",
+            "properties": {k: {"type": "string", "description": f"The {k}"} for k in keys},
+            "required": keys[:1],
+        },
+    }
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One way of writing the same conversation down."""
+
+    label: str
+    arguments_as_string: bool = False
+    empty_content: bool = False  # "" instead of no content on a turn with calls
+    bare_tools: bool = False  # tools without the {type, function} wrapper
+    bare_calls: bool = False  # tool calls without the {type, function} wrapper
+    parameter_definition_tools: bool = False  # tools as {name, description, parameter_definitions} (Command R style)
+    functions_variable: bool = False  # tools passed as a `functions` JSON string as well
+
+
+SHAPES = (
+    Shape("openai"),
+    Shape("empty content", empty_content=True),
+    Shape("arguments as JSON string", arguments_as_string=True),
+    Shape("arguments as JSON string, empty content", arguments_as_string=True, empty_content=True),
+    Shape("bare tools", bare_tools=True),
+    Shape("bare tools, arguments as JSON string", bare_tools=True, arguments_as_string=True),
+    Shape("bare tools and calls, arguments as JSON string", bare_tools=True, bare_calls=True, arguments_as_string=True),
+    Shape("tools with parameter_definitions", parameter_definition_tools=True),
+    Shape("functions variable, arguments as JSON string", functions_variable=True, arguments_as_string=True),
+)
+
+
+def _tools_in_shape(tools: list[dict], shape: Shape) -> list[dict]:
+    if shape.parameter_definition_tools:
+        return [
+            {
+                "name": t["name"],
+                "description": t["description"],
+                "parameter_definitions": {
+                    k: {"description": v.get("description", k), "type": "str", "required": k in t["parameters"].get("required", [])}
+                    for k, v in t["parameters"]["properties"].items()
+                },
+            }
+            for t in tools
+        ]
+    if shape.bare_tools:
+        return [dict(t) for t in tools]
+    return [{"type": "function", "function": dict(t)} for t in tools]
+
+
+def _turn_message(turn: Turn, shape: Shape, reasoning_blocks: bool = False) -> dict:
+    message: dict[str, Any] = {"role": "assistant"}
+    if turn.reasoning is not None and reasoning_blocks:
+        # Reasoning as a content block ({"type": "thinking"}), as some templates read it.
+        blocks = [{"type": "thinking", "thinking": turn.reasoning}]
+        if turn.content:
+            blocks.append({"type": "text", "text": turn.content})
+        message["content"] = blocks
+    elif turn.reasoning is not None:
+        message["reasoning_content"] = turn.reasoning
+    if "content" not in message:
+        if turn.content is not None:
+            message["content"] = turn.content
+        elif shape.empty_content or not turn.calls:
+            message["content"] = ""  # a turn with calls gets "" only in the shape that needs it
+    if turn.calls:
+        calls = []
+        for call in turn.calls:
+            arguments = json.dumps(call.arguments, ensure_ascii=False) if shape.arguments_as_string else call.arguments
+            function = {"name": call.name, "arguments": arguments}
+            calls.append({"id": call.id, **function} if shape.bare_calls else {"id": call.id, "type": "function", "function": function})
+        message["tool_calls"] = calls
+    return message
+
+
+@dataclass
+class Rendered:
+    """The three renders a probe compares for one assistant turn."""
+
+    prompt: str  # history + generation prompt
+    full: str  # history + the assistant turn, no generation prompt
+    history: str  # history alone, no generation prompt
+
+
+@dataclass
+class ShapedRenderer:
+    """Renders probe conversations, in the first shape the template accepts."""
+
+    template: ChatTemplate
+    tools: list[dict]
+    shape: Shape | None = None
+    # Reasoning as a {"type": "thinking"} content block: None until a reasoning turn tells.
+    reasoning_blocks: bool | None = None
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def shape_label(self) -> str:
+        label = self.shape.label if self.shape else SHAPES[0].label
+        return label + (", reasoning as thinking blocks" if self.reasoning_blocks else "")
+
+    def _render(self, shape: Shape, messages: list[dict], add_generation_prompt: bool, variables: dict) -> str:
+        tools = _tools_in_shape(self.tools, shape) if self.tools else None
+        extra = dict(variables)
+        if shape.functions_variable and self.tools:
+            extra.setdefault("functions", json.dumps(self.tools, ensure_ascii=False))
+            extra.setdefault("datetime", "2026-01-01")
+        return self.template.render(messages, tools=tools, add_generation_prompt=add_generation_prompt, **extra)
+
+    def render_followed(self, user: str, turn: Turn, user2: str) -> str | None:
+        """[user, turn, user2] rendered without a generation prompt (None if it does not render)."""
+        shape = self.shape or SHAPES[0]
+        messages = [{"role": "user", "content": user}, _turn_message(turn, shape, bool(self.reasoning_blocks)),
+                    {"role": "user", "content": user2}]
+        try:
+            return self._render(shape, messages, False, {})
+        except TemplateError:
+            return None
+
+    def render_turn(self, user: str, turn: Turn, variables: dict | None = None, system: str | None = None) -> Rendered | None:
+        """Render [system?, user] + turn; None when no shape renders it."""
+        variables = variables or {}
+        history = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user}]
+        shapes = [self.shape] if self.shape else list(SHAPES)
+        for shape in shapes:
+            try:
+                full = self._render(shape, history + [_turn_message(turn, shape, bool(self.reasoning_blocks))], False, variables)
+                prompt = self._render(shape, history, True, variables)
+                bare = self._render(shape, history, False, variables)
+            except TemplateError as e:
+                self.errors.append(f"{shape.label}: {e.reason}")
+                continue
+            if self.shape is None:
+                self.shape = shape  # the first shape that renders is kept for every later render
+            if turn.reasoning and self.reasoning_blocks is None:
+                self.reasoning_blocks = False
+                if turn.reasoning not in full:
+                    try:
+                        blocks = self._render(shape, history + [_turn_message(turn, shape, True)], False, variables)
+                    except TemplateError:
+                        blocks = ""
+                    # The blocks must be read, not printed whole (a Python repr shows the keys).
+                    if turn.reasoning in blocks and "'thinking'" not in blocks and '"thinking"' not in blocks:
+                        self.reasoning_blocks, full = True, blocks
+            return Rendered(prompt=prompt, full=full, history=bare)
+        return None

@@ -1,0 +1,226 @@
+"""The probe: derive a `ProtocolSpec` from a chat template by rendering it.
+
+Nothing here reads the template's source. The probe renders sentinel conversations and
+compares the renders (`renders.assistant_spans`):
+
+1. the generation prompt against each rendered assistant turn gives the assistant header
+   and each turn's *span* (what follows the header);
+2. calls with zero, one and two arguments, and arguments of every JSON type, give the
+   argument format (`arguments`); two calls give the call layout, the separator and the
+   section around the calls (`calls`);
+3. each kind of turn (content, reasoning + content, calls, content + calls,
+   reasoning + calls) gives a turn layout: the span with the sentinel values as slots;
+4. the generation prompt under each value of a thinking switch gives the modes and the
+   state the model starts in (`modes`);
+5. the layouts give the markers: reasoning start and end, content wrapper, end of turn
+   (`markers`).
+
+Two independent sentinel sets run the whole probe; a field is kept only when both agree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..source.render import fixed_clock
+from ..source.template import ChatTemplate
+from ..spec import Piece, PromptMode, ProtocolSpec, Reasoning, SpecError, ToolCallFormat, slot
+from . import markers
+from .arguments import argument_format
+from .calls import call_format
+from .conversations import SENTINEL_SETS, Call, Sentinels, ShapedRenderer, Turn, tool_definition
+from .modes import find_modes
+from .overrides import apply_overrides
+from .renders import assistant_spans, layout_of
+from .spans import Boundaries
+
+
+@dataclass
+class _Findings:
+    """What one sentinel set found."""
+
+    tail: str = ""
+    turns: dict = field(default_factory=dict)
+    thinking_turns: dict = field(default_factory=dict)  # layouts with thinking on, when they differ
+    tool_calls: ToolCallFormat | None = None
+    reasoning: Reasoning | None = None
+    content_start: str = ""
+    content_end: str = ""
+    end_of_turn: list = field(default_factory=list)
+    modes: dict = field(default_factory=dict)
+    thinking_switch: dict | None = None
+    next_turn: str = ""  # text between a content turn and the next user turn's text
+    shape: str = "openai"
+    warnings: list = field(default_factory=list)
+
+
+def probe_turns(s: Sentinels) -> dict[str, Turn]:
+    """The standard probe turns, filled with sentinel set `s`."""
+    call_a = Call(s.names[0], {s.key1: s.value1}, s.ids[0])
+    call_b = Call(s.names[1], {s.key2: s.value2}, s.ids[1])
+    return {
+        "calls": Turn(calls=(call_a,)),
+        "content": Turn(content=s.content),
+        "reasoning+content": Turn(reasoning=s.reasoning, content=s.content),
+        "calls2": Turn(calls=(call_a, call_b)),
+        "content+calls": Turn(content=s.content2, calls=(call_a,)),
+        "reasoning+calls": Turn(reasoning=s.reasoning, calls=(call_a,)),
+    }
+
+
+
+def _turn_layout(findings: _Findings, kind: str, turn: Turn, span: str) -> list[Piece] | None:
+    """A turn's layout: its span with the reasoning, content and calls as slots."""
+    values = {"reasoning": turn.reasoning or "", "content": turn.content or ""}
+    if not (turn.calls and findings.tool_calls is not None):
+        return layout_of(span, values)
+    calls = [{"name": c.name, "arguments": c.arguments, "id": c.id} for c in turn.calls]
+    try:
+        call_list = findings.tool_calls.format_list(calls)
+    except SpecError as e:
+        findings.warnings.append(f"{kind}: {e}")
+        return None
+    section = findings.tool_calls.section_start + call_list + findings.tool_calls.section_end
+    return layout_of(span, {**values, "calls": section}) or layout_of(span, {**values, "call_list": call_list})
+
+
+def _probe_with(template: ChatTemplate, s: Sentinels) -> _Findings:
+    findings = _Findings()
+    boundaries = Boundaries(template.special_tokens)
+    tools = [tool_definition(name, [s.key1, s.key2]) for name in s.names]
+    renderer = ShapedRenderer(template, tools)
+    turns = probe_turns(s)
+    rendered = assistant_spans(renderer, s.user, turns)
+    if rendered is None:
+        findings.warnings.append("no probe turn renders: " + "; ".join(renderer.errors[-3:]))
+        return findings
+    header, tail, spans = rendered
+    findings.tail = tail
+    findings.shape = renderer.shape_label
+
+    # Tool calls: only when a call's name shows in its render.
+    if "calls" in spans and s.names[0] in spans["calls"]:
+        arg_format = argument_format(renderer, s.user, s, boundaries, findings.warnings)
+        if arg_format is not None:
+            findings.tool_calls = call_format(renderer, s.user, s, arg_format, boundaries, findings.warnings,
+                                               spans.get("content"), s.content)
+    else:
+        findings.warnings.append("the template does not render tool calls")
+
+    # Turn layouts.
+    for kind, turn in turns.items():
+        if kind == "calls2" or kind not in spans:
+            continue
+        layout = _turn_layout(findings, kind, turn, spans[kind])
+        if layout is None:
+            findings.warnings.append(f"could not lay out a {kind} turn")
+            continue
+        findings.turns[kind] = layout
+
+    findings.modes, findings.thinking_switch = find_modes(renderer, s.user, findings.tail, header)
+    # What separates a turn from the next user turn (templates without an end-of-turn marker
+    # end a turn where the next begins).
+    followed = renderer.render_followed(s.user, turns["content"], s.content2)
+    if followed is not None and s.content in followed and s.content2 in followed:
+        after = followed[followed.rindex(s.content) + len(s.content):]
+        findings.next_turn = after[: after.find(s.content2)] if s.content2 in after else ""
+    if "thinking" in findings.modes and not any(slot("reasoning") in layout for layout in findings.turns.values()):
+        # Some templates render reasoning only with thinking on: lay those turns out too.
+        mode = findings.modes["thinking"]
+        reasoning_kinds = {k: turns[k] for k in ("content", "reasoning+content", "calls", "reasoning+calls")}
+        thinking = assistant_spans(renderer, s.user, reasoning_kinds, mode.variables, system=mode.system_flag or None)
+        if thinking is not None:
+            for kind, span in thinking[2].items():
+                layout = _turn_layout(findings, kind, turns[kind], span)
+                if layout is not None:
+                    findings.thinking_turns[kind] = layout
+    return findings
+
+
+# Stand-ins for the bos / eos tokens when the source does not name them (a bare .jinja):
+# templates concatenate them, so they must be strings; the spec says they are stand-ins.
+PLACEHOLDER_TOKENS = {"bos_token": "<|bos_token|>", "eos_token": "<|eos_token|>"}
+
+
+def probe(template: ChatTemplate) -> ProtocolSpec:
+    """Derive the template's ProtocolSpec (both sentinel sets must agree on each field)."""
+    with fixed_clock():  # templates that print the time must print the same one in every render
+        return _probe(template)
+
+
+def _probe(template: ChatTemplate) -> ProtocolSpec:
+    notes = []
+    missing = {k: v for k, v in PLACEHOLDER_TOKENS.items() if k not in template.named_tokens}
+    if missing:
+        template = template.with_tokens(**missing)
+        notes.append(
+            "the source does not name " + " and ".join(missing) + "; probed with the stand-ins "
+            + ", ".join(f"{k}={v!r}" for k, v in missing.items())
+        )
+    runs = [_probe_with(template, s) for s in SENTINEL_SETS]
+    first, second = runs
+    warnings = notes + list(dict.fromkeys(first.warnings + second.warnings))
+
+    def agreed(name):
+        a, b = getattr(first, name), getattr(second, name)
+        if _as_data(a) == _as_data(b):
+            return a
+        warnings.append(f"the two sentinel sets disagree on {name}; left out")
+        return None
+
+    turns = {}
+    for kind in first.turns:
+        if first.turns[kind] == second.turns.get(kind):
+            turns[kind] = first.turns[kind]
+        else:
+            warnings.append(f"the two sentinel sets disagree on the {kind} layout; left out")
+    modes = agreed("modes") or {"default": PromptMode(variables={}, tail=first.tail, start="content")}
+    tool_calls = agreed("tool_calls")
+
+    # Name the markers.
+    boundaries = Boundaries(template.special_tokens)
+    evidence: dict[str, str] = {}
+    thinking_turns = first.thinking_turns if first.thinking_turns == second.thinking_turns else {}
+    reasoning = (
+        markers.reasoning_from_layouts(turns, evidence)
+        or markers.reasoning_from_layouts(thinking_turns, evidence, note="with thinking on")
+        or markers.reasoning_from_modes(modes, boundaries, evidence)
+    )
+    end_of_turn = markers.end_of_turn_markers(
+        turns, tool_calls, first.next_turn if first.next_turn == second.next_turn else "",
+        template.eos_token if "eos_token" not in missing else None, template.end_of_turn,
+        boundaries, evidence,
+    )
+    content_start, content_end = markers.content_wrapper(turns, reasoning, boundaries, end_of_turn, evidence)
+
+    spec = ProtocolSpec(
+        template_name=template.name,
+        template_sha256=template.sha256,
+        family=template.family,
+        modes=modes,
+        turns=turns,
+        reasoning=reasoning,
+        tool_calls=tool_calls,
+        content_start=content_start,
+        content_end=content_end,
+        end_of_turn=end_of_turn,
+        thinking_switch=agreed("thinking_switch"),
+        shape=first.shape,
+        evidence=evidence,
+        warnings=warnings,
+    )
+    spec = apply_overrides(spec)
+    markers.start_states(spec.modes, spec.reasoning, turns, thinking_turns)
+    if spec.reasoning is None:
+        spec.warnings.append("no reasoning markers: no render shows a reasoning block, and no prompt opens one")
+    return spec
+
+
+def _as_data(value):
+    from dataclasses import asdict, is_dataclass
+
+    if is_dataclass(value):
+        return asdict(value)
+    if isinstance(value, dict):
+        return {k: _as_data(v) for k, v in value.items()}
+    return value

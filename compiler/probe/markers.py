@@ -1,0 +1,242 @@
+"""Markers from layouts: reasoning start/end, content wrapper, end of turn, start states.
+
+The probe's turn layouts say exactly what a template writes around each slot; this module
+names the pieces. Every result carries its evidence (which layouts, which text), so the
+probe report can show why it believes a marker is one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .spans import Boundaries, common_prefix_length
+from ..spec import Piece, PromptMode, Reasoning, ToolCallFormat, slot
+
+_MARKER_END = frozenset(">]\n")
+
+
+def _text(pieces: list[Piece]) -> str:
+    return "".join(p for p in pieces if isinstance(p, str))
+
+
+def _slot_positions(layout: list[Piece]) -> list[tuple[int, str]]:
+    return [(i, p["slot"]) for i, p in enumerate(layout) if isinstance(p, dict)]
+
+
+def _before_first_slot(layout: list[Piece]) -> str:
+    positions = _slot_positions(layout)
+    return _text(layout[: positions[0][0]]) if positions else _text(layout)
+
+
+def first_marker(text: str, boundaries: Boundaries) -> str:
+    """The first marker of `text` (after whitespace): a special token, or text up to a marker end."""
+    text = text.lstrip()
+    for token in sorted(boundaries.special_tokens, key=len, reverse=True):
+        if token.strip() and text.startswith(token):
+            return token
+    for i, ch in enumerate(text):
+        if ch in _MARKER_END and i > 0:
+            return text[: i + 1].strip() if ch != "\n" else text[:i].strip()
+    return text.strip()
+
+
+def split_empty_block(text: str, boundaries: Boundaries) -> tuple[str, str] | None:
+    """An empty reasoning block "<start>   <end>" split into its two markers."""
+    text = text.strip()
+    if not text:
+        return None
+    start = first_marker(text, boundaries)
+    rest = text[len(start):].strip()
+    if not rest or not start:
+        return None
+    # The end marker is the last marker of what remains.
+    for token in sorted(boundaries.special_tokens, key=len, reverse=True):
+        if token.strip() and rest.endswith(token):
+            return start, token
+    cut = max(rest.rfind(ch, 0, len(rest) - 1) for ch in _MARKER_END)
+    end = rest[cut + 1:].strip() if cut != -1 else rest
+    return start, end
+
+
+@dataclass
+class Markers:
+    reasoning: Reasoning | None = None
+    content_start: str = ""
+    content_end: str = ""
+    end_of_turn: list[str] = field(default_factory=list)
+    evidence: dict[str, str] = field(default_factory=dict)
+
+
+def reasoning_from_layouts(turns: dict[str, list[Piece]], evidence: dict[str, str], note: str = "") -> Reasoning | None:
+    """Reasoning markers from a turn that renders reasoning next to content or calls."""
+    for kind, partner in (("reasoning+content", "content"), ("reasoning+calls", "calls")):
+        layout = turns.get(kind)
+        if not layout or slot("reasoning") not in layout:
+            continue
+        i = layout.index(slot("reasoning"))
+        after = [(j, name) for j, name in _slot_positions(layout) if j > i]
+        if not after:
+            continue
+        before = _text(layout[:i])
+        between = _text(layout[i + 1: after[0][0]])
+        partner_layout = turns.get(partner) or []
+        partner_prefix = _before_first_slot(partner_layout) if partner_layout else ""
+        if partner_prefix and partner_prefix == before + between:
+            # The template writes the block even with no reasoning: start + end + (nothing).
+            start, end = before, between
+            how = f"{kind}: around the reasoning; {partner}: the same block, empty"
+        else:
+            # Leading whitespace both turns write is not part of the marker.
+            common = common_prefix_length(before, partner_prefix)
+            common = common if not before[:common].strip() else 0
+            start = before[common:]
+            end = between
+            if partner_prefix and between.endswith(partner_prefix[common:]) and partner_prefix[common:]:
+                end = between[: len(between) - len(partner_prefix[common:])]
+            how = f"{kind}: text before and after the reasoning, less what a {partner} turn has anyway"
+        if not end.strip():
+            continue
+        how += f", {note}" if note else ""
+        evidence["reasoning.start"] = f"{start.strip()!r} ({how})" if start.strip() else "written by the generation prompt"
+        evidence["reasoning.end"] = f"{end.strip()!r} ({how})"
+        return Reasoning(start=start.strip(), end=end.strip(), in_history=True)
+    return None
+
+
+def reasoning_from_modes(modes: dict[str, PromptMode], boundaries: Boundaries, evidence: dict[str, str]) -> Reasoning | None:
+    """Reasoning markers from a thinking switch: thinking off writes an empty block."""
+    on, off = modes.get("thinking"), modes.get("no_thinking")
+    if on is None or off is None:
+        return None
+    if on.tail.strip() and off.tail.strip().startswith(on.tail.strip()):
+        start, end = on.tail.strip(), off.tail.strip()[len(on.tail.strip()):].strip()
+        if not end:
+            return None
+        how = "thinking on opens it; thinking off also closes it"
+    else:
+        if on.tail.strip():
+            return None
+        split = split_empty_block(off.tail, boundaries)
+        if split is None:
+            return None
+        start, end = split
+        how = "thinking off writes an empty block"
+    evidence["reasoning.start"] = f"{start!r} ({how})"
+    evidence["reasoning.end"] = f"{end!r} ({how})"
+    return Reasoning(start=start, end=end, in_history=False)
+
+
+def content_wrapper(turns: dict[str, list[Piece]], reasoning: Reasoning | None, boundaries: Boundaries,
+                    end_of_turn: list[str], evidence: dict[str, str]) -> tuple[str, str]:
+    """Text a content-only turn writes right around its content that is not reasoning or end of turn."""
+    layout = turns.get("content")
+    if not layout or slot("content") not in layout:
+        return "", ""
+    i = layout.index(slot("content"))
+    before, after = _text(layout[:i]), _text(layout[i + 1:])
+    if reasoning is not None and reasoning.end and reasoning.end in before:
+        before = before[before.index(reasoning.end) + len(reasoning.end):]
+    start = before.strip()
+    end = after.strip()
+    for marker in end_of_turn:
+        if marker and marker in end:
+            end = end[: end.index(marker)].strip()
+    if start:
+        evidence["content.start"] = f"{start!r} (content turn: before the content)"
+    if end:
+        evidence["content.end"] = f"{end!r} (content turn: after the content, before the end of turn)"
+    return start, end
+
+
+def _markers_in(text: str, boundaries: Boundaries) -> list[str]:
+    """The markers of `text`, in order."""
+    found = []
+    rest = text.strip()
+    while rest:
+        marker = first_marker(rest, boundaries)
+        if not marker:
+            break
+        found.append(marker)
+        rest = rest[rest.index(marker) + len(marker):].strip()
+    return found
+
+
+def end_of_turn_markers(turns: dict[str, list[Piece]], tool_calls: ToolCallFormat | None, next_turn: str,
+                        eos: str | None, declared: tuple[str, ...], boundaries: Boundaries,
+                        evidence: dict[str, str]) -> list[str]:
+    """The markers that end an assistant turn.
+
+    The first marker that every turn writes after its last slot (a content wrapper's end
+    is written by content turns only); the end of a calls section when it closes the turn
+    and is a special token; when no turn writes one, the first marker before the next user
+    turn; the model's eos and end-of-turn tokens.
+    """
+    tails: dict[str, list[str]] = {}
+    section_closers = []
+    for kind, layout in turns.items():
+        positions = _slot_positions(layout)
+        if not positions:
+            continue
+        last_index, last_name = positions[-1]
+        tail = _text(layout[last_index + 1:])
+        if last_name in ("calls", "call_list") and tool_calls is not None and not tail.strip():
+            closer = _markers_in(tool_calls.section_end, boundaries)
+            if closer:
+                section_closers.append(closer[-1])
+            continue
+        if tail.strip():
+            tails[kind] = _markers_in(tail, boundaries)
+    markers: list[str] = []
+
+    def add(marker: str, why: str) -> None:
+        if marker and marker not in markers:
+            markers.append(marker)
+            evidence[f"end_of_turn {marker!r}"] = why
+
+    if tails:
+        first_kind = next(iter(tails))
+        common = [m for m in tails[first_kind] if all(m in other for other in tails.values())]
+        if common:
+            add(common[0], "the first marker every turn writes after its last slot (" + ", ".join(sorted(tails)) + ")")
+        else:
+            for kind, found in tails.items():
+                add(found[0], f"the first marker after the last slot of a {kind} turn")
+    for closer in section_closers:
+        # Only a special token is a safe stop string (text like "]" can occur in arguments).
+        if closer in boundaries.special_tokens:
+            add(closer, "the calls section's end (a special token) closes the turn")
+    next_markers = _markers_in(next_turn, boundaries)
+    if not markers and next_markers:
+        add(next_markers[0], "no turn writes an end marker; the first marker before the next user turn")
+    for token in (eos, *declared):
+        add(token, "the model's eos / end-of-turn token")
+    return markers
+
+
+def start_states(modes: dict[str, PromptMode], reasoning: Reasoning | None, turns: dict[str, list[Piece]],
+                 thinking_turns: dict[str, list[Piece]]) -> None:
+    """Whether each mode's generation prompt leaves the model inside reasoning.
+
+    Inside reasoning when the prompt's tail ends with the reasoning start marker, or when
+    the mode's rendered turns begin with the reasoning itself (the prompt opened it). Not
+    when the tail also holds the end marker (the prompt opened and closed an empty block).
+    """
+    if reasoning is None or not reasoning.end:
+        return
+
+    def opened_by_prompt(layouts):
+        return any(layout and layout[0] == slot("reasoning") for kind, layout in layouts.items() if kind.startswith("reasoning"))
+
+    for name, mode in modes.items():
+        tail = mode.tail.strip()
+        layouts = thinking_turns if (name == "thinking" and thinking_turns) else turns
+        if reasoning.end in tail:
+            mode.start = "content"
+        elif reasoning.start and tail.endswith(reasoning.start):
+            mode.start = "reasoning"
+        elif opened_by_prompt(layouts):
+            mode.start = "reasoning"
+            if tail and not reasoning.start:
+                reasoning.start = tail  # what the prompt wrote to open it
+        else:
+            mode.start = "content"

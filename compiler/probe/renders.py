@@ -1,0 +1,96 @@
+"""The probe's one primitive: render a turn after a fixed history and cut out what it added.
+
+`assistant_spans` renders several turns after the same history and returns the assistant
+header (where every render and the generation prompt stop agreeing), what the generation
+prompt writes past it (its tail), and each turn's span (what the turn writes past it).
+`layout_of` turns a span into a layout: the span with each sentinel value as a slot.
+"""
+
+from __future__ import annotations
+
+from ..spec import Piece, slot
+from .conversations import Rendered, ShapedRenderer, Turn
+from .spans import Boundaries, common_prefix_length
+
+
+def _turn_text(history: str, full: str, header_hint: str, boundaries: Boundaries) -> str:
+    """What rendering one more turn added to `history`.
+
+    Usually `full` extends `history`. Some templates append a trailer after the last turn
+    (a closing system instruction) and the new turn goes in before it; where the inserted
+    text could be read at several offsets (it repeats what surrounds it), the reading that
+    starts most like the generation prompt's addition (`header_hint`) is the turn.
+    """
+    p = boundaries.split_common_prefix(history, full)
+    q = boundaries.split_common_suffix(history[p:], full[p:])
+    end = len(full) - q
+    best, best_score = full[p:end], common_prefix_length(full[p:end], header_hint)
+    k = 1
+    while q and k <= p and full[p - k] == full[end - k]:
+        candidate = full[p - k:end - k]
+        score = common_prefix_length(candidate, header_hint)
+        if score > best_score:
+            best, best_score = candidate, score
+        k += 1
+    return best
+
+
+def _prompt_addition(history: str, prompt: str, boundaries: Boundaries) -> str:
+    """What the generation prompt added to `history` (some templates end history differently)."""
+    return prompt[boundaries.split_common_prefix(history, prompt):]
+
+
+def assistant_spans(renderer: ShapedRenderer, user: str, turns: dict[str, Turn], variables: dict | None = None,
+                    system: str | None = None):
+    """Render each turn after the same history; return (header, tail, {kind: span}).
+
+    The assistant header is where every rendered turn and the generation prompt stop
+    agreeing (backed off to a marker boundary); the tail is what the generation prompt
+    writes past the header; a span is what a turn writes past it. Turns the template
+    cannot render are left out.
+    """
+    boundaries = Boundaries(renderer.template.special_tokens)
+    renders: dict[str, Rendered] = {}
+    for kind, turn in turns.items():
+        rendered = renderer.render_turn(user, turn, variables, system=system)
+        if rendered is not None:
+            renders[kind] = rendered
+    if not renders:
+        return None
+    first = next(iter(renders.values()))
+    added = _prompt_addition(first.history, first.prompt, boundaries)
+    texts = {kind: _turn_text(r.history, r.full, added, boundaries) for kind, r in renders.items()}
+    split = min(boundaries.split_common_prefix(added, text) for text in texts.values())
+    return added[:split], added[split:], {kind: text[split:] for kind, text in texts.items()}
+
+
+def layout_of(span: str, values: dict[str, str], droppable=("reasoning", "content")) -> list[Piece] | None:
+    """The span with each (non-empty) slot value replaced by its slot.
+
+    A reasoning or content value missing from the span is one the template drops (some
+    drop reasoning from history, some drop content beside calls): its slot is left out.
+    Any other missing value means the span is not understood: None.
+    """
+    found = []
+    for name, value in values.items():
+        if not value:
+            continue
+        at = span.find(value)
+        if at == -1:
+            if name in droppable:
+                continue
+            return None
+        found.append((at, name, value))
+    found.sort()
+    pieces: list[Piece] = []
+    cursor = 0
+    for at, name, value in found:
+        if at < cursor:
+            return None  # overlapping values
+        if span[cursor:at]:
+            pieces.append(span[cursor:at])
+        pieces.append(slot(name))
+        cursor = at + len(value)
+    if span[cursor:]:
+        pieces.append(span[cursor:])
+    return pieces

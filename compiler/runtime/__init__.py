@@ -1,0 +1,31 @@
+"""The streaming parser runtime: standard library only, given its family's tables.
+
+Every generated family module binds this runtime to its tables (`generated/tplparse_runtime.py`
+is this package assembled into one file, from the `###{standalone` sections of its modules,
+in the order of `MODULES`). Layers, one module each:
+
+    errors     what the rules raise (invalid, truncated, bad arguments)
+    text       the lexical layer: searches, literals, hold-back, the balanced-value scan
+    values     argument values: decoding and the canonical JSON text
+    protocol   the tables, prepared once per family: `Protocol`
+    output     fields, deltas, the message
+    input      the buffer, feed()'s fast paths, the readers
+    rules      the grammar of a turn, as a coroutine
+    parser     StreamParser and parse()
+
+Code outside the runtime imports only the names below.
+"""
+
+from .errors import BadArguments, InvalidOutput
+from .parser import StreamParser, parse, read_all
+from .protocol import CONTENT, PARALLEL_ALL, REASONING, TABLES_VERSION, Protocol
+from .values import arguments_json, decode_native, python_value, typed_raw
+
+# The runtime's modules in the order the standalone file stacks them (each only uses those before it).
+MODULES = ("errors", "text", "values", "protocol", "output", "input", "rules", "parser")
+
+__all__ = [
+    "BadArguments", "CONTENT", "InvalidOutput", "MODULES", "PARALLEL_ALL", "Protocol", "REASONING",
+    "StreamParser", "TABLES_VERSION", "arguments_json", "decode_native", "parse", "python_value", "read_all",
+    "typed_raw",
+]

@@ -1,0 +1,20 @@
+"""What the rules raise when the output leaves the format, ends too early, or a call's
+arguments do not read. The parser turns each into an entry of the message's `errors`
+(`invalid_tool_call`, `truncated_tool_call`, `invalid_arguments`); none escapes `feed`."""
+
+###{standalone
+
+
+class InvalidOutput(Exception):
+    """The output leaves the format."""
+
+
+class TruncatedOutput(Exception):
+    """The output ended in the middle of something."""
+
+
+class BadArguments(Exception):
+    """A complete call whose arguments do not read (invalid JSON, a value of the wrong type)."""
+
+
+###}

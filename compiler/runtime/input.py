@@ -1,0 +1,299 @@
+"""The input layer: the buffer, the fast paths of `feed`, and the readers the rules call.
+
+`feed` appends a chunk and resumes the parse (a coroutine, see rules) only when the chunk
+can move it: while the parse waits, a search (`_quiet`) finds the characters that can, a
+length (`_wait_for`) says how much text it needs to decide, and a value's scan (`_poll`)
+runs here by itself until the value is complete; plain content or reasoning with nothing
+held back goes straight out as its delta.
+
+Readers come in two forms over the same rules of the grammar: a plain form for text that
+is already here (consumes and returns a result, or consumes nothing and returns None /
+False), and a waiting form (a generator, `yield from`) that suspends the parse until
+enough text has arrived. Rules call the plain form first and fall back to the waiting one.
+"""
+
+from .errors import InvalidOutput, TruncatedOutput
+from .protocol import REASONING
+from .text import SPACES, LITERALS, BalancedScan, literal_here, literal_parts, outside, run_of, waker, words
+
+###{standalone
+
+
+class Input:
+    """The buffer and the readers (a part of StreamParser)."""
+
+    def feed(self, chunk):
+        """Read the next chunk of output (str, or bytes that may split UTF-8 sequences); return
+        the deltas it settles."""
+        text = chunk if chunk.__class__ is str else self._decode(chunk)
+        # Fast paths: most chunks cannot move the parse past what it waits in. (After end()
+        # none is open: it clears what they test.)
+        quiet = self._quiet
+        if quiet is None:
+            if len(self._text) + len(text) < self._wait_for:
+                self._append(text)  # still fewer characters than the parse needs to decide
+                return []
+        elif quiet(text) is None or len(self._text) + len(text) < self._wait_for:
+            if self._plain is None:
+                # Inside a value that only a `quiet` character can end: keep it (as _append).
+                buffer, self._text = self._text, ""
+                buffer += text
+                self._text = buffer
+                return []
+            if self._pos == len(self._text):
+                # Plain content or reasoning with nothing held back: it goes straight out.
+                self._offset_base += len(text)
+                field = self._plain
+                if field.started:  # (_emit_text, inlined: most chunks of a stream come here)
+                    body = text.rstrip()
+                    if body is text and not field.pending:  # no whitespace at the end, none held
+                        field.parts.append(text)
+                        return [{field.key: text}]
+                    if not body:
+                        field.pending += text
+                        return []
+                    out = field.pending + body if field.pending else body
+                    field.pending = text[len(body):]
+                    field.parts.append(out)
+                    return [{field.key: out}]
+                self._emit_text(field, text)
+                deltas, self._deltas = self._deltas, []
+                return deltas
+        elif self._poll is not None:
+            # The value's scan can tell by itself whether this chunk completes it: ask it.
+            scan = self._poll
+            self._append(text)
+            if not scan.scan(self._text):
+                self._quiet = scan.quiet(len(self._text))
+                if self._quiet is not None:
+                    return []
+            return self._push("")
+        if self._finish is not None:
+            raise RuntimeError("end() was called: the stream is closed")
+        return self._push(text)
+
+    def _decode(self, chunk):
+        return self._decoder.decode(chunk) if isinstance(chunk, (bytes, bytearray)) else chunk
+
+    def end(self, finish_reason="stop"):
+        """The output is complete ("stop") or was cut ("length"): the last deltas. Once only."""
+        if self._finish is not None:
+            return []
+        tail = self._decoder.decode(b"", final=True)
+        self._finish = finish_reason
+        self._eof = True
+        deltas = self._push(tail)
+        self._quiet = self._plain = self._poll = None  # (feed's fast paths stay closed)
+        self._wait_for = 0
+        if finish_reason == "length" and self._state == REASONING:
+            self._error("reasoning_truncated", "the output ended inside reasoning", self._offset_base + len(self._text))
+        return deltas
+
+    # --- the buffer -------------------------------------------------------------------
+
+    def _push(self, text):
+        """Add text and resume the parse until it needs more."""
+        if text:
+            if self._pos > 4096 and self._trim_ok:
+                # Drop what is consumed (keeps feed O(chunk)); only while the parse waits in
+                # text scanning, which re-reads its position (readers keep their own indices).
+                self._text = self._text[self._pos:]
+                self._offset_base += self._pos
+                self._pos = 0
+            self._append(text)
+        self._quiet = self._plain = self._poll = None
+        self._wait_for = 0
+        try:
+            self._resume(None)
+        except StopIteration:
+            pass
+        deltas, self._deltas = self._deltas, []
+        return deltas
+
+    def _append(self, text):
+        # Grow the buffer in place: with its only reference in a local, CPython extends the
+        # string instead of copying it (`self._text += text` copies the whole buffer each time).
+        buffer, self._text = self._text, ""
+        buffer += text
+        self._text = buffer
+
+    def _offset(self):
+        return self._offset_base + self._pos
+
+    def _available(self):
+        return len(self._text) - self._pos
+
+    def _need(self, n):
+        """Wait until n characters are available (or the stream ended)."""
+        while self._available() < n and not self._eof:
+            self._wait_for = self._pos + n
+            yield
+
+    # --- readers ------------------------------------------------------------------------
+    # Plain forms of the readers below, for text that is already here (most of a one-shot
+    # parse): each consumes and returns a result, or consumes nothing and returns None/False,
+    # and the caller falls back to the waiting form (`yield from`).
+
+    def _here(self, literal, ws_follows=False):
+        """Consume `literal` if it comes next as rendered (its end whitespace: any)."""
+        parts = LITERALS.get(literal)
+        if parts is not None and not parts[2] and self._text.startswith(literal, self._pos):
+            self._pos += len(literal)  # (the common case, without a call)
+            return True
+        end = literal_here(self._text, self._pos, literal, self._eof or ws_follows)
+        if end < 0:
+            return False
+        self._pos = end
+        return True
+
+    def _ws_here(self):
+        """Skip whitespace; True when what follows is known (another character, or the end)."""
+        self._pos = SPACES.match(self._text, self._pos).end()
+        return self._pos < len(self._text) or self._eof
+
+    def _run_here(self, chars):
+        """A non-empty run of `chars` ended by another character already here."""
+        end = run_of(chars).match(self._text, self._pos).end()
+        if self._pos < end < len(self._text):
+            run, self._pos = self._text[self._pos:end], end
+            return run
+        return None
+
+    def _until_here(self, stop):
+        """The text up to `stop` (not consumed), if `stop` is already here."""
+        at = self._text.find(stop, self._pos)
+        if at == -1:
+            return None
+        value, self._pos = self._text[self._pos:at], at
+        return value
+
+    # Waiting forms.
+
+    def _skip_ws(self):
+        while True:
+            self._pos = SPACES.match(self._text, self._pos).end()
+            if self._pos < len(self._text) or self._eof:
+                return
+            yield
+
+    def _match(self, literal, required=True, ws_follows=False):
+        """A literal whose whitespace runs match any whitespace or none (the grammar's tolerance;
+        a run at either end takes all the whitespace there). With `ws_follows` (the next reader
+        skips whitespace itself) the literal does not wait to see where its end run stops."""
+        start = self._pos
+        end = literal_here(self._text, start, literal, self._eof or ws_follows)
+        if end >= 0:  # the common case: written as rendered
+            self._pos = end
+            return True
+        core, lead, trail = literal_parts(literal)
+        if lead and not self._ws_here():
+            yield from self._skip_ws()
+        if core:
+            at = self._pos
+            if len(self._text) - at < len(core) and not self._eof and core.startswith(self._text[at:]):
+                # Written so far as rendered: wait for the whole literal, then decide (word by
+                # word below if what comes is written differently).
+                yield from self._need(len(core))
+            if self._text.startswith(core, at):
+                self._pos = at + len(core)
+            else:
+                for word in words(core):
+                    if word.isspace():
+                        yield from self._skip_ws()
+                        continue
+                    yield from self._need(len(word))
+                    if self._text.startswith(word, self._pos):
+                        self._pos += len(word)
+                        continue
+                    if self._available() < len(word):
+                        self._pos = start
+                        if required:
+                            raise TruncatedOutput(f"the output ended inside {core!r}")
+                        return False
+                    seen = self._text[max(start, self._pos + len(word) - 40):self._pos + len(word)]
+                    self._pos = start
+                    if required:  # (the message quotes only text read so far: the same on every chunking)
+                        raise InvalidOutput(f"expected {core!r} at {seen!r}")
+                    return False
+        if trail and not self._ws_here() and not ws_follows:
+            yield from self._skip_ws()
+        return True
+
+    def _peek(self, text):
+        """Whether `text` comes next (nothing consumed); decided as soon as what is here is not its start."""
+        while len(self._text) - self._pos < len(text) and not self._eof:
+            if not text.startswith(self._text[self._pos:]):
+                return False
+            self._wait_for = self._pos + len(text)
+            yield
+        return self._text.startswith(text, self._pos)
+
+    def _peek_after_ws(self, text):
+        """Whether `text` comes next after whitespace (the whitespace is consumed, `text` is not)."""
+        while True:
+            self._pos = SPACES.match(self._text, self._pos).end()
+            here = self._text[self._pos:self._pos + len(text)]
+            if len(here) == len(text) or self._eof:
+                return here == text
+            if here and not text.startswith(here):
+                return False
+            # (one wait for the whitespace and the text: whitespace still to come waits again)
+            self._wait_for = self._pos + len(text)
+            yield
+
+    def _read_while(self, chars, what, then=0):
+        """A run of `chars` (a tool name, a call id, an index), ended by any other character.
+        `then`: the length of the literal that must follow; the parse waits for it too (it
+        cannot go on before), so the run's end and that literal cost one wake-up, not two."""
+        start = self._pos
+        run = run_of(chars)
+        while True:
+            self._pos = run.match(self._text, self._pos).end()
+            if self._pos < len(self._text):
+                break
+            if self._eof:
+                raise TruncatedOutput(f"the output ended inside a {what}")
+            self._quiet = outside(chars)
+            self._wait_for = len(self._text) + then
+            yield
+        if self._pos == start:
+            raise InvalidOutput(f"expected a {what} at {self._text[start]!r}")
+        return self._text[start:self._pos]
+
+    def _read_until(self, stop, what):
+        """Raw text up to `stop` (not consumed)."""
+        searched = self._pos
+        while True:
+            at = self._text.find(stop, searched)
+            if at != -1:
+                value, self._pos = self._text[self._pos:at], at
+                return value
+            if self._eof:
+                raise TruncatedOutput(f"the output ended inside a {what}")
+            searched = max(self._pos, len(self._text) - len(stop) + 1)
+            self._quiet = waker(stop[-1])
+            yield
+
+    def _read_balanced(self, quotes, what):
+        """A JSON / Python literal: brackets balanced, strings (in `quotes`) respected."""
+        scan = BalancedScan(quotes, self._pos)
+        while not scan.scan(self._text, self._eof):
+            if self._eof:  # (reported where the value starts, or at the end if it never did)
+                self._pos = scan.start if scan.start is not None else len(self._text)
+                raise TruncatedOutput(f"the output ended inside a {what}")
+            # A chunk that can move the scan on is scanned by feed() itself (`_poll`): the
+            # parse is resumed only once the value is complete.
+            self._quiet = scan.quiet(len(self._text))
+            if self._quiet is not None:
+                self._poll = scan
+            yield
+        if scan.unbalanced:
+            self._pos = scan.start  # (reported where the value starts)
+            raise InvalidOutput(f"unbalanced {scan.unbalanced!r} in a {what}")
+        self._pos = scan.end
+        return self._text[scan.start:scan.end]
+
+    # --- the turn ---------------------------------------------------------------------
+
+
+###}

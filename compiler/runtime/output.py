@@ -1,0 +1,77 @@
+"""The output layer: content and reasoning as fields, OpenAI-style deltas, the calls, the
+errors, and the final message. Nothing emitted is retracted: text goes out once it cannot
+change, a call's header once its name is settled, its arguments once the call is read."""
+
+###{standalone
+
+
+class TextField:
+    """Content or reasoning as emitted so far: its parts, and the whitespace held at its edges."""
+
+    __slots__ = ("key", "parts", "pending", "started")
+
+    def __init__(self, key):
+        self.key = key  # its delta key: "content" or "reasoning_content"
+        self.parts = []
+        self.pending = ""  # whitespace at the end so far: emitted only if more text follows it
+        self.started = False  # until then, whitespace at the very start is dropped
+
+
+def error_entry(kind, message, offset):
+    return {"kind": kind, "message": message, "offset": offset}
+
+
+class Output:
+    """Deltas and the message, written by the rules (a part of StreamParser)."""
+
+    def _emit_text(self, field, text):
+        """Emit reasoning or content, without the whitespace at its very start and end."""
+        if not text:
+            return
+        if not field.started:
+            text = text.lstrip()
+            if not text:
+                return
+            field.started = True
+        body = text.rstrip()
+        if not body:
+            field.pending += text
+            return
+        out = field.pending + body if field.pending else body
+        field.pending = text[len(body):]
+        field.parts.append(out)
+        self._deltas.append({field.key: out})
+
+    def _announce(self, index, call):
+        """A call's header: its id and name (the arguments follow in later deltas)."""
+        self._deltas.append({"tool_calls": [{"index": index, "id": call["id"] or f"call_{index}", "type": "function",
+                                             "function": {"name": call["name"], "arguments": ""}}]})
+
+    def _complete_call(self, index, call):
+        """The call is complete and its arguments (now JSON text) read: its last delta, and the call."""
+        arguments = call["arguments"]
+        self._deltas.append({"tool_calls": [{"index": index, "function": {"arguments": arguments}}]})
+        self._calls.append({"id": call["id"] or f"call_{index}", "type": "function",
+                            "function": {"name": call["name"], "arguments": arguments}})
+
+    def _error(self, kind, message, offset):
+        self._errors.append(error_entry(kind, message, offset))
+
+    @property
+    def message(self):
+        """The assistant message (after end()): content, reasoning, the calls, the errors."""
+        if self._finish is None:
+            raise RuntimeError("the message is complete only after end()")
+        content = "".join(self._content_text.parts)
+        reasoning = "".join(self._reasoning_text.parts)
+        return {
+            "role": "assistant",
+            "content": content or None,
+            "reasoning_content": reasoning or None,
+            "tool_calls": [dict(c) for c in self._calls],
+            "errors": list(self._errors),
+            "finish_reason": self._finish,
+        }
+
+
+###}

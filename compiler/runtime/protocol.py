@@ -1,0 +1,164 @@
+"""A family's reading tables, prepared once for the rules.
+
+The tables are plain data written at build time (`tplparse.grammar.reading` derives them
+from the ProtocolSpec, and the grammar builder asks the same function its questions: what
+opens a call, where the calls section ends, ...). `Protocol(tables)` turns them into what
+the rules look up on every chunk: the call layout as steps, the key/value argument format
+cut at its slots, the markers as tuples. It is immutable and shared by every parser of the
+family.
+"""
+
+from .text import DIGITS, ID_CHARS, NAME_CHARS, run_of, words
+
+###{standalone
+
+# The version of the tables' layout this runtime reads (written into every family module).
+TABLES_VERSION = 1
+
+# Where the output starts, and the parallel-call policies (the spec's values, as strings).
+CONTENT = "content"
+REASONING = "reasoning"
+PARALLEL_ALL = "all"
+
+# Kinds of call-layout steps.
+LITERAL, NAME, CALL_ID, INDEX, ARGUMENTS, UNREAD = range(6)
+_SLOT_STEPS = {"name": NAME, "id": CALL_ID, "index": INDEX, "index1": INDEX, "arguments": ARGUMENTS}
+
+
+class ArgumentLayout:
+    """One key/value argument layout cut at its slots: before key, key, middle, value, after."""
+
+    def __init__(self, kind, layout):
+        k, v = layout.index({"slot": "key"}), layout.index({"slot": "value"})
+
+        def text(pieces):
+            return "".join(p for p in pieces if isinstance(p, str))
+
+        self.kind = kind
+        self.before, middle, self.after = text(layout[:k]), text(layout[k + 1:v]), text(layout[v + 1:])
+        self.middle_full = middle
+        self.middle = middle.rstrip()  # matched with the grammar's whitespace tolerance
+        self.middle_lead = middle[len(self.middle):]  # whitespace before the value, taken when there
+        self.after_core = self.after.strip()
+        self.after_lead = self.after[: len(self.after) - len(self.after.lstrip())]
+        # Filled by the format: a raw value (read to `raw_end`), and the closing text as it
+        # comes after one (a raw value ends right at its closing text's first word).
+        self.raw = False
+        self.raw_end = ""
+        self.after_here = self.after
+
+
+class KeyValueFormat:
+    """A key/value argument format, read once: layouts, separator, value encoders."""
+
+    def __init__(self, fmt):
+        self.fmt = fmt
+        self.layouts = [ArgumentLayout(kind, layout) for kind, layout in fmt["argument"].items()]
+        self.string = next(a for a in self.layouts if a.kind == "string")
+        self.separator = fmt["separator"] if fmt["separator"].strip() else ""
+        self.separator_core = fmt["separator"].strip()
+        self.before = self.string.before if self.string.before.strip() else ""
+        encoders = self.encoders = fmt["value_encoders"]
+        self.quote_open, self.quote_close = fmt["quotes"]
+        self.value_min = max(1, len(self.quote_open))
+        self.raw_strings = encoders.get("string") == "raw"
+        self.quoted_strings = encoders.get("string") == "quoted"
+        self.native = encoders.get("object") == "native" or encoders.get("array") == "native"
+        self.key_run = run_of(NAME_CHARS).match
+        self.single = self.string if len(self.layouts) == 1 else None  # else: told apart by their middle
+        for layout in self.layouts:
+            layout.raw = self.raw_strings and (self.single is not None or layout.kind == "string")
+            layout.raw_end = layout.after_core or self.separator_core
+            layout.after_here = layout.after.lstrip() if layout.raw else layout.after
+
+
+def _skips_whitespace(piece):
+    """Whether the reader of this call-layout piece starts by skipping whitespace."""
+    return piece == {"slot": "arguments"} or (isinstance(piece, str) and piece[:1].isspace())
+
+
+def call_steps(layout):
+    """The call layout as the steps the call reader runs, one per piece:
+    (kind, the literal or the slot's characters, a match of a run of those characters,
+    where arguments end (the next literal, stripped, and its first word), whether the next
+    reader skips whitespace itself (then a literal need not wait for its end), whether the
+    literal can be taken exactly as written (no end whitespace), the length of the literal
+    right after (a run waits for it too: one wake-up, not two))."""
+    steps = []
+    for i, piece in enumerate(layout):
+        after = layout[i + 1] if i + 1 < len(layout) else None
+        then = len(after.strip()) if isinstance(after, str) else 0
+        if isinstance(piece, str):
+            steps.append((LITERAL, piece, None, None, _skips_whitespace(after), not piece[-1:].isspace(), then))
+            continue
+        kind = _SLOT_STEPS.get(piece["slot"], UNREAD)
+        chars = {NAME: NAME_CHARS, CALL_ID: ID_CHARS, INDEX: DIGITS}.get(kind)
+        closing = None
+        if kind == ARGUMENTS:
+            following = next((p for p in layout[i + 1:] if isinstance(p, str) and p.strip()), "").strip()
+            closing = (following, words(following)[0] if following else "")
+        steps.append((kind, chars, run_of(chars).match if chars else None, closing, _skips_whitespace(after), False, then))
+    return tuple(steps)
+
+
+class Protocol:
+    """What the rules read: markers, the calls' layout and argument format, the start states."""
+
+    def __init__(self, tables):
+        if not isinstance(tables, dict) or tables.get("version") != TABLES_VERSION:
+            found = tables.get("version") if isinstance(tables, dict) else type(tables).__name__
+            raise ValueError(f"reading tables of version {found!r}; this runtime reads version {TABLES_VERSION}")
+        self.tables = tables
+        reasoning = tables.get("reasoning") or {}
+        self.reasoning_start = reasoning.get("start", "")
+        self.reasoning_end = reasoning.get("end", "")
+        self.call_ends_reasoning = reasoning.get("call_ends_reasoning", True)
+        self.content_start = tables["content"]["start"]
+        self.content_end = tables["content"]["end"]
+        self.end_of_turn = tuple(tables["end_of_turn"])
+        self.modes = tables["modes"]
+        tc = self.tool_calls = tables.get("tool_calls")
+        self.opener = tc["opener"] if tc else ""
+        self.key_values = None
+        if tc:
+            self.call_head = tc["call_head"]
+            self.section_start = tc["section_start"]
+            self.section_end = tc["section_end"]
+            self.separator = tc["separator"]
+            self.parallel_all = tc["parallel"] == PARALLEL_ALL
+            self.call_has_id = {"slot": "id"} in tc["call"]
+            self.call_steps = call_steps(tc["call"])
+            arguments = self.arguments = tc["arguments"]
+            self.object_arguments = arguments["style"] == "object"
+            self.python_objects = self.object_arguments and arguments["encoder"] == "python"
+            if not self.object_arguments:
+                self.key_values = KeyValueFormat(arguments)
+        # Layout-driven forms (data from the spec's turn layouts, not family knowledge):
+        # without a call opener, content turns start with their own prefix ("all\n") and the
+        # text between content and calls opens the calls (">>>"); a section whose start is
+        # two markers may hold content between them (<|python_start|>content<|python_end|>).
+        self.content_prefix = tc["content_prefix"] if tc else ""
+        self.inline_opener = tc["inline_opener"] if tc else ""
+        self.section_inner = tuple(tc["section_inner"]) if tc and tc["section_inner"] else None
+
+    def start_state(self, generation_prompt, start):
+        """Where the output starts: `start` when given, else what the generation prompt leaves open."""
+        if start in (REASONING, CONTENT):
+            return start
+        if not self.reasoning_end:
+            return CONTENT
+        if generation_prompt is not None:
+            tail = generation_prompt.rstrip()
+            closed = tail.rfind(self.reasoning_end)
+            opened = tail.rfind(self.reasoning_start) if self.reasoning_start else -1
+            for mode in self.modes.values():
+                if mode["tail"].strip() and tail.endswith(mode["tail"].strip()):
+                    return mode["start"]
+            if opened > closed:
+                return REASONING
+            if closed != -1 and closed >= opened:
+                return CONTENT
+        return self.modes["default"]["start"]
+
+
+###}

@@ -1,0 +1,619 @@
+"""The rules: the family's grammar as a coroutine over the text.
+
+    root             reasoning? content (tool-calls content?)* end-of-turn?
+    reasoning        reasoning-text up to the reasoning end (or a call opener, by policy)
+    content          content-text up to a call opener, the content end or an end of turn
+    tool-calls       section start, tool-call (separator tool-call)*, section end
+    tool-call        the call layout's steps: literals, name, arguments, id, index
+    arguments        one encoded object (JSON, a Python literal), or argument (separator argument)*
+    end-of-turn      ends the message; text after it is reported and ignored
+
+The parse (`_turn`) pulls characters through the readers and suspends when it needs more;
+each `feed` resumes it, so every character is looked at a bounded number of times. Each
+call is read by one loop over its layout's steps (`_call_steps_here` for what is already
+here, `_call_steps_waiting` for the rest), so a one-shot parse and a character-by-character
+one read a call the same way.
+"""
+
+from .errors import BadArguments, InvalidOutput, TruncatedOutput
+from .protocol import ARGUMENTS, CALL_ID, CONTENT, LITERAL, NAME, REASONING, UNREAD
+from .text import NAME_CHARS, SPACES, first_of, held_back, literal_here, waker, words
+from .values import JSON_DECODER, arguments_json, decode_native, python_value, typed_raw
+
+###{standalone
+import json
+
+# The steps of one key/value argument, in order.
+_KV_WS, _KV_SEPARATOR, _KV_BEFORE, _KV_KEY, _KV_LAYOUT, _KV_MIDDLE, _KV_LEAD, _KV_VALUE, _KV_AFTER = range(9)
+
+
+class _KeyValueRead:
+    """Where the reading of one call's key/value arguments is: the step, and what it has read."""
+
+    __slots__ = ("kv", "properties", "closing", "closing_word", "step", "first", "key", "layout", "arguments", "bad")
+
+    def __init__(self, kv, properties, closing):
+        self.kv = kv
+        self.properties = properties  # the tool's parameters.properties (types the values)
+        # The arguments end where the call's next literal starts: its first word is enough
+        # (the literal itself is matched after, with its whitespace tolerance). Waiting for
+        # the length of the whole literal first lets the next argument arrive in one piece.
+        self.closing, self.closing_word = closing
+        self.step, self.first, self.key, self.layout = _KV_WS, True, None, None
+        self.arguments = {}
+        self.bad = None  # the first value that does not read; raised once the arguments' layout is read
+
+
+class Rules:
+    """The grammar of a turn (a part of StreamParser)."""
+
+    # --- the turn ---------------------------------------------------------------------
+
+    def _turn(self):
+        """root: reasoning? content (tool-calls content?)* end-of-turn?"""
+        yield  # primed; wait for the first chunk
+        p = self._p
+        try:
+            if self._state == CONTENT and p.reasoning_start and p.reasoning_end:
+                # An optional reasoning block first (the model opens it itself).
+                yield from self._skip_ws()
+                yield from self._need(len(p.reasoning_start))
+                if self._text.startswith(p.reasoning_start, self._pos):
+                    self._pos += len(p.reasoning_start)
+                    self._state = REASONING
+            if self._state == REASONING:
+                stop = yield from self._reasoning_block()
+                if stop is None or stop in p.end_of_turn:
+                    yield from self._after_end(stop)
+                    return
+                if stop == p.opener:
+                    yield from self._tool_calls()
+            self._state = CONTENT
+            if p.tool_calls and not p.opener:
+                yield from self._turn_without_opener()
+            else:
+                yield from self._content()
+        except TruncatedOutput as e:
+            self._error("truncated_tool_call", str(e), self._offset())
+        except InvalidOutput as e:
+            self._error("invalid_tool_call", str(e), self._offset())
+            self._pos = len(self._text)
+        while True:  # whatever still comes is past the parse
+            self._pos = len(self._text)
+            if self._eof:
+                return
+            yield
+
+    def _reasoning_block(self):
+        """reasoning-text, up to its end marker (or a call opener, by policy)."""
+        p = self._p
+        stops = [p.reasoning_end] + list(p.end_of_turn)
+        if p.opener and p.call_ends_reasoning:
+            stops.append(p.opener)
+        stop = yield from self._text_until(stops, self._reasoning_text)
+        if stop == p.reasoning_end:
+            self._pos += len(stop)
+            self._state = CONTENT
+        return stop
+
+    def _content(self):
+        """content-text (tool-calls content-text?)* end-of-turn?"""
+        p = self._p
+        stops = list(p.end_of_turn) + ([p.opener] if p.opener else []) + ([p.content_end] if p.content_end else [])
+        if p.content_start:
+            yield from self._skip_ws()
+            yield from self._need(len(p.content_start))
+            if self._text.startswith(p.content_start, self._pos):
+                self._pos += len(p.content_start)
+        while True:
+            stop = yield from self._text_until(stops, self._content_text)
+            if stop is None or stop in p.end_of_turn:
+                yield from self._after_end(stop)
+                return
+            if stop == p.content_end:
+                self._pos += len(stop)
+                continue
+            yield from self._tool_calls()
+
+    def _turn_without_opener(self):
+        """No marker opens a call: a content turn starts with its prefix, anything else is calls."""
+        p = self._p
+        yield from self._skip_ws()
+        if p.content_prefix and (yield from self._peek(p.content_prefix)):
+            self._pos += len(p.content_prefix)
+            stops = list(p.end_of_turn) + ([p.inline_opener] if p.inline_opener else [])
+            stop = yield from self._text_until(stops, self._content_text)
+            if stop is None or stop in p.end_of_turn:
+                yield from self._after_end(stop)
+                return
+            self._pos += len(stop)
+        if self._available() or not self._eof:
+            yield from self._tool_calls()
+        yield from self._skip_ws()
+        longest = max([len(m) for m in p.end_of_turn] + [1])
+        yield from self._need(longest)  # enough text to tell an end-of-turn marker
+        stop = next((m for m in p.end_of_turn if self._text.startswith(m, self._pos)), None)
+        if stop is None and self._available():
+            raise InvalidOutput(f"unexpected text after the calls: {self._text[self._pos:self._pos + longest]!r}")
+        yield from self._after_end(stop)
+
+    def _after_end(self, stop):
+        """end-of-turn: the message ends; text after it is reported, not parsed."""
+        if stop is None:
+            return
+        self._pos += len(stop)
+        start = self._offset()
+        rest = []
+        while True:
+            rest.append(self._text[self._pos:])
+            self._pos = len(self._text)
+            if self._eof:
+                break
+            yield
+        text = "".join(rest)
+        if text.strip():
+            self._error("text_after_end_of_turn", f"ignored: {text[:80]!r}", start)
+
+    def _text_until(self, stops, field):
+        """reasoning-text / content-text: emit text up to the first stop; return the stop (or None at the end)."""
+        stops = [s for s in stops if s]
+        first_stop = first_of(stops)  # one scan from the position: never past the first stop
+        quiet = waker("".join(s[0] for s in stops))
+        longest = max(len(s) for s in stops)
+        while True:
+            text, pos = self._text, self._pos
+            found = first_stop(text, pos)
+            if found is not None and not self._eof:
+                # A longer stop that starts the same way may still be arriving: wait for it.
+                at, stop = found.start(), found.group()
+                rest = len(text) - at
+                if rest < longest and any(len(s) > rest and s.startswith(text[at:]) for s in stops if s.startswith(stop)):
+                    self._emit_text(field, text[pos:at])
+                    self._pos = at
+                    self._trim_ok = True
+                    yield
+                    self._trim_ok = False
+                    continue
+            if found is not None:
+                self._emit_text(field, text[pos:found.start()])
+                self._pos = found.start()
+                return found.group()
+            if self._eof:
+                self._emit_text(field, text[pos:])
+                self._pos = len(text)
+                return None
+            keep = held_back(text[max(pos, len(text) - longest):], stops)
+            self._emit_text(field, text[pos:len(text) - keep])
+            self._pos = len(text) - keep
+            if not keep:
+                self._plain, self._quiet = field, quiet
+            self._trim_ok = True
+            yield
+            self._trim_ok = False
+
+    def _tool_calls(self):
+        """tool-calls: section start, tool-call (separator tool-call)*, section end."""
+        p = self._p
+        inner = p.section_inner
+        if inner and not (yield from self._match(p.section_start, required=False)):
+            # The section holds content first: <start>content<end>, then the calls.
+            yield from self._match(inner[0])
+            stop = yield from self._text_until([inner[1]], self._content_text)
+            if stop is None:
+                raise TruncatedOutput(f"the output ended before {inner[1]!r}")
+            self._pos += len(stop)
+        elif not inner:
+            yield from self._match(p.section_start)
+        steps = len(p.call_steps)
+        while True:
+            index = len(self._calls) + self._invalid_calls
+            call = {"name": None, "id": None, "arguments": None, "bad": None, "announced": False, "pending": None}
+            k = self._call_steps_here(index, call, 0)
+            if k < steps:
+                yield from self._call_steps_waiting(index, call, k)
+            self._end_call(index, call)
+            if p.parallel_all and p.separator.strip():
+                if self._here(p.separator) or (yield from self._match(p.separator, required=False)):
+                    continue
+            elif p.parallel_all:
+                # Calls separated by whitespace only: another call starts with the call's opener.
+                start = self._pos
+                head = p.call_head
+                if head and (self._ws_here() and self._text.startswith(head, self._pos)
+                             or (yield from self._peek_after_ws(head))):
+                    continue
+                self._pos = start
+            break
+        if p.section_end.strip():
+            yield from self._match(p.section_end)
+
+    # --- tool-call: one loop over the call layout's steps ------------------------------
+
+    def _call_steps_here(self, index, call, k):
+        """Read the call's steps from step k for as long as each is already here (the plain
+        readers' rules, inline); return the index of the first step that must wait (all read:
+        their count)."""
+        steps = self._p.call_steps
+        n = len(steps)
+        text = self._text
+        while k < n:
+            kind, value, run, closing, ws_follows, exact, then = steps[k]
+            pos = self._pos
+            if kind == LITERAL:
+                if exact and text.startswith(value, pos):  # as rendered
+                    self._pos = pos + len(value)
+                else:
+                    end = literal_here(text, pos, value, self._eof or ws_follows)
+                    if end < 0:
+                        return k
+                    self._pos = end
+            elif kind == ARGUMENTS:
+                if not self._arguments_here(call, closing):
+                    return k
+            elif kind != UNREAD:
+                end = run(text, pos).end()
+                if not pos < end < len(text):  # (a run ends at another character, already here)
+                    return k
+                self._pos = end
+                if kind == NAME or kind == CALL_ID:
+                    call["name" if kind == NAME else "id"] = text[pos:end]
+                    # The header goes out once the name (and the id, when the layout has one) is read.
+                    if not call["announced"] and call["name"] and (call["id"] or not self._p.call_has_id):
+                        call["announced"] = True
+                        self._announce(index, call)
+            k += 1
+        return n
+
+    def _call_steps_waiting(self, index, call, k):
+        """The call's steps from step k: this one waited for, the next ones read from what is
+        here again when they can."""
+        steps = self._p.call_steps
+        n = len(steps)
+        while k < n:
+            kind, value, run, closing, ws_follows, exact, then = steps[k]
+            if kind == LITERAL:
+                yield from self._match(value, ws_follows=ws_follows)
+            elif kind == ARGUMENTS:
+                yield from self._arguments_waiting(call, closing)
+            elif kind == NAME:
+                call["name"] = yield from self._read_while(value, "tool name", then)
+                self._announce_when_settled(index, call)
+            elif kind == CALL_ID:
+                call["id"] = yield from self._read_while(value, "call id", then)
+                self._announce_when_settled(index, call)
+            elif kind != UNREAD:
+                yield from self._read_while(value, "call index")
+            k = self._call_steps_here(index, call, k + 1)
+
+    def _announce_when_settled(self, index, call):
+        """The header goes out once the name (and the id, when the layout has one) is read."""
+        if not call["announced"] and call["name"] and (call["id"] or not self._p.call_has_id):
+            call["announced"] = True
+            self._announce(index, call)
+
+    def _end_call(self, index, call):
+        """The call's layout is read: the call, or (its arguments do not read) an error."""
+        if not call["announced"]:
+            call["announced"] = True
+            self._announce(index, call)
+        if call["bad"] is not None:
+            self._error("invalid_arguments", f"call {index} ({call['name']}): {call['bad']}", self._offset())
+            self._invalid_calls += 1
+            return
+        self._complete_call(index, call)
+
+    # --- arguments ----------------------------------------------------------------------
+
+    def _arguments_here(self, call, closing):
+        """arguments, when they can be read from what is here: a JSON object that is all here
+        (decoded in one C call), or key/value arguments whose reader did not have to wait.
+        False (nothing consumed, or a key/value reader left waiting in `call["pending"]`)."""
+        p = self._p
+        if p.object_arguments:
+            if p.python_objects:
+                return False
+            text = self._text
+            pos = SPACES.match(text, self._pos).end()
+            # (not tried before a "}" is here: a failed decode counts the lines of the buffer)
+            if not text.startswith("{", pos) or text.rfind("}") < pos:
+                return False
+            try:
+                value, end = JSON_DECODER.raw_decode(text, pos)
+            except (ValueError, RecursionError):
+                return False  # truncated or invalid: the waiting reader says which, and where
+            if not isinstance(value, dict):
+                return False
+            try:
+                call["arguments"] = arguments_json(value)
+            except BadArguments:
+                return False
+            self._pos = end
+            return True
+        read = _KeyValueRead(p.key_values, self._properties.get(call["name"]) or {}, closing)
+        if not self._kv_steps_here(read):
+            call["pending"] = read  # a step must wait: the waiting steps go on from it
+            return False
+        self._kv_read(call, read)
+        return True
+
+    def _arguments_waiting(self, call, closing):
+        """arguments, waiting for them as they arrive."""
+        p = self._p
+        if p.object_arguments:
+            try:
+                call["arguments"] = arguments_json((yield from self._object_arguments()))
+            except BadArguments as e:
+                call["bad"] = str(e)
+            return
+        read = call["pending"] or _KeyValueRead(p.key_values, self._properties.get(call["name"]) or {}, closing)
+        call["pending"] = None
+        yield from self._kv_steps_waiting(read)
+        self._kv_read(call, read)
+
+    def _kv_read(self, call, read):
+        """The key/value arguments are read: as JSON text, or (a value that does not read) bad."""
+        try:
+            if read.bad is not None:
+                raise read.bad
+            call["arguments"] = arguments_json(read.arguments)
+        except BadArguments as e:
+            call["bad"] = str(e)
+
+    def _object_arguments(self):
+        """arguments: one object, a JSON object or a Python dict, brackets balanced."""
+        python = self._p.python_objects
+        self._ws_here()  # (whitespace still to come is skipped by the object's reader)
+        text = yield from self._read_balanced("'\"" if python else '"', "arguments object")
+        try:
+            value = python_value(text) if python else json.loads(text)
+        except RecursionError:
+            raise BadArguments("the arguments are nested too deeply to read") from None
+        except (ValueError, SyntaxError, MemoryError) as e:
+            raise BadArguments(f"the arguments are not valid {'Python' if python else 'JSON'}: {e}") from None
+        if not isinstance(value, dict):
+            raise BadArguments("the arguments are not an object")
+        return value
+
+    # --- key/value arguments: the argument layout as steps, one loop -------------------
+    # argument (separator argument)*, up to the call's next literal: per argument the steps
+    # whitespace (or the end), separator, before, key, layout, middle, lead, value, after.
+    # `_kv_steps_here` runs them on what is here (the plain readers' rules, inline, on local
+    # copies of the text and position) and stops at the first step that must wait;
+    # `_kv_steps_waiting` waits for that step with the waiting readers and hands back.
+
+    def _kv_steps_here(self, st):
+        """Read the arguments' steps from `st.step` on what is here; True once the arguments are read.
+
+        One argument's steps run straight down, each behind a guard that skips the steps
+        already read (resuming at `st.step`); a step that must wait records itself and returns."""
+        kv = st.kv
+        text, pos, eof = self._text, self._pos, self._eof
+        step, key, layout, arguments, first = st.step, st.key, st.layout, st.arguments, st.first
+        closing, closing_word, separator, before = st.closing, st.closing_word, kv.separator, kv.before
+        key_run, value_min, quoted, quote_open, quote_close = kv.key_run, kv.value_min, kv.quoted_strings, kv.quote_open, kv.quote_close
+        while True:
+            if step <= _KV_WS:
+                pos = SPACES.match(text, pos).end()
+                if pos >= len(text) and not eof:
+                    step = _KV_WS
+                    break
+                if closing:
+                    if len(text) - pos < len(closing) and not eof:
+                        step = _KV_WS
+                        break
+                    if text.startswith(closing_word, pos):
+                        self._pos, st.step = pos, _KV_WS
+                        return True
+                elif eof and pos >= len(text):
+                    self._pos, st.step = pos, _KV_WS
+                    return True
+            if step <= _KV_SEPARATOR and separator and not first:
+                end = literal_here(text, pos, separator, eof)
+                if end < 0:
+                    step = _KV_SEPARATOR
+                    break
+                pos = end
+            if step <= _KV_BEFORE:
+                first = False
+                if before:
+                    end = literal_here(text, pos, before, eof)
+                    if end < 0:
+                        step = _KV_BEFORE
+                        break
+                    pos = end
+            if step <= _KV_KEY:
+                end = key_run(text, pos).end()
+                if not pos < end < len(text):
+                    step = _KV_KEY
+                    break
+                key, pos = text[pos:end], end
+                layout = kv.single
+            if step <= _KV_LAYOUT and layout is None:
+                step = _KV_LAYOUT  # (several layouts: told apart by the waiting reader)
+                break
+            if step <= _KV_MIDDLE:
+                middle = layout.middle  # (no end whitespace: as rendered, it ends right after itself)
+                if not text.startswith(middle, pos):
+                    step = _KV_MIDDLE
+                    break
+                pos += len(middle)
+            if step <= _KV_LEAD:
+                lead = layout.middle_lead
+                # (exactly this whitespace, once: a raw value may start with whitespace of its own)
+                if lead:
+                    if not text.startswith(lead, pos):
+                        step = _KV_LEAD
+                        break
+                    pos += len(lead)
+            if step <= _KV_VALUE:
+                # Raw or quoted text that is here to its end; anything else: the waiting reader.
+                if len(text) - pos < value_min:
+                    step = _KV_VALUE
+                    break
+                if layout.raw:
+                    at = text.find(layout.raw_end, pos)
+                    if at == -1:
+                        step = _KV_VALUE
+                        break
+                    value, pos = text[pos:at], at
+                    lead = layout.after_lead
+                    if lead and value.endswith(lead):
+                        value = value[: len(value) - len(lead)]
+                elif quoted and text.startswith(quote_open, pos):
+                    at = text.find(quote_close, pos + len(quote_open))
+                    if at == -1:
+                        step = _KV_VALUE
+                        break
+                    value, pos = text[pos + len(quote_open):at], at + len(quote_close)
+                else:
+                    step = _KV_VALUE
+                    break
+                schema = st.properties.get(key)
+                if schema and schema.get("type") != "string":  # (a string stays as written)
+                    try:
+                        value = typed_raw(value, schema)
+                    except BadArguments as e:
+                        st.bad = st.bad or e  # the value was read; its closing text keeps the parse in step
+                        value = None
+                arguments[key] = value
+            if layout.after_core:  # (_KV_AFTER; the loop skips whitespace next)
+                after = layout.after_here
+                if text.startswith(after, pos) and not after[-1:].isspace():
+                    pos += len(after)
+                else:
+                    end = literal_here(text, pos, after, True)
+                    if end < 0:
+                        step = _KV_AFTER
+                        break
+                    pos = end
+            step = _KV_WS
+        self._pos, st.step, st.key, st.layout, st.first = pos, step, key, layout, first
+        return False
+
+    def _kv_steps_waiting(self, st):
+        """The arguments' steps from `st.step`: this one waited for, the next ones read from
+        what is here again when they can."""
+        kv = st.kv
+        while not self._kv_steps_here(st):
+            step = st.step
+            if step == _KV_WS:
+                yield from self._skip_ws()
+                if st.closing:
+                    yield from self._need(len(st.closing))
+                continue  # (the plain step now sees the whitespace's end, and enough text)
+            if step == _KV_SEPARATOR or step == _KV_BEFORE:
+                yield from self._match(kv.separator if step == _KV_SEPARATOR else kv.before)
+                st.first = False
+                st.step = step + 1
+            elif step == _KV_KEY:
+                st.key = yield from self._read_while(NAME_CHARS, "argument name")
+                st.layout = kv.single
+                st.step = _KV_LAYOUT
+            elif step == _KV_LAYOUT:
+                if st.layout is None:
+                    st.layout = yield from self._argument_layout(kv)
+                st.step = _KV_MIDDLE
+            elif step == _KV_MIDDLE:
+                yield from self._match(st.layout.middle)
+                st.step = _KV_LEAD
+            elif step == _KV_LEAD:
+                if (yield from self._peek(st.layout.middle_lead)):
+                    self._pos += len(st.layout.middle_lead)
+                st.step = _KV_VALUE
+            elif step == _KV_VALUE:
+                try:
+                    st.arguments[st.key] = yield from self._argument_value(kv, st.layout, st.properties.get(st.key))
+                except BadArguments as e:
+                    st.bad = st.bad or e
+                st.step = _KV_AFTER
+            else:  # _KV_AFTER
+                yield from self._match(st.layout.after, ws_follows=True)
+                st.step = _KV_WS
+
+    def _argument_layout(self, kv):
+        """Which layout this argument uses: the one whose middle text comes next."""
+        longest = max(len(a.middle.strip()) for a in kv.layouts)
+        yield from self._need(longest + 8)
+        for layout in sorted(kv.layouts, key=lambda a: -len(a.middle_full)):
+            middle = layout.middle.strip()
+            if self._text.startswith(middle, self._pos) or self._text[self._pos:].lstrip().startswith(middle):
+                return layout
+        raise InvalidOutput(f"an argument's layout is not recognised at {self._text[self._pos:self._pos + longest + 8]!r}")
+
+    def _argument_value(self, kv, layout, schema):
+        """argument-value: raw text, quoted text, JSON, a Python literal or the format's notation."""
+        if self._available() < kv.value_min:
+            yield from self._need(kv.value_min)
+        if kv.raw_strings and (len(kv.layouts) == 1 or layout.kind == "string"):
+            stop = layout.after_core or kv.separator_core
+            text = self._until_here(stop)
+            if text is None:
+                text = yield from self._read_until(stop, "argument value")
+            lead = layout.after_lead
+            if lead and text.endswith(lead):
+                text = text[: len(text) - len(lead)]
+            return typed_raw(text, schema)
+        if kv.quoted_strings and self._text.startswith(kv.quote_open, self._pos):
+            self._pos += len(kv.quote_open)
+            text = self._until_here(kv.quote_close)
+            if text is None:
+                text = yield from self._read_until(kv.quote_close, "argument value")
+            self._pos += len(kv.quote_close)
+            return typed_raw(text, schema)
+        if kv.native:
+            text = yield from self._read_native(kv.fmt)
+            return decode_native(text, kv.fmt)
+        python = any(kv.encoders.get(k) in ("python", "jinja") for k in (layout.kind, "string"))
+        if layout.after_core and layout.kind != "string":
+            # A typed value runs to its layout's closing text (DSML: string="false">3</parameter>).
+            text = (yield from self._read_until(layout.after_core, "argument value")).strip()
+        else:
+            text = yield from self._read_balanced("'\"" if python else '"', "argument value")
+        try:
+            return json.loads(text)
+        except RecursionError:
+            raise BadArguments(f"the argument value {text[:40]!r} is nested too deeply to read") from None
+        except ValueError:
+            try:
+                return python_value(text)
+            except (ValueError, SyntaxError, RecursionError, MemoryError) as e:
+                raise BadArguments(f"cannot read the argument value {text[:40]!r}: {e or 'nested too deeply'}") from None
+
+    def _read_native(self, fmt):
+        """A value in the format's own notation: its quotes and brackets balanced."""
+        quote_open, quote_close = fmt["quotes"]
+        opens = {b[0]: b[1] for b in fmt.get("brackets", {}).values()}
+        start = self._pos
+        stack = []
+        while True:
+            while self._pos < len(self._text):
+                if quote_open and self._text.startswith(quote_open, self._pos):
+                    end = self._text.find(quote_close, self._pos + len(quote_open))
+                    if end == -1:
+                        break
+                    self._pos = end + len(quote_close)
+                    if not stack:
+                        return self._text[start:self._pos]
+                    continue
+                if (quote_open and not self._eof and len(self._text) - self._pos < len(quote_open)
+                        and quote_open.startswith(self._text[self._pos:])):
+                    break  # what is here may be the start of a quote: wait and see
+                ch = self._text[self._pos]
+                if ch in opens:
+                    stack.append(opens[ch])
+                elif stack and ch == stack[-1]:
+                    stack.pop()
+                    if not stack:
+                        self._pos += 1
+                        return self._text[start:self._pos]
+                elif not stack and (ch in fmt["separator"] or ch in "}])"):
+                    return self._text[start:self._pos]
+                self._pos += 1
+            if self._eof:
+                if not stack and self._pos > start:
+                    return self._text[start:self._pos]
+                raise TruncatedOutput("the output ended inside an argument value")
+            yield
+
+
+###}

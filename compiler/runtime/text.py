@@ -1,0 +1,204 @@
+"""The lexical layer: character classes, cached searches, literals with whitespace tolerance,
+the hold-back rule for a possible marker start, and the resumable scan of a JSON / Python
+literal. Pure functions of the text; no parser state."""
+
+###{standalone
+import re
+
+NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
+ID_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+DIGITS = "0123456789"
+SLOT_CHARS = {"name": NAME_CHARS, "id": ID_CHARS, "index": DIGITS, "index1": DIGITS}
+
+SPACES = re.compile(r"\s*")
+NOT_SPACE = re.compile(r"\S").search
+CLOSERS = re.compile(r"[}\])]").search
+STRING_BODY = {'"': re.compile(r'[^"\\]+'), "'": re.compile(r"[^'\\]+")}
+PLAIN = re.compile(r"[^\"'{}\[\]()]+")
+SCALAR = re.compile(r"[^\s,}\])]+")
+
+_WAKERS = {}
+
+
+def waker(chars):
+    """A search for any of `chars` (cached)."""
+    found = _WAKERS.get(chars)
+    if found is None:
+        found = _WAKERS[chars] = re.compile("[" + class_body(chars) + "]").search
+    return found
+
+
+def outside(chars):
+    """A search for any character not in `chars` (cached)."""
+    found = _WAKERS.get((chars, False))
+    if found is None:
+        found = _WAKERS[chars, False] = re.compile("[^" + class_body(chars) + "]").search
+    return found
+
+
+_FIRSTS = {}
+
+
+def first_of(stops):
+    """A search for the first of `stops` (the longest of those that start at the same place; cached)."""
+    key = tuple(stops)
+    found = _FIRSTS.get(key)
+    if found is None:
+        ordered = sorted(set(stops), key=len, reverse=True)
+        found = _FIRSTS[key] = re.compile("|".join(re.escape(s) for s in ordered)).search
+    return found
+
+
+_RUNS = {}
+
+
+def run_of(chars):
+    """A compiled match of a run of `chars` (cached)."""
+    found = _RUNS.get(chars)
+    if found is None:
+        found = _RUNS[chars] = re.compile("[" + class_body(chars) + "]*")
+    return found
+
+
+def class_body(chars):
+    return "".join(re.escape(ch) if ch in "\\]^-[" else ch for ch in sorted(set(chars)))
+
+
+_WORDS = {}
+
+
+def words(literal):
+    """A literal cut into words and whitespace runs (cached: the same few literals recur)."""
+    found = _WORDS.get(literal)
+    if found is None:
+        found = _WORDS[literal] = [w for w in re.split(r"(\s+)", literal) if w]
+    return found
+
+
+LITERALS = {}
+
+
+def literal_parts(literal):
+    """(the literal without its end whitespace, whether it starts with whitespace, whether it ends so); cached."""
+    parts = LITERALS.get(literal)
+    if parts is None:
+        core = literal.strip()
+        parts = LITERALS[literal] = (core, literal[:1].isspace(), literal[-1:].isspace())
+    return parts
+
+
+def literal_here(text, pos, literal, end_known=False):
+    """Where `literal` ends if it is here as the waiting match reads it, without waiting (-1:
+    it is not, or not yet known: whitespace it ends with runs to the end of what has arrived
+    and `end_known` (the stream ended, or the next reader skips whitespace) is False).
+
+    A literal's whitespace runs match any whitespace or none (the grammar's tolerance); a
+    run at either end takes all the whitespace there."""
+    parts = LITERALS.get(literal)
+    core, lead, trail = parts if parts is not None else literal_parts(literal)
+    if text.startswith(literal, pos):  # as rendered (its leading whitespace then is all there is)
+        pos += len(literal)
+    else:
+        if lead:
+            pos = SPACES.match(text, pos).end()
+        if not text.startswith(core, pos):
+            return -1
+        pos += len(core)
+    if trail:
+        if pos < len(text) and not text[pos].isspace():
+            return pos
+        pos = SPACES.match(text, pos).end()
+        if pos >= len(text) and not end_known:
+            return -1
+    return pos
+
+
+def held_back(window, stops):
+    """How much of the end of `window` could be the start of a stop (kept until it is known)."""
+    longest = max(len(stop) for stop in stops) - 1
+    tail = window[-longest:] if longest > 0 else ""
+    firsts = {stop[0] for stop in stops}
+    for p, ch in enumerate(tail):
+        if ch in firsts and any(stop.startswith(tail[p:]) for stop in stops):
+            return len(tail) - p
+    return 0
+
+
+class BalancedScan:
+    """The resumable scan of a JSON / Python literal at `start` (after whitespace): brackets
+    balanced, strings (in `quotes`) respected. `scan(text)` reads on from where it stopped and
+    says True once the literal's `end` is known (or `unbalanced`, a stray closing bracket)."""
+
+    __slots__ = ("quotes", "start", "i", "depth", "quote", "end", "unbalanced")
+
+    def __init__(self, quotes, start):
+        self.quotes, self.start, self.i = quotes, None, start
+        self.depth, self.quote, self.end, self.unbalanced = 0, None, None, None
+
+    def quiet(self, n):
+        """A search for the characters that can move the scan on, once it has read `n` characters."""
+        if self.start is None:  # nothing but whitespace yet
+            return NOT_SPACE
+        # Only a closing bracket can end a nested value; a closing quote a string alone.
+        # (Waking on quotes inside a nested value would cost more: strings escape them.)
+        if self.depth > 0 and self.i >= n:
+            return CLOSERS
+        if self.depth == 0 and self.quote and self.i >= n - 1:
+            return waker(self.quote)
+        return None
+
+    def scan(self, text, eof=False):
+        if self.end is not None or self.unbalanced is not None:
+            return True
+        n = len(text)
+        if self.start is None:  # the literal starts at its first non-space character
+            self.i = SPACES.match(text, self.i).end()
+            if self.i >= n:
+                return False
+            self.start = self.i
+        start, i, depth, quote, quotes = self.start, self.i, self.depth, self.quote, self.quotes
+        while i < n:
+            # Skip runs of ordinary characters at C speed.
+            run = (STRING_BODY[quote] if quote else PLAIN).match(text, i)
+            if run and i > start and (quote or depth > 0):
+                i = run.end()
+                if i >= n:
+                    break
+            ch = text[i]
+            if quote:
+                if ch == "\\":
+                    if i + 1 >= n:
+                        break
+                    i += 2
+                    continue
+                if ch == quote:
+                    quote = None
+                    if depth == 0:  # a string on its own
+                        self.end = i + 1
+                        return True
+            elif ch in quotes:
+                quote = ch
+            elif ch in "{[(":
+                depth += 1
+            elif ch in "}])":
+                depth -= 1
+                if depth == 0:
+                    self.end = i + 1
+                    return True
+                if depth < 0:
+                    self.unbalanced = ch
+                    return True
+            elif depth == 0 and not ch.isspace() and i == start:
+                # a scalar: read to the next delimiter (none: an empty value, which will not read)
+                scalar = SCALAR.match(text, i)
+                end = scalar.end() if scalar else i
+                if end < n or eof:
+                    self.end = end
+                    return True
+                break
+            i += 1
+        self.i, self.depth, self.quote = i, depth, quote
+        return False
+
+
+###}

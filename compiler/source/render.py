@@ -1,0 +1,435 @@
+"""Render chat templates the way Hugging Face transformers does, inside a sandbox with limits.
+
+What "the way transformers does" means (its `apply_chat_template`, version 5):
+- `ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)` with the
+  `loopcontrols` extension and a `{% generation %}...{% endgeneration %}` block tag
+  (transformers uses it to mark assistant tokens; for rendering it is transparent);
+- a `tojson` filter that is plain `json.dumps` (no HTML escaping) accepting
+  `ensure_ascii`, `indent`, `separators` and `sort_keys`;
+- globals `raise_exception(message)`, `strftime_now(format)`, a `dict` constructor and a
+  `namespace` that refuses underscore-prefixed attributes;
+- the inputs it passes: top-level `None` values dropped from each message, a message's
+  reasoning offered under both `reasoning_content` and `thinking`, the named special
+  tokens (`bos_token`, `eos_token`, ...) as variables, and any extra keyword arguments.
+
+Templates are untrusted code shipped inside model files (CVE-2024-34359 was a GGUF chat
+template that ran code), so the sandbox always stays on, and each render also runs under
+a watchdog: a wall-clock limit, an output-size limit, a cap on how much memory the render
+may grow, and size checks on the operators that can build huge strings in one step
+(`'x' * n`, `n ** m`, `'%999999999d' % x`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import threading
+import time
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from datetime import datetime
+from functools import lru_cache
+from typing import Any, Mapping
+
+import jinja2
+import jinja2.ext
+import jinja2.nodes
+import jinja2.utils
+from jinja2.exceptions import SecurityError
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from ..errors import TemplateError
+
+# The file name Jinja gives templates compiled from a string; used to find the template's
+# own frames (and so its line numbers) in a traceback.
+_TEMPLATE_FILENAME = "<template>"
+
+
+@dataclass(frozen=True)
+class RenderLimits:
+    """Per-render limits. A template that exceeds one fails with a `TemplateError`."""
+
+    seconds: float = 10.0  # wall clock
+    max_output_chars: int = 8_000_000
+    max_memory_growth_bytes: int = 1 << 30  # resident memory the render may add (Linux only)
+
+
+DEFAULT_LIMITS = RenderLimits()
+
+
+# ---------------------------------------------------------------------------
+# The environment
+
+
+class _GenerationBlock(jinja2.ext.Extension):
+    """`{% generation %}...{% endgeneration %}`: renders its body unchanged.
+
+    transformers uses the block to record where assistant text sits in the prompt; the
+    rendered text is the body itself, which is all that matters here.
+    """
+
+    tags = {"generation"}
+
+    def parse(self, parser: jinja2.parser.Parser) -> jinja2.nodes.Node:
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        return jinja2.nodes.CallBlock(self.call_method("_render_body"), [], [], body).set_lineno(lineno)
+
+    def _render_body(self, caller) -> str:
+        return caller()
+
+
+class _TemplateRaised(jinja2.exceptions.TemplateError):
+    """The template called `raise_exception(message)`."""
+
+
+def _raise_exception(message):
+    raise _TemplateRaised(str(message))
+
+
+def _tojson(value, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
+# The clock templates read through strftime_now: the real one, unless a caller pins it (the
+# probe renders a conversation several times and compares the renders, so they must agree).
+_CLOCK: ContextVar[datetime | None] = ContextVar("tplparse_clock", default=None)
+
+
+def _strftime_now(format):
+    return (_CLOCK.get() or datetime.now()).strftime(format)
+
+
+@contextmanager
+def fixed_clock(moment: datetime | None = None):
+    """Within the block, templates see `moment` (default: 2026-01-01 12:00:00) as now."""
+    token = _CLOCK.set(moment or datetime(2026, 1, 1, 12, 0, 0))
+    try:
+        yield
+    finally:
+        _CLOCK.reset(token)
+
+
+class _DictConstructor:
+    """`dict(...)` for templates: builds a dict, exposes nothing else of the `dict` type."""
+
+    def __call__(self, *args, **kwargs):
+        return dict(*args, **kwargs)
+
+    def fromkeys(self, *args, **kwargs):
+        return dict.fromkeys(*args, **kwargs)
+
+
+class _Namespace(jinja2.utils.Namespace):
+    """`namespace(...)` that refuses underscore-prefixed attribute names (no reach into internals)."""
+
+    def __init__(*args, **kwargs):  # same signature trick as Jinja's, so namespace(self=1) works
+        self, args = args[0], args[1:]
+        attrs = dict(*args, **kwargs)
+        for name in attrs:
+            _Namespace._check_name(name)
+        jinja2.utils.Namespace.__init__(self, attrs)
+
+    def __setitem__(self, name, value):
+        _Namespace._check_name(name)
+        jinja2.utils.Namespace.__setitem__(self, name, value)
+
+    @staticmethod
+    def _check_name(name):
+        if isinstance(name, str) and name.startswith("_"):
+            raise SecurityError(f"templates cannot store underscore-prefixed attributes on a namespace ({name!r})")
+
+
+# str methods whose integer argument sets the size of the result.
+_WIDTH_METHODS = frozenset({"center", "ljust", "rjust", "zfill", "expandtabs"})
+
+
+class _ChatTemplateEnvironment(ImmutableSandboxedEnvironment):
+    """The sandbox, plus size checks on the operations that can allocate a huge string at once."""
+
+    intercepted_binops = frozenset({"*", "**", "%"})
+
+    def __init__(self, max_result_chars: int):
+        super().__init__(
+            trim_blocks=True,
+            lstrip_blocks=True,
+            extensions=[_GenerationBlock, jinja2.ext.loopcontrols],
+        )
+        self.max_result_chars = max_result_chars
+        self.filters["tojson"] = _tojson
+        self.filters["center"] = self._checked_filter(self.filters["center"], "width")
+        self.filters["indent"] = self._checked_filter(self.filters["indent"], "width")
+        self.globals["raise_exception"] = _raise_exception
+        self.globals["strftime_now"] = _strftime_now
+        self.globals["dict"] = _DictConstructor()
+        self.globals["namespace"] = _Namespace
+
+    def _too_big(self, what: str, size: int) -> None:
+        if size > self.max_result_chars:
+            raise SecurityError(f"{what} would build a value of about {size} items (limit {self.max_result_chars})")
+
+    def _checked_filter(self, filter_func, argument: str):
+        def checked(value, *args, **kwargs):
+            width = kwargs.get(argument, args[0] if args else 0)
+            if isinstance(width, int):
+                self._too_big(f"the filter argument {argument}={width}", width)
+            return filter_func(value, *args, **kwargs)
+
+        checked.__name__ = getattr(filter_func, "__name__", "filter")
+        return checked
+
+    def call_binop(self, context, operator, left, right):
+        if operator == "*":
+            for seq, times in ((left, right), (right, left)):
+                if isinstance(seq, (str, list, tuple)) and isinstance(times, int):
+                    self._too_big("repeating a sequence", len(seq) * times)
+        elif operator == "**":
+            if isinstance(left, int) and isinstance(right, int) and abs(left) > 1:
+                # the result has about right * log2(left) bits
+                self._too_big("a power", right * abs(left).bit_length() // 8)
+        elif operator == "%" and isinstance(left, str):
+            for number in _digit_runs(left):
+                self._too_big("a %-format width", number)
+        return super().call_binop(context, operator, left, right)
+
+    def call(__self, __context, __obj, *args, **kwargs):  # noqa: N805 (Jinja's own signature)
+        name = getattr(__obj, "__name__", "")
+        if isinstance(getattr(__obj, "__self__", None), str):
+            if name in _WIDTH_METHODS:
+                for value in list(args) + list(kwargs.values()):
+                    if isinstance(value, int):
+                        __self._too_big(f"str.{name}()", value)
+        return super().call(__context, __obj, *args, **kwargs)
+
+    def wrap_str_format(self, value):
+        # Jinja wraps `str.format` when the template looks the method up; check the widths then.
+        if getattr(value, "__name__", "") in ("format", "format_map") and isinstance(getattr(value, "__self__", None), str):
+            for number in _digit_runs(value.__self__):
+                self._too_big("a format width", number)
+        return super().wrap_str_format(value)
+
+
+def _digit_runs(text: str):
+    """The integers written in `text` (format widths hide among them)."""
+    number = ""
+    for ch in text + " ":
+        if ch.isdigit():
+            number += ch
+        elif number:
+            yield int(number) if len(number) < 20 else 10**20
+            number = ""
+
+
+@lru_cache(maxsize=8)
+def _environment(max_result_chars: int) -> _ChatTemplateEnvironment:
+    return _ChatTemplateEnvironment(max_result_chars)
+
+
+@lru_cache(maxsize=128)
+def _compile(source: str, max_result_chars: int) -> jinja2.Template:
+    return _environment(max_result_chars).from_string(source)
+
+
+def compile_template(source: str, name: str, limits: RenderLimits = DEFAULT_LIMITS) -> jinja2.Template:
+    """Compile `source`; a syntax error becomes a `TemplateError` with its line number."""
+    try:
+        return _compile(source, limits.max_output_chars)
+    except jinja2.TemplateSyntaxError as e:
+        raise TemplateError(f"Jinja syntax error: {e.message}", template=name, line=e.lineno) from None
+
+
+def parse_template(source: str) -> jinja2.nodes.Template:
+    """The template's syntax tree, from the same environment that renders it (for reading
+    which variables it uses, never for running it)."""
+    return _environment(DEFAULT_LIMITS.max_output_chars).parse(source)
+
+
+# ---------------------------------------------------------------------------
+# Inputs, as transformers prepares them
+
+
+_REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
+
+
+def plain_data(value: Any, where: str = "input") -> Any:
+    """A deep copy of `value` made of JSON-like types only (the template sees nothing else)."""
+    if value is None or type(value) in (str, int, float, bool):
+        return value
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, int):
+        return int.__int__(value)
+    if isinstance(value, float):
+        return float.__float__(value)
+    if isinstance(value, Mapping):
+        return {plain_data(k, where): plain_data(v, where) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain_data(v, where) for v in value]
+    raise TypeError(f"{where}: {type(value).__name__} values cannot be passed to a chat template")
+
+
+def prepare_messages(messages: list) -> list[dict]:
+    """Messages as transformers hands them to the template.
+
+    Top-level keys whose value is None are dropped (many templates print "None" or fail on
+    them, and handle a missing key); reasoning given under any of its names is offered as
+    both `reasoning_content` and `thinking`.
+    """
+    if not isinstance(messages, (list, tuple)):
+        raise TypeError(f"messages must be a list of message objects, not {type(messages).__name__}")
+    prepared = []
+    for index, message in enumerate(messages):
+        if not isinstance(message, Mapping):
+            raise TypeError(f"message {index} must be an object with a 'role', not {type(message).__name__}")
+        message = {k: v for k, v in plain_data(message, f"message {index}").items() if v is not None}
+        reasoning = next((message[k] for k in _REASONING_FIELDS if message.get(k) is not None), None)
+        if reasoning is not None:
+            message = {"thinking": reasoning, **message, "reasoning_content": reasoning}
+        prepared.append(message)
+    return prepared
+
+
+# ---------------------------------------------------------------------------
+# Rendering under the watchdog
+
+
+class _RenderInterrupted(BaseException):
+    """Raised inside the rendering thread by the watchdog (a BaseException, so nothing catches it)."""
+
+
+def _resident_bytes() -> int | None:
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * _PAGE_SIZE
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+_PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+@dataclass
+class _Watch:
+    """One render under watch: whom to interrupt, and when."""
+
+    thread_id: int
+    deadline: float
+    start_rss: int | None
+    limits: RenderLimits
+    breach: str | None = None
+
+
+class _Watchdog:
+    """Interrupts a rendering thread whose render runs too long or grows memory too much.
+
+    One daemon thread (started on first use, restarted after a fork) polls the clock and
+    resident memory for every render in progress; on a breach it raises
+    `_RenderInterrupted` in the rendering thread (CPython's asynchronous exception, which
+    lands between two bytecodes of the template's compiled Python code). A render only
+    registers and unregisters, so watching costs microseconds, not a thread start.
+    """
+
+    POLL_SECONDS = 0.005
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._active: dict[int, _Watch] = {}
+        self._pid: int | None = None
+
+    @contextmanager
+    def watch(self, limits: RenderLimits):
+        watch = _Watch(threading.get_ident(), time.monotonic() + limits.seconds, _resident_bytes(), limits)
+        with self._cond:
+            if self._pid != os.getpid():
+                self._pid = os.getpid()
+                threading.Thread(target=self._run, name="tplparse-render-watchdog", daemon=True).start()
+            self._active[id(watch)] = watch
+            self._cond.notify()
+        try:
+            yield watch
+        finally:
+            with self._cond:
+                self._active.pop(id(watch), None)
+                if watch.breach is not None:
+                    # The exception may still be pending (not yet delivered): withdraw it.
+                    _async_raise(watch.thread_id, None)
+
+    def _run(self):
+        with self._cond:
+            while True:
+                while not self._active:
+                    self._cond.wait()
+                self._cond.wait(self.POLL_SECONDS)
+                now = time.monotonic()
+                rss = _resident_bytes()
+                for key, watch in list(self._active.items()):
+                    watch.breach = _breach(watch, now, rss)
+                    if watch.breach is not None:
+                        _async_raise(watch.thread_id, _RenderInterrupted)
+                        del self._active[key]  # signalled once; its thread now unwinds
+
+
+def _breach(watch: _Watch, now: float, rss: int | None) -> str | None:
+    if now > watch.deadline:
+        return f"rendering took longer than {watch.limits.seconds:g} s"
+    limit = watch.limits.max_memory_growth_bytes
+    if rss is not None and watch.start_rss is not None and rss - watch.start_rss > limit:
+        return f"rendering grew memory by more than {limit >> 20} MB"
+    return None
+
+
+def _async_raise(thread_id: int, exception) -> None:
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), ctypes.py_object(exception) if exception else None)
+
+
+_WATCHDOG = _Watchdog()
+
+
+def _template_line(tb) -> int | None:
+    """The last line of the template (not of Jinja or Python) in a traceback."""
+    line = None
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == _TEMPLATE_FILENAME:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return line
+
+
+def render_template(
+    source: str,
+    name: str,
+    variables: dict[str, Any],
+    limits: RenderLimits = DEFAULT_LIMITS,
+) -> str:
+    """Render `source` with `variables` in the sandbox; every failure is a `TemplateError`."""
+    template = compile_template(source, name, limits)
+    pieces: list[str] = []
+    size = 0
+    try:
+        try:
+            with _WATCHDOG.watch(limits) as watch:
+                for piece in template.generate(**variables):
+                    size += len(piece)
+                    if size > limits.max_output_chars:
+                        raise TemplateError(
+                            f"rendered output exceeds {limits.max_output_chars} characters", template=name
+                        )
+                    pieces.append(piece)
+        except _RenderInterrupted:
+            raise TemplateError(watch.breach or "rendering was interrupted", template=name) from None
+    except TemplateError:
+        raise
+    except _TemplateRaised as e:
+        raise TemplateError(f"the template raised an exception: {e}", template=name, line=_template_line(e.__traceback__)) from None
+    except SecurityError as e:
+        raise TemplateError(f"blocked by the sandbox: {e}", template=name, line=_template_line(e.__traceback__)) from None
+    except RecursionError as e:
+        raise TemplateError("recursion too deep", template=name, line=_template_line(e.__traceback__)) from None
+    except MemoryError as e:
+        raise TemplateError("ran out of memory", template=name, line=_template_line(e.__traceback__)) from None
+    except Exception as e:  # any error raised while evaluating untrusted template code
+        message = f"{type(e).__name__}: {e}"
+        raise TemplateError(message, template=name, line=_template_line(e.__traceback__)) from None
+    return "".join(pieces)

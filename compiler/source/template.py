@@ -1,0 +1,133 @@
+"""`ChatTemplate`: one loaded chat template and everything known about the model around it."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Any, Mapping
+
+from ..errors import InputError, TemplateError
+from .render import DEFAULT_LIMITS, RenderLimits, compile_template, plain_data, prepare_messages, render_template
+
+@dataclass(frozen=True)
+class ChatTemplate:
+    """A chat template and the model facts it is rendered with.
+
+    source          the Jinja text, exactly as loaded
+    name            a display name (the model's name when the source has one)
+    family          a slug naming the family, used for file names (`qwen3`, `command-r-tool-use`):
+                    the model's slug, plus the variant's name for a non-default variant
+    model_slug      the slug of the model alone, whatever the variant
+    origin          where it came from: path and location inside it
+    named_tokens    the named special tokens passed to the template as variables, as
+                    transformers does: {"bos_token": "<s>", "eos_token": "</s>", ...}
+    end_of_turn     token strings besides eos that end an assistant turn (eot, eom)
+    special_tokens  the model's control / user-defined tokens (never produced from plain text)
+    variant         which of the source's templates this is ("default", "tool_use", ...)
+    variants        every template the source holds, by name
+    """
+
+    source: str
+    name: str
+    family: str
+    origin: str
+    model_slug: str = ""
+    named_tokens: Mapping[str, str] = field(default_factory=dict)
+    end_of_turn: tuple[str, ...] = ()
+    special_tokens: tuple[str, ...] = ()
+    variant: str = "default"
+    variants: Mapping[str, str] = field(default_factory=dict)
+    limits: RenderLimits = DEFAULT_LIMITS
+    sha256: str = field(init=False)
+
+    def __post_init__(self):
+        if not self.model_slug:
+            object.__setattr__(self, "model_slug", self.family)
+        object.__setattr__(self, "sha256", hashlib.sha256(self.source.encode("utf-8")).hexdigest())
+        object.__setattr__(self, "named_tokens", MappingProxyType(dict(self.named_tokens)))
+        variants = dict(self.variants) or {self.variant: self.source}
+        object.__setattr__(self, "variants", MappingProxyType(variants))
+        object.__setattr__(self, "end_of_turn", tuple(self.end_of_turn))
+        object.__setattr__(self, "special_tokens", tuple(self.special_tokens))
+
+    @property
+    def bos_token(self) -> str | None:
+        return self.named_tokens.get("bos_token")
+
+    @property
+    def eos_token(self) -> str | None:
+        return self.named_tokens.get("eos_token")
+
+    def check(self) -> None:
+        """Compile the template; a syntax error raises `TemplateError` with its line."""
+        compile_template(self.source, self.name, self.limits)
+
+    def with_variant(self, variant: str) -> "ChatTemplate":
+        """The source's template named `variant` (e.g. "tool_use"), with the same model facts."""
+        if variant == self.variant:
+            return self
+        if variant not in self.variants:
+            known = ", ".join(sorted(self.variants)) or "none"
+            raise InputError(f"{self.origin}: no chat template named {variant!r} (it has: {known})")
+        origin = self.origin.rsplit(" [", 1)[0] + ("" if variant == "default" else f" [{variant}]")
+        chosen = replace(
+            self,
+            source=self.variants[variant],
+            variant=variant,
+            family=family_slug(self.model_slug, variant),
+            origin=origin,
+        )
+        chosen.check()
+        return chosen
+
+    def with_tokens(self, **named_tokens: str) -> "ChatTemplate":
+        """The same template with named special tokens set (bos_token="<s>", ...)."""
+        return replace(self, named_tokens={**self.named_tokens, **named_tokens})
+
+    def render(
+        self,
+        messages: list,
+        tools: list | None = None,
+        add_generation_prompt: bool = True,
+        **extra: Any,
+    ) -> str:
+        """Render `messages` (OpenAI chat format) the way transformers' `apply_chat_template` does.
+
+        `tools` are OpenAI-style tool definitions; `extra` become template variables
+        (`enable_thinking=False`, `reasoning_effort="high"`, `documents=[...]`, ...).
+        """
+        try:
+            prepared = prepare_messages(messages)
+            if tools is not None and not isinstance(tools, (list, tuple)):
+                raise TypeError(f"tools must be a list of tool definitions, not {type(tools).__name__}")
+            if tools is not None and not all(isinstance(t, Mapping) for t in tools):
+                raise TypeError("each tool must be an object (a JSON schema in OpenAI format)")
+            variables = {
+                **self.named_tokens,
+                "documents": None,  # transformers always defines it
+                **plain_data(extra, "extra variables"),
+                "messages": prepared,
+                "tools": plain_data(tools, "tools"),
+                "add_generation_prompt": bool(add_generation_prompt),
+            }
+        except TypeError as e:
+            raise InputError(str(e)) from None
+        return render_template(self.source, self.name, variables, self.limits)
+
+
+def _slug(text: str) -> str:
+    out = []
+    for ch in text.lower():
+        out.append(ch if ch.isascii() and ch.isalnum() else "-")
+    return "-".join(part for part in "".join(out).split("-") if part)
+
+
+slugify = _slug
+
+
+def family_slug(model_slug: str, variant: str) -> str:
+    """The family name of a model's template variant: `command-r` + `tool_use` -> `command-r-tool-use`."""
+    return model_slug if variant == "default" else f"{model_slug}-{_slug(variant)}"
+
+__all__ = ["ChatTemplate", "TemplateError", "slugify"]

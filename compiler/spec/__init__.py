@@ -1,0 +1,27 @@
+"""The ProtocolSpec: how a model family writes an assistant turn, as plain data.
+
+The probe derives it; every later stage (grammar, reading tables, emitters, checkers,
+bridge) reads it. `encodings` names the ways a template writes one argument value.
+"""
+
+from .model import (
+    SPEC_VERSION,
+    TURN_KINDS,
+    ArgumentFormat,
+    Piece,
+    PromptMode,
+    ProtocolSpec,
+    Reasoning,
+    SpecError,
+    ToolCallFormat,
+    fill,
+    kv_parts,
+    slot,
+    turn_kind,
+)
+from .encodings import json_type
+
+__all__ = [
+    "SPEC_VERSION", "TURN_KINDS", "ArgumentFormat", "Piece", "PromptMode", "ProtocolSpec", "Reasoning",
+    "SpecError", "ToolCallFormat", "fill", "json_type", "kv_parts", "slot", "turn_kind",
+]
