@@ -43,22 +43,26 @@ TEMPLATE_NAME = 'tplparse example: [INST], [THINK], [TOOL_CALLS]name[ARGS]'
 TEMPLATE_SHA256 = 'e948cba8c2d20fcf65df2ae31f8134e41a7aad8f29a826d2b74724ea8450a861'
 # What the runtime reads (tplparse.grammar.reading wrote it from the spec; the spec with
 # its evidence and warnings is grammars/<family>.spec.json).
-TABLES = {'version': 1,
- 'modes': {'default': {'tail': '', 'start': 'content'}},
- 'reasoning': {'start': '[THINK]', 'end': '[/THINK]', 'call_ends_reasoning': True},
- 'content': {'start': '', 'end': ''},
- 'end_of_turn': ['</s>'],
- 'tool_calls': {'opener': '[TOOL_CALLS]',
-                'call_head': '[TOOL_CALLS]',
-                'section_start': '',
-                'section_end': '',
-                'section_inner': None,
-                'content_prefix': '',
-                'inline_opener': '',
-                'call': ['[TOOL_CALLS]', {'slot': 'name'}, '[ARGS]', {'slot': 'arguments'}],
-                'separator': '',
-                'parallel': 'all',
-                'arguments': {'style': 'object', 'encoder': 'json'}}}
+TABLES = {
+    'version': 1,
+    'modes': {'default': {'tail': '', 'start': 'content'}},
+    'reasoning': {'start': '[THINK]', 'end': '[/THINK]', 'call_ends_reasoning': True},
+    'content': {'start': '', 'end': ''},
+    'end_of_turn': ['</s>'],
+    'tool_calls': {
+        'opener': '[TOOL_CALLS]',
+        'call_head': '[TOOL_CALLS]',
+        'section_start': '',
+        'section_end': '',
+        'section_inner': None,
+        'content_prefix': '',
+        'inline_opener': '',
+        'call': ['[TOOL_CALLS]', {'slot': 'name'}, '[ARGS]', {'slot': 'arguments'}],
+        'separator': '',
+        'parallel': 'all',
+        'arguments': {'style': 'object', 'encoder': 'json'},
+    },
+}
 PROTOCOL = _runtime.Protocol(TABLES)  # prepared once, shared by every parser of the family
 
 

@@ -47,47 +47,54 @@ TEMPLATE_NAME = 'ByteDance-Seed-OSS-36B-Instruct'
 TEMPLATE_SHA256 = '3f9e0dc4adeb8032287d0129dc75b6298fee8698a52ab41e863dbc89929330d3'
 # What the runtime reads (tplparse.grammar.reading wrote it from the spec; the spec with
 # its evidence and warnings is grammars/<family>.spec.json).
-TABLES = {'version': 1,
- 'modes': {'default': {'tail': '', 'start': 'content'},
-           'thinking': {'tail': '', 'start': 'content'},
-           'no_thinking': {'tail': '<seed:think>\n'
-                                   '<seed:cot_budget_reflect>The current thinking budget is 0, so I will '
-                                   'directly start answering the question.</seed:cot_budget_reflect>\n'
-                                   '</seed:think>',
-                           'start': 'content'}},
- 'reasoning': {'start': '<seed:think>', 'end': '</seed:think>', 'call_ends_reasoning': True},
- 'content': {'start': '', 'end': ''},
- 'end_of_turn': ['<seed:eos>'],
- 'tool_calls': {'opener': '<seed:tool_call>',
-                'call_head': '<seed:tool_call>',
-                'section_start': '',
-                'section_end': '',
-                'section_inner': None,
-                'content_prefix': '',
-                'inline_opener': '',
-                'call': ['<seed:tool_call>\n<function=',
-                         {'slot': 'name'},
-                         '>\n',
-                         {'slot': 'arguments'},
-                         '</function>\n</seed:tool_call>'],
-                'separator': '\n',
-                'parallel': 'all',
-                'arguments': {'style': 'kv',
-                              'argument': {'string': ['<parameter=',
-                                                      {'slot': 'key'},
-                                                      '>',
-                                                      {'slot': 'value'},
-                                                      '</parameter>\n']},
-                              'value_encoders': {'string': 'raw',
-                                                 'integer': 'json',
-                                                 'number': 'json',
-                                                 'boolean': 'python',
-                                                 'null': 'python',
-                                                 'object': 'python',
-                                                 'array': 'python'},
-                              'separator': '',
-                              'quotes': ['', ''],
-                              'brackets': {}}}}
+TABLES = {
+    'version': 1,
+    'modes': {
+        'default': {'tail': '', 'start': 'content'},
+        'thinking': {'tail': '', 'start': 'content'},
+        'no_thinking': {
+            'tail': '<seed:think>\n<seed:cot_budget_reflect>The current thinking budget is 0, so I will directly start answering the question.</seed:cot_budget_reflect>\n</seed:think>',
+            'start': 'content',
+        },
+    },
+    'reasoning': {'start': '<seed:think>', 'end': '</seed:think>', 'call_ends_reasoning': True},
+    'content': {'start': '', 'end': ''},
+    'end_of_turn': ['<seed:eos>'],
+    'tool_calls': {
+        'opener': '<seed:tool_call>',
+        'call_head': '<seed:tool_call>',
+        'section_start': '',
+        'section_end': '',
+        'section_inner': None,
+        'content_prefix': '',
+        'inline_opener': '',
+        'call': [
+            '<seed:tool_call>\n<function=',
+            {'slot': 'name'},
+            '>\n',
+            {'slot': 'arguments'},
+            '</function>\n</seed:tool_call>',
+        ],
+        'separator': '\n',
+        'parallel': 'all',
+        'arguments': {
+            'style': 'kv',
+            'argument': {'string': ['<parameter=', {'slot': 'key'}, '>', {'slot': 'value'}, '</parameter>\n']},
+            'value_encoders': {
+                'string': 'raw',
+                'integer': 'json',
+                'number': 'json',
+                'boolean': 'python',
+                'null': 'python',
+                'object': 'python',
+                'array': 'python',
+            },
+            'separator': '',
+            'quotes': ['', ''],
+            'brackets': {},
+        },
+    },
+}
 PROTOCOL = _runtime.Protocol(TABLES)  # prepared once, shared by every parser of the family
 
 

@@ -45,28 +45,36 @@ TEMPLATE_NAME = 'tplparse example: ChatML, <think>, <tool_call> JSON'
 TEMPLATE_SHA256 = 'f84d41636d34b52206992d8dd3e7202287b6d52e8810bc200602803ec93dc557'
 # What the runtime reads (tplparse.grammar.reading wrote it from the spec; the spec with
 # its evidence and warnings is grammars/<family>.spec.json).
-TABLES = {'version': 1,
- 'modes': {'default': {'tail': '', 'start': 'content'},
-           'thinking': {'tail': '', 'start': 'content'},
-           'no_thinking': {'tail': '<think>\n\n</think>\n\n', 'start': 'content'}},
- 'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
- 'content': {'start': '', 'end': ''},
- 'end_of_turn': ['<|im_end|>'],
- 'tool_calls': {'opener': '<tool_call>',
-                'call_head': '<tool_call>',
-                'section_start': '',
-                'section_end': '',
-                'section_inner': None,
-                'content_prefix': '',
-                'inline_opener': '',
-                'call': ['<tool_call>\n{"name": "',
-                         {'slot': 'name'},
-                         '", "arguments": ',
-                         {'slot': 'arguments'},
-                         '}\n</tool_call>'],
-                'separator': '\n\n',
-                'parallel': 'all',
-                'arguments': {'style': 'object', 'encoder': 'json'}}}
+TABLES = {
+    'version': 1,
+    'modes': {
+        'default': {'tail': '', 'start': 'content'},
+        'thinking': {'tail': '', 'start': 'content'},
+        'no_thinking': {'tail': '<think>\n\n</think>\n\n', 'start': 'content'},
+    },
+    'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
+    'content': {'start': '', 'end': ''},
+    'end_of_turn': ['<|im_end|>'],
+    'tool_calls': {
+        'opener': '<tool_call>',
+        'call_head': '<tool_call>',
+        'section_start': '',
+        'section_end': '',
+        'section_inner': None,
+        'content_prefix': '',
+        'inline_opener': '',
+        'call': [
+            '<tool_call>\n{"name": "',
+            {'slot': 'name'},
+            '", "arguments": ',
+            {'slot': 'arguments'},
+            '}\n</tool_call>',
+        ],
+        'separator': '\n\n',
+        'parallel': 'all',
+        'arguments': {'style': 'object', 'encoder': 'json'},
+    },
+}
 PROTOCOL = _runtime.Protocol(TABLES)  # prepared once, shared by every parser of the family
 
 

@@ -45,30 +45,38 @@ TEMPLATE_NAME = 'Cohere-Cohere2MoE'
 TEMPLATE_SHA256 = 'd8366efb9f07c571da620ce6a924594fc52c80273a0fbb46a38b643972df95fd'
 # What the runtime reads (tplparse.grammar.reading wrote it from the spec; the spec with
 # its evidence and warnings is grammars/<family>.spec.json).
-TABLES = {'version': 1,
- 'modes': {'default': {'tail': '<|START_THINKING|>', 'start': 'reasoning'},
-           'thinking': {'tail': '<|START_THINKING|>', 'start': 'reasoning'},
-           'no_thinking': {'tail': '<|START_THINKING|><|END_THINKING|>', 'start': 'content'}},
- 'reasoning': {'start': '<|START_THINKING|>', 'end': '<|END_THINKING|>', 'call_ends_reasoning': True},
- 'content': {'start': '<|START_TEXT|>', 'end': '<|END_TEXT|>'},
- 'end_of_turn': ['<|END_OF_TURN_TOKEN|>'],
- 'tool_calls': {'opener': '<|START_ACTION|>',
-                'call_head': '{"tool_call_id": "',
-                'section_start': '<|START_ACTION|>[',
-                'section_end': '\n]<|END_ACTION|>',
-                'section_inner': None,
-                'content_prefix': '',
-                'inline_opener': '',
-                'call': ['\n    {"tool_call_id": "',
-                         {'slot': 'index'},
-                         '", "tool_name": "',
-                         {'slot': 'name'},
-                         '", "parameters": ',
-                         {'slot': 'arguments'},
-                         '}'],
-                'separator': ',',
-                'parallel': 'all',
-                'arguments': {'style': 'object', 'encoder': 'json'}}}
+TABLES = {
+    'version': 1,
+    'modes': {
+        'default': {'tail': '<|START_THINKING|>', 'start': 'reasoning'},
+        'thinking': {'tail': '<|START_THINKING|>', 'start': 'reasoning'},
+        'no_thinking': {'tail': '<|START_THINKING|><|END_THINKING|>', 'start': 'content'},
+    },
+    'reasoning': {'start': '<|START_THINKING|>', 'end': '<|END_THINKING|>', 'call_ends_reasoning': True},
+    'content': {'start': '<|START_TEXT|>', 'end': '<|END_TEXT|>'},
+    'end_of_turn': ['<|END_OF_TURN_TOKEN|>'],
+    'tool_calls': {
+        'opener': '<|START_ACTION|>',
+        'call_head': '{"tool_call_id": "',
+        'section_start': '<|START_ACTION|>[',
+        'section_end': '\n]<|END_ACTION|>',
+        'section_inner': None,
+        'content_prefix': '',
+        'inline_opener': '',
+        'call': [
+            '\n    {"tool_call_id": "',
+            {'slot': 'index'},
+            '", "tool_name": "',
+            {'slot': 'name'},
+            '", "parameters": ',
+            {'slot': 'arguments'},
+            '}',
+        ],
+        'separator': ',',
+        'parallel': 'all',
+        'arguments': {'style': 'object', 'encoder': 'json'},
+    },
+}
 PROTOCOL = _runtime.Protocol(TABLES)  # prepared once, shared by every parser of the family
 
 

@@ -40,28 +40,34 @@ TEMPLATE_NAME = 'Cohere-Command-R7B-12-2024-tool_use'
 TEMPLATE_SHA256 = '0c3f266d86f93a1f50f1573648ba005cb9691ff176c2cfd7ca1a0a33fd7023ec'
 # What the runtime reads (tplparse.grammar.reading wrote it from the spec; the spec with
 # its evidence and warnings is grammars/<family>.spec.json).
-TABLES = {'version': 1,
- 'modes': {'default': {'tail': '', 'start': 'content'}},
- 'reasoning': None,
- 'content': {'start': '<|START_RESPONSE|>', 'end': '<|END_RESPONSE|>'},
- 'end_of_turn': ['<|END_OF_TURN_TOKEN|>'],
- 'tool_calls': {'opener': '<|START_THINKING|>',
-                'call_head': '{"tool_call_id": "',
-                'section_start': '<|START_THINKING|><|END_THINKING|><|START_ACTION|>[',
-                'section_end': '\n]<|END_ACTION|>',
-                'section_inner': None,
-                'content_prefix': '',
-                'inline_opener': '',
-                'call': ['\n    {"tool_call_id": "',
-                         {'slot': 'index'},
-                         '", "tool_name": "',
-                         {'slot': 'name'},
-                         '", "parameters": ',
-                         {'slot': 'arguments'},
-                         '}'],
-                'separator': ',',
-                'parallel': 'all',
-                'arguments': {'style': 'object', 'encoder': 'json'}}}
+TABLES = {
+    'version': 1,
+    'modes': {'default': {'tail': '', 'start': 'content'}},
+    'reasoning': None,
+    'content': {'start': '<|START_RESPONSE|>', 'end': '<|END_RESPONSE|>'},
+    'end_of_turn': ['<|END_OF_TURN_TOKEN|>'],
+    'tool_calls': {
+        'opener': '<|START_THINKING|>',
+        'call_head': '{"tool_call_id": "',
+        'section_start': '<|START_THINKING|><|END_THINKING|><|START_ACTION|>[',
+        'section_end': '\n]<|END_ACTION|>',
+        'section_inner': None,
+        'content_prefix': '',
+        'inline_opener': '',
+        'call': [
+            '\n    {"tool_call_id": "',
+            {'slot': 'index'},
+            '", "tool_name": "',
+            {'slot': 'name'},
+            '", "parameters": ',
+            {'slot': 'arguments'},
+            '}',
+        ],
+        'separator': ',',
+        'parallel': 'all',
+        'arguments': {'style': 'object', 'encoder': 'json'},
+    },
+}
 PROTOCOL = _runtime.Protocol(TABLES)  # prepared once, shared by every parser of the family
 
 

@@ -40,26 +40,32 @@ TEMPLATE_NAME = 'Cohere-Command-R-Plus-tool_use'
 TEMPLATE_SHA256 = 'bf9e9ee8c0f2297c6ff60af5fab357d7b34bc4375884ed16ab6aa90597d7eb7d'
 # What the runtime reads (tplparse.grammar.reading wrote it from the spec; the spec with
 # its evidence and warnings is grammars/<family>.spec.json).
-TABLES = {'version': 1,
- 'modes': {'default': {'tail': '', 'start': 'content'}},
- 'reasoning': None,
- 'content': {'start': '', 'end': ''},
- 'end_of_turn': ['<|END_OF_TURN_TOKEN|>'],
- 'tool_calls': {'opener': 'Action:',
-                'call_head': '{',
-                'section_start': '\nAction:\n```json\n[',
-                'section_end': '\n]```\n',
-                'section_inner': None,
-                'content_prefix': '',
-                'inline_opener': '',
-                'call': ['\n    {\n        "tool_name": "',
-                         {'slot': 'name'},
-                         '",\n        "parameters": ',
-                         {'slot': 'arguments'},
-                         '\n    }'],
-                'separator': ',',
-                'parallel': 'all',
-                'arguments': {'style': 'object', 'encoder': 'json-indent4'}}}
+TABLES = {
+    'version': 1,
+    'modes': {'default': {'tail': '', 'start': 'content'}},
+    'reasoning': None,
+    'content': {'start': '', 'end': ''},
+    'end_of_turn': ['<|END_OF_TURN_TOKEN|>'],
+    'tool_calls': {
+        'opener': 'Action:',
+        'call_head': '{',
+        'section_start': '\nAction:\n```json\n[',
+        'section_end': '\n]```\n',
+        'section_inner': None,
+        'content_prefix': '',
+        'inline_opener': '',
+        'call': [
+            '\n    {\n        "tool_name": "',
+            {'slot': 'name'},
+            '",\n        "parameters": ',
+            {'slot': 'arguments'},
+            '\n    }',
+        ],
+        'separator': ',',
+        'parallel': 'all',
+        'arguments': {'style': 'object', 'encoder': 'json-indent4'},
+    },
+}
 PROTOCOL = _runtime.Protocol(TABLES)  # prepared once, shared by every parser of the family
 
 

@@ -40,12 +40,14 @@ TEMPLATE_NAME = 'DeepSeek-R1-Distill-Qwen-32B'
 TEMPLATE_SHA256 = '56a1447ad31926fdc21fb07e56e5642bd9c850c4f52d8c8af7bbe5f079a84f5f'
 # What the runtime reads (tplparse.grammar.reading wrote it from the spec; the spec with
 # its evidence and warnings is grammars/<family>.spec.json).
-TABLES = {'version': 1,
- 'modes': {'default': {'tail': '<think>\n', 'start': 'reasoning'}},
- 'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
- 'content': {'start': '', 'end': ''},
- 'end_of_turn': ['<｜end▁of▁sentence｜>'],
- 'tool_calls': None}
+TABLES = {
+    'version': 1,
+    'modes': {'default': {'tail': '<think>\n', 'start': 'reasoning'}},
+    'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
+    'content': {'start': '', 'end': ''},
+    'end_of_turn': ['<｜end▁of▁sentence｜>'],
+    'tool_calls': None,
+}
 PROTOCOL = _runtime.Protocol(TABLES)  # prepared once, shared by every parser of the family
 
 

@@ -40,22 +40,26 @@ TEMPLATE_NAME = 'Fireworks-Firefunction-v2'
 TEMPLATE_SHA256 = '25b097cb602823e9216258cf4b20a23ebd4004848e6c8d8da1f360fe2373410c'
 # What the runtime reads (tplparse.grammar.reading wrote it from the spec; the spec with
 # its evidence and warnings is grammars/<family>.spec.json).
-TABLES = {'version': 1,
- 'modes': {'default': {'tail': '', 'start': 'content'}},
- 'reasoning': None,
- 'content': {'start': '', 'end': ''},
- 'end_of_turn': ['<|eot_id|>'],
- 'tool_calls': {'opener': 'functools[',
-                'call_head': '{"name": "',
-                'section_start': ' functools[',
-                'section_end': ']',
-                'section_inner': None,
-                'content_prefix': '',
-                'inline_opener': '',
-                'call': ['{"name": "', {'slot': 'name'}, '", "arguments": ', {'slot': 'arguments'}, '}'],
-                'separator': ', ',
-                'parallel': 'all',
-                'arguments': {'style': 'object', 'encoder': 'json'}}}
+TABLES = {
+    'version': 1,
+    'modes': {'default': {'tail': '', 'start': 'content'}},
+    'reasoning': None,
+    'content': {'start': '', 'end': ''},
+    'end_of_turn': ['<|eot_id|>'],
+    'tool_calls': {
+        'opener': 'functools[',
+        'call_head': '{"name": "',
+        'section_start': ' functools[',
+        'section_end': ']',
+        'section_inner': None,
+        'content_prefix': '',
+        'inline_opener': '',
+        'call': ['{"name": "', {'slot': 'name'}, '", "arguments": ', {'slot': 'arguments'}, '}'],
+        'separator': ', ',
+        'parallel': 'all',
+        'arguments': {'style': 'object', 'encoder': 'json'},
+    },
+}
 PROTOCOL = _runtime.Protocol(TABLES)  # prepared once, shared by every parser of the family
 
 

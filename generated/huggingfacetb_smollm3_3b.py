@@ -42,14 +42,18 @@ TEMPLATE_NAME = 'HuggingFaceTB-SmolLM3-3B'
 TEMPLATE_SHA256 = '19eacf64569032f07644ea92c8e2a87af06ee7008147557302c31e474912ca97'
 # What the runtime reads (tplparse.grammar.reading wrote it from the spec; the spec with
 # its evidence and warnings is grammars/<family>.spec.json).
-TABLES = {'version': 1,
- 'modes': {'default': {'tail': '', 'start': 'content'},
-           'thinking': {'tail': '', 'start': 'content'},
-           'no_thinking': {'tail': '<think>\n\n</think>\n', 'start': 'content'}},
- 'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
- 'content': {'start': '', 'end': ''},
- 'end_of_turn': ['<|im_end|>'],
- 'tool_calls': None}
+TABLES = {
+    'version': 1,
+    'modes': {
+        'default': {'tail': '', 'start': 'content'},
+        'thinking': {'tail': '', 'start': 'content'},
+        'no_thinking': {'tail': '<think>\n\n</think>\n', 'start': 'content'},
+    },
+    'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
+    'content': {'start': '', 'end': ''},
+    'end_of_turn': ['<|im_end|>'],
+    'tool_calls': None,
+}
 PROTOCOL = _runtime.Protocol(TABLES)  # prepared once, shared by every parser of the family
 
 

@@ -42,14 +42,18 @@ TEMPLATE_NAME = 'IBM-Granite-3.3-2B-Instruct'
 TEMPLATE_SHA256 = '3c71df5f659987462c882bf9e295b597dc19902467a7312ea382c5896681bc02'
 # What the runtime reads (tplparse.grammar.reading wrote it from the spec; the spec with
 # its evidence and warnings is grammars/<family>.spec.json).
-TABLES = {'version': 1,
- 'modes': {'default': {'tail': '', 'start': 'content'},
-           'thinking': {'tail': '', 'start': 'content'},
-           'no_thinking': {'tail': '', 'start': 'content'}},
- 'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
- 'content': {'start': '<response>', 'end': '</response>'},
- 'end_of_turn': ['<|end_of_text|>'],
- 'tool_calls': None}
+TABLES = {
+    'version': 1,
+    'modes': {
+        'default': {'tail': '', 'start': 'content'},
+        'thinking': {'tail': '', 'start': 'content'},
+        'no_thinking': {'tail': '', 'start': 'content'},
+    },
+    'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
+    'content': {'start': '<response>', 'end': '</response>'},
+    'end_of_turn': ['<|end_of_text|>'],
+    'tool_calls': None,
+}
 PROTOCOL = _runtime.Protocol(TABLES)  # prepared once, shared by every parser of the family
 
 

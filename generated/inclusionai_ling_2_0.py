@@ -43,26 +43,32 @@ TEMPLATE_NAME = 'InclusionAI-Ling-2.0'
 TEMPLATE_SHA256 = 'a503d55b21709d881b07ee2e9d8ce29505fa95d9f758379a9fc4ccc94272734a'
 # What the runtime reads (tplparse.grammar.reading wrote it from the spec; the spec with
 # its evidence and warnings is grammars/<family>.spec.json).
-TABLES = {'version': 1,
- 'modes': {'default': {'tail': '', 'start': 'content'}},
- 'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
- 'content': {'start': '', 'end': ''},
- 'end_of_turn': ['<|role_end|>'],
- 'tool_calls': {'opener': '<tool_call>',
-                'call_head': '<tool_call>',
-                'section_start': '',
-                'section_end': '',
-                'section_inner': None,
-                'content_prefix': '',
-                'inline_opener': '',
-                'call': ['<tool_call>\n{"name": "',
-                         {'slot': 'name'},
-                         '", "arguments": ',
-                         {'slot': 'arguments'},
-                         '}\n</tool_call>'],
-                'separator': '\n',
-                'parallel': 'all',
-                'arguments': {'style': 'object', 'encoder': 'json'}}}
+TABLES = {
+    'version': 1,
+    'modes': {'default': {'tail': '', 'start': 'content'}},
+    'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
+    'content': {'start': '', 'end': ''},
+    'end_of_turn': ['<|role_end|>'],
+    'tool_calls': {
+        'opener': '<tool_call>',
+        'call_head': '<tool_call>',
+        'section_start': '',
+        'section_end': '',
+        'section_inner': None,
+        'content_prefix': '',
+        'inline_opener': '',
+        'call': [
+            '<tool_call>\n{"name": "',
+            {'slot': 'name'},
+            '", "arguments": ',
+            {'slot': 'arguments'},
+            '}\n</tool_call>',
+        ],
+        'separator': '\n',
+        'parallel': 'all',
+        'arguments': {'style': 'object', 'encoder': 'json'},
+    },
+}
 PROTOCOL = _runtime.Protocol(TABLES)  # prepared once, shared by every parser of the family
 
 

@@ -40,26 +40,32 @@ TEMPLATE_NAME = 'InternLM-InternLM2.5-chat-vllm-tool'
 TEMPLATE_SHA256 = '13cff1df3ba1192ca1289c124f25cb2e560d8fc2d626ba6d86d0b2a0fb0fd294'
 # What the runtime reads (tplparse.grammar.reading wrote it from the spec; the spec with
 # its evidence and warnings is grammars/<family>.spec.json).
-TABLES = {'version': 1,
- 'modes': {'default': {'tail': '', 'start': 'content'}},
- 'reasoning': None,
- 'content': {'start': '', 'end': ''},
- 'end_of_turn': ['<|im_end|>'],
- 'tool_calls': {'opener': '<|action_start|>',
-                'call_head': '<|action_start|>',
-                'section_start': '',
-                'section_end': '',
-                'section_inner': None,
-                'content_prefix': '',
-                'inline_opener': '',
-                'call': ['<|action_start|><|plugin|>\n{"name": "',
-                         {'slot': 'name'},
-                         '", "arguments": ',
-                         {'slot': 'arguments'},
-                         '}<|action_end|>'],
-                'separator': '',
-                'parallel': 'all',
-                'arguments': {'style': 'object', 'encoder': 'python'}}}
+TABLES = {
+    'version': 1,
+    'modes': {'default': {'tail': '', 'start': 'content'}},
+    'reasoning': None,
+    'content': {'start': '', 'end': ''},
+    'end_of_turn': ['<|im_end|>'],
+    'tool_calls': {
+        'opener': '<|action_start|>',
+        'call_head': '<|action_start|>',
+        'section_start': '',
+        'section_end': '',
+        'section_inner': None,
+        'content_prefix': '',
+        'inline_opener': '',
+        'call': [
+            '<|action_start|><|plugin|>\n{"name": "',
+            {'slot': 'name'},
+            '", "arguments": ',
+            {'slot': 'arguments'},
+            '}<|action_end|>',
+        ],
+        'separator': '',
+        'parallel': 'all',
+        'arguments': {'style': 'object', 'encoder': 'python'},
+    },
+}
 PROTOCOL = _runtime.Protocol(TABLES)  # prepared once, shared by every parser of the family
 
 

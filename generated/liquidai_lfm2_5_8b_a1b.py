@@ -45,33 +45,41 @@ TEMPLATE_NAME = 'LiquidAI-LFM2.5-8B-A1B'
 TEMPLATE_SHA256 = '6d65c8804847ad74eea912dd7eca3dc1cf7a457b53a77f47d841a14121910963'
 # What the runtime reads (tplparse.grammar.reading wrote it from the spec; the spec with
 # its evidence and warnings is grammars/<family>.spec.json).
-TABLES = {'version': 1,
- 'modes': {'default': {'tail': '', 'start': 'content'}},
- 'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
- 'content': {'start': '', 'end': ''},
- 'end_of_turn': ['<|im_end|>'],
- 'tool_calls': {'opener': '<|tool_call_start|>',
-                'call_head': '(',
-                'section_start': '<|tool_call_start|>[',
-                'section_end': ']<|tool_call_end|>',
-                'section_inner': None,
-                'content_prefix': '',
-                'inline_opener': '',
-                'call': [{'slot': 'name'}, '(', {'slot': 'arguments'}, ')'],
-                'separator': ', ',
-                'parallel': 'all',
-                'arguments': {'style': 'kv',
-                              'argument': {'string': [{'slot': 'key'}, '=', {'slot': 'value'}]},
-                              'value_encoders': {'string': 'quoted',
-                                                 'integer': 'json',
-                                                 'number': 'json',
-                                                 'boolean': 'python',
-                                                 'null': 'python',
-                                                 'object': 'json',
-                                                 'array': 'python'},
-                              'separator': ', ',
-                              'quotes': ["'", "'"],
-                              'brackets': {}}}}
+TABLES = {
+    'version': 1,
+    'modes': {'default': {'tail': '', 'start': 'content'}},
+    'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
+    'content': {'start': '', 'end': ''},
+    'end_of_turn': ['<|im_end|>'],
+    'tool_calls': {
+        'opener': '<|tool_call_start|>',
+        'call_head': '(',
+        'section_start': '<|tool_call_start|>[',
+        'section_end': ']<|tool_call_end|>',
+        'section_inner': None,
+        'content_prefix': '',
+        'inline_opener': '',
+        'call': [{'slot': 'name'}, '(', {'slot': 'arguments'}, ')'],
+        'separator': ', ',
+        'parallel': 'all',
+        'arguments': {
+            'style': 'kv',
+            'argument': {'string': [{'slot': 'key'}, '=', {'slot': 'value'}]},
+            'value_encoders': {
+                'string': 'quoted',
+                'integer': 'json',
+                'number': 'json',
+                'boolean': 'python',
+                'null': 'python',
+                'object': 'json',
+                'array': 'python',
+            },
+            'separator': ', ',
+            'quotes': ["'", "'"],
+            'brackets': {},
+        },
+    },
+}
 PROTOCOL = _runtime.Protocol(TABLES)  # prepared once, shared by every parser of the family
 
 

@@ -37,12 +37,14 @@ TEMPLATE_NAME = 'LiquidAI-LFM2.5-Instruct'
 TEMPLATE_SHA256 = 'f05bf4b967dc993bdc7a2fe6e43759ee218eb0eb340d68b063e1c4f8ad148176'
 # What the runtime reads (tplparse.grammar.reading wrote it from the spec; the spec with
 # its evidence and warnings is grammars/<family>.spec.json).
-TABLES = {'version': 1,
- 'modes': {'default': {'tail': '', 'start': 'content'}},
- 'reasoning': None,
- 'content': {'start': '', 'end': ''},
- 'end_of_turn': ['<|im_end|>'],
- 'tool_calls': None}
+TABLES = {
+    'version': 1,
+    'modes': {'default': {'tail': '', 'start': 'content'}},
+    'reasoning': None,
+    'content': {'start': '', 'end': ''},
+    'end_of_turn': ['<|im_end|>'],
+    'tool_calls': None,
+}
 PROTOCOL = _runtime.Protocol(TABLES)  # prepared once, shared by every parser of the family
 
 

@@ -40,22 +40,26 @@ TEMPLATE_NAME = 'MeetKai-Functionary-medium-v3.1'
 TEMPLATE_SHA256 = 'b2b7d1a2ff8344254daa5bc2f59a9182994806e94fdc191fe92b4a0693d8cb68'
 # What the runtime reads (tplparse.grammar.reading wrote it from the spec; the spec with
 # its evidence and warnings is grammars/<family>.spec.json).
-TABLES = {'version': 1,
- 'modes': {'default': {'tail': '', 'start': 'content'}},
- 'reasoning': None,
- 'content': {'start': '', 'end': ''},
- 'end_of_turn': ['<|eot_id|>'],
- 'tool_calls': {'opener': '<function=',
-                'call_head': '<function=',
-                'section_start': '',
-                'section_end': '<|eom_id|>',
-                'section_inner': None,
-                'content_prefix': '',
-                'inline_opener': '',
-                'call': ['<function=', {'slot': 'name'}, '>', {'slot': 'arguments'}, '</function>'],
-                'separator': '',
-                'parallel': 'all',
-                'arguments': {'style': 'object', 'encoder': 'json'}}}
+TABLES = {
+    'version': 1,
+    'modes': {'default': {'tail': '', 'start': 'content'}},
+    'reasoning': None,
+    'content': {'start': '', 'end': ''},
+    'end_of_turn': ['<|eot_id|>'],
+    'tool_calls': {
+        'opener': '<function=',
+        'call_head': '<function=',
+        'section_start': '',
+        'section_end': '<|eom_id|>',
+        'section_inner': None,
+        'content_prefix': '',
+        'inline_opener': '',
+        'call': ['<function=', {'slot': 'name'}, '>', {'slot': 'arguments'}, '</function>'],
+        'separator': '',
+        'parallel': 'all',
+        'arguments': {'style': 'object', 'encoder': 'json'},
+    },
+}
 PROTOCOL = _runtime.Protocol(TABLES)  # prepared once, shared by every parser of the family
 
 

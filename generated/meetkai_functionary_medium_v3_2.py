@@ -40,22 +40,26 @@ TEMPLATE_NAME = 'MeetKai-Functionary-medium-v3.2'
 TEMPLATE_SHA256 = '5c7c96c27cfecf3418411d1ebd0d11d691ab6bd2155bb38dacc62250fe47c3c8'
 # What the runtime reads (tplparse.grammar.reading wrote it from the spec; the spec with
 # its evidence and warnings is grammars/<family>.spec.json).
-TABLES = {'version': 1,
- 'modes': {'default': {'tail': '', 'start': 'content'}},
- 'reasoning': None,
- 'content': {'start': 'all', 'end': ''},
- 'end_of_turn': ['<|eot_id|>'],
- 'tool_calls': {'opener': '',
-                'call_head': '',
-                'section_start': '',
-                'section_end': '',
-                'section_inner': None,
-                'content_prefix': 'all',
-                'inline_opener': '>>>',
-                'call': [{'slot': 'name'}, '\n', {'slot': 'arguments'}],
-                'separator': '>>>',
-                'parallel': 'all',
-                'arguments': {'style': 'object', 'encoder': 'json'}}}
+TABLES = {
+    'version': 1,
+    'modes': {'default': {'tail': '', 'start': 'content'}},
+    'reasoning': None,
+    'content': {'start': 'all', 'end': ''},
+    'end_of_turn': ['<|eot_id|>'],
+    'tool_calls': {
+        'opener': '',
+        'call_head': '',
+        'section_start': '',
+        'section_end': '',
+        'section_inner': None,
+        'content_prefix': 'all',
+        'inline_opener': '>>>',
+        'call': [{'slot': 'name'}, '\n', {'slot': 'arguments'}],
+        'separator': '>>>',
+        'parallel': 'all',
+        'arguments': {'style': 'object', 'encoder': 'json'},
+    },
+}
 PROTOCOL = _runtime.Protocol(TABLES)  # prepared once, shared by every parser of the family
 
 

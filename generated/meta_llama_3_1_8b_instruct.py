@@ -40,22 +40,26 @@ TEMPLATE_NAME = 'Meta-Llama-3.1-8B-Instruct'
 TEMPLATE_SHA256 = 'e10ca381b1ccc5cf9db52e371f3b6651576caee0a630b452e2816b2d404d4b65'
 # What the runtime reads (tplparse.grammar.reading wrote it from the spec; the spec with
 # its evidence and warnings is grammars/<family>.spec.json).
-TABLES = {'version': 1,
- 'modes': {'default': {'tail': '', 'start': 'content'}},
- 'reasoning': None,
- 'content': {'start': '', 'end': ''},
- 'end_of_turn': ['<|eot_id|>'],
- 'tool_calls': {'opener': '{"name": "',
-                'call_head': '", "parameters":',
-                'section_start': '{"name": "',
-                'section_end': '}',
-                'section_inner': None,
-                'content_prefix': '',
-                'inline_opener': '',
-                'call': [{'slot': 'name'}, '", "parameters": ', {'slot': 'arguments'}],
-                'separator': '',
-                'parallel': 'refused',
-                'arguments': {'style': 'object', 'encoder': 'json'}}}
+TABLES = {
+    'version': 1,
+    'modes': {'default': {'tail': '', 'start': 'content'}},
+    'reasoning': None,
+    'content': {'start': '', 'end': ''},
+    'end_of_turn': ['<|eot_id|>'],
+    'tool_calls': {
+        'opener': '{"name": "',
+        'call_head': '", "parameters":',
+        'section_start': '{"name": "',
+        'section_end': '}',
+        'section_inner': None,
+        'content_prefix': '',
+        'inline_opener': '',
+        'call': [{'slot': 'name'}, '", "parameters": ', {'slot': 'arguments'}],
+        'separator': '',
+        'parallel': 'refused',
+        'arguments': {'style': 'object', 'encoder': 'json'},
+    },
+}
 PROTOCOL = _runtime.Protocol(TABLES)  # prepared once, shared by every parser of the family
 
 

@@ -40,22 +40,26 @@ TEMPLATE_NAME = 'Meta-Llama-4-Instruct'
 TEMPLATE_SHA256 = '95a231a15c8c976ac511e62c6fdf477ea9e3ca7a87cbb9974e0dd653eccb4563'
 # What the runtime reads (tplparse.grammar.reading wrote it from the spec; the spec with
 # its evidence and warnings is grammars/<family>.spec.json).
-TABLES = {'version': 1,
- 'modes': {'default': {'tail': '', 'start': 'content'}},
- 'reasoning': None,
- 'content': {'start': '', 'end': ''},
- 'end_of_turn': ['<|eot|>'],
- 'tool_calls': {'opener': '<|python_start|>',
-                'call_head': '{"name": "',
-                'section_start': '<|python_start|><|python_end|>',
-                'section_end': '',
-                'section_inner': ['<|python_start|>', '<|python_end|>'],
-                'content_prefix': '',
-                'inline_opener': '',
-                'call': ['{"name": "', {'slot': 'name'}, '", "parameters": ', {'slot': 'arguments'}, '}'],
-                'separator': '',
-                'parallel': 'all',
-                'arguments': {'style': 'object', 'encoder': 'json'}}}
+TABLES = {
+    'version': 1,
+    'modes': {'default': {'tail': '', 'start': 'content'}},
+    'reasoning': None,
+    'content': {'start': '', 'end': ''},
+    'end_of_turn': ['<|eot|>'],
+    'tool_calls': {
+        'opener': '<|python_start|>',
+        'call_head': '{"name": "',
+        'section_start': '<|python_start|><|python_end|>',
+        'section_end': '',
+        'section_inner': ['<|python_start|>', '<|python_end|>'],
+        'content_prefix': '',
+        'inline_opener': '',
+        'call': ['{"name": "', {'slot': 'name'}, '", "parameters": ', {'slot': 'arguments'}, '}'],
+        'separator': '',
+        'parallel': 'all',
+        'arguments': {'style': 'object', 'encoder': 'json'},
+    },
+}
 PROTOCOL = _runtime.Protocol(TABLES)  # prepared once, shared by every parser of the family
 
 

@@ -37,12 +37,14 @@ TEMPLATE_NAME = 'Microsoft-Phi-3.5-mini-instruct'
 TEMPLATE_SHA256 = '78d976a442bcde2f0be15aafbb8e3050e1104f86732266f68403251b89982a90'
 # What the runtime reads (tplparse.grammar.reading wrote it from the spec; the spec with
 # its evidence and warnings is grammars/<family>.spec.json).
-TABLES = {'version': 1,
- 'modes': {'default': {'tail': '', 'start': 'content'}},
- 'reasoning': None,
- 'content': {'start': '', 'end': ''},
- 'end_of_turn': ['<|end|>'],
- 'tool_calls': None}
+TABLES = {
+    'version': 1,
+    'modes': {'default': {'tail': '', 'start': 'content'}},
+    'reasoning': None,
+    'content': {'start': '', 'end': ''},
+    'end_of_turn': ['<|end|>'],
+    'tool_calls': None,
+}
 PROTOCOL = _runtime.Protocol(TABLES)  # prepared once, shared by every parser of the family
 
 

@@ -40,12 +40,14 @@ TEMPLATE_NAME = 'Microsoft-Phi-4-reasoning-vision-15B'
 TEMPLATE_SHA256 = 'b763247b7f52d0c734cf30d623ee4a4a694bc3619eb89385a154ac50082416f0'
 # What the runtime reads (tplparse.grammar.reading wrote it from the spec; the spec with
 # its evidence and warnings is grammars/<family>.spec.json).
-TABLES = {'version': 1,
- 'modes': {'default': {'tail': '', 'start': 'content'}},
- 'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
- 'content': {'start': '', 'end': ''},
- 'end_of_turn': ['<|im_end|>'],
- 'tool_calls': None}
+TABLES = {
+    'version': 1,
+    'modes': {'default': {'tail': '', 'start': 'content'}},
+    'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
+    'content': {'start': '', 'end': ''},
+    'end_of_turn': ['<|im_end|>'],
+    'tool_calls': None,
+}
 PROTOCOL = _runtime.Protocol(TABLES)  # prepared once, shared by every parser of the family
 
 

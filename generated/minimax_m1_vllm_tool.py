@@ -40,22 +40,26 @@ TEMPLATE_NAME = 'MiniMax-M1-vllm-tool'
 TEMPLATE_SHA256 = 'b9a9ba69eab1aac7515a446eddc2f20c8c671dce5e09e58cd40c2535df3363f6'
 # What the runtime reads (tplparse.grammar.reading wrote it from the spec; the spec with
 # its evidence and warnings is grammars/<family>.spec.json).
-TABLES = {'version': 1,
- 'modes': {'default': {'tail': '', 'start': 'content'}},
- 'reasoning': None,
- 'content': {'start': '', 'end': ''},
- 'end_of_turn': ['<end_of_sentence>'],
- 'tool_calls': {'opener': '<tool_calls>',
-                'call_head': '{"name": "',
-                'section_start': '<tool_calls>\n',
-                'section_end': '</tool_calls>',
-                'section_inner': None,
-                'content_prefix': '',
-                'inline_opener': '',
-                'call': ['{"name": "', {'slot': 'name'}, '", "arguments": ', {'slot': 'arguments'}, '}\n'],
-                'separator': '',
-                'parallel': 'all',
-                'arguments': {'style': 'object', 'encoder': 'json'}}}
+TABLES = {
+    'version': 1,
+    'modes': {'default': {'tail': '', 'start': 'content'}},
+    'reasoning': None,
+    'content': {'start': '', 'end': ''},
+    'end_of_turn': ['<end_of_sentence>'],
+    'tool_calls': {
+        'opener': '<tool_calls>',
+        'call_head': '{"name": "',
+        'section_start': '<tool_calls>\n',
+        'section_end': '</tool_calls>',
+        'section_inner': None,
+        'content_prefix': '',
+        'inline_opener': '',
+        'call': ['{"name": "', {'slot': 'name'}, '", "arguments": ', {'slot': 'arguments'}, '}\n'],
+        'separator': '',
+        'parallel': 'all',
+        'arguments': {'style': 'object', 'encoder': 'json'},
+    },
+}
 PROTOCOL = _runtime.Protocol(TABLES)  # prepared once, shared by every parser of the family
 
 

@@ -43,22 +43,26 @@ TEMPLATE_NAME = 'Mistral-Ministral-3-14B-Reasoning-2512'
 TEMPLATE_SHA256 = '39f03c383413f531fd302c06c7e982ad98c83f0657a8339ae25478ccb81fdcda'
 # What the runtime reads (tplparse.grammar.reading wrote it from the spec; the spec with
 # its evidence and warnings is grammars/<family>.spec.json).
-TABLES = {'version': 1,
- 'modes': {'default': {'tail': '', 'start': 'content'}},
- 'reasoning': {'start': '[THINK]', 'end': '[/THINK]', 'call_ends_reasoning': True},
- 'content': {'start': '', 'end': ''},
- 'end_of_turn': ['<|eos_token|>'],
- 'tool_calls': {'opener': '[TOOL_CALLS]',
-                'call_head': '[TOOL_CALLS]',
-                'section_start': '',
-                'section_end': '',
-                'section_inner': None,
-                'content_prefix': '',
-                'inline_opener': '',
-                'call': ['[TOOL_CALLS]', {'slot': 'name'}, '[ARGS]', {'slot': 'arguments'}],
-                'separator': '',
-                'parallel': 'all',
-                'arguments': {'style': 'object', 'encoder': 'json'}}}
+TABLES = {
+    'version': 1,
+    'modes': {'default': {'tail': '', 'start': 'content'}},
+    'reasoning': {'start': '[THINK]', 'end': '[/THINK]', 'call_ends_reasoning': True},
+    'content': {'start': '', 'end': ''},
+    'end_of_turn': ['<|eos_token|>'],
+    'tool_calls': {
+        'opener': '[TOOL_CALLS]',
+        'call_head': '[TOOL_CALLS]',
+        'section_start': '',
+        'section_end': '',
+        'section_inner': None,
+        'content_prefix': '',
+        'inline_opener': '',
+        'call': ['[TOOL_CALLS]', {'slot': 'name'}, '[ARGS]', {'slot': 'arguments'}],
+        'separator': '',
+        'parallel': 'all',
+        'arguments': {'style': 'object', 'encoder': 'json'},
+    },
+}
 PROTOCOL = _runtime.Protocol(TABLES)  # prepared once, shared by every parser of the family
 
 

@@ -40,28 +40,34 @@ TEMPLATE_NAME = 'Mistral-Nemo-Instruct-2407'
 TEMPLATE_SHA256 = 'e4676cb56dffea7782fd3e2b577cfaf1e123537e6ef49b3ec7caa6c095c62272'
 # What the runtime reads (tplparse.grammar.reading wrote it from the spec; the spec with
 # its evidence and warnings is grammars/<family>.spec.json).
-TABLES = {'version': 1,
- 'modes': {'default': {'tail': '', 'start': 'content'}},
- 'reasoning': None,
- 'content': {'start': '', 'end': ''},
- 'end_of_turn': ['<|eos_token|>'],
- 'tool_calls': {'opener': '[TOOL_CALLS]',
-                'call_head': '{"name": "',
-                'section_start': '[TOOL_CALLS][',
-                'section_end': ']',
-                'section_inner': None,
-                'content_prefix': '',
-                'inline_opener': '',
-                'call': ['{"name": "',
-                         {'slot': 'name'},
-                         '", "arguments": ',
-                         {'slot': 'arguments'},
-                         ', "id": "',
-                         {'slot': 'id'},
-                         '"}'],
-                'separator': ', ',
-                'parallel': 'all',
-                'arguments': {'style': 'object', 'encoder': 'json'}}}
+TABLES = {
+    'version': 1,
+    'modes': {'default': {'tail': '', 'start': 'content'}},
+    'reasoning': None,
+    'content': {'start': '', 'end': ''},
+    'end_of_turn': ['<|eos_token|>'],
+    'tool_calls': {
+        'opener': '[TOOL_CALLS]',
+        'call_head': '{"name": "',
+        'section_start': '[TOOL_CALLS][',
+        'section_end': ']',
+        'section_inner': None,
+        'content_prefix': '',
+        'inline_opener': '',
+        'call': [
+            '{"name": "',
+            {'slot': 'name'},
+            '", "arguments": ',
+            {'slot': 'arguments'},
+            ', "id": "',
+            {'slot': 'id'},
+            '"}',
+        ],
+        'separator': ', ',
+        'parallel': 'all',
+        'arguments': {'style': 'object', 'encoder': 'json'},
+    },
+}
 PROTOCOL = _runtime.Protocol(TABLES)  # prepared once, shared by every parser of the family
 
 

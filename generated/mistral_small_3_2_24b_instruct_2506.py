@@ -40,27 +40,33 @@ TEMPLATE_NAME = 'Mistral-Small-3.2-24B-Instruct-2506'
 TEMPLATE_SHA256 = '5b8f31f11198696548d544dbe424a3c1ef244d00a475f4e1bffb351fda085608'
 # What the runtime reads (tplparse.grammar.reading wrote it from the spec; the spec with
 # its evidence and warnings is grammars/<family>.spec.json).
-TABLES = {'version': 1,
- 'modes': {'default': {'tail': '', 'start': 'content'}},
- 'reasoning': None,
- 'content': {'start': '', 'end': ''},
- 'end_of_turn': ['<|eos_token|>'],
- 'tool_calls': {'opener': '[TOOL_CALLS]',
-                'call_head': '[TOOL_CALLS]',
-                'section_start': '',
-                'section_end': '',
-                'section_inner': None,
-                'content_prefix': '',
-                'inline_opener': '',
-                'call': ['[TOOL_CALLS]',
-                         {'slot': 'name'},
-                         '[CALL_ID]',
-                         {'slot': 'id'},
-                         '[ARGS]',
-                         {'slot': 'arguments'}],
-                'separator': '',
-                'parallel': 'all',
-                'arguments': {'style': 'object', 'encoder': 'json'}}}
+TABLES = {
+    'version': 1,
+    'modes': {'default': {'tail': '', 'start': 'content'}},
+    'reasoning': None,
+    'content': {'start': '', 'end': ''},
+    'end_of_turn': ['<|eos_token|>'],
+    'tool_calls': {
+        'opener': '[TOOL_CALLS]',
+        'call_head': '[TOOL_CALLS]',
+        'section_start': '',
+        'section_end': '',
+        'section_inner': None,
+        'content_prefix': '',
+        'inline_opener': '',
+        'call': [
+            '[TOOL_CALLS]',
+            {'slot': 'name'},
+            '[CALL_ID]',
+            {'slot': 'id'},
+            '[ARGS]',
+            {'slot': 'arguments'},
+        ],
+        'separator': '',
+        'parallel': 'all',
+        'arguments': {'style': 'object', 'encoder': 'json'},
+    },
+}
 PROTOCOL = _runtime.Protocol(TABLES)  # prepared once, shared by every parser of the family
 
 

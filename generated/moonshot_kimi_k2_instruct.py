@@ -40,28 +40,34 @@ TEMPLATE_NAME = 'Moonshot-Kimi-K2-Instruct'
 TEMPLATE_SHA256 = '99645b3f43c27dfeef00be0cdbfdde649ef89b3449192b5bb2ff3e7f972d3329'
 # What the runtime reads (tplparse.grammar.reading wrote it from the spec; the spec with
 # its evidence and warnings is grammars/<family>.spec.json).
-TABLES = {'version': 1,
- 'modes': {'default': {'tail': '', 'start': 'content'}},
- 'reasoning': None,
- 'content': {'start': '', 'end': ''},
- 'end_of_turn': ['<|im_end|>'],
- 'tool_calls': {'opener': '<|tool_calls_section_begin|>',
-                'call_head': '<|tool_call_begin|>',
-                'section_start': '<|tool_calls_section_begin|>',
-                'section_end': '<|tool_calls_section_end|>',
-                'section_inner': None,
-                'content_prefix': '',
-                'inline_opener': '',
-                'call': ['<|tool_call_begin|>functions.',
-                         {'slot': 'name'},
-                         ':',
-                         {'slot': 'index'},
-                         '<|tool_call_argument_begin|>',
-                         {'slot': 'arguments'},
-                         '<|tool_call_end|>'],
-                'separator': '',
-                'parallel': 'all',
-                'arguments': {'style': 'object', 'encoder': 'json'}}}
+TABLES = {
+    'version': 1,
+    'modes': {'default': {'tail': '', 'start': 'content'}},
+    'reasoning': None,
+    'content': {'start': '', 'end': ''},
+    'end_of_turn': ['<|im_end|>'],
+    'tool_calls': {
+        'opener': '<|tool_calls_section_begin|>',
+        'call_head': '<|tool_call_begin|>',
+        'section_start': '<|tool_calls_section_begin|>',
+        'section_end': '<|tool_calls_section_end|>',
+        'section_inner': None,
+        'content_prefix': '',
+        'inline_opener': '',
+        'call': [
+            '<|tool_call_begin|>functions.',
+            {'slot': 'name'},
+            ':',
+            {'slot': 'index'},
+            '<|tool_call_argument_begin|>',
+            {'slot': 'arguments'},
+            '<|tool_call_end|>',
+        ],
+        'separator': '',
+        'parallel': 'all',
+        'arguments': {'style': 'object', 'encoder': 'json'},
+    },
+}
 PROTOCOL = _runtime.Protocol(TABLES)  # prepared once, shared by every parser of the family
 
 

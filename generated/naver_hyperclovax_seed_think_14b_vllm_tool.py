@@ -43,22 +43,26 @@ TEMPLATE_NAME = 'Naver-HyperCLOVAX-SEED-Think-14B-vllm-tool'
 TEMPLATE_SHA256 = 'd692bd40aa44b8abbe08f31bfcc343b14b2a1b4a9bf214c27f7ef8f15b29fdac'
 # What the runtime reads (tplparse.grammar.reading wrote it from the spec; the spec with
 # its evidence and warnings is grammars/<family>.spec.json).
-TABLES = {'version': 1,
- 'modes': {'default': {'tail': '', 'start': 'content'}},
- 'reasoning': {'start': '/think', 'end': '<|im_end|>\n<|im_start|>assistant', 'call_ends_reasoning': True},
- 'content': {'start': '', 'end': ''},
- 'end_of_turn': ['<|im_end|>'],
- 'tool_calls': {'opener': '->',
-                'call_head': '{"name": "',
-                'section_start': ' -> tool/function_call\n[',
-                'section_end': ']',
-                'section_inner': None,
-                'content_prefix': '',
-                'inline_opener': '',
-                'call': ['{"name": "', {'slot': 'name'}, '", "arguments": ', {'slot': 'arguments'}, '}'],
-                'separator': ', ',
-                'parallel': 'all',
-                'arguments': {'style': 'object', 'encoder': 'json'}}}
+TABLES = {
+    'version': 1,
+    'modes': {'default': {'tail': '', 'start': 'content'}},
+    'reasoning': {'start': '/think', 'end': '<|im_end|>\n<|im_start|>assistant', 'call_ends_reasoning': True},
+    'content': {'start': '', 'end': ''},
+    'end_of_turn': ['<|im_end|>'],
+    'tool_calls': {
+        'opener': '->',
+        'call_head': '{"name": "',
+        'section_start': ' -> tool/function_call\n[',
+        'section_end': ']',
+        'section_inner': None,
+        'content_prefix': '',
+        'inline_opener': '',
+        'call': ['{"name": "', {'slot': 'name'}, '", "arguments": ', {'slot': 'arguments'}, '}'],
+        'separator': ', ',
+        'parallel': 'all',
+        'arguments': {'style': 'object', 'encoder': 'json'},
+    },
+}
 PROTOCOL = _runtime.Protocol(TABLES)  # prepared once, shared by every parser of the family
 
 

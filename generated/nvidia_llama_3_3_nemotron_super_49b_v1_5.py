@@ -45,24 +45,30 @@ TEMPLATE_NAME = 'NVIDIA-Llama-3.3-Nemotron-Super-49B-v1.5'
 TEMPLATE_SHA256 = '1b13a386b158bb4033ad9960032530554c47a92d1735c7dfce715efcabf30e5c'
 # What the runtime reads (tplparse.grammar.reading wrote it from the spec; the spec with
 # its evidence and warnings is grammars/<family>.spec.json).
-TABLES = {'version': 1,
- 'modes': {'default': {'tail': '', 'start': 'content'},
-           'thinking': {'tail': '', 'start': 'content'},
-           'no_thinking': {'tail': '<think>\n\n</think>\n\n', 'start': 'content'}},
- 'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
- 'content': {'start': '', 'end': ''},
- 'end_of_turn': ['<|eot_id|>'],
- 'tool_calls': {'opener': '<TOOLCALL>',
-                'call_head': '{"name": "',
-                'section_start': '<TOOLCALL>[',
-                'section_end': ']</TOOLCALL>',
-                'section_inner': None,
-                'content_prefix': '',
-                'inline_opener': '',
-                'call': ['{"name": "', {'slot': 'name'}, '", "arguments": ', {'slot': 'arguments'}, '}'],
-                'separator': ', ',
-                'parallel': 'all',
-                'arguments': {'style': 'object', 'encoder': 'json'}}}
+TABLES = {
+    'version': 1,
+    'modes': {
+        'default': {'tail': '', 'start': 'content'},
+        'thinking': {'tail': '', 'start': 'content'},
+        'no_thinking': {'tail': '<think>\n\n</think>\n\n', 'start': 'content'},
+    },
+    'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
+    'content': {'start': '', 'end': ''},
+    'end_of_turn': ['<|eot_id|>'],
+    'tool_calls': {
+        'opener': '<TOOLCALL>',
+        'call_head': '{"name": "',
+        'section_start': '<TOOLCALL>[',
+        'section_end': ']</TOOLCALL>',
+        'section_inner': None,
+        'content_prefix': '',
+        'inline_opener': '',
+        'call': ['{"name": "', {'slot': 'name'}, '", "arguments": ', {'slot': 'arguments'}, '}'],
+        'separator': ', ',
+        'parallel': 'all',
+        'arguments': {'style': 'object', 'encoder': 'json'},
+    },
+}
 PROTOCOL = _runtime.Protocol(TABLES)  # prepared once, shared by every parser of the family
 
 

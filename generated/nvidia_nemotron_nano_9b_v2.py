@@ -45,24 +45,30 @@ TEMPLATE_NAME = 'NVIDIA-Nemotron-Nano-9B-v2'
 TEMPLATE_SHA256 = '52ae8e50fa083e63a0a5726eeffc85502089b82064aceb1bddf0366f7317b3f8'
 # What the runtime reads (tplparse.grammar.reading wrote it from the spec; the spec with
 # its evidence and warnings is grammars/<family>.spec.json).
-TABLES = {'version': 1,
- 'modes': {'default': {'tail': '<think>\n', 'start': 'reasoning'},
-           'thinking': {'tail': '<think>\n', 'start': 'reasoning'},
-           'no_thinking': {'tail': '<think></think>', 'start': 'content'}},
- 'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
- 'content': {'start': '<think>', 'end': ''},
- 'end_of_turn': ['<SPECIAL_12>'],
- 'tool_calls': {'opener': '<TOOLCALL>',
-                'call_head': '{"name": "',
-                'section_start': '<TOOLCALL>[',
-                'section_end': ']</TOOLCALL>',
-                'section_inner': None,
-                'content_prefix': '',
-                'inline_opener': '',
-                'call': ['{"name": "', {'slot': 'name'}, '", "arguments": ', {'slot': 'arguments'}, '}'],
-                'separator': ', ',
-                'parallel': 'all',
-                'arguments': {'style': 'object', 'encoder': 'json'}}}
+TABLES = {
+    'version': 1,
+    'modes': {
+        'default': {'tail': '<think>\n', 'start': 'reasoning'},
+        'thinking': {'tail': '<think>\n', 'start': 'reasoning'},
+        'no_thinking': {'tail': '<think></think>', 'start': 'content'},
+    },
+    'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
+    'content': {'start': '<think>', 'end': ''},
+    'end_of_turn': ['<SPECIAL_12>'],
+    'tool_calls': {
+        'opener': '<TOOLCALL>',
+        'call_head': '{"name": "',
+        'section_start': '<TOOLCALL>[',
+        'section_end': ']</TOOLCALL>',
+        'section_inner': None,
+        'content_prefix': '',
+        'inline_opener': '',
+        'call': ['{"name": "', {'slot': 'name'}, '", "arguments": ', {'slot': 'arguments'}, '}'],
+        'separator': ', ',
+        'parallel': 'all',
+        'arguments': {'style': 'object', 'encoder': 'json'},
+    },
+}
 PROTOCOL = _runtime.Protocol(TABLES)  # prepared once, shared by every parser of the family
 
 

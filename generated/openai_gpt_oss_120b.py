@@ -45,26 +45,34 @@ TEMPLATE_NAME = 'OpenAI-gpt-oss-120b'
 TEMPLATE_SHA256 = 'a4c9919cbbd4acdd51ccffe22da049264b1b73e59055fa58811a99efbd7c8146'
 # What the runtime reads (tplparse.grammar.reading wrote it from the spec; the spec with
 # its evidence and warnings is grammars/<family>.spec.json).
-TABLES = {'version': 1,
- 'modes': {'default': {'tail': '', 'start': 'content'},
-           'thinking': {'tail': '', 'start': 'content'},
-           'no_thinking': {'tail': '', 'start': 'content'}},
- 'reasoning': {'start': '<|channel|>analysis<|message|>',
-               'end': '<|end|><|start|>assistant',
-               'call_ends_reasoning': True},
- 'content': {'start': '<|channel|>final<|message|>', 'end': ''},
- 'end_of_turn': ['<|return|>'],
- 'tool_calls': {'opener': 'to=functions.',
-                'call_head': '<|channel|>',
-                'section_start': ' to=functions.',
-                'section_end': '<|call|>',
-                'section_inner': None,
-                'content_prefix': '',
-                'inline_opener': '',
-                'call': [{'slot': 'name'}, '<|channel|>commentary json<|message|>', {'slot': 'arguments'}],
-                'separator': '',
-                'parallel': 'first',
-                'arguments': {'style': 'object', 'encoder': 'json'}}}
+TABLES = {
+    'version': 1,
+    'modes': {
+        'default': {'tail': '', 'start': 'content'},
+        'thinking': {'tail': '', 'start': 'content'},
+        'no_thinking': {'tail': '', 'start': 'content'},
+    },
+    'reasoning': {
+        'start': '<|channel|>analysis<|message|>',
+        'end': '<|end|><|start|>assistant',
+        'call_ends_reasoning': True,
+    },
+    'content': {'start': '<|channel|>final<|message|>', 'end': ''},
+    'end_of_turn': ['<|return|>'],
+    'tool_calls': {
+        'opener': 'to=functions.',
+        'call_head': '<|channel|>',
+        'section_start': ' to=functions.',
+        'section_end': '<|call|>',
+        'section_inner': None,
+        'content_prefix': '',
+        'inline_opener': '',
+        'call': [{'slot': 'name'}, '<|channel|>commentary json<|message|>', {'slot': 'arguments'}],
+        'separator': '',
+        'parallel': 'first',
+        'arguments': {'style': 'object', 'encoder': 'json'},
+    },
+}
 PROTOCOL = _runtime.Protocol(TABLES)  # prepared once, shared by every parser of the family
 
 

@@ -40,26 +40,32 @@ TEMPLATE_NAME = 'Qwen-Qwen2.5-7B-Instruct'
 TEMPLATE_SHA256 = 'cd8e9439f0570856fd70470bf8889ebd8b5d1107207f67a5efb46e342330527f'
 # What the runtime reads (tplparse.grammar.reading wrote it from the spec; the spec with
 # its evidence and warnings is grammars/<family>.spec.json).
-TABLES = {'version': 1,
- 'modes': {'default': {'tail': '', 'start': 'content'}},
- 'reasoning': None,
- 'content': {'start': '', 'end': ''},
- 'end_of_turn': ['<|im_end|>'],
- 'tool_calls': {'opener': '<tool_call>',
-                'call_head': '<tool_call>',
-                'section_start': '',
-                'section_end': '',
-                'section_inner': None,
-                'content_prefix': '',
-                'inline_opener': '',
-                'call': ['<tool_call>\n{"name": "',
-                         {'slot': 'name'},
-                         '", "arguments": ',
-                         {'slot': 'arguments'},
-                         '}\n</tool_call>'],
-                'separator': '\n',
-                'parallel': 'all',
-                'arguments': {'style': 'object', 'encoder': 'json'}}}
+TABLES = {
+    'version': 1,
+    'modes': {'default': {'tail': '', 'start': 'content'}},
+    'reasoning': None,
+    'content': {'start': '', 'end': ''},
+    'end_of_turn': ['<|im_end|>'],
+    'tool_calls': {
+        'opener': '<tool_call>',
+        'call_head': '<tool_call>',
+        'section_start': '',
+        'section_end': '',
+        'section_inner': None,
+        'content_prefix': '',
+        'inline_opener': '',
+        'call': [
+            '<tool_call>\n{"name": "',
+            {'slot': 'name'},
+            '", "arguments": ',
+            {'slot': 'arguments'},
+            '}\n</tool_call>',
+        ],
+        'separator': '\n',
+        'parallel': 'all',
+        'arguments': {'style': 'object', 'encoder': 'json'},
+    },
+}
 PROTOCOL = _runtime.Protocol(TABLES)  # prepared once, shared by every parser of the family
 
 

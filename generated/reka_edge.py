@@ -45,28 +45,36 @@ TEMPLATE_NAME = 'Reka-Edge'
 TEMPLATE_SHA256 = '546b04dba74993efae8f9da3ba08e29f437f5ac3f4e40b5cb9a4de5901a841df'
 # What the runtime reads (tplparse.grammar.reading wrote it from the spec; the spec with
 # its evidence and warnings is grammars/<family>.spec.json).
-TABLES = {'version': 1,
- 'modes': {'default': {'tail': '', 'start': 'content'},
-           'thinking': {'tail': ' <think>\n', 'start': 'reasoning'},
-           'no_thinking': {'tail': '', 'start': 'content'}},
- 'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
- 'content': {'start': '', 'end': ''},
- 'end_of_turn': ['<sep>'],
- 'tool_calls': {'opener': '<tool_call>',
-                'call_head': '<tool_call>',
-                'section_start': '',
-                'section_end': '',
-                'section_inner': None,
-                'content_prefix': '',
-                'inline_opener': '',
-                'call': ['<tool_call>\n{"name": "',
-                         {'slot': 'name'},
-                         '", "arguments": ',
-                         {'slot': 'arguments'},
-                         '}\n</tool_call>'],
-                'separator': '',
-                'parallel': 'all',
-                'arguments': {'style': 'object', 'encoder': 'json'}}}
+TABLES = {
+    'version': 1,
+    'modes': {
+        'default': {'tail': '', 'start': 'content'},
+        'thinking': {'tail': ' <think>\n', 'start': 'reasoning'},
+        'no_thinking': {'tail': '', 'start': 'content'},
+    },
+    'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
+    'content': {'start': '', 'end': ''},
+    'end_of_turn': ['<sep>'],
+    'tool_calls': {
+        'opener': '<tool_call>',
+        'call_head': '<tool_call>',
+        'section_start': '',
+        'section_end': '',
+        'section_inner': None,
+        'content_prefix': '',
+        'inline_opener': '',
+        'call': [
+            '<tool_call>\n{"name": "',
+            {'slot': 'name'},
+            '", "arguments": ',
+            {'slot': 'arguments'},
+            '}\n</tool_call>',
+        ],
+        'separator': '',
+        'parallel': 'all',
+        'arguments': {'style': 'object', 'encoder': 'json'},
+    },
+}
 PROTOCOL = _runtime.Protocol(TABLES)  # prepared once, shared by every parser of the family
 
 

@@ -43,22 +43,26 @@ TEMPLATE_NAME = 'ServiceNow-Apriel-1.6-15b-Thinker-fixed'
 TEMPLATE_SHA256 = 'ac8e6a9ccf8ef0688dbd82bb0cd8da395105da75f7d3076d581c56c3f6046a13'
 # What the runtime reads (tplparse.grammar.reading wrote it from the spec; the spec with
 # its evidence and warnings is grammars/<family>.spec.json).
-TABLES = {'version': 1,
- 'modes': {'default': {'tail': '', 'start': 'reasoning'}},
- 'reasoning': {'start': '', 'end': '[BEGIN FINAL RESPONSE]', 'call_ends_reasoning': True},
- 'content': {'start': '', 'end': ''},
- 'end_of_turn': ['<|end|>'],
- 'tool_calls': {'opener': '<tool_calls>',
-                'call_head': '{"name": "',
-                'section_start': '\n<tool_calls>[',
-                'section_end': ']</tool_calls>',
-                'section_inner': None,
-                'content_prefix': '',
-                'inline_opener': '',
-                'call': ['{"name": "', {'slot': 'name'}, '", "arguments": ', {'slot': 'arguments'}, '}'],
-                'separator': ', ',
-                'parallel': 'all',
-                'arguments': {'style': 'object', 'encoder': 'json'}}}
+TABLES = {
+    'version': 1,
+    'modes': {'default': {'tail': '', 'start': 'reasoning'}},
+    'reasoning': {'start': '', 'end': '[BEGIN FINAL RESPONSE]', 'call_ends_reasoning': True},
+    'content': {'start': '', 'end': ''},
+    'end_of_turn': ['<|end|>'],
+    'tool_calls': {
+        'opener': '<tool_calls>',
+        'call_head': '{"name": "',
+        'section_start': '\n<tool_calls>[',
+        'section_end': ']</tool_calls>',
+        'section_inner': None,
+        'content_prefix': '',
+        'inline_opener': '',
+        'call': ['{"name": "', {'slot': 'name'}, '", "arguments": ', {'slot': 'arguments'}, '}'],
+        'separator': ', ',
+        'parallel': 'all',
+        'arguments': {'style': 'object', 'encoder': 'json'},
+    },
+}
 PROTOCOL = _runtime.Protocol(TABLES)  # prepared once, shared by every parser of the family
 
 

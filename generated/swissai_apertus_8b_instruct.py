@@ -42,24 +42,30 @@ TEMPLATE_NAME = 'SwissAI-Apertus-8B-Instruct'
 TEMPLATE_SHA256 = '1fd2305317659f9795e3ac7b71a7373df53a1e90c90be768e79e9a539b326cdd'
 # What the runtime reads (tplparse.grammar.reading wrote it from the spec; the spec with
 # its evidence and warnings is grammars/<family>.spec.json).
-TABLES = {'version': 1,
- 'modes': {'default': {'tail': '', 'start': 'content'},
-           'thinking': {'tail': '', 'start': 'content'},
-           'no_thinking': {'tail': '', 'start': 'content'}},
- 'reasoning': None,
- 'content': {'start': '', 'end': ''},
- 'end_of_turn': ['<|assistant_end|>'],
- 'tool_calls': {'opener': '<|tools_prefix|>',
-                'call_head': '{"',
-                'section_start': '<|tools_prefix|>[',
-                'section_end': ']<|tools_suffix|>',
-                'section_inner': None,
-                'content_prefix': '',
-                'inline_opener': '',
-                'call': ['{"', {'slot': 'name'}, '": ', {'slot': 'arguments'}, '}'],
-                'separator': ', ',
-                'parallel': 'all',
-                'arguments': {'style': 'object', 'encoder': 'json'}}}
+TABLES = {
+    'version': 1,
+    'modes': {
+        'default': {'tail': '', 'start': 'content'},
+        'thinking': {'tail': '', 'start': 'content'},
+        'no_thinking': {'tail': '', 'start': 'content'},
+    },
+    'reasoning': None,
+    'content': {'start': '', 'end': ''},
+    'end_of_turn': ['<|assistant_end|>'],
+    'tool_calls': {
+        'opener': '<|tools_prefix|>',
+        'call_head': '{"',
+        'section_start': '<|tools_prefix|>[',
+        'section_end': ']<|tools_suffix|>',
+        'section_inner': None,
+        'content_prefix': '',
+        'inline_opener': '',
+        'call': ['{"', {'slot': 'name'}, '": ', {'slot': 'arguments'}, '}'],
+        'separator': ', ',
+        'parallel': 'all',
+        'arguments': {'style': 'object', 'encoder': 'json'},
+    },
+}
 PROTOCOL = _runtime.Protocol(TABLES)  # prepared once, shared by every parser of the family
 
 

@@ -42,24 +42,30 @@ TEMPLATE_NAME = 'Tencent-Hunyuan-A13B-Instruct-vllm-tool'
 TEMPLATE_SHA256 = '05d3f879ab20407534faf2ad9e6fc714120b51f5931d53d5f376314b63165b6a'
 # What the runtime reads (tplparse.grammar.reading wrote it from the spec; the spec with
 # its evidence and warnings is grammars/<family>.spec.json).
-TABLES = {'version': 1,
- 'modes': {'default': {'tail': '', 'start': 'content'},
-           'thinking': {'tail': '', 'start': 'content'},
-           'no_thinking': {'tail': '', 'start': 'content'}},
- 'reasoning': None,
- 'content': {'start': '助手：', 'end': ''},
- 'end_of_turn': ['<|eos|>'],
- 'tool_calls': {'opener': '<tool_calls>',
-                'call_head': '{"name": "',
-                'section_start': '<tool_calls>[',
-                'section_end': ']</tool_calls>',
-                'section_inner': None,
-                'content_prefix': '',
-                'inline_opener': '',
-                'call': ['{"name": "', {'slot': 'name'}, '", "arguments": ', {'slot': 'arguments'}, '}'],
-                'separator': ', ',
-                'parallel': 'all',
-                'arguments': {'style': 'object', 'encoder': 'json'}}}
+TABLES = {
+    'version': 1,
+    'modes': {
+        'default': {'tail': '', 'start': 'content'},
+        'thinking': {'tail': '', 'start': 'content'},
+        'no_thinking': {'tail': '', 'start': 'content'},
+    },
+    'reasoning': None,
+    'content': {'start': '助手：', 'end': ''},
+    'end_of_turn': ['<|eos|>'],
+    'tool_calls': {
+        'opener': '<tool_calls>',
+        'call_head': '{"name": "',
+        'section_start': '<tool_calls>[',
+        'section_end': ']</tool_calls>',
+        'section_inner': None,
+        'content_prefix': '',
+        'inline_opener': '',
+        'call': ['{"name": "', {'slot': 'name'}, '", "arguments": ', {'slot': 'arguments'}, '}'],
+        'separator': ', ',
+        'parallel': 'all',
+        'arguments': {'style': 'object', 'encoder': 'json'},
+    },
+}
 PROTOCOL = _runtime.Protocol(TABLES)  # prepared once, shared by every parser of the family
 
 

@@ -11,7 +11,7 @@ import json
 import re
 
 
-# --- errors (tplparse/runtime/errors.py) ------------------------------------------------------
+# --- errors (tplparse/runtime/errors.py) ----------------------------------------------
 
 
 class InvalidOutput(Exception):
@@ -26,13 +26,12 @@ class BadArguments(Exception):
     """A complete call whose arguments do not read (invalid JSON, a value of the wrong type)."""
 
 
-# --- text (tplparse/runtime/text.py) --------------------------------------------------------
+# --- text (tplparse/runtime/text.py) --------------------------------------------------
 
 
 NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
 ID_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
 DIGITS = "0123456789"
-SLOT_CHARS = {"name": NAME_CHARS, "id": ID_CHARS, "index": DIGITS, "index1": DIGITS}
 
 SPACES = re.compile(r"\s*")
 NOT_SPACE = re.compile(r"\S").search
@@ -225,7 +224,7 @@ class BalancedScan:
         return False
 
 
-# --- values (tplparse/runtime/values.py) ------------------------------------------------------
+# --- values (tplparse/runtime/values.py) ----------------------------------------------
 
 
 JSON_DECODER = json.JSONDecoder()
@@ -361,7 +360,7 @@ def _native(text, i, fmt):
     return (words[word] if word in words else json.loads(word)), match.end()
 
 
-# --- protocol (tplparse/runtime/protocol.py) ----------------------------------------------------
+# --- protocol (tplparse/runtime/protocol.py) ------------------------------------------
 
 
 # The version of the tables' layout this runtime reads (written into every family module).
@@ -513,7 +512,7 @@ class Protocol:
         return self.modes["default"]["start"]
 
 
-# --- output (tplparse/runtime/output.py) ------------------------------------------------------
+# --- output (tplparse/runtime/output.py) ----------------------------------------------
 
 
 class TextField:
@@ -585,7 +584,7 @@ class Output:
         }
 
 
-# --- input (tplparse/runtime/input.py) -------------------------------------------------------
+# --- input (tplparse/runtime/input.py) ------------------------------------------------
 
 
 class Input:
@@ -865,7 +864,7 @@ class Input:
     # --- the turn ---------------------------------------------------------------------
 
 
-# --- rules (tplparse/runtime/rules.py) -------------------------------------------------------
+# --- rules (tplparse/runtime/rules.py) ------------------------------------------------
 
 
 # The steps of one key/value argument, in order.
@@ -1461,7 +1460,7 @@ class Rules:
             yield
 
 
-# --- parser (tplparse/runtime/parser.py) ------------------------------------------------------
+# --- parser (tplparse/runtime/parser.py) ----------------------------------------------
 
 
 class StreamParser(Input, Rules, Output):

@@ -16,7 +16,7 @@ from .. import runtime
 from ..grammar.reading import reading_tables
 from ..probe import probe
 from ..source import ChatTemplate
-from ..spec import ProtocolSpec
+from ..spec import ProtocolSpec, Start
 
 
 _PROTOCOLS: dict = {}
@@ -44,7 +44,7 @@ class Prompt:
     text: str  # what to send to the engine
     generation_prompt: str  # what the template added to open the assistant turn (and any prefill)
     stop: list[str]  # end-of-turn strings that should stop generation
-    start: str  # "reasoning" or "content": where the model's output begins
+    start: Start  # where the model's output begins
     spec: ProtocolSpec
     tools: list[dict] | None = None
     notes: list[str] = field(default_factory=list)  # how thinking was switched
@@ -82,11 +82,11 @@ def prompt_for(template: ChatTemplate, messages: list, tools: list | None = None
     if thinking is False and mode_name != "no_thinking" and spec.reasoning and spec.reasoning.end:
         # No switch: open (if needed) and close the reasoning block, so the model answers
         # directly and the parser starts in content (no closing tag will come).
-        opening = "" if start == "reasoning" or not spec.reasoning.start else spec.reasoning.start + "\n"
+        opening = "" if start == Start.REASONING or not spec.reasoning.start else spec.reasoning.start + "\n"
         prefill = opening + spec.reasoning.end + "\n\n"
         text += prefill
         generation_prompt += prefill
-        start = "content"
+        start = Start.CONTENT
         notes.append(f"no thinking switch: the prompt ends with an empty reasoning block {prefill!r}")
     elif thinking is False and mode_name != "no_thinking":
         notes.append("no thinking switch and no reasoning markers: the prompt is unchanged")

@@ -19,7 +19,7 @@ from parsimonious.nodes import Node as ParseNode
 from .. import runtime
 from ..emit.peg import emit_peg
 from ..grammar import GrammarOptions, build
-from ..spec import ArgumentFormat, ProtocolSpec, kv_parts
+from ..spec import ArgumentFormat, ArgumentStyle, ProtocolSpec, kv_parts
 
 
 def _error(kind: str, message: str, offset: int) -> dict:
@@ -90,7 +90,7 @@ class ReferenceParser:
         name = parts["name"]
         fmt = self.spec.tool_calls.arguments
         schema = (self.tools.get(name) or {}).get("parameters") or {}
-        if fmt.style == "object":
+        if fmt.style == ArgumentStyle.OBJECT:
             if parts["arguments"] is None:
                 raise ValueError("the call has no arguments")
             arguments = _decode_object(parts["arguments"], fmt)
@@ -112,7 +112,7 @@ class ReferenceParser:
         if name == "call_id":
             parts["id"] = node.text
             return
-        if name == "arguments" and self.spec.tool_calls.arguments.style == "object":
+        if name == "arguments" and self.spec.tool_calls.arguments.style == ArgumentStyle.OBJECT:
             parts["arguments"] = node.text
             return
         if name == "argument":

@@ -13,7 +13,7 @@ followed by a path that ends inside a partial stop (the stop itself may follow t
 
 from __future__ import annotations
 
-from ..grammar.ir import AnyChar, Alt, Chars, End, Grammar, Lit, Ref, Rep, Seq, TextUntil, quantifier
+from ..grammar.ir import AnyChar, Alt, Chars, End, Grammar, Lit, Ref, Rep, Seq, TextUntil, Visitor, quantifier
 
 
 def _escape_char(ch: str, in_class: bool) -> str:
@@ -46,33 +46,44 @@ def _class(ranges, negate: bool) -> str:
     return f"[{'^' if negate else ''}{body}]"
 
 
-class _Emitter:
+class _Emitter(Visitor):
+    """Each node as a GBNF expression; TextUntil rules collected as automata."""
+
     def __init__(self, grammar: Grammar):
         self.grammar = grammar
         self.until_rules: dict[tuple[str, ...], str] = {}
         self.extra: list[tuple[str, str, str]] = []  # (name, body, comment) for automaton rules
 
-    def expr(self, node, top: bool = False) -> str:
-        if isinstance(node, Lit):
-            return _literal(node.text)
-        if isinstance(node, Chars):
-            return _class(node.ranges, node.negate)
-        if isinstance(node, AnyChar):
-            return "."
-        if isinstance(node, Ref):
-            return node.name
-        if isinstance(node, End):
-            return '""'
-        if isinstance(node, TextUntil):
-            return self.until(node.stops)
-        if isinstance(node, Seq):
-            text = " ".join(self.expr(i) for i in node.items)
-            return text if top else f"({text})"
-        if isinstance(node, Alt):
-            text = " | ".join(self.expr(i) for i in node.items)
-            return text if top else f"({text})"
-        if isinstance(node, Rep):
-            return self.expr(node.item) + quantifier(node)
+    def visit_Lit(self, node: Lit, top: bool = False) -> str:
+        return _literal(node.text)
+
+    def visit_Chars(self, node: Chars, top: bool = False) -> str:
+        return _class(node.ranges, node.negate)
+
+    def visit_AnyChar(self, node: AnyChar, top: bool = False) -> str:
+        return "."
+
+    def visit_Ref(self, node: Ref, top: bool = False) -> str:
+        return node.name
+
+    def visit_End(self, node: End, top: bool = False) -> str:
+        return '""'
+
+    def visit_TextUntil(self, node: TextUntil, top: bool = False) -> str:
+        return self.until(node.stops)
+
+    def visit_Seq(self, node: Seq, top: bool = False) -> str:
+        text = " ".join(self.visit(i) for i in node.items)
+        return text if top else f"({text})"
+
+    def visit_Alt(self, node: Alt, top: bool = False) -> str:
+        text = " | ".join(self.visit(i) for i in node.items)
+        return text if top else f"({text})"
+
+    def visit_Rep(self, node: Rep, top: bool = False) -> str:
+        return self.visit(node.item) + quantifier(node)
+
+    def generic_visit(self, node, top: bool = False) -> str:
         raise TypeError(f"unknown IR node {node!r}")
 
     def until(self, stops: tuple[str, ...]) -> str:
@@ -145,7 +156,7 @@ def emit_gbnf(grammar: Grammar) -> str:
     lines.append("")
     for name in grammar.reachable():
         rule = grammar.rules[name]
-        body = emitter.expr(rule.body, top=True)
+        body = emitter.visit(rule.body, True)
         if rule.comment:
             lines.append(f"# {rule.comment}")
         lines.append(f"{name} ::= {body}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 from ..grammar import GrammarOptions, build
-from ..grammar.ir import Ref, alt, opt, seq
+from ..grammar.ir import Ref, Visitor, alt, children, opt, seq
 from ..grammar.json_values import add_ws
 from ..grammar.reading import call_opener, content_may_follow_calls
 from ..probe.spans import Boundaries
@@ -34,11 +34,18 @@ def lazy_grammar(spec: ProtocolSpec, options: GrammarOptions, special_tokens: tu
     return g
 
 
-def _holds_calls(g, node) -> bool:
-    if isinstance(node, Ref):
+class _HoldsCalls(Visitor):
+    """Whether a node refers to the calls (the calls section, or the calls without it) directly."""
+
+    def visit_Ref(self, node: Ref) -> bool:
         return node.name in ("tool-calls", "call-list")
-    return any(_holds_calls(g, item) for item in getattr(node, "items", ())) or (
-        hasattr(node, "item") and _holds_calls(g, node.item))
+
+    def generic_visit(self, node) -> bool:
+        return any(self.visit(child) for child in children(node))
+
+
+def _holds_calls(g, node) -> bool:
+    return _HoldsCalls().visit(node)
 
 
 def llama_request(spec: ProtocolSpec, options: GrammarOptions, special_tokens: tuple[str, ...] = ()) -> dict:

@@ -18,7 +18,6 @@ bytes for the same input.
 from __future__ import annotations
 
 import ast
-import pprint
 import re
 from pathlib import Path
 
@@ -40,10 +39,37 @@ _USAGE = """\
 or parse(text, ...) for a whole output at once (the same result)."""
 
 
+def python_literal(value, indent: int = 0, width: int = 100) -> str:
+    """Plain data (dict, list, str, int, float, bool, None) as a Python literal: repr() for
+    anything that fits on its line, else one item per line, indented by four."""
+    text = repr(value)
+    if len(text) + indent <= width or not isinstance(value, (dict, list)) or not value:
+        return text
+    pad = " " * (indent + 4)
+    if isinstance(value, dict):
+        items = [f"{pad}{key!r}: {python_literal(item, indent + 4, width)}," for key, item in value.items()]
+        return "{\n" + "\n".join(items) + "\n" + " " * indent + "}"
+    items = [f"{pad}{python_literal(item, indent + 4, width)}," for item in value]
+    return "[\n" + "\n".join(items) + "\n" + " " * indent + "]"
+
+
 def module_name(family: str) -> str:
     """The importable name of a family's module: `qwen-qwen3-0.6b` -> `qwen_qwen3_0_6b`."""
     name = re.sub(r"\W+", "_", family.lower()).strip("_") or "family"
     return name if not name[0].isdigit() else f"family_{name}"
+
+
+def _defined_names(source: str) -> list[str]:
+    """The names a module's top level defines (functions, classes, assigned names)."""
+    names = []
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.append(node.name)
+        elif isinstance(node, ast.Assign):
+            for target in node.targets:
+                elements = target.elts if isinstance(target, ast.Tuple) else [target]
+                names += [e.id for e in elements if isinstance(e, ast.Name)]
+    return names
 
 
 def _runtime_sections() -> tuple[list[str], list[tuple[str, str]]]:
@@ -65,14 +91,15 @@ def _runtime_sections() -> tuple[list[str], list[tuple[str, str]]]:
                 body.append(line)
         text = "\n".join(body).strip("\n")
         # One namespace for all of them: a name defined twice would silently replace the first.
-        for node in ast.parse(text).body:
-            targets = [node.name] if isinstance(node, (ast.FunctionDef, ast.ClassDef)) else [
-                t.id for n in ([node] if isinstance(node, ast.Assign) else []) for t in n.targets if isinstance(t, ast.Name)]
-            for target in targets:
-                if defined.setdefault(target, name) != name:
-                    raise RuntimeError(f"the runtime defines {target!r} in both {defined[target]}.py and {name}.py")
+        for target in _defined_names(text):
+            if defined.setdefault(target, name) != name:
+                raise RuntimeError(f"the runtime defines {target!r} in both {defined[target]}.py and {name}.py")
         sections.append((name, text))
     return sorted(imports, key=lambda line: (line.startswith("from "), line)), sections
+
+
+def _rule(title: str) -> str:
+    return title + "-" * max(3, 88 - len(title))
 
 
 def _emit_runtime(e: CodeEmitter) -> None:
@@ -82,7 +109,7 @@ def _emit_runtime(e: CodeEmitter) -> None:
     for name, text in sections:
         e.line()
         e.line()
-        e.line(f"# --- {name} (tplparse/runtime/{name}.py) " + "-" * max(0, 60 - len(name)))
+        e.line(_rule(f"# --- {name} (tplparse/runtime/{name}.py) "))
         e.line()
         e.line()
         e.lines_of(text)
@@ -136,7 +163,7 @@ def _emit_family(e: CodeEmitter, spec: ProtocolSpec, tables: dict, protocol: str
     e.line(f"TEMPLATE_SHA256 = {spec.template_sha256!r}")
     e.line("# What the runtime reads (tplparse.grammar.reading wrote it from the spec; the spec with")
     e.line("# its evidence and warnings is grammars/<family>.spec.json).")
-    e.lines_of("TABLES = " + pprint.pformat(tables, width=110, sort_dicts=False))
+    e.lines_of("TABLES = " + python_literal(tables))
     e.line(f"PROTOCOL = {protocol}(TABLES)  # prepared once, shared by every parser of the family")
     e.line()
     e.line()
@@ -180,7 +207,7 @@ def standalone_module(spec: ProtocolSpec, tables: dict) -> str:
     _emit_runtime(e)
     e.line()
     e.line()
-    e.line("# --- the family " + "-" * 64)
+    e.line(_rule("# --- the family "))
     e.line()
     e.line("# The runtime's parser, bound below to this family's tables (StreamParser and parse() are")
     e.line("# the family's from here on).")

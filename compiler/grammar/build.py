@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from ..probe.markers import first_marker
 from ..probe.spans import Boundaries
-from ..spec import ArgumentFormat, ProtocolSpec, ToolCallFormat, kv_parts, slot
+from ..spec import ArgumentFormat, ArgumentStyle, Parallel, ProtocolSpec, Start, ToolCallFormat, kv_parts, slot
 from . import json_schema
 from .ir import End, Grammar, Lit, Node, Ref, Rep, TextUntil, alt, chars, opt, seq
 from .json_values import add_json, add_python_literal, add_ws
@@ -40,7 +40,7 @@ class GrammarOptions:
     tool_choice: str = "auto"  # auto | required | none | a tool name
     parallel: bool = True
     mode: str = "default"  # which generation-prompt mode (its start state) the output follows
-    start: str | None = None  # "reasoning" / "content": override the mode's start state
+    start: Start | str | None = None  # override the mode's start state
     content_schema: dict | None = None  # structured output: the content is JSON of this schema
     trailing_text: bool = False  # accept (and mark) text after the end of turn: for parsing
     warnings: list[str] = field(default_factory=list)
@@ -122,7 +122,7 @@ def build(spec: ProtocolSpec, options: GrammarOptions | None = None, special_tok
         if opener and r.tool_call_ends_reasoning and calls is not None:
             # Policy: a call opener inside open reasoning ends the reasoning.
             ended = alt(ended, seq(text, calls, ws))
-        if start_state == "reasoning":
+        if start_state == Start.REASONING:
             turn = g.add("reasoning", ended, "the prompt left reasoning open")
         elif r.start:
             opened = seq(ws, Lit(r.start), ws, ended)
@@ -161,7 +161,7 @@ def _layout_form(g: Grammar, spec: ProtocolSpec, layout, number: int, start_stat
     pieces = list(layout)
     r = spec.reasoning
     tail = spec.modes.get(options.mode, spec.modes["default"]).tail.strip()
-    if start_state == "reasoning":
+    if start_state == Start.REASONING:
         if r is None or not r.end:
             return None
         if slot("reasoning") in pieces:
@@ -220,7 +220,7 @@ def _add_tool_calls(g: Grammar, tc: ToolCallFormat, options: GrammarOptions, ws:
         call = g.add("tool-call", alt(*alternatives), "one tool call, of an offered tool")
     g.add("call-id", Rep(ID_CHARS, 1), "a call id")
     g.add("call-index", Rep(chars("0-9"), 1), "a call's position")
-    several = options.parallel and tc.parallel == "all"
+    several = options.parallel and tc.parallel == Parallel.ALL
     calls = seq(call, Rep(seq(tolerant(tc.separator, ws), call))) if several else call
     listed = g.add("call-list", calls, "the calls, without the section's markers")
     body = seq(tolerant(tc.section_start, ws), listed, tolerant(section_end, ws))
@@ -257,7 +257,7 @@ def _rule_name(name: str) -> str:
 
 
 def _add_arguments(g: Grammar, fmt: ArgumentFormat, name: str, schema: dict | None, ws: Ref, warnings) -> Ref:
-    if fmt.style == "object":
+    if fmt.style == ArgumentStyle.OBJECT:
         if fmt.encoder == "python":
             if schema is None:
                 add_python_literal(g)

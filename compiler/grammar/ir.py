@@ -13,6 +13,8 @@ A `Grammar` is an ordered set of named rules; a rule's body is a tree of nodes:
 
 `TextUntil` is the one construct the emitters write differently: PEG with negative
 lookahead, GBNF (which has no lookahead) as an automaton of the stops' prefixes.
+Emitters and analyses walk the tree as a `Visitor` (pegen's GrammarVisitor): a method
+`visit_<NodeClass>` per kind of node, `generic_visit` for the ones a visitor leaves alone.
 Rule names are lower-case words joined by "-" (the GBNF spelling); the PEG emitter turns
 "-" into "_".
 """
@@ -129,6 +131,41 @@ def chars(spec: str, negate: bool = False) -> Chars:
     return Chars(tuple(ranges), negate)
 
 
+def children(node: Node) -> tuple:
+    """The nodes directly inside `node`."""
+    if isinstance(node, (Seq, Alt)):
+        return node.items
+    if isinstance(node, Rep):
+        return (node.item,)
+    return ()
+
+
+class Visitor:
+    """Walk a grammar's nodes: `visit(node)` calls `visit_<NodeClass>(node, ...)`, or
+    `generic_visit`, which visits the children (and returns None)."""
+
+    def visit(self, node: Node, *args):
+        method = getattr(self, "visit_" + node.__class__.__name__, None)
+        return method(node, *args) if method is not None else self.generic_visit(node, *args)
+
+    def generic_visit(self, node: Node, *args):
+        for child in children(node):
+            self.visit(child, *args)
+
+
+class _References(Visitor):
+    """The rules a node refers to, through other rules too, in first-use order."""
+
+    def __init__(self, grammar: "Grammar"):
+        self.grammar = grammar
+        self.order: list[str] = []
+
+    def visit_Ref(self, node: Ref) -> None:
+        if node.name not in self.order:
+            self.order.append(node.name)
+            self.visit(self.grammar.rules[node.name].body)
+
+
 @dataclass
 class Rule:
     name: str
@@ -152,19 +189,6 @@ class Grammar:
 
     def reachable(self) -> list[str]:
         """Rule names reachable from the root, root first, in first-use order."""
-        order, seen = [], set()
-
-        def visit(node):
-            if isinstance(node, Ref):
-                if node.name not in seen:
-                    seen.add(node.name)
-                    order.append(node.name)
-                    visit(self.rules[node.name].body)
-            elif isinstance(node, (Seq, Alt)):
-                for item in node.items:
-                    visit(item)
-            elif isinstance(node, Rep):
-                visit(node.item)
-
-        visit(Ref(self.root))
-        return order
+        references = _References(self)
+        references.visit(Ref(self.root))
+        return references.order

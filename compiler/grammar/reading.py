@@ -14,7 +14,7 @@ import json
 from ..probe.markers import first_marker
 from ..probe.spans import Boundaries
 from ..runtime import TABLES_VERSION
-from ..spec import ProtocolSpec, ToolCallFormat, slot
+from ..spec import ArgumentStyle, ProtocolSpec, ToolCallFormat, slot
 
 
 def end_of_turn_markers(spec: ProtocolSpec) -> list[str]:
@@ -86,7 +86,7 @@ def reading_tables(spec: ProtocolSpec, special_tokens: tuple[str, ...] = ()) -> 
     r = spec.reasoning
     tables: dict = {
         "version": TABLES_VERSION,
-        "modes": {name: {"tail": mode.tail, "start": str(mode.start)} for name, mode in spec.modes.items()},
+        "modes": {name: {"tail": mode.tail, "start": mode.start.value} for name, mode in spec.modes.items()},
         "reasoning": None if r is None else {"start": r.start, "end": r.end,
                                              "call_ends_reasoning": r.tool_call_ends_reasoning},
         "content": {"start": spec.content_start, "end": spec.content_end},
@@ -99,10 +99,10 @@ def reading_tables(spec: ProtocolSpec, special_tokens: tuple[str, ...] = ()) -> 
         prefix, inline = content_prefix_and_inline_opener(spec, opener)
         inner = section_with_content(spec)
         args = tc.arguments
-        if args.style == "object":
-            arguments = {"style": "object", "encoder": args.encoder}
+        if args.style == ArgumentStyle.OBJECT:
+            arguments = {"style": args.style.value, "encoder": args.encoder}
         else:
-            arguments = {"style": str(args.style), "argument": args.argument, "value_encoders": args.value_encoders,
+            arguments = {"style": args.style.value, "argument": args.argument, "value_encoders": args.value_encoders,
                          "separator": args.separator, "quotes": list(args.quotes), "brackets": args.brackets}
         tables["tool_calls"] = {
             "opener": opener,
@@ -114,7 +114,7 @@ def reading_tables(spec: ProtocolSpec, special_tokens: tuple[str, ...] = ()) -> 
             "inline_opener": inline,
             "call": list(tc.call),
             "separator": tc.separator,
-            "parallel": str(tc.parallel),
+            "parallel": tc.parallel.value,
             "arguments": arguments,
         }
     return json.loads(json.dumps(tables))  # a copy that is plain data, or a TypeError here

@@ -8,7 +8,7 @@ other JSON type for its layout and value encoder.
 
 from __future__ import annotations
 
-from ..spec import ArgumentFormat, Piece, fill, kv_parts, slot
+from ..spec import ArgumentFormat, ArgumentStyle, Piece, fill, kv_parts, slot
 from ..spec.encodings import ENCODERS, encode
 from .conversations import Call, Sentinels, Turn
 from .renders import assistant_spans
@@ -43,7 +43,7 @@ def _object_format(spans: dict[str, str], args: dict[str, dict]) -> ArgumentForm
     base = spans["one"]
     for order in ("given", "sorted"):
         for encoder in ENCODERS:
-            candidate = ArgumentFormat(style="object", encoder=encoder, order=order)
+            candidate = ArgumentFormat(style=ArgumentStyle.OBJECT, encoder=encoder, order=order)
             first_line = candidate.format(args["one"]).split("\n", 1)[0]
             indents = {""}
             at = base.find(first_line)
@@ -132,7 +132,7 @@ def _kv_format(renderer, user, s: Sentinels, spans: dict[str, str], boundaries: 
     if found is None:
         return None
     string_layout, string_encoder = found
-    arg_format = ArgumentFormat(style="kv", argument={"string": string_layout}, value_encoders={"string": string_encoder})
+    arg_format = ArgumentFormat(style=ArgumentStyle.KV, argument={"string": string_layout}, value_encoders={"string": string_encoder})
     # Order and separator, from the two-argument render.
     first = fill(string_layout, {"key": s.key1, "value": arg_format.encode_value(string_encoder, TRICKY)})
     second = fill(string_layout, {"key": s.key2, "value": arg_format.encode_value(string_encoder, s.value2)})

@@ -7,7 +7,7 @@ before the first call and after the last split into the section's start and end.
 
 from __future__ import annotations
 
-from ..spec import ArgumentFormat, Piece, ToolCallFormat, slot
+from ..spec import ArgumentFormat, Parallel, Piece, ToolCallFormat, slot
 from .conversations import Call, Sentinels, Turn
 from .renders import assistant_spans
 from .spans import Boundaries, common_prefix_length, common_suffix_length
@@ -54,12 +54,12 @@ def call_format(renderer, user, s: Sentinels, arg_format: ArgumentFormat, bounda
         return None
     spans = rendered[2]
     if "two" not in spans:
-        parallel_mode = "refused"
+        parallel_mode = Parallel.REFUSED
     elif all(c.name in spans["two"] for c in calls):
-        parallel_mode = "all"
+        parallel_mode = Parallel.ALL
     else:
-        parallel_mode = "first"
-    parallel = parallel_mode == "all"
+        parallel_mode = Parallel.FIRST
+    parallel = parallel_mode == Parallel.ALL
     text = spans["two"] if parallel else spans["one"]
     used = calls if parallel else calls[:1]
     # Each call's slots, in order.

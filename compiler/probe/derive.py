@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from ..source.render import fixed_clock
 from ..source.template import ChatTemplate
-from ..spec import Piece, PromptMode, ProtocolSpec, Reasoning, SpecError, ToolCallFormat, slot
+from ..spec import Piece, PromptMode, ProtocolSpec, Reasoning, SpecError, Start, ToolCallFormat, slot
 from . import markers
 from .arguments import argument_format
 from .calls import call_format
@@ -174,7 +174,7 @@ def _probe(template: ChatTemplate) -> ProtocolSpec:
             turns[kind] = first.turns[kind]
         else:
             warnings.append(f"the two sentinel sets disagree on the {kind} layout; left out")
-    modes = agreed("modes") or {"default": PromptMode(variables={}, tail=first.tail, start="content")}
+    modes = agreed("modes") or {"default": PromptMode(variables={}, tail=first.tail, start=Start.CONTENT)}
     tool_calls = agreed("tool_calls")
 
     # Name the markers.

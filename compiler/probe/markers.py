@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .spans import Boundaries, common_prefix_length
-from ..spec import Piece, PromptMode, Reasoning, ToolCallFormat, slot
+from ..spec import Piece, PromptMode, Reasoning, Start, ToolCallFormat, slot
 
 _MARKER_END = frozenset(">]\n")
 
@@ -231,12 +231,12 @@ def start_states(modes: dict[str, PromptMode], reasoning: Reasoning | None, turn
         tail = mode.tail.strip()
         layouts = thinking_turns if (name == "thinking" and thinking_turns) else turns
         if reasoning.end in tail:
-            mode.start = "content"
+            mode.start = Start.CONTENT
         elif reasoning.start and tail.endswith(reasoning.start):
-            mode.start = "reasoning"
+            mode.start = Start.REASONING
         elif opened_by_prompt(layouts):
-            mode.start = "reasoning"
+            mode.start = Start.REASONING
             if tail and not reasoning.start:
                 reasoning.start = tail  # what the prompt wrote to open it
         else:
-            mode.start = "content"
+            mode.start = Start.CONTENT

@@ -10,7 +10,7 @@ from jinja2 import meta as jinja_meta
 
 from ..source.render import parse_template
 from ..source.template import ChatTemplate
-from ..spec import PromptMode
+from ..spec import PromptMode, Start
 from .conversations import ShapedRenderer, Turn
 from .renders import _prompt_addition
 from .spans import Boundaries
@@ -42,7 +42,7 @@ def find_modes(renderer: ShapedRenderer, user: str, tail: str, header: str) -> t
     reading it as text); a switch is one whose two values change the prompt. Returns the
     modes and the switch (None: no switch).
     """
-    modes = {"default": PromptMode(variables={}, tail=tail, start="content")}
+    modes = {"default": PromptMode(variables={}, tail=tail, start=Start.CONTENT)}
     boundaries = Boundaries(renderer.template.special_tokens)
     read = _template_variables(renderer.template)
     candidates = [
@@ -71,7 +71,7 @@ def find_modes(renderer: ShapedRenderer, user: str, tail: str, header: str) -> t
             continue
         if "system_flag" in switch and tails["thinking"] == tails["no_thinking"]:
             continue  # the flag only shows up as text in the system message
-        modes["thinking"] = PromptMode(variables=on_vars, tail=tails["thinking"], start="content", system_flag=on_flag)
-        modes["no_thinking"] = PromptMode(variables=off_vars, tail=tails["no_thinking"], start="content", system_flag=off_flag)
+        modes["thinking"] = PromptMode(variables=on_vars, tail=tails["thinking"], start=Start.CONTENT, system_flag=on_flag)
+        modes["no_thinking"] = PromptMode(variables=off_vars, tail=tails["no_thinking"], start=Start.CONTENT, system_flag=off_flag)
         return modes, switch
     return modes, None

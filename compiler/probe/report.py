@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..spec import Piece, ProtocolSpec
+from ..spec import ArgumentStyle, Piece, ProtocolSpec
 
 
 @dataclass
@@ -58,7 +58,7 @@ def protocol_sections(spec: ProtocolSpec) -> list[Section]:
             f"one call       {layout_text(tc.call)}",
             f"between calls  {_show(tc.separator)}   (parallel calls: {tc.parallel})",
         ]
-        if args.style == "object":
+        if args.style == ArgumentStyle.OBJECT:
             calls.lines.append(f"arguments      one object, {args.encoder}" + (f", keys {args.order}" if args.order != "given" else ""))
         else:
             calls.lines.append(f"arguments      one per argument, joined by {_show(args.separator)}, keys {args.order}")

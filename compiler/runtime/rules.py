@@ -1,18 +1,29 @@
 """The rules: the family's grammar as a coroutine over the text.
 
-    root             reasoning? content (tool-calls content?)* end-of-turn?
-    reasoning        reasoning-text up to the reasoning end (or a call opener, by policy)
-    content          content-text up to a call opener, the content end or an end of turn
+In the rule names of the family's .peg / .gbnf (tplparse.grammar.build):
+
+    root             reasoning? body end-of-turn?   (the generic form; see below for the others)
+    reasoning        reasoning-start? reasoning-text reasoning-end  (no start when the prompt
+                     opened it; a call opener also ends it, by policy)
+    body             content-text (tool-calls content-text)*
+    content-text     text up to a call opener, the content wrapper's end or an end of turn
     tool-calls       section start, tool-call (separator tool-call)*, section end
-    tool-call        the call layout's steps: literals, name, arguments, id, index
+    tool-call        the call layout's steps: literals, tool-name, arguments, call-id, call-index
     arguments        one encoded object (JSON, a Python literal), or argument (separator argument)*
     end-of-turn      ends the message; text after it is reported and ignored
 
+The grammar's other forms are the template's own turn layouts where the generic form does
+not fit; the reading tables name the two the runtime reads differently: a format with no
+call opener (content starts with its prefix, the text between content and calls opens the
+calls) and content inside the calls section's markers. The grammar's body allows one calls
+section (generation is held to the template's format); the runtime reads any number.
+
 The parse (`_turn`) pulls characters through the readers and suspends when it needs more;
-each `feed` resumes it, so every character is looked at a bounded number of times. Each
-call is read by one loop over its layout's steps (`_call_steps_here` for what is already
-here, `_call_steps_waiting` for the rest), so a one-shot parse and a character-by-character
-one read a call the same way.
+each `feed` resumes it, so every character is looked at a bounded number of times. A call
+is read by one loop over its layout's steps (`_call_steps_here` for what is already here,
+`_call_steps_waiting` for the rest), and key/value arguments by one loop over the argument
+layout's steps the same way, so a one-shot parse and a character-by-character one read a
+call by the same steps.
 """
 
 from .errors import BadArguments, InvalidOutput, TruncatedOutput

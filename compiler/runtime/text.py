@@ -8,7 +8,6 @@ import re
 NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
 ID_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
 DIGITS = "0123456789"
-SLOT_CHARS = {"name": NAME_CHARS, "id": ID_CHARS, "index": DIGITS, "index1": DIGITS}
 
 SPACES = re.compile(r"\s*")
 NOT_SPACE = re.compile(r"\S").search

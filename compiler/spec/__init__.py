@@ -8,11 +8,14 @@ from .model import (
     SPEC_VERSION,
     TURN_KINDS,
     ArgumentFormat,
+    ArgumentStyle,
+    Parallel,
     Piece,
     PromptMode,
     ProtocolSpec,
     Reasoning,
     SpecError,
+    Start,
     ToolCallFormat,
     fill,
     kv_parts,
@@ -22,6 +25,6 @@ from .model import (
 from .encodings import json_type
 
 __all__ = [
-    "SPEC_VERSION", "TURN_KINDS", "ArgumentFormat", "Piece", "PromptMode", "ProtocolSpec", "Reasoning",
-    "SpecError", "ToolCallFormat", "fill", "json_type", "kv_parts", "slot", "turn_kind",
+    "SPEC_VERSION", "TURN_KINDS", "ArgumentFormat", "ArgumentStyle", "Parallel", "Piece", "PromptMode", "ProtocolSpec",
+    "Reasoning", "SpecError", "Start", "ToolCallFormat", "fill", "json_type", "kv_parts", "slot", "turn_kind",
 ]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
+from enum import Enum
 from typing import Any, Union
 
 from .encodings import encode, json_type
@@ -27,6 +28,40 @@ Piece = Union[str, dict]  # "literal" or {"slot": "name"}
 
 class SpecError(TplparseError):
     """The spec cannot do what was asked (a turn kind or value type it has no layout for)."""
+
+
+class _Word(str, Enum):
+    """A value of a closed set that crosses stages: compares equal to its string, and is
+    written as that string (JSON, f-strings, the reading tables)."""
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+
+class Start(_Word):
+    """Where the model's output starts, after the generation prompt."""
+
+    CONTENT = "content"
+    REASONING = "reasoning"
+
+
+class Parallel(_Word):
+    """More than one call in a turn: all rendered, only the first rendered (the template
+    drops the others), or refused (the template raises)."""
+
+    ALL = "all"
+    FIRST = "first"
+    REFUSED = "refused"
+
+
+class ArgumentStyle(_Word):
+    """A call's arguments: one encoded object, or one layout per argument (key/value)."""
+
+    OBJECT = "object"
+    KV = "kv"
 
 
 def slot(name: str) -> dict:
@@ -64,7 +99,7 @@ class ArgumentFormat:
     string between `quotes`) or "native" (the format's own notation, see encode_value).
     """
 
-    style: str
+    style: ArgumentStyle
     encoder: str = "json"
     order: str = "given"  # "given" or "sorted" (by key)
     argument: dict[str, list[Piece]] = field(default_factory=dict)
@@ -74,9 +109,12 @@ class ArgumentFormat:
     brackets: dict[str, list[str]] = field(default_factory=dict)  # encoder "native": {"object": ["{", "}"], ...}
     line_indent: str = ""  # style object: added after each line break (the object sits indented)
 
+    def __post_init__(self):
+        self.style = ArgumentStyle(self.style)
+
     def format(self, arguments: dict) -> str:
         items = sorted(arguments.items()) if self.order == "sorted" else list(arguments.items())
-        if self.style == "object":
+        if self.style == ArgumentStyle.OBJECT:
             text = encode(self.encoder, dict(items))
             return text.replace("\n", "\n" + self.line_indent) if self.line_indent else text
         parts = []
@@ -115,9 +153,10 @@ class ToolCallFormat:
     call: list[Piece]
     separator: str
     arguments: ArgumentFormat
-    # More than one call in a turn: "all" rendered, only the "first" rendered (the template
-    # drops the others), or "refused" (the template raises).
-    parallel: str = "all"
+    parallel: Parallel = Parallel.ALL
+
+    def __post_init__(self):
+        self.parallel = Parallel(self.parallel)
 
     def format(self, calls: list[dict]) -> str:
         """The calls section: section start, the calls, section end."""
@@ -125,9 +164,9 @@ class ToolCallFormat:
 
     def format_list(self, calls: list[dict]) -> str:
         """The calls alone, joined by the separator (some turns put text inside the section)."""
-        if len(calls) > 1 and self.parallel == "refused":
+        if len(calls) > 1 and self.parallel == Parallel.REFUSED:
             raise SpecError("this template refuses more than one tool call per turn")
-        if self.parallel == "first":
+        if self.parallel == Parallel.FIRST:
             calls = calls[:1]
         texts = []
         for index, call in enumerate(calls):
@@ -157,8 +196,11 @@ class PromptMode:
 
     variables: dict
     tail: str  # what the generation prompt writes after the assistant header
-    start: str  # "content" or "reasoning"
+    start: Start
     system_flag: str = ""  # text the system message carries in this mode ("/no_think")
+
+    def __post_init__(self):
+        self.start = Start(self.start)
 
 
 TURN_KINDS = ("content", "reasoning+content", "calls", "content+calls", "reasoning+calls", "reasoning+content+calls")
@@ -228,7 +270,8 @@ class ProtocolSpec:
     # --- JSON ------------------------------------------------------------------------
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """Plain data (the enums as their strings)."""
+        return json.loads(json.dumps(asdict(self)))
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), ensure_ascii=False, indent=2, sort_keys=False) + "\n"
