@@ -54,6 +54,7 @@ class StreamParser(Input, Rules, Output):
         self._reasoning_text = TextField("reasoning_content")
         self._calls = []
         self._invalid_calls = 0  # complete calls dropped for their arguments (they keep their index)
+        self._kv_read_state = None  # where a call's key/value arguments are (rules, made on first use)
         self._errors = []
         self._finish = None
         # rules: the parse, primed to wait for the first chunk

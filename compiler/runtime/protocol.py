@@ -66,10 +66,15 @@ class KeyValueFormat:
         self.native = encoders.get("object") == "native" or encoders.get("array") == "native"
         self.key_run = run_of(NAME_CHARS).match
         self.single = self.string if len(self.layouts) == 1 else None  # else: told apart by their middle
+        # (literals that end with whitespace take all the whitespace there: see literal_here)
+        self.separator_trails = self.separator[-1:].isspace()
+        self.before_trails = self.before[-1:].isspace()
         for layout in self.layouts:
             layout.raw = self.raw_strings and (self.single is not None or layout.kind == "string")
             layout.raw_end = layout.after_core or self.separator_core
-            layout.after_here = layout.after.lstrip() if layout.raw else layout.after
+            # (no closing text: nothing to read after the value)
+            layout.after_here = "" if not layout.after_core else layout.after.lstrip() if layout.raw else layout.after
+            layout.after_trails = layout.after_here[-1:].isspace()
 
 
 def _skips_whitespace(piece):

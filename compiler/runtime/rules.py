@@ -39,12 +39,15 @@ _KV_WS, _KV_SEPARATOR, _KV_BEFORE, _KV_KEY, _KV_LAYOUT, _KV_MIDDLE, _KV_LEAD, _K
 
 
 class _KeyValueRead:
-    """Where the reading of one call's key/value arguments is: the step, and what it has read."""
+    """Where the reading of a call's key/value arguments is: the step, and what it has read.
+    (One per parser, started afresh for each call: a parser reads one call at a time.)"""
 
     __slots__ = ("kv", "properties", "closing", "closing_word", "step", "first", "key", "layout", "arguments", "bad")
 
-    def __init__(self, kv, properties, closing):
+    def __init__(self, kv):
         self.kv = kv
+
+    def start(self, properties, closing):
         self.properties = properties  # the tool's parameters.properties (types the values)
         # The arguments end where the call's next literal starts: its first word is enough
         # (the literal itself is matched after, with its whitespace tolerance). Waiting for
@@ -53,6 +56,7 @@ class _KeyValueRead:
         self.step, self.first, self.key, self.layout = _KV_WS, True, None, None
         self.arguments = {}
         self.bad = None  # the first value that does not read; raised once the arguments' layout is read
+        return self
 
 
 class Rules:
@@ -245,35 +249,37 @@ class Rules:
         readers' rules, inline); return the index of the first step that must wait (all read:
         their count)."""
         steps = self._p.call_steps
-        n = len(steps)
-        text = self._text
-        while k < n:
+        text, pos = self._text, self._pos
+        for k in range(k, len(steps)):
             kind, value, run, closing, ws_follows, exact, then = steps[k]
-            pos = self._pos
             if kind == LITERAL:
                 if exact and text.startswith(value, pos):  # as rendered
-                    self._pos = pos + len(value)
+                    pos += len(value)
                 else:
                     end = literal_here(text, pos, value, self._eof or ws_follows)
                     if end < 0:
+                        self._pos = pos
                         return k
-                    self._pos = end
+                    pos = end
             elif kind == ARGUMENTS:
+                self._pos = pos
                 if not self._arguments_here(call, closing):
                     return k
+                pos = self._pos
             elif kind != UNREAD:
                 end = run(text, pos).end()
                 if not pos < end < len(text):  # (a run ends at another character, already here)
+                    self._pos = pos
                     return k
-                self._pos = end
                 if kind == NAME or kind == CALL_ID:
                     call["name" if kind == NAME else "id"] = text[pos:end]
                     # The header goes out once the name (and the id, when the layout has one) is read.
                     if not call["announced"] and call["name"] and (call["id"] or not self._p.call_has_id):
                         call["announced"] = True
                         self._announce(index, call)
-            k += 1
-        return n
+                pos = end
+        self._pos = pos
+        return len(steps)
 
     def _call_steps_waiting(self, index, call, k):
         """The call's steps from step k: this one waited for, the next ones read from what is
@@ -340,12 +346,19 @@ class Rules:
                 return False
             self._pos = end
             return True
-        read = _KeyValueRead(p.key_values, self._properties.get(call["name"]) or {}, closing)
+        read = (self._kv_read_state or self._new_kv_read()).start(self._properties.get(call["name"]) or {}, closing)
         if not self._kv_steps_here(read):
             call["pending"] = read  # a step must wait: the waiting steps go on from it
             return False
-        self._kv_read(call, read)
+        if read.bad is not None:
+            call["bad"] = str(read.bad)
+        else:
+            self._arguments_read(call, read.arguments)
         return True
+
+    def _new_kv_read(self):
+        self._kv_read_state = _KeyValueRead(self._p.key_values)
+        return self._kv_read_state
 
     def _arguments_waiting(self, call, closing):
         """arguments, waiting for them as they arrive."""
@@ -356,17 +369,22 @@ class Rules:
             except BadArguments as e:
                 call["bad"] = str(e)
             return
-        read = call["pending"] or _KeyValueRead(p.key_values, self._properties.get(call["name"]) or {}, closing)
-        call["pending"] = None
-        yield from self._kv_steps_waiting(read)
-        self._kv_read(call, read)
+        read, call["pending"] = call["pending"], None
+        if read is None:  # (not tried on what is here yet)
+            read = (self._kv_read_state or self._new_kv_read()).start(self._properties.get(call["name"]) or {}, closing)
+            if not self._kv_steps_here(read):
+                yield from self._kv_steps_waiting(read)
+        else:
+            yield from self._kv_steps_waiting(read)
+        if read.bad is not None:
+            call["bad"] = str(read.bad)
+        else:
+            self._arguments_read(call, read.arguments)
 
-    def _kv_read(self, call, read):
-        """The key/value arguments are read: as JSON text, or (a value that does not read) bad."""
+    def _arguments_read(self, call, arguments):
+        """The arguments are read: as JSON text, or (a value JSON cannot hold) bad."""
         try:
-            if read.bad is not None:
-                raise read.bad
-            call["arguments"] = arguments_json(read.arguments)
+            call["arguments"] = arguments_json(arguments)
         except BadArguments as e:
             call["bad"] = str(e)
 
@@ -385,161 +403,155 @@ class Rules:
             raise BadArguments("the arguments are not an object")
         return value
 
-    # --- key/value arguments: the argument layout as steps, one loop -------------------
+    # --- key/value arguments: the argument layout as steps ------------------------------
     # argument (separator argument)*, up to the call's next literal: per argument the steps
     # whitespace (or the end), separator, before, key, layout, middle, lead, value, after.
-    # `_kv_steps_here` runs them on what is here (the plain readers' rules, inline, on local
-    # copies of the text and position) and stops at the first step that must wait;
-    # `_kv_steps_waiting` waits for that step with the waiting readers and hands back.
+    # `_kv_steps_here` reads whole arguments on what is here (the plain readers' rules,
+    # inline, on local copies of the text and position) and stops at the first step that
+    # must wait; `_kv_argument_rest` reads that step and the rest of its argument with the
+    # waiting readers (each tries what is here first); then whole arguments again.
 
     def _kv_steps_here(self, st):
-        """Read the arguments' steps from `st.step` on what is here; True once the arguments are read.
-
-        One argument's steps run straight down, each behind a guard that skips the steps
-        already read (resuming at `st.step`); a step that must wait records itself and returns."""
+        """Read arguments from an argument's start on what is here; True once the arguments
+        are read, False at the first step that must wait (recorded in `st`, with the key and
+        layout read so far)."""
         kv = st.kv
         text, pos, eof = self._text, self._pos, self._eof
-        step, key, layout, arguments, first = st.step, st.key, st.layout, st.arguments, st.first
+        arguments, first, properties = st.arguments, st.first, st.properties
         closing, closing_word, separator, before = st.closing, st.closing_word, kv.separator, kv.before
-        key_run, value_min, quoted, quote_open, quote_close = kv.key_run, kv.value_min, kv.quoted_strings, kv.quote_open, kv.quote_close
+        key_run, quoted, quote_open, quote_close, single = kv.key_run, kv.quoted_strings, kv.quote_open, kv.quote_close, kv.single
         while True:
-            if step <= _KV_WS:
-                pos = SPACES.match(text, pos).end()
-                if pos >= len(text) and not eof:
-                    step = _KV_WS
-                    break
-                if closing:
-                    if len(text) - pos < len(closing) and not eof:
-                        step = _KV_WS
-                        break
-                    if text.startswith(closing_word, pos):
-                        self._pos, st.step = pos, _KV_WS
-                        return True
-                elif eof and pos >= len(text):
-                    self._pos, st.step = pos, _KV_WS
+            pos = SPACES.match(text, pos).end()
+            if pos >= len(text) and not eof:
+                return self._kv_stop(st, pos, _KV_WS, None, None, first)
+            if closing:
+                if len(text) - pos < len(closing) and not eof:
+                    return self._kv_stop(st, pos, _KV_WS, None, None, first)
+                if text.startswith(closing_word, pos):
+                    self._pos, st.first = pos, first
                     return True
-            if step <= _KV_SEPARATOR and separator and not first:
-                end = literal_here(text, pos, separator, eof)
-                if end < 0:
-                    step = _KV_SEPARATOR
-                    break
-                pos = end
-            if step <= _KV_BEFORE:
-                first = False
-                if before:
+            elif eof and pos >= len(text):
+                self._pos, st.first = pos, first
+                return True
+            if separator and not first:
+                # As rendered, and what follows is not whitespace: literal_here's answer, without the call.
+                end = pos + len(separator)
+                if text.startswith(separator, pos) and (not kv.separator_trails or end < len(text) and not text[end].isspace()):
+                    pos = end
+                else:
+                    end = literal_here(text, pos, separator, eof)
+                    if end < 0:
+                        return self._kv_stop(st, pos, _KV_SEPARATOR, None, None, first)
+                    pos = end
+            if before:
+                end = pos + len(before)
+                if text.startswith(before, pos) and (not kv.before_trails or end < len(text) and not text[end].isspace()):
+                    pos = end
+                else:
                     end = literal_here(text, pos, before, eof)
                     if end < 0:
-                        step = _KV_BEFORE
-                        break
+                        return self._kv_stop(st, pos, _KV_BEFORE, None, None, first)
                     pos = end
-            if step <= _KV_KEY:
-                end = key_run(text, pos).end()
-                if not pos < end < len(text):
-                    step = _KV_KEY
-                    break
-                key, pos = text[pos:end], end
-                layout = kv.single
-            if step <= _KV_LAYOUT and layout is None:
-                step = _KV_LAYOUT  # (several layouts: told apart by the waiting reader)
-                break
-            if step <= _KV_MIDDLE:
-                middle = layout.middle  # (no end whitespace: as rendered, it ends right after itself)
-                if not text.startswith(middle, pos):
-                    step = _KV_MIDDLE
-                    break
-                pos += len(middle)
-            if step <= _KV_LEAD:
-                lead = layout.middle_lead
-                # (exactly this whitespace, once: a raw value may start with whitespace of its own)
-                if lead:
-                    if not text.startswith(lead, pos):
-                        step = _KV_LEAD
-                        break
-                    pos += len(lead)
-            if step <= _KV_VALUE:
-                # Raw or quoted text that is here to its end; anything else: the waiting reader.
-                if len(text) - pos < value_min:
-                    step = _KV_VALUE
-                    break
-                if layout.raw:
-                    at = text.find(layout.raw_end, pos)
-                    if at == -1:
-                        step = _KV_VALUE
-                        break
-                    value, pos = text[pos:at], at
-                    lead = layout.after_lead
-                    if lead and value.endswith(lead):
-                        value = value[: len(value) - len(lead)]
-                elif quoted and text.startswith(quote_open, pos):
-                    at = text.find(quote_close, pos + len(quote_open))
-                    if at == -1:
-                        step = _KV_VALUE
-                        break
-                    value, pos = text[pos + len(quote_open):at], at + len(quote_close)
-                else:
-                    step = _KV_VALUE
-                    break
-                schema = st.properties.get(key)
-                if schema and schema.get("type") != "string":  # (a string stays as written)
-                    try:
-                        value = typed_raw(value, schema)
-                    except BadArguments as e:
-                        st.bad = st.bad or e  # the value was read; its closing text keeps the parse in step
-                        value = None
+            first = False
+            end = key_run(text, pos).end()
+            if not pos < end < len(text):
+                return self._kv_stop(st, pos, _KV_KEY, None, None, first)
+            key, pos = text[pos:end], end
+            layout = single
+            if layout is None:  # (several layouts: told apart by the waiting reader)
+                return self._kv_stop(st, pos, _KV_LAYOUT, key, None, first)
+            middle = layout.middle  # (no end whitespace: as rendered, it ends right after itself)
+            if not text.startswith(middle, pos):
+                return self._kv_stop(st, pos, _KV_MIDDLE, key, layout, first)
+            pos += len(middle)
+            lead = layout.middle_lead
+            # (exactly this whitespace, once: a raw value may start with whitespace of its own)
+            if lead:
+                if not text.startswith(lead, pos):
+                    return self._kv_stop(st, pos, _KV_LEAD, key, layout, first)
+                pos += len(lead)
+            # The value: raw or quoted text that is here to its end; anything else: the waiting reader.
+            if layout.raw:
+                at = text.find(layout.raw_end, pos)
+                if at == -1:
+                    return self._kv_stop(st, pos, _KV_VALUE, key, layout, first)
+                value, pos = text[pos:at], at
+                lead = layout.after_lead
+                if lead and value.endswith(lead):
+                    value = value[: len(value) - len(lead)]
+            elif quoted and text.startswith(quote_open, pos):
+                at = text.find(quote_close, pos + len(quote_open))
+                if at == -1:
+                    return self._kv_stop(st, pos, _KV_VALUE, key, layout, first)
+                value, pos = text[pos + len(quote_open):at], at + len(quote_close)
+            else:
+                return self._kv_stop(st, pos, _KV_VALUE, key, layout, first)
+            schema = properties.get(key)
+            if schema and schema.get("type") != "string":  # (a string stays as written)
+                try:
+                    arguments[key] = typed_raw(value, schema)
+                except BadArguments as e:
+                    st.bad = st.bad or e  # the value was read; its closing text keeps the parse in step
+            else:
                 arguments[key] = value
-            if layout.after_core:  # (_KV_AFTER; the loop skips whitespace next)
-                after = layout.after_here
-                if text.startswith(after, pos) and not after[-1:].isspace():
-                    pos += len(after)
+            after = layout.after_here
+            if after:  # (the loop skips whitespace next)
+                if text.startswith(after, pos):  # as rendered: its end whitespace takes all there is
+                    pos = SPACES.match(text, pos + len(after)).end() if layout.after_trails else pos + len(after)
                 else:
                     end = literal_here(text, pos, after, True)
                     if end < 0:
-                        step = _KV_AFTER
-                        break
+                        return self._kv_stop(st, pos, _KV_AFTER, key, layout, first)
                     pos = end
-            step = _KV_WS
-        self._pos, st.step, st.key, st.layout, st.first = pos, step, key, layout, first
+
+    def _kv_stop(self, st, pos, step, key, layout, first):
+        """Where `_kv_steps_here` stopped: the step that must wait, and what its argument has read."""
+        self._pos = pos
+        st.step, st.key, st.layout, st.first = step, key, layout, first
         return False
 
     def _kv_steps_waiting(self, st):
-        """The arguments' steps from `st.step`: this one waited for, the next ones read from
-        what is here again when they can."""
+        """The arguments from the step `_kv_steps_here` stopped at: the rest of that argument
+        waited for, then whole arguments from what is here again."""
+        while True:
+            yield from self._kv_argument_rest(st)
+            if self._kv_steps_here(st):
+                return
+
+    def _kv_argument_rest(self, st):
+        """One argument's steps from `st.step` on, with the waiting readers."""
         kv = st.kv
-        while not self._kv_steps_here(st):
-            step = st.step
-            if step == _KV_WS:
-                yield from self._skip_ws()
-                if st.closing:
-                    yield from self._need(len(st.closing))
-                continue  # (the plain step now sees the whitespace's end, and enough text)
-            if step == _KV_SEPARATOR or step == _KV_BEFORE:
-                yield from self._match(kv.separator if step == _KV_SEPARATOR else kv.before)
-                st.first = False
-                st.step = step + 1
-            elif step == _KV_KEY:
-                st.key = yield from self._read_while(NAME_CHARS, "argument name")
-                st.layout = kv.single
-                st.step = _KV_LAYOUT
-            elif step == _KV_LAYOUT:
-                if st.layout is None:
-                    st.layout = yield from self._argument_layout(kv)
-                st.step = _KV_MIDDLE
-            elif step == _KV_MIDDLE:
-                yield from self._match(st.layout.middle)
-                st.step = _KV_LEAD
-            elif step == _KV_LEAD:
-                if (yield from self._peek(st.layout.middle_lead)):
-                    self._pos += len(st.layout.middle_lead)
-                st.step = _KV_VALUE
-            elif step == _KV_VALUE:
-                try:
-                    st.arguments[st.key] = yield from self._argument_value(kv, st.layout, st.properties.get(st.key))
-                except BadArguments as e:
-                    st.bad = st.bad or e
-                st.step = _KV_AFTER
-            else:  # _KV_AFTER
-                yield from self._match(st.layout.after, ws_follows=True)
-                st.step = _KV_WS
+        step = st.step
+        if step == _KV_WS:  # whitespace, and enough text to tell the call's next literal
+            yield from self._skip_ws()
+            if st.closing:
+                yield from self._need(len(st.closing))
+            return
+        if step <= _KV_SEPARATOR and kv.separator and not self._here(kv.separator):
+            yield from self._match(kv.separator)
+        if step <= _KV_BEFORE:
+            if kv.before and not self._here(kv.before):
+                yield from self._match(kv.before)
+            st.first = False
+        if step <= _KV_KEY:
+            st.key = self._run_here(NAME_CHARS) or (yield from self._read_while(NAME_CHARS, "argument name"))
+        if step <= _KV_LAYOUT:
+            st.layout = kv.single or (yield from self._argument_layout(kv))
+        layout = st.layout
+        if step <= _KV_MIDDLE and not self._here(layout.middle):
+            yield from self._match(layout.middle)
+        lead = layout.middle_lead
+        # (exactly this whitespace, once: a raw value may start with whitespace of its own)
+        if step <= _KV_LEAD and lead and (self._text.startswith(lead, self._pos) or (yield from self._peek(lead))):
+            self._pos += len(lead)
+        if step <= _KV_VALUE:
+            try:
+                st.arguments[st.key] = yield from self._argument_value(kv, layout, st.properties.get(st.key))
+            except BadArguments as e:
+                st.bad = st.bad or e  # the value was read; its closing text keeps the parse in step
+        if layout.after_core and not self._here(layout.after, True):  # (the loop skips whitespace next)
+            yield from self._match(layout.after, ws_follows=True)
+        st.step = _KV_WS
 
     def _argument_layout(self, kv):
         """Which layout this argument uses: the one whose middle text comes next."""
