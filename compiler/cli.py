@@ -226,15 +226,39 @@ def gbnf(source, tools_path, tool_choice, parallel, schema_path, mode, llama_req
 @click.option("--standalone", is_flag=True,
               help="Write the parser as one self-contained file (the runtime inlined) instead of a module beside "
                    "the shared generated/tplparse_runtime.py.")
-def compile_command(source, out_dir, family, variant, standalone):
-    """Write SOURCE's PEG and GBNF grammars, its spec and its streaming parser module."""
+@click.option("--allow-partial", is_flag=True,
+              help="Write the files even when the parser does not read back every turn the template renders "
+                   "(the spec and the module record which); exit status 1.")
+def compile_command(source, out_dir, family, variant, standalone, allow_partial):
+    """Write SOURCE's PEG and GBNF grammars, its spec and its streaming parser module.
+
+    The compile proves the parser first: every standard turn the template renders is read
+    back by the parser (one-shot and one character at a time) and accepted by the GBNF
+    grammar. A turn that does not prove is an error (exit 2, nothing written).
+    """
     from pathlib import Path
 
-    from .pipeline import write_artifacts
+    from .pipeline import compile_template, write_files
 
     template = load(source, variant=variant, family=family)
-    for path in write_artifacts(template, Path(out_dir), standalone=standalone):
+    compiled = compile_template(template, standalone=standalone, allow_partial=allow_partial)
+    click.echo(compiled.proof.table(), nl=False)
+    proof = compiled.proof
+    if not proof.ok and not allow_partial:
+        raise InputError(_proof_error(proof))
+    for path in write_files(compiled.files, Path(out_dir)):
         click.echo(f"wrote {path}")
+    if not proof.ok:
+        click.echo(f"tplparse: warning: {_proof_error(proof)} (written anyway: --allow-partial)", err=True)
+        sys.exit(1)
+
+
+def _proof_error(proof) -> str:
+    if proof.error:
+        return f"{proof.family}: {proof.error}: nothing to prove the parser on"
+    first = proof.unproved[0]
+    more = f" (and {len(proof.unproved) - 1} more turns)" if len(proof.unproved) > 1 else ""
+    return f"{proof.family}: the parser does not read back the {first.turn!r} turn: {first.detail}{more}"
 
 
 class _Parsers:
@@ -357,6 +381,11 @@ def build_command(manifest, check):
         result = build(manifest_path, check=check, progress=lambda family: bar.update(1, family))
     for family in result.skipped:
         click.echo(f"skipped {family.name}: {family.source} is not here", err=True)
+    for proof in result.unproved:
+        click.echo(f"tplparse: error: {_proof_error(proof)}", err=True)
+    if result.unproved:
+        raise InputError(f"{len(result.unproved)} families do not prove: "
+                         + ", ".join(p.family for p in result.unproved) + " (their files were left as they are)")
     if check:
         if result.changed or result.removed:
             if result.changed:

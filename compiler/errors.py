@@ -25,6 +25,9 @@ class TemplateError(TplparseError):
         self.reason = message
         self.template = template
         self.line = line
+        # Why transformers' sandbox refused what the own-containers sandbox renders (see
+        # tplparse.source.render), or None.
+        self.own_containers: str | None = None
         where = template or "template"
         if line is not None:
             where += f", line {line}"

@@ -1,13 +1,16 @@
 """The pipeline from a template to its files, for one template or a manifest of families.
 
     load -> probe -> spec -> grammar IR -> PEG, GBNF;  spec -> reading tables -> parser module
+                             proof: the parser and the grammar read back the template's renders
 
-`artifacts(template)` returns the files of one template (relative path -> text):
-grammars/<family>.peg, .gbnf and .spec.json, and the parser under generated/ (the family's
-module, the shared runtime and the folder's __init__.py; or one standalone file).
-`write_artifacts` writes them under a directory; `build` does every family of a manifest
-(families.toml) and, with `check`, writes nothing and says which files a fresh build would
-change. Files are written atomically (a temporary file, then a rename).
+`compile_template(template)` probes, proves and returns the files of one template (relative
+path -> text): grammars/<family>.peg, .gbnf and .spec.json, and the parser under generated/
+(the family's module, the shared runtime and the folder's __init__.py; or one standalone
+file). A template whose parser does not prove is not compiled unless `allow_partial`, and
+then its spec and module record the turns that did not prove. `write_artifacts` writes the
+files under a directory; `build` does every family of a manifest (families.toml) and, with
+`check`, writes nothing and says which files a fresh build would change. Files are written
+atomically (a temporary file, then a rename).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .check.proof import Proof, prove
 from .emit.gbnf import emit_gbnf
 from .emit.module import RUNTIME_MODULE, family_module, module_name, package_init, runtime_source, standalone_module
 from .emit.peg import emit_peg
@@ -26,6 +30,7 @@ from .grammar import build as build_grammar
 from .grammar.reading import reading_tables
 from .probe import probe
 from .source import ChatTemplate, load
+from .spec import ProtocolSpec
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -33,9 +38,25 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 
-def artifacts(template: ChatTemplate, standalone: bool = False) -> dict[str, str]:
-    """Relative path -> text of the files of one template."""
+@dataclass
+class Compiled:
+    spec: ProtocolSpec
+    proof: Proof
+    files: dict[str, str]  # relative path -> text; empty when the proof failed (and no allow_partial)
+
+
+def compile_template(template: ChatTemplate, standalone: bool = False, allow_partial: bool = False) -> Compiled:
+    """Probe, prove, and (when proved, or allowed partially) the files of one template."""
     spec = probe(template)
+    proof = prove(template, spec)
+    if not proof.ok and not allow_partial:
+        return Compiled(spec, proof, {})
+    spec.unproved = [f"{t.turn}: {t.detail}" for t in proof.unproved] + ([proof.error] if proof.error else [])
+    return Compiled(spec, proof, artifacts(template, spec, standalone))
+
+
+def artifacts(template: ChatTemplate, spec: ProtocolSpec, standalone: bool = False) -> dict[str, str]:
+    """Relative path -> text of the files of one template's spec."""
     grammar = build_grammar(spec, special_tokens=template.special_tokens)
     tables = reading_tables(spec, template.special_tokens)
     family = spec.family
@@ -71,9 +92,9 @@ def write_text_atomically(path: Path, text: str) -> None:
         raise
 
 
-def write_artifacts(template: ChatTemplate, out_dir: Path, standalone: bool = False) -> list[Path]:
+def write_files(files: dict[str, str], out_dir: Path) -> list[Path]:
     written = []
-    for relative, text in artifacts(template, standalone).items():
+    for relative, text in files.items():
         path = out_dir / relative
         write_text_atomically(path, text)
         written.append(path)
@@ -115,6 +136,7 @@ def family_template(family: Family) -> ChatTemplate:
 class BuildResult:
     built: list[str] = field(default_factory=list)  # families built (or checked)
     skipped: list[Family] = field(default_factory=list)  # their source is not here
+    unproved: list[Proof] = field(default_factory=list)  # their parser does not read back their renders
     changed: list[str] = field(default_factory=list)  # files written (or, with check, stale)
     removed: list[str] = field(default_factory=list)  # generated files no family makes any more (or would remove)
 
@@ -155,7 +177,12 @@ def build(manifest: Path, check: bool = False, progress=lambda family: None) -> 
             result.skipped.append(family)
             kept |= _family_files(family)
             continue
-        for relative, text in artifacts(family_template(family)).items():
+        compiled = compile_template(family_template(family))
+        if not compiled.proof.ok:
+            result.unproved.append(compiled.proof)
+            kept |= _family_files(family)
+            continue
+        for relative, text in compiled.files.items():
             if done.get(relative) == text:
                 continue
             done[relative] = text
@@ -174,5 +201,5 @@ def build(manifest: Path, check: bool = False, progress=lambda family: None) -> 
     return result
 
 
-__all__ = ["BuildResult", "Family", "artifacts", "build", "family_template", "read_manifest", "write_artifacts",
-           "write_text_atomically"]
+__all__ = ["BuildResult", "Compiled", "Family", "artifacts", "build", "compile_template", "family_template",
+           "read_manifest", "write_files", "write_text_atomically"]

@@ -24,11 +24,11 @@ or parse(text, ...) for a whole output at once (the same result).
 # End of turn
 #   '<|END_OF_TURN_TOKEN|>'
 # Turn layouts
-#   calls              {calls}<|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>
-#   content            <|START_RESPONSE|>{content}<|END_RESPONSE|><|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>
-#   reasoning+content  <|START_RESPONSE|>{content}<|END_RESPONSE|><|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>
-#   content+calls      {calls}<|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>
-#   reasoning+calls    {calls}<|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>
+#   calls              {calls}<|END_OF_TURN_TOKEN|>
+#   content            <|START_RESPONSE|>{content}<|END_RESPONSE|><|END_OF_TURN_TOKEN|>
+#   reasoning+content  <|START_RESPONSE|>{content}<|END_RESPONSE|><|END_OF_TURN_TOKEN|>
+#   content+calls      {calls}<|END_OF_TURN_TOKEN|>
+#   reasoning+calls    {calls}<|END_OF_TURN_TOKEN|>
 
 try:  # generated/ imported as a package
     from . import tplparse_runtime as _runtime

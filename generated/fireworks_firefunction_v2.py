@@ -24,11 +24,11 @@ or parse(text, ...) for a whole output at once (the same result).
 # End of turn
 #   '<|eot_id|>'
 # Turn layouts
-#   calls              {calls}<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n
-#   content            {content}<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n
-#   reasoning+content  {content}<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n
-#   content+calls      {content}{calls}<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n
-#   reasoning+calls    {calls}<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n
+#   calls              {calls}<|eot_id|>
+#   content            {content}<|eot_id|>
+#   reasoning+content  {content}<|eot_id|>
+#   content+calls      {content}{calls}<|eot_id|>
+#   reasoning+calls    {calls}<|eot_id|>
 
 try:  # generated/ imported as a package
     from . import tplparse_runtime as _runtime

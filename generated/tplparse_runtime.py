@@ -283,8 +283,9 @@ def python_value(text):
 
 
 
-def typed_raw(text, schema):
-    """A value written as raw text, typed by its schema (a string when there is none)."""
+def typed_raw(text, schema, fillers=()):
+    """A value written as raw text, typed by its schema (a string when there is none); an
+    object or array may be JSON, a Python literal, or XML elements (see xml_elements)."""
     if not schema:
         return text
     kind = schema.get("type")
@@ -307,12 +308,117 @@ def typed_raw(text, schema):
             try:
                 return json.loads(text)
             except ValueError:
+                pass
+            try:
                 return python_value(text.strip())
+            except (ValueError, SyntaxError):
+                elements = xml_elements(text, schema, kind, fillers)
+                if elements is None:
+                    raise
+                return elements
     except RecursionError:
         raise BadArguments(f"{text[:40]!r} is nested too deeply to read") from None
     except (ValueError, KeyError, SyntaxError, MemoryError) as e:
         raise BadArguments(f"{text[:40]!r} is not a {kind}: {e}") from None
     return text
+
+
+_ELEMENT = re.compile(r"<([A-Za-z_][\w.:-]*)>")
+_TAG_ENDS = re.compile(r"^(?:</|<|>)+|(?:</|<|>)+$")
+
+
+def format_fillers(layouts):
+    """The tokens a key/value format writes around its elements, besides tag syntax (a
+    separator token between every element): the literals of its argument layouts, with
+    the tags' own < </ > cut from their ends. An XML-nested value may hold them between
+    and around its elements."""
+    found = set()
+    for layout in layouts:
+        for piece in layout:
+            if isinstance(piece, str):
+                core = _TAG_ENDS.sub("", piece.strip()).strip()
+                if core and not core.isalnum():
+                    found.add(core)
+    return tuple(sorted(found, key=len, reverse=True))
+
+
+def xml_elements(text, schema, kind, fillers=(), depth=0):
+    """An object or array written as XML elements, as XML-style formats nest values:
+    <key>value</key> children (an object), or <item>value</item> children (an array).
+    Between the elements only whitespace and the format's filler tokens may stand.
+    None when `text` is not such a list of elements."""
+    if depth > 100:
+        raise RecursionError
+    children = []
+    pos = 0
+    while True:
+        found = _ELEMENT.search(text, pos)
+        if found is None:
+            break
+        if _strip_fillers(text[pos:found.start()], fillers):
+            return None
+        name, start = found.group(1), found.end()
+        end = _matching_close(text, name, start)
+        if end == -1:
+            return None
+        children.append((name, text[start:end]))
+        pos = end + len(name) + 3
+    if not children or _strip_fillers(text[pos:], fillers):
+        return None
+    if kind == "array":
+        items = (schema or {}).get("items") or {}
+        return [_element_value(value, items, fillers, depth) for _, value in children]
+    properties = (schema or {}).get("properties") or {}
+    return {name: _element_value(value, properties.get(name), fillers, depth) for name, value in children}
+
+
+def _strip_fillers(text, fillers):
+    """`text` without whitespace and filler tokens at its ends."""
+    text = text.strip()
+    changed = True
+    while changed and text:
+        changed = False
+        for filler in fillers:
+            if text.startswith(filler):
+                text, changed = text[len(filler):].strip(), True
+            if text.endswith(filler):
+                text, changed = text[: len(text) - len(filler)].strip(), True
+    return text
+
+
+def _matching_close(text, name, start):
+    """Where the </name> closing the element opened just before `start` begins (-1: none)."""
+    depth, pos = 1, start
+    opener, closer = f"<{name}>", f"</{name}>"
+    while True:
+        next_close = text.find(closer, pos)
+        if next_close == -1:
+            return -1
+        next_open = text.find(opener, pos, next_close)
+        if next_open != -1:
+            depth, pos = depth + 1, next_open + len(opener)
+            continue
+        depth -= 1
+        if depth == 0:
+            return next_close
+        pos = next_close + len(closer)
+
+
+def _element_value(text, schema, fillers, depth):
+    """A child element's text: nested elements, or a scalar typed by its schema (without
+    one, as JSON reads it, else a string)."""
+    kind = (schema or {}).get("type")
+    if kind in ("object", "array") or (not schema and _ELEMENT.search(text)):
+        nested = xml_elements(text, schema, kind or "object", fillers, depth + 1)
+        if nested is not None:
+            return nested
+    value = _strip_fillers(text, fillers)
+    if schema:
+        return typed_raw(value, schema, fillers)
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value
 
 
 def decode_native(text, fmt):
@@ -376,8 +482,25 @@ LITERAL, NAME, CALL_ID, INDEX, ARGUMENTS, UNREAD = range(6)
 _SLOT_STEPS = {"name": NAME, "id": CALL_ID, "index": INDEX, "index1": INDEX, "arguments": ARGUMENTS}
 
 
+class Closing:
+    """What an argument layout writes after a value, as the readers use it."""
+
+    __slots__ = ("after", "after_core", "after_lead", "raw_end", "after_here", "after_trails")
+
+    def __init__(self, after, raw, separator_core):
+        self.after = after
+        self.after_core = after.strip()
+        self.after_lead = after[: len(after) - len(after.lstrip())]
+        # a raw value ends at its closing text's first word (or the separator), and the
+        # closing text comes right after it (its leading whitespace is the value's)
+        self.raw_end = self.after_core or separator_core
+        self.after_here = "" if not self.after_core else after.lstrip() if raw else after
+        self.after_trails = self.after_here[-1:].isspace()
+
+
 class ArgumentLayout:
-    """One key/value argument layout cut at its slots: before key, key, middle, value, after."""
+    """One key/value argument layout cut at its slots: before key, key, middle, value, after
+    (which may name the key again: </key>)."""
 
     def __init__(self, kind, layout):
         k, v = layout.index({"slot": "key"}), layout.index({"slot": "value"})
@@ -386,17 +509,28 @@ class ArgumentLayout:
             return "".join(p for p in pieces if isinstance(p, str))
 
         self.kind = kind
-        self.before, middle, self.after = text(layout[:k]), text(layout[k + 1:v]), text(layout[v + 1:])
+        self.before, middle = text(layout[:k]), text(layout[k + 1:v])
+        self.after_pieces = layout[v + 1:]
+        self.key_again = {"slot": "key"} in self.after_pieces
         self.middle_full = middle
         self.middle = middle.rstrip()  # matched with the grammar's whitespace tolerance
         self.middle_lead = middle[len(self.middle):]  # whitespace before the value, taken when there
-        self.after_core = self.after.strip()
-        self.after_lead = self.after[: len(self.after) - len(self.after.lstrip())]
-        # Filled by the format: a raw value (read to `raw_end`), and the closing text as it
-        # comes after one (a raw value ends right at its closing text's first word).
-        self.raw = False
-        self.raw_end = ""
-        self.after_here = self.after
+        self.raw = False  # filled by the format: a raw value, read to its closing text
+        self.static = None  # the Closing of a layout that does not name the key after the value
+        self._closings = {}
+
+    def prepare(self, raw, separator_core):
+        self.raw, self._separator_core = raw, separator_core
+        if not self.key_again:
+            self.static = Closing("".join(self.after_pieces), raw, separator_core)
+
+    def closing(self, key):
+        """The Closing after the value of `key` (cached: the same few keys recur)."""
+        found = self.static or self._closings.get(key)
+        if found is None:
+            after = "".join(key if piece == {"slot": "key"} else piece for piece in self.after_pieces)
+            found = self._closings[key] = Closing(after, self.raw, self._separator_core)
+        return found
 
 
 class KeyValueFormat:
@@ -412,20 +546,18 @@ class KeyValueFormat:
         encoders = self.encoders = fmt["value_encoders"]
         self.quote_open, self.quote_close = fmt["quotes"]
         self.value_min = max(1, len(self.quote_open))
-        self.raw_strings = encoders.get("string") == "raw"
+        self.raw_strings = encoders.get("string") in ("raw", "raw-or-quoted")
         self.quoted_strings = encoders.get("string") == "quoted"
+        self.maybe_quoted = encoders.get("string") == "raw-or-quoted"  # (raw, or in quotes: CDATA)
         self.native = encoders.get("object") == "native" or encoders.get("array") == "native"
         self.key_run = run_of(NAME_CHARS).match
         self.single = self.string if len(self.layouts) == 1 else None  # else: told apart by their middle
+        self.fillers = format_fillers(fmt["argument"].values())  # (tokens around XML-nested values)
         # (literals that end with whitespace take all the whitespace there: see literal_here)
         self.separator_trails = self.separator[-1:].isspace()
         self.before_trails = self.before[-1:].isspace()
         for layout in self.layouts:
-            layout.raw = self.raw_strings and (self.single is not None or layout.kind == "string")
-            layout.raw_end = layout.after_core or self.separator_core
-            # (no closing text: nothing to read after the value)
-            layout.after_here = "" if not layout.after_core else layout.after.lstrip() if layout.raw else layout.after
-            layout.after_trails = layout.after_here[-1:].isspace()
+            layout.prepare(self.raw_strings and (self.single is not None or layout.kind == "string"), self.separator_core)
 
 
 def _skips_whitespace(piece):
@@ -1110,7 +1242,11 @@ class Rules:
                     self._pos = pos
                     return k
                 if kind == NAME or kind == CALL_ID:
-                    call["name" if kind == NAME else "id"] = text[pos:end]
+                    field = "name" if kind == NAME else "id"
+                    if call[field] is not None and call[field] != text[pos:end]:
+                        self._pos = pos  # (a layout that writes the name twice: the waiting step says so)
+                        return k
+                    call[field] = text[pos:end]
                     # The header goes out once the name (and the id, when the layout has one) is read.
                     if not call["announced"] and call["name"] and (call["id"] or not self._p.call_has_id):
                         call["announced"] = True
@@ -1130,11 +1266,12 @@ class Rules:
                 yield from self._match(value, ws_follows=ws_follows)
             elif kind == ARGUMENTS:
                 yield from self._arguments_waiting(call, closing)
-            elif kind == NAME:
-                call["name"] = yield from self._read_while(value, "tool name", then)
-                self._announce_when_settled(index, call)
-            elif kind == CALL_ID:
-                call["id"] = yield from self._read_while(value, "call id", then)
+            elif kind == NAME or kind == CALL_ID:
+                field = "name" if kind == NAME else "id"
+                run = yield from self._read_while(value, "tool name" if kind == NAME else "call id", then)
+                if call[field] is not None and call[field] != run:
+                    raise InvalidOutput(f"the call's {field} is {call[field]!r}, then {run!r}")
+                call[field] = run
                 self._announce_when_settled(index, call)
             elif kind != UNREAD:
                 yield from self._read_while(value, "call index")
@@ -1309,12 +1446,18 @@ class Rules:
                     return self._kv_stop(st, pos, _KV_LEAD, key, layout, first)
                 pos += len(lead)
             # The value: raw or quoted text that is here to its end; anything else: the waiting reader.
-            if layout.raw:
-                at = text.find(layout.raw_end, pos)
+            ending = layout.static or layout.closing(key)  # what the layout writes after this value
+            if layout.raw and kv.maybe_quoted and text.startswith(quote_open, pos):
+                at = text.find(quote_close, pos + len(quote_open))
+                if at == -1:
+                    return self._kv_stop(st, pos, _KV_VALUE, key, layout, first)
+                value, pos = text[pos + len(quote_open):at], at + len(quote_close)
+            elif layout.raw:
+                at = text.find(ending.raw_end, pos)
                 if at == -1:
                     return self._kv_stop(st, pos, _KV_VALUE, key, layout, first)
                 value, pos = text[pos:at], at
-                lead = layout.after_lead
+                lead = ending.after_lead
                 if lead and value.endswith(lead):
                     value = value[: len(value) - len(lead)]
             elif quoted and text.startswith(quote_open, pos):
@@ -1327,15 +1470,15 @@ class Rules:
             schema = properties.get(key)
             if schema and schema.get("type") != "string":  # (a string stays as written)
                 try:
-                    arguments[key] = typed_raw(value, schema)
+                    arguments[key] = typed_raw(value, schema, kv.fillers)
                 except BadArguments as e:
                     st.bad = st.bad or e  # the value was read; its closing text keeps the parse in step
             else:
                 arguments[key] = value
-            after = layout.after_here
+            after = ending.after_here
             if after:  # (the loop skips whitespace next)
                 if text.startswith(after, pos):  # as rendered: its end whitespace takes all there is
-                    pos = SPACES.match(text, pos + len(after)).end() if layout.after_trails else pos + len(after)
+                    pos = SPACES.match(text, pos + len(after)).end() if ending.after_trails else pos + len(after)
                 else:
                     end = literal_here(text, pos, after, True)
                     if end < 0:
@@ -1382,13 +1525,14 @@ class Rules:
         # (exactly this whitespace, once: a raw value may start with whitespace of its own)
         if step <= _KV_LEAD and lead and (self._text.startswith(lead, self._pos) or (yield from self._peek(lead))):
             self._pos += len(lead)
+        ending = layout.closing(st.key)
         if step <= _KV_VALUE:
             try:
-                st.arguments[st.key] = yield from self._argument_value(kv, layout, st.properties.get(st.key))
+                st.arguments[st.key] = yield from self._argument_value(kv, layout, ending, st.properties.get(st.key))
             except BadArguments as e:
                 st.bad = st.bad or e  # the value was read; its closing text keeps the parse in step
-        if layout.after_core and not self._here(layout.after, True):  # (the loop skips whitespace next)
-            yield from self._match(layout.after, ws_follows=True)
+        if ending.after_core and not self._here(ending.after, True):  # (the loop skips whitespace next)
+            yield from self._match(ending.after, ws_follows=True)
         st.step = _KV_WS
 
     def _argument_layout(self, kv):
@@ -1401,19 +1545,28 @@ class Rules:
                 return layout
         raise InvalidOutput(f"an argument's layout is not recognised at {self._text[self._pos:self._pos + longest + 8]!r}")
 
-    def _argument_value(self, kv, layout, schema):
+    def _argument_value(self, kv, layout, ending, schema):
         """argument-value: raw text, quoted text, JSON, a Python literal or the format's notation."""
         if self._available() < kv.value_min:
             yield from self._need(kv.value_min)
+        if kv.maybe_quoted and (len(kv.layouts) == 1 or layout.kind == "string") and (
+                yield from self._peek(kv.quote_open)):
+            # a raw string in the format's quotes (CDATA): to the closing quote, then as raw text
+            self._pos += len(kv.quote_open)
+            text = self._until_here(kv.quote_close)
+            if text is None:
+                text = yield from self._read_until(kv.quote_close, "argument value")
+            self._pos += len(kv.quote_close)
+            return typed_raw(text, schema)
         if kv.raw_strings and (len(kv.layouts) == 1 or layout.kind == "string"):
-            stop = layout.after_core or kv.separator_core
+            stop = ending.raw_end
             text = self._until_here(stop)
             if text is None:
                 text = yield from self._read_until(stop, "argument value")
-            lead = layout.after_lead
+            lead = ending.after_lead
             if lead and text.endswith(lead):
                 text = text[: len(text) - len(lead)]
-            return typed_raw(text, schema)
+            return typed_raw(text, schema, kv.fillers)
         if kv.quoted_strings and self._text.startswith(kv.quote_open, self._pos):
             self._pos += len(kv.quote_open)
             text = self._until_here(kv.quote_close)
@@ -1425,9 +1578,9 @@ class Rules:
             text = yield from self._read_native(kv.fmt)
             return decode_native(text, kv.fmt)
         python = any(kv.encoders.get(k) in ("python", "jinja") for k in (layout.kind, "string"))
-        if layout.after_core and layout.kind != "string":
+        if ending.after_core and layout.kind != "string":
             # A typed value runs to its layout's closing text (DSML: string="false">3</parameter>).
-            text = (yield from self._read_until(layout.after_core, "argument value")).strip()
+            text = (yield from self._read_until(ending.after_core, "argument value")).strip()
         else:
             text = yield from self._read_balanced("'\"" if python else '"', "argument value")
         try:

@@ -24,7 +24,7 @@ from tplparse.emit.peg import emit_peg
 from tplparse.probe import probe
 
 from conftest import EXAMPLES, corpus_ids, corpus_templates, needs_corpus
-from corpus_outputs import FRESH_TOOLS, KNOWN_READBACK_DIFFERENCES, outputs, readable
+from corpus_outputs import FRESH_TOOLS, outputs, readable
 
 TEMPLATES = corpus_templates()
 
@@ -75,9 +75,6 @@ def test_corpus_grammars_read_back_the_templates_renders(corpus, stem, accepts, 
                                                     special_tokens=template.special_tokens)
             grammars[output.start] = emit_gbnf(build(spec, GrammarOptions(start=output.start), template.special_tokens))
         message = parsers[output.start].parse(output.text)
-        if (stem, output.turn) in KNOWN_READBACK_DIFFERENCES:
-            assert readable(message) != output.expected, "fixed? remove it from KNOWN_READBACK_DIFFERENCES"
-            continue
         assert message["errors"] == [], (output.turn, output.text, message["errors"])
         assert readable(message) == output.expected, (output.turn, output.text)
         assert accepts(grammars[output.start], output.text), (output.turn, output.text)

@@ -22,7 +22,14 @@ TEMPLATES = corpus_templates()
 
 # Pairs (template, standard turn) whose re-rendering check fails, with the reason. Empty:
 # every pair passes today; a new failure (or a fixed one) must be listed (or removed) here.
-KNOWN_FAILURES: dict[tuple[str, str], str] = {}
+# Turns the spec reads (the proof: tests/test_proof.py) but cannot write back, and why.
+KNOWN_FAILURES: dict[tuple[str, str], str] = {
+    ("MiniMax-M3", "typed call"):
+        "the template writes objects and arrays as XML elements and drops null arguments: the parser reads "
+        "them, the spec has no way to write them",
+    ("llamacpp-DeepSeek-R1", "content+call"):
+        "the template drops the calls of a turn that has content: there is no content+calls layout to write",
+}
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ from tplparse.probe import probe
 from tplparse.spec import ProtocolSpec
 
 from conftest import CORPUS, EXAMPLES, REPO, corpus_ids, corpus_templates, needs_corpus, run_cli
-from corpus_outputs import FRESH_TOOLS, KNOWN_READBACK_DIFFERENCES, outputs, parser_module, readable
+from corpus_outputs import FRESH_TOOLS, outputs, parser_module, readable
 
 TEMPLATES = corpus_templates()
 
@@ -116,15 +116,12 @@ def test_round_trip_on_every_chunking(corpus, stem):
     for output in outputs(template, spec):
         text, kwargs = output.text, {"tools": FRESH_TOOLS, "start": output.start}
         one_shot = module.parse(text, **kwargs)
-        if (stem, output.turn) in KNOWN_READBACK_DIFFERENCES:
-            assert readable(one_shot) != output.expected
-        else:
-            assert one_shot["errors"] == [], (output.turn, text, one_shot["errors"])
-            assert readable(one_shot) == output.expected, (output.turn, text)
-            if output.start not in reference:
-                reference[output.start] = ReferenceParser(spec, FRESH_TOOLS, start=output.start,
-                                                          special_tokens=template.special_tokens)
-            assert reference[output.start].parse(text) == one_shot
+        assert one_shot["errors"] == [], (output.turn, text, one_shot["errors"])
+        assert readable(one_shot) == output.expected, (output.turn, text)
+        if output.start not in reference:
+            reference[output.start] = ReferenceParser(spec, FRESH_TOOLS, start=output.start,
+                                                      special_tokens=template.special_tokens)
+        assert reference[output.start].parse(text) == one_shot
         chunkings = {
             "one character": range(1, len(text)),
             "marker edges": marker_cuts(spec, text),

@@ -90,7 +90,8 @@ def render_both(path, messages, tools, add_generation_prompt, extra):
         named_tokens=NAMED,
     )
     try:
-        got = template.render(messages, tools=tools, add_generation_prompt=add_generation_prompt, **extra)
+        got = template.render(messages, tools=tools, add_generation_prompt=add_generation_prompt,
+                              own_containers=False, **extra)
     except TemplateError as e:
         got = e
     return expected, got
@@ -117,7 +118,19 @@ def compare(path, kind):
 @pytest.mark.parametrize("path", TEMPLATES, ids=corpus_ids(TEMPLATES))
 def test_render_matches_transformers(path, kind):
     used = compare(path, kind)
-    assert used is not None, f"{path.stem}: no shape of the {kind} conversation renders in transformers"
+    if used is None:
+        # transformers refuses every shape, and so does tplparse's parity render (compare
+        # checked that). These templates ship in GGUF files llama.cpp renders: tplparse renders
+        # them in the own-containers sandbox and says why.
+        template = tplparse.load(path).with_tokens(**NAMED)
+        for label, messages, tools, gen, extra in shapes(kind):
+            try:
+                template.render(messages, tools=tools, add_generation_prompt=gen, **extra)
+            except TemplateError:
+                continue
+            assert template.compat_notes, f"{path.stem}: rendered in the fallback without a note"
+            return
+        pytest.fail(f"{path.stem}: no shape of the {kind} conversation renders, in transformers or in the fallback")
 
 
 @needs_corpus

@@ -33,7 +33,10 @@ class ReferenceParser:
                  special_tokens: tuple[str, ...] = ()):
         self.spec = spec
         self.tools = {(_function(t)["name"]): _function(t) for t in tools or []}
-        options = GrammarOptions(tools=None, start=start, trailing_text=True)
+        # A format whose closing tags name the key (<amount>…</amount>) can be matched only
+        # knowing the keys (PEG has no back-references): then the grammar of the tools.
+        options = GrammarOptions(tools=tools if tools and _names_the_key_again(spec) else None, start=start,
+                                 trailing_text=True)
         self.ir = build(spec, options, special_tokens)
         self.grammar = ParsimoniousGrammar(emit_peg(self.ir))
 
@@ -106,7 +109,7 @@ class ReferenceParser:
 
     def _walk_call(self, node: ParseNode, parts: dict) -> None:
         name = node.expr_name
-        if name == "tool_name":
+        if name.startswith("tool_name"):  # (tool_name; tool_name_<tool> in a grammar of the tools)
             parts["name"] = node.text
             return
         if name == "call_id":
@@ -115,7 +118,7 @@ class ReferenceParser:
         if name == "arguments" and self.spec.tool_calls.arguments.style == ArgumentStyle.OBJECT:
             parts["arguments"] = node.text
             return
-        if name == "argument":
+        if name == "argument" or (name.startswith("argument_") and not name.startswith("argument_key")):
             pair = {"key": None, "value": None}
             self._walk_argument(node, pair)
             if pair["key"] is not None and pair["value"] is not None:
@@ -126,7 +129,7 @@ class ReferenceParser:
 
     def _walk_argument(self, node: ParseNode, out: dict) -> None:
         name = node.expr_name
-        if name == "argument_key":
+        if name.startswith("argument_key"):
             out["key"] = node.text
             return
         if name.startswith("value_"):
@@ -134,6 +137,13 @@ class ReferenceParser:
             return
         for child in node.children or []:
             self._walk_argument(child, out)
+
+
+def _names_the_key_again(spec: ProtocolSpec) -> bool:
+    tc = spec.tool_calls
+    if tc is None or tc.arguments.style == ArgumentStyle.OBJECT:
+        return False
+    return any(layout[layout.index({"slot": "value"}):].count({"slot": "key"}) for layout in tc.arguments.argument.values())
 
 
 def _function(tool: dict) -> dict:
@@ -164,7 +174,7 @@ def _decode_value(node: ParseNode, fmt: ArgumentFormat, schema: dict | None) -> 
     text = node.text
     if kind.startswith("value_raw"):
         layout_kind = kind[len("value_raw_"):] or "string"
-        return _typed_raw(_strip_layout_ws(text, fmt, layout_kind), schema)
+        return _typed_raw(_strip_layout_ws(text, fmt, layout_kind), schema, runtime.format_fillers(fmt.argument.values()))
     if kind == "value_quoted":
         return _typed_raw(text[len(fmt.quotes[0]):len(text) - len(fmt.quotes[1])], schema)
     if kind == "value_python":
@@ -181,10 +191,10 @@ def _strip_layout_ws(text: str, fmt: ArgumentFormat, layout_kind: str) -> str:
     return text[: len(text) - len(lead)] if lead and text.endswith(lead) else text
 
 
-def _typed_raw(text: str, schema: dict | None) -> Any:
+def _typed_raw(text: str, schema: dict | None, fillers: tuple = ()) -> Any:
     """A raw value typed by its schema: the same rule the streaming parsers follow."""
     try:
-        return runtime.typed_raw(text, schema)
+        return runtime.typed_raw(text, schema, fillers)
     except runtime.BadArguments as e:
         raise ValueError(str(e)) from None
 

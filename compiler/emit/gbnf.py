@@ -13,7 +13,7 @@ followed by a path that ends inside a partial stop (the stop itself may follow t
 
 from __future__ import annotations
 
-from ..grammar.ir import AnyChar, Alt, Chars, End, Grammar, Lit, Ref, Rep, Seq, TextUntil, Visitor, quantifier
+from ..grammar.ir import AnyChar, Alt, Chars, End, Grammar, Lit, Not, Ref, Rep, Seq, TextUntil, Visitor, quantifier
 
 
 def _escape_char(ch: str, in_class: bool) -> str:
@@ -82,6 +82,9 @@ class _Emitter(Visitor):
 
     def visit_Rep(self, node: Rep, top: bool = False) -> str:
         return self.visit(node.item) + quantifier(node)
+
+    def visit_Not(self, node: Not, top: bool = False) -> str:
+        return '""'  # (no lookahead in GBNF: the grammar accepts what the lookahead would refuse)
 
     def generic_visit(self, node, top: bool = False) -> str:
         raise TypeError(f"unknown IR node {node!r}")

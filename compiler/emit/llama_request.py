@@ -72,13 +72,13 @@ def _trigger(spec: ProtocolSpec, options: GrammarOptions, boundaries: Boundaries
     """Where the lazy grammar takes over: the call opener, or the start of a call."""
     tc = spec.tool_calls
     if tc.section_start.strip():
-        opener = call_opener(tc, boundaries)
+        opener = call_opener(spec, boundaries)
         if not opener.lstrip().startswith(("{", "[")):
             return {"type": "word", "value": opener}
         return {"type": "pattern", "value": re.escape(tc.section_start.lstrip())}
     first = tc.call[0] if tc.call else ""
     if isinstance(first, str) and first.strip():
-        opener = call_opener(tc, boundaries)
+        opener = call_opener(spec, boundaries)
         if not opener.lstrip().startswith(("{", "[")):
             return {"type": "word", "value": opener}
         return {"type": "pattern", "value": re.escape(first.lstrip())}

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 
-from ..grammar.ir import AnyChar, Alt, Chars, End, Grammar, Lit, Ref, Rep, Seq, TextUntil, Visitor, quantifier
+from ..grammar.ir import AnyChar, Alt, Chars, End, Grammar, Lit, Not, Ref, Rep, Seq, TextUntil, Visitor, quantifier
 
 def _name(rule: str) -> str:
     return rule.replace("-", "_")
@@ -61,6 +61,9 @@ class _PegWriter(Visitor):
 
     def visit_Rep(self, node: Rep, top: bool = False) -> str:
         return self.visit(node.item) + quantifier(node)
+
+    def visit_Not(self, node: Not, top: bool = False) -> str:
+        return "!" + self.visit(node.item)
 
     def generic_visit(self, node, top: bool = False) -> str:
         raise TypeError(f"unknown IR node {node!r}")

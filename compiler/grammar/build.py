@@ -26,7 +26,7 @@ from ..probe.markers import first_marker
 from ..probe.spans import Boundaries
 from ..spec import ArgumentFormat, ArgumentStyle, Parallel, ProtocolSpec, Start, ToolCallFormat, kv_parts, slot
 from . import json_schema
-from .ir import End, Grammar, Lit, Node, Ref, Rep, TextUntil, alt, chars, opt, seq
+from .ir import End, Grammar, Lit, Node, Not, Ref, Rep, TextUntil, alt, chars, opt, seq
 from .json_values import add_json, add_python_literal, add_ws
 from .reading import content_may_follow_calls, cut_at_end, reading_tables
 
@@ -206,7 +206,7 @@ def _add_tool_calls(g: Grammar, tc: ToolCallFormat, options: GrammarOptions, ws:
         if not tools:
             raise ValueError(f"tool_choice names {options.tool_choice!r}, which is not among the tools")
     if tools is None:
-        args = _add_arguments(g, tc.arguments, "arguments", None, ws, options.warnings)
+        args = _add_arguments(g, tc.arguments, "arguments", None, ws, options.warnings, _after_arguments(tc))
         g.add("tool-name", Rep(NAME_CHARS, 1), "a tool name")
         call = g.add("tool-call", _call_body(tc, Ref("tool-name"), args, ws), "one tool call")
     else:
@@ -215,8 +215,9 @@ def _add_tool_calls(g: Grammar, tc: ToolCallFormat, options: GrammarOptions, ws:
             name = _tool_name(tool)
             rule = _rule_name(name)
             schema = _tool_schema(tool)
-            args = _add_arguments(g, tc.arguments, f"arguments-{rule}", schema, ws, options.warnings)
-            alternatives.append(g.add(f"call-{rule}", _call_body(tc, Lit(name), args, ws), f"a call of {name}"))
+            args = _add_arguments(g, tc.arguments, f"arguments-{rule}", schema, ws, options.warnings, _after_arguments(tc))
+            tool_name = g.add(f"tool-name-{rule}", Lit(name), f"the name {name}")
+            alternatives.append(g.add(f"call-{rule}", _call_body(tc, tool_name, args, ws), f"a call of {name}"))
         call = g.add("tool-call", alt(*alternatives), "one tool call, of an offered tool")
     g.add("call-id", Rep(ID_CHARS, 1), "a call id")
     g.add("call-index", Rep(chars("0-9"), 1), "a call's position")
@@ -256,7 +257,14 @@ def _rule_name(name: str) -> str:
     return "-".join(p for p in out.split("-") if p) or "tool"
 
 
-def _add_arguments(g: Grammar, fmt: ArgumentFormat, name: str, schema: dict | None, ws: Ref, warnings) -> Ref:
+def _after_arguments(tc: ToolCallFormat) -> str:
+    """The call's literal right after its arguments, stripped (where the arguments end)."""
+    pieces = tc.call[tc.call.index(slot("arguments")) + 1:] if slot("arguments") in tc.call else []
+    return next((p for p in pieces if isinstance(p, str) and p.strip()), "").strip()
+
+
+def _add_arguments(g: Grammar, fmt: ArgumentFormat, name: str, schema: dict | None, ws: Ref, warnings,
+                   closing: str = "") -> Ref:
     if fmt.style == ArgumentStyle.OBJECT:
         if fmt.encoder == "python":
             if schema is None:
@@ -268,14 +276,15 @@ def _add_arguments(g: Grammar, fmt: ArgumentFormat, name: str, schema: dict | No
             return g.add(name, json_schema.add_schema(g, schema, name + "-json", warnings), "arguments, by the tool's schema")
         add_json(g)
         return g.add(name, Ref("json-object"), "arguments, a JSON object")
-    return g.add(name, _kv_arguments(g, fmt, name, schema, ws, warnings), "arguments, one per key")
+    return g.add(name, _kv_arguments(g, fmt, name, schema, ws, warnings, closing), "arguments, one per key")
 
 
-def _kv_arguments(g: Grammar, fmt: ArgumentFormat, name: str, schema: dict | None, ws: Ref, warnings) -> Node:
+def _kv_arguments(g: Grammar, fmt: ArgumentFormat, name: str, schema: dict | None, ws: Ref, warnings,
+                  closing: str = "") -> Node:
     """argument (separator argument)*, each argument by the layout of its value's type."""
     properties = (schema or {}).get("properties") or {}
     if schema is None or not properties:
-        one = _kv_argument_any(g, fmt, ws)
+        one = _kv_argument_any(g, fmt, ws, closing)
         return opt(seq(one, Rep(seq(tolerant(fmt.separator, ws), one))))
     # Properties in the schema's order (sorted when the format sorts keys); required ones
     # present, optional ones present or not, the separator between those present.
@@ -284,7 +293,7 @@ def _kv_arguments(g: Grammar, fmt: ArgumentFormat, name: str, schema: dict | Non
     members = []
     for prop, prop_schema in items:
         kind = json_schema.primary_type(prop_schema)
-        rule = f"{name}-{_rule_name(prop)}"
+        rule = f"argument-{name.removeprefix('arguments-')}-{_rule_name(prop)}"  # (argument-TOOL-KEY)
         members.append((_kv_argument_typed(g, fmt, prop, kind, prop_schema, ws, warnings, rule), prop in required))
     separator = tolerant(fmt.separator, ws)
     after: Node = Lit("")
@@ -303,20 +312,39 @@ def _kv_arguments(g: Grammar, fmt: ArgumentFormat, name: str, schema: dict | Non
 
 def _kv_layout_node(fmt: ArgumentFormat, kind: str, key: Node, value: Node, ws: Ref) -> Node:
     layout = fmt.argument.get(kind) or fmt.argument["string"]
-    before, middle, after = kv_parts(layout)
+    before, middle, _ = kv_parts(layout)
     # Whitespace right before a value is the template's exactly (a raw value keeps its own).
     core = middle.rstrip()
     lead = middle[len(core):]
-    return seq(tolerant(before, ws), key, tolerant(core, ws), opt(Lit(lead)) if lead else None, value, tolerant(after, ws))
+    # After the value: literals, and the key again where the layout names it there (</key>).
+    after = [tolerant(p, ws) if isinstance(p, str) else key for p in layout[layout.index(slot("value")) + 1:]]
+    return seq(tolerant(before, ws), key, tolerant(core, ws), opt(Lit(lead)) if lead else None, value, *after)
 
 
-def _value_rule(g: Grammar, fmt: ArgumentFormat, kind: str, encoder: str) -> Ref:
+def _value_rule(g: Grammar, fmt: ArgumentFormat, kind: str, encoder: str, closing: str = "") -> Ref:
     """value-<encoder>: the rule name tells the reference parser how to decode the value."""
+    if encoder == "raw-or-quoted":
+        return g.add("optionally-quoted", alt(_value_rule(g, fmt, kind, "quoted"), _value_rule(g, fmt, kind, "raw", closing)),
+                     "raw text, or text in the format's quotes")
     if encoder == "raw":
-        _, _, after = kv_parts(fmt.argument.get(kind) or fmt.argument["string"])
-        stop = after.strip() or fmt.separator.strip()
+        layout = fmt.argument.get(kind) or fmt.argument["string"]
+        after = layout[layout.index(slot("value")) + 1:]
+        # (up to the closing text, or to its part before the key it names again)
+        stop = (after[0] if after and isinstance(after[0], str) else "").strip() or fmt.separator.strip()
         name = f"value-raw-{kind}" if kind in fmt.argument and kind != "string" else "value-raw"
-        return g.add(name, TextUntil((stop,) if stop else ()), "text up to the argument's closing text")
+        text = TextUntil((stop,) if stop else ())
+        if len(after) > 2 and after[1] == slot("key") and isinstance(after[2], str) and after[2].strip():
+            # The closing text names the key (</key>): nested elements close with other names,
+            # which such a value may hold (an object or array written as XML elements).
+            close = after[2][: after[2].index(">") + 1] if ">" in after[2] else after[2].strip()
+            # (for PEG, which takes a repetition greedily: a closing of the argument itself is
+            # followed by the next argument or by the call's next literal)
+            before = kv_parts(layout)[0].strip()
+            follows = [seq(Lit(before), NAME_CHARS) if before else None, Lit(closing) if closing else None]
+            own_close = seq(Lit(stop), Rep(NAME_CHARS, 1), tolerant(after[2], add_ws(g)), alt(*[f for f in follows if f]))
+            nested = seq(Not(own_close), Lit(stop), Rep(NAME_CHARS, 1), Lit(close), text)
+            return g.add(name, seq(text, Rep(nested)), "text up to the argument's closing text, nested elements closed")
+        return g.add(name, text, "text up to the argument's closing text")
     if encoder == "quoted":
         return g.add("value-quoted", seq(Lit(fmt.quotes[0]), TextUntil((fmt.quotes[1],)), Lit(fmt.quotes[1])),
                      "a string between the format's quotes")
@@ -327,18 +355,18 @@ def _value_rule(g: Grammar, fmt: ArgumentFormat, kind: str, encoder: str) -> Ref
     return g.add("value-json", add_json(g), "a JSON value")
 
 
-def _kv_argument_any(g: Grammar, fmt: ArgumentFormat, ws: Ref) -> Ref:
+def _kv_argument_any(g: Grammar, fmt: ArgumentFormat, ws: Ref, closing: str = "") -> Ref:
     """Without a schema: any key; each layout with the values its types are written in."""
     key = g.add("argument-key", Rep(NAME_CHARS, 1), "an argument name")
     alternatives = []
     for kind in ["string"] + [k for k in fmt.argument if k != "string"]:
-        if len(fmt.argument) == 1 and fmt.value_encoders.get("string") != "raw":
+        if len(fmt.argument) == 1 and fmt.value_encoders.get("string") not in ("raw", "raw-or-quoted"):
             # One layout for every type, each type in its own encoding.
             encoders = list(dict.fromkeys(fmt.value_encoders.values()))
         else:
             # Raw text holds any value; else the layout's own type.
             encoders = [fmt.value_encoders.get(kind, "json")]
-        value = alt(*[_value_rule(g, fmt, kind, e) for e in encoders])
+        value = alt(*[_value_rule(g, fmt, kind, e, closing) for e in encoders])
         alternatives.append(_kv_layout_node(fmt, kind, key, value, ws))
     return g.add("argument", alt(*alternatives), "one argument")
 
@@ -347,11 +375,27 @@ def _kv_argument_typed(g, fmt: ArgumentFormat, prop: str, kind: str, schema: dic
     """One argument of a known property: its name, and a value its schema allows."""
     layout_kind = kind if kind in fmt.argument else "string"
     encoder = fmt.value_encoders.get(kind) or fmt.value_encoders.get("string", "json")
-    if fmt.value_encoders.get("string") == "raw" and len(fmt.argument) == 1:
+    strings = fmt.value_encoders.get("string")
+    if strings in ("raw", "raw-or-quoted") and len(fmt.argument) == 1:
         encoder = "raw"  # this format writes every value as raw text
-    if encoder == "raw":
+    layout = fmt.argument.get(layout_kind) or fmt.argument["string"]
+    after = layout[layout.index(slot("value")) + 1:]
+    if encoder == "raw" and len(after) > 2 and after[1] == slot("key") and isinstance(after[2], str):
+        # The closing text names the key (</amount>): the value is the text up to it, which
+        # may hold nested elements of other names (an object or array as XML elements).
+        close = after[2][: after[2].index(">") + 1] if ">" in after[2] else after[2].strip()
+        text = TextUntil((after[0].strip() + prop + close,))
+        if kind != "string" or _constrains_string(schema):
+            # typed by the schema; an object or array may also be XML elements (any text, here)
+            flavor = "python" if fmt.value_encoders.get(kind) in ("python", "jinja") else "json"
+            typed = json_schema.add_raw_value(g, schema, name, warnings, flavor)
+            text = alt(typed, text) if kind in ("object", "array") else typed
+        value = g.add(f"value-raw-{name}", text, f"the value of {prop}, up to its closing")
+        key = g.add(f"argument-key-{name.removeprefix('argument-')}", Lit(prop), "the argument's name")
+        return g.add(name, _kv_layout_node(fmt, layout_kind, key, value, ws), f"the {prop} argument")
+    if encoder in ("raw", "raw-or-quoted"):
         if kind == "string" and not _constrains_string(schema):
-            value = _value_rule(g, fmt, layout_kind, "raw")
+            value = _value_rule(g, fmt, layout_kind, strings if strings == "raw-or-quoted" else "raw")
         else:
             flavor = "python" if fmt.value_encoders.get(kind) in ("python", "jinja") else "json"
             value = g.add(f"{name}-raw", json_schema.add_raw_value(g, schema, name, warnings, flavor),
@@ -365,7 +409,7 @@ def _kv_argument_typed(g, fmt: ArgumentFormat, prop: str, kind: str, schema: dic
         value = g.add(f"{name}-json", json_schema.add_schema(g, schema, name + "-schema", warnings), "a JSON value of the schema")
     else:
         value = _value_rule(g, fmt, layout_kind, encoder)
-    key = g.add(f"{name}-key", Lit(prop), "the argument's name")
+    key = g.add(f"argument-key-{name.removeprefix('argument-')}", Lit(prop), "the argument's name")
     return g.add(name, _kv_layout_node(fmt, layout_kind, key, value, ws), f"the {prop} argument")
 
 

@@ -9,6 +9,8 @@ A `Grammar` is an ordered set of named rules; a rule's body is a tree of nodes:
     Rep(item, min, max)    repetition (max None: unbounded)
     Ref(name)              another rule
     TextUntil(stops)       any text (maybe empty) in which none of `stops` occurs
+    Not(item)              what follows is not `item` (consumes nothing; PEG only: GBNF has
+                           no lookahead and accepts what it would refuse)
     End()                  the end of the text
 
 `TextUntil` is the one construct the emitters write differently: PEG with negative
@@ -69,6 +71,11 @@ class TextUntil:
 
 
 @dataclass(frozen=True)
+class Not:
+    item: "Node"
+
+
+@dataclass(frozen=True)
 class End:
     """The end of the text (PEG checks it; GBNF is complete at the end of its root anyway)."""
 
@@ -88,7 +95,7 @@ def quantifier(rep: "Rep") -> str:
     return f"{{{rep.min},{rep.max}}}"
 
 
-Node = Union[Lit, Chars, AnyChar, Seq, Alt, Rep, Ref, TextUntil, End]
+Node = Union[Lit, Chars, AnyChar, Seq, Alt, Rep, Ref, TextUntil, Not, End]
 
 
 def seq(*items) -> Node:
@@ -135,7 +142,7 @@ def children(node: Node) -> tuple:
     """The nodes directly inside `node`."""
     if isinstance(node, (Seq, Alt)):
         return node.items
-    if isinstance(node, Rep):
+    if isinstance(node, (Rep, Not)):
         return (node.item,)
     return ()
 

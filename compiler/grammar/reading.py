@@ -22,10 +22,25 @@ def end_of_turn_markers(spec: ProtocolSpec) -> list[str]:
     return [m for m in spec.end_of_turn if m.strip()]
 
 
-def call_opener(tool_calls: ToolCallFormat, boundaries: Boundaries) -> str:
-    """The marker that opens a calls section (what a lazy grammar triggers on)."""
-    head = tool_calls.section_start or next((p for p in tool_calls.call if isinstance(p, str)), "")
-    return first_marker(head, boundaries)
+def call_opener(spec: ProtocolSpec, boundaries: Boundaries) -> str:
+    """The marker that opens a calls section (what content stops at, and a lazy grammar
+    triggers on): the first marker of the section's start, or (a section start that is only
+    whitespace, or none) of the call's first literal; with the markers after it as long as
+    it would also start another marker of the turn (a content wrapper's end, a reasoning
+    marker, an end of turn: a generic tag such as <|close|> opens nothing by itself)."""
+    tool_calls = spec.tool_calls
+    head = tool_calls.section_start if tool_calls.section_start.strip() else ""
+    head = (head or next((p for p in tool_calls.call if isinstance(p, str)), "")).lstrip()
+    others = [m.strip() for m in [spec.content_start, spec.content_end, *end_of_turn_markers(spec)] if m.strip()]
+    if spec.reasoning is not None:
+        others += [m.strip() for m in (spec.reasoning.start, spec.reasoning.end) if m.strip()]
+    opener = first_marker(head, boundaries)
+    while opener and len(opener) < len(head) and any(other.startswith(opener) for other in others):
+        longer = opener + first_marker(head[len(opener):], boundaries)
+        if len(longer) <= len(opener) or not head.startswith(longer):
+            break
+        opener = longer
+    return opener
 
 
 def call_head(tool_calls: ToolCallFormat, boundaries: Boundaries) -> str:
@@ -95,7 +110,7 @@ def reading_tables(spec: ProtocolSpec, special_tokens: tuple[str, ...] = ()) -> 
     }
     tc = spec.tool_calls
     if tc is not None:
-        opener = call_opener(tc, boundaries)
+        opener = call_opener(spec, boundaries)
         prefix, inline = content_prefix_and_inline_opener(spec, opener)
         inner = section_with_content(spec)
         args = tc.arguments

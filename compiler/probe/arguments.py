@@ -97,8 +97,30 @@ def _kv_argument(region: str, key: str, value, encoders: dict) -> tuple[list[Pie
         return None
     name, where, text = best
     middle, suffix = rest[:where], rest[where + len(text):]
-    layout = [p for p in (prefix, slot("key"), middle, slot("value"), suffix) if p != ""]
+    layout = [p for p in (prefix, slot("key"), middle, slot("value")) if p != ""]
+    # The key written again after the value (a closing tag named for it: <key>v</key>).
+    at = _word_at(suffix, key)
+    while at != -1:
+        if suffix[:at]:
+            layout.append(suffix[:at])
+        layout.append(slot("key"))
+        suffix = suffix[at + len(key):]
+        at = _word_at(suffix, key)
+    if suffix:
+        layout.append(suffix)
     return layout, name
+
+
+def _word_at(text: str, word: str) -> int:
+    """Where `word` occurs in `text` as a whole word (-1: nowhere)."""
+    at = text.find(word)
+    while at != -1:
+        before = text[at - 1] if at else ""
+        after = text[at + len(word):at + len(word) + 1]
+        if not (before.isalnum() or before in "_.-") and not (after.isalnum() or after in "_.-"):
+            return at
+        at = text.find(word, at + 1)
+    return -1
 
 
 def _standard_encoders(value) -> dict:
@@ -120,6 +142,42 @@ def _split_quotes(string_layout: list[Piece], plain_layout: list[Piece]):
     return (opening, closing) if opening and closing else None
 
 
+# Characters a template may quote a raw string for (an XML CDATA block for <, & and line breaks).
+QUOTE_TRIGGERS = "<&\n\"'\\>"
+
+
+def _one_argument_region(renderer, user, s: Sentinels, value, pre: str, post: str) -> str | None:
+    rendered = assistant_spans(renderer, user, {"v": _call_turn(s, {s.key1: value})})
+    span = rendered[2].get("v") if rendered else None
+    if span is None or not (span.startswith(pre) and span.endswith(post)):
+        return None
+    return span[len(pre):len(span) - len(post)]
+
+
+def _quoted_when_needed(renderer, user, s: Sentinels, arg_format: ArgumentFormat, pre: str, post: str) -> None:
+    """A raw string layout found with a value full of special characters may be a layout that
+    quotes only such values (<![CDATA[ ... ]]>): compare with a plain value, and find which
+    characters make the template quote."""
+    plain = _one_argument_region(renderer, user, s, s.value1, pre, post)
+    found = _kv_argument(plain, s.key1, s.value1, {"raw": lambda v: v}) if plain else None
+    if found is None:
+        return
+    quotes = _split_quotes(arg_format.argument["string"], found[0])
+    if quotes is None:
+        return
+    triggers = ""
+    for ch in QUOTE_TRIGGERS:
+        value = f"a{ch}b"
+        region = _one_argument_region(renderer, user, s, value, pre, post)
+        if region is not None and quotes[0] + value + quotes[1] in region:
+            triggers += ch
+    if not triggers:
+        return
+    arg_format.argument["string"] = found[0]
+    arg_format.value_encoders["string"] = "raw-or-quoted"
+    arg_format.quotes, arg_format.quote_when = list(quotes), triggers
+
+
 def _kv_format(renderer, user, s: Sentinels, spans: dict[str, str], boundaries: Boundaries, warnings) -> ArgumentFormat | None:
     regions = _argument_regions(spans, boundaries)
     a, b = regions
@@ -133,6 +191,9 @@ def _kv_format(renderer, user, s: Sentinels, spans: dict[str, str], boundaries: 
         return None
     string_layout, string_encoder = found
     arg_format = ArgumentFormat(style=ArgumentStyle.KV, argument={"string": string_layout}, value_encoders={"string": string_encoder})
+    if string_encoder == "raw":
+        _quoted_when_needed(renderer, user, s, arg_format, spans["zero"][:a], spans["zero"][len(spans["zero"]) - b:])
+        string_layout, string_encoder = arg_format.argument["string"], arg_format.value_encoders["string"]
     # Order and separator, from the two-argument render.
     first = fill(string_layout, {"key": s.key1, "value": arg_format.encode_value(string_encoder, TRICKY)})
     second = fill(string_layout, {"key": s.key2, "value": arg_format.encode_value(string_encoder, s.value2)})

@@ -43,6 +43,48 @@ def _index_aware_layout(a: str, b: str, index_a: int, index_b: int) -> list[Piec
     return None
 
 
+def _name_slots(literal: str, name: str) -> list[Piece]:
+    """A literal between a call's slots, with the call's name (written again: a recipient in
+    a header, a closing tag) as a name slot. The name counts only as a whole word."""
+    pieces: list[Piece] = []
+    rest = literal
+    at = _word_at(rest, name)
+    while at != -1:
+        if rest[:at]:
+            pieces.append(rest[:at])
+        pieces.append(slot("name"))
+        rest = rest[at + len(name):]
+        at = _word_at(rest, name)
+    if rest:
+        pieces.append(rest)
+    return pieces
+
+
+def _word_at(text: str, word: str) -> int:
+    at = text.find(word)
+    while at != -1:
+        before = text[at - 1] if at else ""
+        after = text[at + len(word):at + len(word) + 1]
+        if not (before.isalnum() or before in "_.-") and not (after.isalnum() or after in "_.-"):
+            return at
+        at = text.find(word, at + 1)
+    return -1
+
+
+def _repeated_name_layout(a: str, b: str, name_a: str, name_b: str) -> list[Piece] | None:
+    """The layout of the same literal of two calls, which may differ by the call index, or
+    by each call's name written in it again."""
+    found = _index_aware_layout(a, b, 0, 1)
+    if found is not None:
+        return found
+    pa, pb = _name_slots(a, name_a), _name_slots(b, name_b)
+    if len(pa) == len(pb) and len(pa) > 1 and all(
+            x == y if not isinstance(x, str) or not isinstance(y, str) else _index_aware_layout(x, y, 0, 1) == [x]
+            for x, y in zip(pa, pb)):
+        return pa
+    return None
+
+
 def call_format(renderer, user, s: Sentinels, arg_format: ArgumentFormat, boundaries: Boundaries, warnings,
                  content_span: str | None, content_value: str):
     calls = (
@@ -86,7 +128,7 @@ def call_format(renderer, user, s: Sentinels, arg_format: ArgumentFormat, bounda
             return None
         inner_layouts = []
         for la, lb in zip(_between_slots(text, first), _between_slots(text, second), strict=True):
-            between = _index_aware_layout(la, lb, 0, 1)
+            between = _repeated_name_layout(la, lb, used[0].name, used[1].name)
             if between is None:
                 warnings.append("the two calls differ in more than their values")
                 return None
@@ -99,7 +141,7 @@ def call_format(renderer, user, s: Sentinels, arg_format: ArgumentFormat, bounda
         section_start = pre[: len(pre) - in_pre]
         section_end = post[end_len:]
     else:
-        inner_layouts = [[p] if p else [] for p in _between_slots(text, first)]
+        inner_layouts = [_name_slots(p, used[0].name) for p in _between_slots(text, first)]
         post = text[first[-1][1]:]
         call_end, separator = "", ""
         start_layout, section_start, section_end = [], pre, post

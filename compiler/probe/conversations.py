@@ -127,6 +127,7 @@ SHAPES = (
     Shape("bare tools, arguments as JSON string", bare_tools=True, arguments_as_string=True),
     Shape("bare tools and calls, arguments as JSON string", bare_tools=True, bare_calls=True, arguments_as_string=True),
     Shape("tools with parameter_definitions", parameter_definition_tools=True),
+    Shape("functions variable", functions_variable=True),
     Shape("functions variable, arguments as JSON string", functions_variable=True, arguments_as_string=True),
 )
 

@@ -160,6 +160,10 @@ def _probe(template: ChatTemplate) -> ProtocolSpec:
     runs = [_probe_with(template, s) for s in SENTINEL_SETS]
     first, second = runs
     warnings = notes + list(dict.fromkeys(first.warnings + second.warnings))
+    if template.compat_notes:
+        warnings.append("transformers' sandbox refuses this template (" + "; ".join(sorted(template.compat_notes))
+                        + "); rendered as llama.cpp renders it, in a sandbox that lets a template change only "
+                        "the containers it builds itself")
 
     def agreed(name):
         a, b = getattr(first, name), getattr(second, name)
@@ -192,6 +196,8 @@ def _probe(template: ChatTemplate) -> ProtocolSpec:
         boundaries, evidence,
     )
     content_start, content_end = markers.content_wrapper(turns, reasoning, boundaries, end_of_turn, evidence)
+    if tool_calls is not None:
+        _close_the_section(turns, tool_calls, end_of_turn, evidence)
 
     spec = ProtocolSpec(
         template_name=template.name,
@@ -214,6 +220,35 @@ def _probe(template: ChatTemplate) -> ProtocolSpec:
     if spec.reasoning is None:
         spec.warnings.append("no reasoning markers: no render shows a reasoning block, and no prompt opens one")
     return spec
+
+
+def _close_the_section(turns: dict, tool_calls: ToolCallFormat, end_of_turn: list[str], evidence: dict) -> None:
+    """Text every turn that ends with its calls writes between the calls section and the end
+    of turn belongs to the section (a diff may split `tools<|sep|>` before `<|sep|>`): move
+    it into the section's end, in the calls' format and in every layout (which still
+    renders the same text)."""
+    extras = set()
+    for kind, layout in turns.items():
+        positions = [i for i, p in enumerate(layout) if p == slot("calls")]
+        if positions and positions[-1] == len(layout) - 2 and isinstance(layout[-1], str):
+            tail = layout[-1]
+            cut = min([tail.find(m) for m in end_of_turn if m.strip() and m in tail] or [-1])
+            extras.add(tail[:cut] if cut > 0 else "")
+        elif positions and positions[-1] == len(layout) - 1:
+            extras.add("")
+    if len(extras) != 1:
+        return
+    extra = extras.pop()
+    if not extra.strip() or extra != extra.strip():
+        return
+    tool_calls.section_end += extra
+    for layout in turns.values():
+        for i, piece in enumerate(layout[:-1]):
+            if piece == slot("calls") and isinstance(layout[i + 1], str) and layout[i + 1].startswith(extra):
+                layout[i + 1] = layout[i + 1][len(extra):]
+        layout[:] = [p for p in layout if p != ""]
+    evidence["tool_calls.section_end"] = (f"{tool_calls.section_end!r}: with {extra!r}, which every turn that ends "
+                                          "with calls writes between them and the end of turn")
 
 
 def _as_data(value):

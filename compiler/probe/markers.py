@@ -91,9 +91,14 @@ def reasoning_from_layouts(turns: dict[str, list[Piece]], evidence: dict[str, st
             common = common if not before[:common].strip() else 0
             start = before[common:]
             end = between
+            how = f"{kind}: text before and after the reasoning, less what a {partner} turn has anyway"
             if partner_prefix and between.endswith(partner_prefix[common:]) and partner_prefix[common:]:
                 end = between[: len(between) - len(partner_prefix[common:])]
-            how = f"{kind}: text before and after the reasoning, less what a {partner} turn has anyway"
+                if not end.strip() and between.strip():
+                    # What the partner turn has anyway is the end marker itself: the template
+                    # closes the block even when there is no reasoning (</think>{content}).
+                    end = between
+                    how = f"{kind}: text before and after the reasoning; a {partner} turn writes the end alone"
         if not end.strip():
             continue
         how += f", {note}" if note else ""
@@ -161,6 +166,43 @@ def _markers_in(text: str, boundaries: Boundaries) -> list[str]:
     return found
 
 
+def _inner_literals(turns: dict[str, list[Piece]], tool_calls: ToolCallFormat | None) -> list[str]:
+    """Text the template writes inside a turn: before the value of a content turn and of a
+    calls turn, and inside the calls (an end-of-turn marker found there would end those turns
+    early). (Turns with reasoning are left out: some templates render the reasoning as a turn
+    of its own, ended by the same marker.)"""
+    inner = []
+    for kind in ("content", "calls"):
+        layout = turns.get(kind) or []
+        positions = _slot_positions(layout)
+        if positions:
+            inner += [p for p in layout[: positions[-1][0]] if isinstance(p, str)]
+    if tool_calls is not None:
+        inner += [tool_calls.section_start, tool_calls.separator] + [p for p in tool_calls.call if isinstance(p, str)]
+        for layout in tool_calls.arguments.argument.values():
+            inner += [p for p in layout if isinstance(p, str)]
+    return [text for text in inner if text.strip()]
+
+
+def _unambiguous(marker: str, tails: dict[str, str], inner: list[str], boundaries: Boundaries) -> str:
+    """`marker` with as few of the markers that follow it as make it a text every turn's tail
+    writes and no turn writes inside ("" when there is none)."""
+    first = next(iter(tails.values()))
+    at = first.find(marker)
+    while at != -1:
+        rest = first[at:]
+        for count in range(2, len(_markers_in(rest, boundaries)) + 1):
+            pieces = _markers_in(rest, boundaries)[:count]
+            end = 0
+            for piece in pieces:
+                end = rest.index(piece, end) + len(piece)
+            candidate = rest[:end]
+            if all(candidate in tail for tail in tails.values()) and not any(candidate in text for text in inner):
+                return candidate
+        at = first.find(marker, at + 1)
+    return ""
+
+
 def end_of_turn_markers(turns: dict[str, list[Piece]], tool_calls: ToolCallFormat | None, next_turn: str,
                         eos: str | None, declared: tuple[str, ...], boundaries: Boundaries,
                         evidence: dict[str, str]) -> list[str]:
@@ -172,6 +214,7 @@ def end_of_turn_markers(turns: dict[str, list[Piece]], tool_calls: ToolCallForma
     turn; the model's eos and end-of-turn tokens.
     """
     tails: dict[str, list[str]] = {}
+    tail_texts: dict[str, str] = {}
     section_closers = []
     for kind, layout in turns.items():
         positions = _slot_positions(layout)
@@ -186,6 +229,7 @@ def end_of_turn_markers(turns: dict[str, list[Piece]], tool_calls: ToolCallForma
             continue
         if tail.strip():
             tails[kind] = _markers_in(tail, boundaries)
+            tail_texts[kind] = tail
     markers: list[str] = []
 
     def add(marker: str, why: str) -> None:
@@ -196,8 +240,16 @@ def end_of_turn_markers(turns: dict[str, list[Piece]], tool_calls: ToolCallForma
     if tails:
         first_kind = next(iter(tails))
         common = [m for m in tails[first_kind] if all(m in other for other in tails.values())]
-        if common:
-            add(common[0], "the first marker every turn writes after its last slot (" + ", ".join(sorted(tails)) + ")")
+        inner = _inner_literals(turns, tool_calls)
+        marker = common[0] if common else ""
+        if marker and any(marker in text for text in inner):
+            # The template writes this marker inside turns too (a generic close tag): it ends
+            # a turn only with what follows it there (<|close|> + message<|sep|>).
+            marker = _unambiguous(marker, tail_texts, inner, boundaries)
+        if marker:
+            add(marker, "the first marker every turn writes after its last slot (" + ", ".join(sorted(tails)) + ")"
+                + ("" if marker in common else ", with the markers that follow it: alone, the template writes it "
+                   "inside turns too"))
         else:
             for kind, found in tails.items():
                 add(found[0], f"the first marker after the last slot of a {kind} turn")

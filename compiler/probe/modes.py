@@ -67,6 +67,14 @@ def find_modes(renderer: ShapedRenderer, user: str, tail: str, header: str) -> t
         for label, r in rendered.items():
             added = _prompt_addition(r.history, r.prompt, boundaries)
             tails[label] = added[len(header):] if added.startswith(header) else None
+        on, off = rendered["thinking"], rendered["no_thinking"]
+        if header and on.prompt == on.history and off.prompt == off.history:
+            # The template writes its generation prompt whatever add_generation_prompt says:
+            # the two prompts agree up to the assistant header, and their trailers differ.
+            agree = boundaries.split_common_prefix(on.history, off.history)
+            at = on.history.rfind(header, 0, agree + 1)
+            if at != -1 and at + len(header) <= agree:
+                tails = {label: r.history[at + len(header):] for label, r in rendered.items()}
         if None in tails.values():
             continue
         if "system_flag" in switch and tails["thinking"] == tails["no_thinking"]:

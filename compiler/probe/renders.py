@@ -35,6 +35,35 @@ def _turn_text(history: str, full: str, header_hint: str, boundaries: Boundaries
     return best
 
 
+def _readings(history: str, full: str, boundaries: Boundaries) -> list[tuple[str, str, str]]:
+    """Every way of reading `full` as `history` with one turn inserted: (what comes before the
+    turn, the turn, what comes after it), the insertion moved back as far as it can go (the
+    text it passes over is the same on both sides of the turn)."""
+    p = boundaries.split_common_prefix(history, full)
+    q = boundaries.split_common_suffix(history[p:], full[p:])
+    end = len(full) - q
+    found = []
+    k = 0
+    while True:
+        if boundaries.is_split_point(full, p - k) and boundaries.is_split_point(full, end - k):
+            found.append((full[:p - k], full[p - k:end - k], full[end - k:]))
+        if not (k < p and full[p - k - 1] == full[end - k - 1]):
+            return found
+        k += 1
+
+
+def _turn_before_a_trailer(history: str, full: str, user: str, boundaries: Boundaries) -> tuple[str, str] | None:
+    """For a template that writes its generation prompt whatever add_generation_prompt says:
+    (the turn, the trailer after it). Of the readings, the one whose turn ends the way the
+    user's turn ends before it (the closer a turn writes), with the longest trailer."""
+    best = None
+    for before, turn, after in _readings(history, full, boundaries):
+        closer = before[before.rfind(user) + len(user):] if user in before else ""
+        if closer.strip() and turn.endswith(closer) and (best is None or len(after) > len(best[1])):
+            best = (turn, after)
+    return best
+
+
 def _prompt_addition(history: str, prompt: str, boundaries: Boundaries) -> str:
     """What the generation prompt added to `history` (some templates end history differently)."""
     return prompt[boundaries.split_common_prefix(history, prompt):]
@@ -60,6 +89,14 @@ def assistant_spans(renderer: ShapedRenderer, user: str, turns: dict[str, Turn],
     first = next(iter(renders.values()))
     added = _prompt_addition(first.history, first.prompt, boundaries)
     texts = {kind: _turn_text(r.history, r.full, added, boundaries) for kind, r in renders.items()}
+    if not added and all(r.prompt == r.history for r in renders.values()):
+        # The template ignores add_generation_prompt: what it writes after the last message
+        # anyway, if anything, is its generation prompt (the trailer every reading agrees on).
+        found = {kind: _turn_before_a_trailer(r.history, r.full, user, boundaries) for kind, r in renders.items()}
+        trailers = {f[1] for f in found.values() if f is not None}
+        if None not in found.values() and len(trailers) == 1 and trailers != {""}:
+            added = trailers.pop()
+            texts = {kind: f[0] for kind, f in found.items()}
     split = min(boundaries.split_common_prefix(added, text) for text in texts.values())
     return added[:split], added[split:], {kind: text[split:] for kind, text in texts.items()}
 

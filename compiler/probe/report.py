@@ -70,7 +70,11 @@ def protocol_sections(spec: ProtocolSpec) -> list[Section]:
 
     end = Section("End of turn", [", ".join(map(repr, spec.end_of_turn)) or "none found"])
     turns = Section("Turn layouts", [f"{kind:<18} {layout_text(layout)}" for kind, layout in spec.turns.items()])
-    return [modes, reasoning, content, calls, end, turns]
+    sections = [modes, reasoning, content, calls, end, turns]
+    if spec.unproved:  # (compile --allow-partial: what this parser is known not to read)
+        sections.append(Section("Not proved: the parser does not read back these turns of the template",
+                                [f"- {line}" for line in spec.unproved]))
+    return sections
 
 
 def provenance_sections(spec: ProtocolSpec) -> list[Section]:

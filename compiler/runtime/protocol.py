@@ -9,6 +9,7 @@ family.
 """
 
 from .text import DIGITS, ID_CHARS, NAME_CHARS, run_of, words
+from .values import format_fillers
 
 ###{standalone
 
@@ -25,8 +26,25 @@ LITERAL, NAME, CALL_ID, INDEX, ARGUMENTS, UNREAD = range(6)
 _SLOT_STEPS = {"name": NAME, "id": CALL_ID, "index": INDEX, "index1": INDEX, "arguments": ARGUMENTS}
 
 
+class Closing:
+    """What an argument layout writes after a value, as the readers use it."""
+
+    __slots__ = ("after", "after_core", "after_lead", "raw_end", "after_here", "after_trails")
+
+    def __init__(self, after, raw, separator_core):
+        self.after = after
+        self.after_core = after.strip()
+        self.after_lead = after[: len(after) - len(after.lstrip())]
+        # a raw value ends at its closing text's first word (or the separator), and the
+        # closing text comes right after it (its leading whitespace is the value's)
+        self.raw_end = self.after_core or separator_core
+        self.after_here = "" if not self.after_core else after.lstrip() if raw else after
+        self.after_trails = self.after_here[-1:].isspace()
+
+
 class ArgumentLayout:
-    """One key/value argument layout cut at its slots: before key, key, middle, value, after."""
+    """One key/value argument layout cut at its slots: before key, key, middle, value, after
+    (which may name the key again: </key>)."""
 
     def __init__(self, kind, layout):
         k, v = layout.index({"slot": "key"}), layout.index({"slot": "value"})
@@ -35,17 +53,28 @@ class ArgumentLayout:
             return "".join(p for p in pieces if isinstance(p, str))
 
         self.kind = kind
-        self.before, middle, self.after = text(layout[:k]), text(layout[k + 1:v]), text(layout[v + 1:])
+        self.before, middle = text(layout[:k]), text(layout[k + 1:v])
+        self.after_pieces = layout[v + 1:]
+        self.key_again = {"slot": "key"} in self.after_pieces
         self.middle_full = middle
         self.middle = middle.rstrip()  # matched with the grammar's whitespace tolerance
         self.middle_lead = middle[len(self.middle):]  # whitespace before the value, taken when there
-        self.after_core = self.after.strip()
-        self.after_lead = self.after[: len(self.after) - len(self.after.lstrip())]
-        # Filled by the format: a raw value (read to `raw_end`), and the closing text as it
-        # comes after one (a raw value ends right at its closing text's first word).
-        self.raw = False
-        self.raw_end = ""
-        self.after_here = self.after
+        self.raw = False  # filled by the format: a raw value, read to its closing text
+        self.static = None  # the Closing of a layout that does not name the key after the value
+        self._closings = {}
+
+    def prepare(self, raw, separator_core):
+        self.raw, self._separator_core = raw, separator_core
+        if not self.key_again:
+            self.static = Closing("".join(self.after_pieces), raw, separator_core)
+
+    def closing(self, key):
+        """The Closing after the value of `key` (cached: the same few keys recur)."""
+        found = self.static or self._closings.get(key)
+        if found is None:
+            after = "".join(key if piece == {"slot": "key"} else piece for piece in self.after_pieces)
+            found = self._closings[key] = Closing(after, self.raw, self._separator_core)
+        return found
 
 
 class KeyValueFormat:
@@ -61,20 +90,18 @@ class KeyValueFormat:
         encoders = self.encoders = fmt["value_encoders"]
         self.quote_open, self.quote_close = fmt["quotes"]
         self.value_min = max(1, len(self.quote_open))
-        self.raw_strings = encoders.get("string") == "raw"
+        self.raw_strings = encoders.get("string") in ("raw", "raw-or-quoted")
         self.quoted_strings = encoders.get("string") == "quoted"
+        self.maybe_quoted = encoders.get("string") == "raw-or-quoted"  # (raw, or in quotes: CDATA)
         self.native = encoders.get("object") == "native" or encoders.get("array") == "native"
         self.key_run = run_of(NAME_CHARS).match
         self.single = self.string if len(self.layouts) == 1 else None  # else: told apart by their middle
+        self.fillers = format_fillers(fmt["argument"].values())  # (tokens around XML-nested values)
         # (literals that end with whitespace take all the whitespace there: see literal_here)
         self.separator_trails = self.separator[-1:].isspace()
         self.before_trails = self.before[-1:].isspace()
         for layout in self.layouts:
-            layout.raw = self.raw_strings and (self.single is not None or layout.kind == "string")
-            layout.raw_end = layout.after_core or self.separator_core
-            # (no closing text: nothing to read after the value)
-            layout.after_here = "" if not layout.after_core else layout.after.lstrip() if layout.raw else layout.after
-            layout.after_trails = layout.after_here[-1:].isspace()
+            layout.prepare(self.raw_strings and (self.single is not None or layout.kind == "string"), self.separator_core)
 
 
 def _skips_whitespace(piece):

@@ -272,7 +272,11 @@ class Rules:
                     self._pos = pos
                     return k
                 if kind == NAME or kind == CALL_ID:
-                    call["name" if kind == NAME else "id"] = text[pos:end]
+                    field = "name" if kind == NAME else "id"
+                    if call[field] is not None and call[field] != text[pos:end]:
+                        self._pos = pos  # (a layout that writes the name twice: the waiting step says so)
+                        return k
+                    call[field] = text[pos:end]
                     # The header goes out once the name (and the id, when the layout has one) is read.
                     if not call["announced"] and call["name"] and (call["id"] or not self._p.call_has_id):
                         call["announced"] = True
@@ -292,11 +296,12 @@ class Rules:
                 yield from self._match(value, ws_follows=ws_follows)
             elif kind == ARGUMENTS:
                 yield from self._arguments_waiting(call, closing)
-            elif kind == NAME:
-                call["name"] = yield from self._read_while(value, "tool name", then)
-                self._announce_when_settled(index, call)
-            elif kind == CALL_ID:
-                call["id"] = yield from self._read_while(value, "call id", then)
+            elif kind == NAME or kind == CALL_ID:
+                field = "name" if kind == NAME else "id"
+                run = yield from self._read_while(value, "tool name" if kind == NAME else "call id", then)
+                if call[field] is not None and call[field] != run:
+                    raise InvalidOutput(f"the call's {field} is {call[field]!r}, then {run!r}")
+                call[field] = run
                 self._announce_when_settled(index, call)
             elif kind != UNREAD:
                 yield from self._read_while(value, "call index")
@@ -471,12 +476,18 @@ class Rules:
                     return self._kv_stop(st, pos, _KV_LEAD, key, layout, first)
                 pos += len(lead)
             # The value: raw or quoted text that is here to its end; anything else: the waiting reader.
-            if layout.raw:
-                at = text.find(layout.raw_end, pos)
+            ending = layout.static or layout.closing(key)  # what the layout writes after this value
+            if layout.raw and kv.maybe_quoted and text.startswith(quote_open, pos):
+                at = text.find(quote_close, pos + len(quote_open))
+                if at == -1:
+                    return self._kv_stop(st, pos, _KV_VALUE, key, layout, first)
+                value, pos = text[pos + len(quote_open):at], at + len(quote_close)
+            elif layout.raw:
+                at = text.find(ending.raw_end, pos)
                 if at == -1:
                     return self._kv_stop(st, pos, _KV_VALUE, key, layout, first)
                 value, pos = text[pos:at], at
-                lead = layout.after_lead
+                lead = ending.after_lead
                 if lead and value.endswith(lead):
                     value = value[: len(value) - len(lead)]
             elif quoted and text.startswith(quote_open, pos):
@@ -489,15 +500,15 @@ class Rules:
             schema = properties.get(key)
             if schema and schema.get("type") != "string":  # (a string stays as written)
                 try:
-                    arguments[key] = typed_raw(value, schema)
+                    arguments[key] = typed_raw(value, schema, kv.fillers)
                 except BadArguments as e:
                     st.bad = st.bad or e  # the value was read; its closing text keeps the parse in step
             else:
                 arguments[key] = value
-            after = layout.after_here
+            after = ending.after_here
             if after:  # (the loop skips whitespace next)
                 if text.startswith(after, pos):  # as rendered: its end whitespace takes all there is
-                    pos = SPACES.match(text, pos + len(after)).end() if layout.after_trails else pos + len(after)
+                    pos = SPACES.match(text, pos + len(after)).end() if ending.after_trails else pos + len(after)
                 else:
                     end = literal_here(text, pos, after, True)
                     if end < 0:
@@ -544,13 +555,14 @@ class Rules:
         # (exactly this whitespace, once: a raw value may start with whitespace of its own)
         if step <= _KV_LEAD and lead and (self._text.startswith(lead, self._pos) or (yield from self._peek(lead))):
             self._pos += len(lead)
+        ending = layout.closing(st.key)
         if step <= _KV_VALUE:
             try:
-                st.arguments[st.key] = yield from self._argument_value(kv, layout, st.properties.get(st.key))
+                st.arguments[st.key] = yield from self._argument_value(kv, layout, ending, st.properties.get(st.key))
             except BadArguments as e:
                 st.bad = st.bad or e  # the value was read; its closing text keeps the parse in step
-        if layout.after_core and not self._here(layout.after, True):  # (the loop skips whitespace next)
-            yield from self._match(layout.after, ws_follows=True)
+        if ending.after_core and not self._here(ending.after, True):  # (the loop skips whitespace next)
+            yield from self._match(ending.after, ws_follows=True)
         st.step = _KV_WS
 
     def _argument_layout(self, kv):
@@ -563,19 +575,28 @@ class Rules:
                 return layout
         raise InvalidOutput(f"an argument's layout is not recognised at {self._text[self._pos:self._pos + longest + 8]!r}")
 
-    def _argument_value(self, kv, layout, schema):
+    def _argument_value(self, kv, layout, ending, schema):
         """argument-value: raw text, quoted text, JSON, a Python literal or the format's notation."""
         if self._available() < kv.value_min:
             yield from self._need(kv.value_min)
+        if kv.maybe_quoted and (len(kv.layouts) == 1 or layout.kind == "string") and (
+                yield from self._peek(kv.quote_open)):
+            # a raw string in the format's quotes (CDATA): to the closing quote, then as raw text
+            self._pos += len(kv.quote_open)
+            text = self._until_here(kv.quote_close)
+            if text is None:
+                text = yield from self._read_until(kv.quote_close, "argument value")
+            self._pos += len(kv.quote_close)
+            return typed_raw(text, schema)
         if kv.raw_strings and (len(kv.layouts) == 1 or layout.kind == "string"):
-            stop = layout.after_core or kv.separator_core
+            stop = ending.raw_end
             text = self._until_here(stop)
             if text is None:
                 text = yield from self._read_until(stop, "argument value")
-            lead = layout.after_lead
+            lead = ending.after_lead
             if lead and text.endswith(lead):
                 text = text[: len(text) - len(lead)]
-            return typed_raw(text, schema)
+            return typed_raw(text, schema, kv.fillers)
         if kv.quoted_strings and self._text.startswith(kv.quote_open, self._pos):
             self._pos += len(kv.quote_open)
             text = self._until_here(kv.quote_close)
@@ -587,9 +608,9 @@ class Rules:
             text = yield from self._read_native(kv.fmt)
             return decode_native(text, kv.fmt)
         python = any(kv.encoders.get(k) in ("python", "jinja") for k in (layout.kind, "string"))
-        if layout.after_core and layout.kind != "string":
+        if ending.after_core and layout.kind != "string":
             # A typed value runs to its layout's closing text (DSML: string="false">3</parameter>).
-            text = (yield from self._read_until(layout.after_core, "argument value")).strip()
+            text = (yield from self._read_until(ending.after_core, "argument value")).strip()
         else:
             text = yield from self._read_balanced("'\"" if python else '"', "argument value")
         try:

@@ -65,8 +65,9 @@ def python_value(text):
 
 
 
-def typed_raw(text, schema):
-    """A value written as raw text, typed by its schema (a string when there is none)."""
+def typed_raw(text, schema, fillers=()):
+    """A value written as raw text, typed by its schema (a string when there is none); an
+    object or array may be JSON, a Python literal, or XML elements (see xml_elements)."""
     if not schema:
         return text
     kind = schema.get("type")
@@ -89,12 +90,117 @@ def typed_raw(text, schema):
             try:
                 return json.loads(text)
             except ValueError:
+                pass
+            try:
                 return python_value(text.strip())
+            except (ValueError, SyntaxError):
+                elements = xml_elements(text, schema, kind, fillers)
+                if elements is None:
+                    raise
+                return elements
     except RecursionError:
         raise BadArguments(f"{text[:40]!r} is nested too deeply to read") from None
     except (ValueError, KeyError, SyntaxError, MemoryError) as e:
         raise BadArguments(f"{text[:40]!r} is not a {kind}: {e}") from None
     return text
+
+
+_ELEMENT = re.compile(r"<([A-Za-z_][\w.:-]*)>")
+_TAG_ENDS = re.compile(r"^(?:</|<|>)+|(?:</|<|>)+$")
+
+
+def format_fillers(layouts):
+    """The tokens a key/value format writes around its elements, besides tag syntax (a
+    separator token between every element): the literals of its argument layouts, with
+    the tags' own < </ > cut from their ends. An XML-nested value may hold them between
+    and around its elements."""
+    found = set()
+    for layout in layouts:
+        for piece in layout:
+            if isinstance(piece, str):
+                core = _TAG_ENDS.sub("", piece.strip()).strip()
+                if core and not core.isalnum():
+                    found.add(core)
+    return tuple(sorted(found, key=len, reverse=True))
+
+
+def xml_elements(text, schema, kind, fillers=(), depth=0):
+    """An object or array written as XML elements, as XML-style formats nest values:
+    <key>value</key> children (an object), or <item>value</item> children (an array).
+    Between the elements only whitespace and the format's filler tokens may stand.
+    None when `text` is not such a list of elements."""
+    if depth > 100:
+        raise RecursionError
+    children = []
+    pos = 0
+    while True:
+        found = _ELEMENT.search(text, pos)
+        if found is None:
+            break
+        if _strip_fillers(text[pos:found.start()], fillers):
+            return None
+        name, start = found.group(1), found.end()
+        end = _matching_close(text, name, start)
+        if end == -1:
+            return None
+        children.append((name, text[start:end]))
+        pos = end + len(name) + 3
+    if not children or _strip_fillers(text[pos:], fillers):
+        return None
+    if kind == "array":
+        items = (schema or {}).get("items") or {}
+        return [_element_value(value, items, fillers, depth) for _, value in children]
+    properties = (schema or {}).get("properties") or {}
+    return {name: _element_value(value, properties.get(name), fillers, depth) for name, value in children}
+
+
+def _strip_fillers(text, fillers):
+    """`text` without whitespace and filler tokens at its ends."""
+    text = text.strip()
+    changed = True
+    while changed and text:
+        changed = False
+        for filler in fillers:
+            if text.startswith(filler):
+                text, changed = text[len(filler):].strip(), True
+            if text.endswith(filler):
+                text, changed = text[: len(text) - len(filler)].strip(), True
+    return text
+
+
+def _matching_close(text, name, start):
+    """Where the </name> closing the element opened just before `start` begins (-1: none)."""
+    depth, pos = 1, start
+    opener, closer = f"<{name}>", f"</{name}>"
+    while True:
+        next_close = text.find(closer, pos)
+        if next_close == -1:
+            return -1
+        next_open = text.find(opener, pos, next_close)
+        if next_open != -1:
+            depth, pos = depth + 1, next_open + len(opener)
+            continue
+        depth -= 1
+        if depth == 0:
+            return next_close
+        pos = next_close + len(closer)
+
+
+def _element_value(text, schema, fillers, depth):
+    """A child element's text: nested elements, or a scalar typed by its schema (without
+    one, as JSON reads it, else a string)."""
+    kind = (schema or {}).get("type")
+    if kind in ("object", "array") or (not schema and _ELEMENT.search(text)):
+        nested = xml_elements(text, schema, kind or "object", fillers, depth + 1)
+        if nested is not None:
+            return nested
+    value = _strip_fillers(text, fillers)
+    if schema:
+        return typed_raw(value, schema, fillers)
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value
 
 
 def decode_native(text, fmt):

@@ -12,6 +12,14 @@ What "the way transformers does" means (its `apply_chat_template`, version 5):
   reasoning offered under both `reasoning_content` and `thinking`, the named special
   tokens (`bos_token`, `eos_token`, ...) as variables, and any extra keyword arguments.
 
+Some templates that ship in real GGUF files are refused by that immutable sandbox although
+llama.cpp renders them: they build their own lists (`ns.ids.append(x)`) or print the result
+of a filter such as `map` with `tojson`. Such a template is rendered a second time in a
+sandbox that lets a template mutate only the containers it created itself (never the
+messages or tools it is given) and turns filter results into lists for `tojson`; the
+`ChatTemplate` records that it needed it (`compat_notes`), and the probe puts it in the
+spec's warnings.
+
 Templates are untrusted code shipped inside model files (CVE-2024-34359 was a GGUF chat
 template that ran code), so the sandbox always stays on, and each render also runs under
 a watchdog: a wall-clock limit, an output-size limit, a cap on how much memory the render
@@ -26,6 +34,7 @@ import json
 import os
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -38,7 +47,7 @@ import jinja2.ext
 import jinja2.nodes
 import jinja2.utils
 from jinja2.exceptions import SecurityError
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jinja2.sandbox import ImmutableSandboxedEnvironment, SandboxedEnvironment, modifies_known_mutable
 
 from ..errors import TemplateError
 
@@ -89,8 +98,34 @@ def _raise_exception(message):
     raise _TemplateRaised(str(message))
 
 
+# Why the transformers-parity render refused a template that the own-containers sandbox
+# renders (None: it did not), for the render in progress.
+_NEEDS_OWN_CONTAINERS: ContextVar[str | None] = ContextVar("tplparse_needs_own_containers", default=None)
+# The ids of the containers a render was given (the only ones it may not mutate there).
+_INPUT_CONTAINERS: ContextVar[frozenset] = ContextVar("tplparse_input_containers", default=frozenset())
+
+
+def _not_serializable(value):
+    if isinstance(value, Iterator):
+        _NEEDS_OWN_CONTAINERS.set("it prints a filter's result (an iterator, not a list) with tojson")
+    raise TypeError(f"Object of type {value.__class__.__name__} is not JSON serializable")
+
+
 def _tojson(value, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
-    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys,
+                      default=_not_serializable)
+
+
+def _as_list(value):
+    if isinstance(value, Iterator):
+        return list(value)
+    raise TypeError(f"Object of type {value.__class__.__name__} is not JSON serializable")
+
+
+def _tojson_lists(value, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+    """tojson that writes a filter's result (map, select, ...) as the list it yields, as llama.cpp does."""
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys,
+                      default=_as_list)
 
 
 # The clock templates read through strftime_now: the real one, unless a caller pins it (the
@@ -203,12 +238,50 @@ class _ChatTemplateEnvironment(ImmutableSandboxedEnvironment):
                         __self._too_big(f"str.{name}()", value)
         return super().call(__context, __obj, *args, **kwargs)
 
+    def is_safe_attribute(self, obj, attr, value):
+        if not SandboxedEnvironment.is_safe_attribute(self, obj, attr, value):
+            return False
+        if modifies_known_mutable(obj, attr):  # what transformers' immutable sandbox refuses
+            _NEEDS_OWN_CONTAINERS.set(f"it mutates a {type(obj).__name__} it builds ({attr})")
+            return False
+        return True
+
     def wrap_str_format(self, value):
         # Jinja wraps `str.format` when the template looks the method up; check the widths then.
         if getattr(value, "__name__", "") in ("format", "format_map") and isinstance(getattr(value, "__self__", None), str):
             for number in _digit_runs(value.__self__):
                 self._too_big("a format width", number)
         return super().wrap_str_format(value)
+
+
+class _OwnContainersEnvironment(_ChatTemplateEnvironment):
+    """The same sandbox and limits, except that a template may mutate the lists, dicts and
+    sets it created itself (not those it was given), and tojson writes iterators as lists."""
+
+    def __init__(self, max_result_chars: int):
+        super().__init__(max_result_chars)
+        self.filters["tojson"] = _tojson_lists
+
+    def is_safe_attribute(self, obj, attr, value):
+        if not SandboxedEnvironment.is_safe_attribute(self, obj, attr, value):
+            return False
+        return not modifies_known_mutable(obj, attr) or id(obj) not in _INPUT_CONTAINERS.get()
+
+
+def _container_ids(value, found: set) -> set:
+    """The ids of every list and dict inside `value` (the inputs of a render)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            if id(item) not in found:
+                found.add(id(item))
+                stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            if id(item) not in found:
+                found.add(id(item))
+                stack.extend(item)
+    return found
 
 
 def _digit_runs(text: str):
@@ -223,19 +296,20 @@ def _digit_runs(text: str):
 
 
 @lru_cache(maxsize=8)
-def _environment(max_result_chars: int) -> _ChatTemplateEnvironment:
-    return _ChatTemplateEnvironment(max_result_chars)
+def _environment(max_result_chars: int, own_containers: bool = False) -> _ChatTemplateEnvironment:
+    return (_OwnContainersEnvironment if own_containers else _ChatTemplateEnvironment)(max_result_chars)
 
 
 @lru_cache(maxsize=128)
-def _compile(source: str, max_result_chars: int) -> jinja2.Template:
-    return _environment(max_result_chars).from_string(source)
+def _compile(source: str, max_result_chars: int, own_containers: bool = False) -> jinja2.Template:
+    return _environment(max_result_chars, own_containers).from_string(source)
 
 
-def compile_template(source: str, name: str, limits: RenderLimits = DEFAULT_LIMITS) -> jinja2.Template:
+def compile_template(source: str, name: str, limits: RenderLimits = DEFAULT_LIMITS,
+                     own_containers: bool = False) -> jinja2.Template:
     """Compile `source`; a syntax error becomes a `TemplateError` with its line number."""
     try:
-        return _compile(source, limits.max_output_chars)
+        return _compile(source, limits.max_output_chars, own_containers)
     except jinja2.TemplateSyntaxError as e:
         raise TemplateError(f"Jinja syntax error: {e.message}", template=name, line=e.lineno) from None
 
@@ -402,9 +476,28 @@ def render_template(
     name: str,
     variables: dict[str, Any],
     limits: RenderLimits = DEFAULT_LIMITS,
+    own_containers: bool = False,
 ) -> str:
-    """Render `source` with `variables` in the sandbox; every failure is a `TemplateError`."""
-    template = compile_template(source, name, limits)
+    """Render `source` with `variables` in the sandbox; every failure is a `TemplateError`.
+
+    `own_containers`: the sandbox that lets the template mutate the containers it builds
+    (see the module docstring). A refusal that this sandbox would not make is a
+    `TemplateError` whose `own_containers` says why."""
+    template = compile_template(source, name, limits, own_containers)
+    needs = _NEEDS_OWN_CONTAINERS.set(None)
+    inputs = _INPUT_CONTAINERS.set(frozenset(_container_ids(variables, set())) if own_containers else frozenset())
+    try:
+        return _render(template, name, variables, limits)
+    except TemplateError as e:
+        if not own_containers:
+            e.own_containers = _NEEDS_OWN_CONTAINERS.get()
+        raise
+    finally:
+        _NEEDS_OWN_CONTAINERS.reset(needs)
+        _INPUT_CONTAINERS.reset(inputs)
+
+
+def _render(template: jinja2.Template, name: str, variables: dict[str, Any], limits: RenderLimits) -> str:
     pieces: list[str] = []
     size = 0
     try:

@@ -26,6 +26,8 @@ class ChatTemplate:
     special_tokens  the model's control / user-defined tokens (never produced from plain text)
     variant         which of the source's templates this is ("default", "tool_use", ...)
     variants        every template the source holds, by name
+    compat_notes    why a render needed the own-containers sandbox (transformers' sandbox
+                    refuses the template; llama.cpp renders it): filled as renders need it
     """
 
     source: str
@@ -40,6 +42,7 @@ class ChatTemplate:
     variants: Mapping[str, str] = field(default_factory=dict)
     limits: RenderLimits = DEFAULT_LIMITS
     sha256: str = field(init=False)
+    compat_notes: set = field(default_factory=set, compare=False, repr=False)
 
     def __post_init__(self):
         if not self.model_slug:
@@ -77,6 +80,7 @@ class ChatTemplate:
             variant=variant,
             family=family_slug(self.model_slug, variant),
             origin=origin,
+            compat_notes=set(),
         )
         chosen.check()
         return chosen
@@ -90,12 +94,17 @@ class ChatTemplate:
         messages: list,
         tools: list | None = None,
         add_generation_prompt: bool = True,
+        *,
+        own_containers: bool = True,
         **extra: Any,
     ) -> str:
         """Render `messages` (OpenAI chat format) the way transformers' `apply_chat_template` does.
 
         `tools` are OpenAI-style tool definitions; `extra` become template variables
-        (`enable_thinking=False`, `reasoning_effort="high"`, `documents=[...]`, ...).
+        (`enable_thinking=False`, `reasoning_effort="high"`, `documents=[...]`, ...). A template
+        that transformers' sandbox refuses but llama.cpp renders (it mutates containers it
+        builds, or prints a filter's iterator with tojson) is rendered in the own-containers
+        sandbox, noted in `compat_notes`; `own_containers=False` keeps transformers' refusal.
         """
         try:
             prepared = prepare_messages(messages)
@@ -113,7 +122,16 @@ class ChatTemplate:
             }
         except TypeError as e:
             raise InputError(str(e)) from None
-        return render_template(self.source, self.name, variables, self.limits)
+        try:
+            return render_template(self.source, self.name, variables, self.limits)
+        except TemplateError as e:
+            if e.own_containers is None or not own_containers:
+                raise
+            # transformers' sandbox refuses it; llama.cpp renders it: the containers it
+            # mutates are its own, so render it where that is allowed (and say so).
+            text = render_template(self.source, self.name, variables, self.limits, own_containers=True)
+            self.compat_notes.add(e.own_containers)
+            return text
 
 
 def _slug(text: str) -> str:

@@ -18,6 +18,7 @@ from .model import (
     Start,
     ToolCallFormat,
     fill,
+    kv_after,
     kv_parts,
     slot,
     turn_kind,
@@ -26,5 +27,5 @@ from .encodings import json_type
 
 __all__ = [
     "SPEC_VERSION", "TURN_KINDS", "ArgumentFormat", "ArgumentStyle", "Parallel", "Piece", "PromptMode", "ProtocolSpec",
-    "Reasoning", "SpecError", "Start", "ToolCallFormat", "fill", "json_type", "kv_parts", "slot", "turn_kind",
+    "Reasoning", "SpecError", "Start", "ToolCallFormat", "fill", "json_type", "kv_after", "kv_parts", "slot", "turn_kind",
 ]

@@ -79,13 +79,20 @@ def fill(layout: list[Piece], values: dict[str, str]) -> str:
 
 
 def kv_parts(layout: list[Piece]) -> tuple[str, str, str]:
-    """An argument layout's literal text: before the key, between key and value, after the value."""
+    """An argument layout's literal text: before the key, between key and value, after the
+    value (without the key where it is written again there: see kv_after)."""
     k, v = layout.index(slot("key")), layout.index(slot("value"))
 
     def text(pieces):
         return "".join(p for p in pieces if isinstance(p, str))
 
     return text(layout[:k]), text(layout[k + 1:v]), text(layout[v + 1:])
+
+
+def kv_after(layout: list[Piece], key: str) -> str:
+    """What an argument layout writes after the value of `key` (some write the key again: </key>)."""
+    v = layout.index(slot("value"))
+    return "".join(p if isinstance(p, str) else key for p in layout[v + 1:])
 
 
 @dataclass
@@ -96,7 +103,9 @@ class ArgumentFormat:
     python, ...). style "kv": one layout per argument (by the value's JSON type; "string"
     is the fallback), joined by `separator`; values through `value_encoders` (by JSON
     type): an encoder of `encodings.ENCODERS`, "raw" (the string as is), "quoted" (the
-    string between `quotes`) or "native" (the format's own notation, see encode_value).
+    string between `quotes`), "raw-or-quoted" (as is, or between `quotes` when it holds one
+    of `quote_when`: an XML CDATA block) or "native" (the format's own notation, see
+    encode_value).
     """
 
     style: ArgumentStyle
@@ -107,6 +116,7 @@ class ArgumentFormat:
     separator: str = ""
     quotes: list[str] = field(default_factory=lambda: ["", ""])  # encoder "quoted": around a string
     brackets: dict[str, list[str]] = field(default_factory=dict)  # encoder "native": {"object": ["{", "}"], ...}
+    quote_when: str = ""  # encoder "raw-or-quoted": the characters that make the template quote a string
     line_indent: str = ""  # style object: added after each line break (the object sits indented)
 
     def __post_init__(self):
@@ -128,10 +138,11 @@ class ArgumentFormat:
         return self.separator.join(parts)
 
     def encode_value(self, encoder: str, value: Any) -> str:
-        if encoder in ("raw", "quoted"):
+        if encoder in ("raw", "quoted", "raw-or-quoted"):
             if not isinstance(value, str):
                 raise SpecError(f"{encoder} encoding holds strings only")
-            return self.quotes[0] + value + self.quotes[1] if encoder == "quoted" else value
+            quoted = encoder == "quoted" or (encoder == "raw-or-quoted" and any(c in value for c in self.quote_when))
+            return self.quotes[0] + value + self.quotes[1] if quoted else value
         if encoder == "native":
             # The format's own notation, recursively: objects as argument lists, arrays as
             # item lists, each value through its type's encoder.
@@ -236,6 +247,7 @@ class ProtocolSpec:
     evidence: dict[str, str] = field(default_factory=dict)  # why each marker is believed
     overrides: list[str] = field(default_factory=list)  # declarative patches applied, with reasons
     warnings: list[str] = field(default_factory=list)
+    unproved: list[str] = field(default_factory=list)  # turns the parser did not read back (compile --allow-partial)
     version: int = SPEC_VERSION
 
     # --- writing a turn ------------------------------------------------------------
