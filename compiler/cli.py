@@ -48,6 +48,18 @@ def _read_json_file(path: str, what: str):
         raise InputError(f"{path}: invalid JSON ({what}) at line {e.lineno}, column {e.colno}: {e.msg}") from None
 
 
+def _token_options(command):
+    """--bos-token / --eos-token: the tokens a source that does not name them (a bare .jinja) is rendered with."""
+    command = click.option("--eos-token", help="The eos token the template is rendered with (a bare .jinja names none).")(command)
+    return click.option("--bos-token", help="The bos token the template is rendered with (a bare .jinja names none).")(command)
+
+
+def _load(source, variant=None, family=None, bos_token=None, eos_token=None):
+    template = load(source, variant=variant, family=family)
+    tokens = {k: v for k, v in (("bos_token", bos_token), ("eos_token", eos_token)) if v is not None}
+    return template.with_tokens(**tokens) if tokens else template
+
+
 def _parse_var(text: str) -> tuple[str, object]:
     """KEY=VALUE; VALUE is JSON when it parses as JSON (true, 3, "x", [..]), else a string."""
     key, sep, raw = text.partition("=")
@@ -109,9 +121,12 @@ def info(source, variant, as_json):
 @click.option("--no-generation-prompt", is_flag=True, help="Do not open an assistant turn at the end.")
 @click.option("--var", "variables", multiple=True, metavar="KEY=VALUE",
               help="A template variable; VALUE is parsed as JSON when it can be (enable_thinking=false).")
+@click.option("--var-str", "string_variables", multiple=True, metavar="KEY=VALUE",
+              help="A template variable that is a string, whatever it looks like (functions='[...]', a JSON string).")
 @click.option("--variant", help="A named template of the source (default: tool_use when --tools is given and "
               "the source has it, as transformers does; else the main one).")
-def render(source, messages, tools_path, no_generation_prompt, variables, variant):
+@_token_options
+def render(source, messages, tools_path, no_generation_prompt, variables, string_variables, variant, bos_token, eos_token):
     """Render MESSAGES (a JSON list of chat messages, or - for stdin) with SOURCE's chat template."""
     conversation = _read_json_file(messages, "messages")
     tools = _read_json_file(tools_path, "tools") if tools_path else None
@@ -123,12 +138,17 @@ def render(source, messages, tools_path, no_generation_prompt, variables, varian
         raise InputError(f"{messages}: expected a JSON list of messages (or an object with \"messages\")")
     if tools is not None and not isinstance(tools, list):
         raise InputError(f"{tools_path}: expected a JSON list of tool definitions")
-    template = load(source)
+    template = _load(source, bos_token=bos_token, eos_token=eos_token)
     if variant:
         template = template.with_variant(variant)
     elif tools and "tool_use" in template.variants:
         template = template.with_variant("tool_use")
     extra = dict(_parse_var(v) for v in variables)
+    for text in string_variables:
+        key, sep, value = text.partition("=")
+        if not sep or not key.strip():
+            raise InputError(f"--var-str {text!r}: expected KEY=VALUE")
+        extra[key.strip()] = value
     text = template.render(conversation, tools=tools, add_generation_prompt=not no_generation_prompt, **extra)
     click.echo(text, nl=False)
 
@@ -137,13 +157,14 @@ def render(source, messages, tools_path, no_generation_prompt, variables, varian
 @click.argument("source", type=click.Path())
 @click.option("--variant", help="A named template of the source (e.g. tool_use).")
 @click.option("--json", "as_json", is_flag=True, help="Print the ProtocolSpec as JSON.")
-def probe(source, variant, as_json):
+@_token_options
+def probe(source, variant, as_json, bos_token, eos_token):
     """Derive SOURCE's protocol (reasoning, content, tool calls, end of turn) by rendering it."""
     from .probe import probe as run_probe
     from .probe import verify
     from .probe.report import as_text, protocol_sections, provenance_sections
 
-    template = load(source, variant=variant)
+    template = _load(source, variant=variant, bos_token=bos_token, eos_token=eos_token)
     spec = run_probe(template)
     if as_json:
         click.echo(spec.to_json(), nl=False)
@@ -168,7 +189,8 @@ def probe(source, variant, as_json):
               help="The generation-prompt mode whose start state the output follows (default, thinking, no_thinking).")
 @click.option("--llama-request", is_flag=True, help="Print the JSON fields llama.cpp's server takes.")
 @click.option("--variant", help="A named template of the source (e.g. tool_use).")
-def gbnf(source, tools_path, tool_choice, parallel, schema_path, mode, llama_request, variant):
+@_token_options
+def gbnf(source, tools_path, tool_choice, parallel, schema_path, mode, llama_request, variant, bos_token, eos_token):
     """Print a GBNF grammar for SOURCE's output (llama.cpp constrained decoding).
 
     Without --tools: any tool name, any JSON arguments. With --tools: the offered names only,
@@ -189,7 +211,7 @@ def gbnf(source, tools_path, tool_choice, parallel, schema_path, mode, llama_req
     if tool_choice not in ("auto", "required", "none") and not any(
             (t.get("function") or t).get("name") == tool_choice for t in tools or []):
         raise InputError(f"--tool-choice {tool_choice!r}: not auto, required, none, or the name of a tool in --tools")
-    template = load(source, variant=variant)
+    template = _load(source, variant=variant, bos_token=bos_token, eos_token=eos_token)
     spec = run_probe(template)
     if mode not in spec.modes:
         raise InputError(f"--mode {mode!r}: this template has the modes {', '.join(spec.modes)}")
@@ -229,7 +251,8 @@ def gbnf(source, tools_path, tool_choice, parallel, schema_path, mode, llama_req
 @click.option("--allow-partial", is_flag=True,
               help="Write the files even when the parser does not read back every turn the template renders "
                    "(the spec and the module record which); exit status 1.")
-def compile_command(source, out_dir, family, variant, standalone, allow_partial):
+@_token_options
+def compile_command(source, out_dir, family, variant, standalone, allow_partial, bos_token, eos_token):
     """Write SOURCE's PEG and GBNF grammars, its spec and its streaming parser module.
 
     The compile proves the parser first: every standard turn the template renders is read
@@ -240,7 +263,7 @@ def compile_command(source, out_dir, family, variant, standalone, allow_partial)
 
     from .pipeline import compile_template, write_files
 
-    template = load(source, variant=variant, family=family)
+    template = _load(source, variant=variant, family=family, bos_token=bos_token, eos_token=eos_token)
     compiled = compile_template(template, standalone=standalone, allow_partial=allow_partial)
     click.echo(compiled.proof.table(), nl=False)
     proof = compiled.proof

@@ -28,6 +28,9 @@ class TemplateError(TplparseError):
         # Why transformers' sandbox refused what the own-containers sandbox renders (see
         # tplparse.source.render), or None.
         self.own_containers: str | None = None
+        # A resource limit stopped the render (time, memory, output size, a value too big
+        # to build): no other way of rendering will do better, so probing stops too.
+        self.limit = False
         where = template or "template"
         if line is not None:
             where += f", line {line}"

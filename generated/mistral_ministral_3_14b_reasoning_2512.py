@@ -25,13 +25,13 @@ or parse(text, ...) for a whole output at once (the same result).
 #   between calls  -   (parallel calls: all)
 #   arguments      one object, json
 # End of turn
-#   '<|eos_token|>'
+#   '</s>'
 # Turn layouts
-#   calls              {calls}<|eos_token|>
-#   content            {content}<|eos_token|>
-#   reasoning+content  [THINK]{reasoning}[/THINK]{content}<|eos_token|>
-#   content+calls      {content}{calls}<|eos_token|>
-#   reasoning+calls    [THINK]{reasoning}[/THINK]{calls}<|eos_token|>
+#   calls              {calls}</s>
+#   content            {content}</s>
+#   reasoning+content  [THINK]{reasoning}[/THINK]{content}</s>
+#   content+calls      {content}{calls}</s>
+#   reasoning+calls    [THINK]{reasoning}[/THINK]{calls}</s>
 
 try:  # generated/ imported as a package
     from . import tplparse_runtime as _runtime
@@ -48,7 +48,7 @@ TABLES = {
     'modes': {'default': {'tail': '', 'start': 'content'}},
     'reasoning': {'start': '[THINK]', 'end': '[/THINK]', 'call_ends_reasoning': True},
     'content': {'start': '', 'end': ''},
-    'end_of_turn': ['<|eos_token|>'],
+    'end_of_turn': ['</s>'],
     'tool_calls': {
         'opener': '[TOOL_CALLS]',
         'call_head': '[TOOL_CALLS]',

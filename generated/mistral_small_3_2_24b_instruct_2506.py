@@ -22,13 +22,13 @@ or parse(text, ...) for a whole output at once (the same result).
 #   between calls  -   (parallel calls: all)
 #   arguments      one object, json
 # End of turn
-#   '<|eos_token|>'
+#   '</s>'
 # Turn layouts
-#   calls              {calls}<|eos_token|>
-#   content            {content}<|eos_token|>
-#   reasoning+content  {content}<|eos_token|>
-#   content+calls      {calls}<|eos_token|>
-#   reasoning+calls    {calls}<|eos_token|>
+#   calls              {calls}</s>
+#   content            {content}</s>
+#   reasoning+content  {content}</s>
+#   content+calls      {calls}</s>
+#   reasoning+calls    {calls}</s>
 
 try:  # generated/ imported as a package
     from . import tplparse_runtime as _runtime
@@ -45,7 +45,7 @@ TABLES = {
     'modes': {'default': {'tail': '', 'start': 'content'}},
     'reasoning': None,
     'content': {'start': '', 'end': ''},
-    'end_of_turn': ['<|eos_token|>'],
+    'end_of_turn': ['</s>'],
     'tool_calls': {
         'opener': '[TOOL_CALLS]',
         'call_head': '[TOOL_CALLS]',

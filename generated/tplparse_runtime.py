@@ -283,6 +283,22 @@ def python_value(text):
 
 
 
+def object_value(text, python):
+    """An encoded arguments object: JSON, or (a format that writes Python literals) a Python
+    dict, or JSON after all (a model may write true / null where the template writes True /
+    None). ValueError / SyntaxError when it is neither."""
+    if not python:
+        return json.loads(text)
+    try:
+        return python_value(text)
+    except (ValueError, SyntaxError):
+        try:
+            return json.loads(text)
+        except ValueError:
+            pass
+        raise
+
+
 def typed_raw(text, schema, fillers=()):
     """A value written as raw text, typed by its schema (a string when there is none); an
     object or array may be JSON, a Python literal, or XML elements (see xml_elements)."""
@@ -1369,7 +1385,7 @@ class Rules:
         self._ws_here()  # (whitespace still to come is skipped by the object's reader)
         text = yield from self._read_balanced("'\"" if python else '"', "arguments object")
         try:
-            value = python_value(text) if python else json.loads(text)
+            value = object_value(text, python)
         except RecursionError:
             raise BadArguments("the arguments are nested too deeply to read") from None
         except (ValueError, SyntaxError, MemoryError) as e:

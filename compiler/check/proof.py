@@ -25,10 +25,10 @@ from .. import runtime
 from ..emit.gbnf import emit_gbnf
 from ..grammar import GrammarOptions, build
 from ..grammar.reading import reading_tables
-from ..probe import PLACEHOLDER_TOKENS, standard_turns
+from ..probe import PLACEHOLDER_TOKENS, PROBE_SECONDS, standard_turns
 from ..probe.conversations import FRESH, SHAPES, ShapedRenderer, Turn, tool_definition
 from ..probe.renders import assistant_spans
-from ..source.render import fixed_clock
+from ..source.render import fixed_clock, time_budget
 from ..source.template import ChatTemplate
 from ..spec import Parallel, ProtocolSpec, Start
 from . import gbnf_lark
@@ -68,14 +68,15 @@ def _with_placeholders(template: ChatTemplate) -> ChatTemplate:
 
 
 def model_outputs(template: ChatTemplate, spec: ProtocolSpec, turns: dict[str, Turn] | None = None) -> list[ModelOutput]:
-    """The model outputs of `turns` (default: the standard turns), from the template's renders."""
+    """The model outputs of `turns` (default: the standard turns), from the template's renders
+    (all of them within the probe's time budget)."""
     template = _with_placeholders(template)
     label = spec.shape.partition(", reasoning as thinking blocks")[0]
     renderer = ShapedRenderer(template, [tool_definition(n, [FRESH.key1, FRESH.key2]) for n in FRESH.names],
                               shape=next((s for s in SHAPES if s.label == label), None),
                               reasoning_blocks=spec.shape.endswith("thinking blocks"))
     turns = turns or standard_turns()
-    with fixed_clock():  # the renders of one turn must agree on what time it is
+    with fixed_clock(), time_budget(PROBE_SECONDS):  # (the renders of one turn must agree on the time)
         rendered = assistant_spans(renderer, FRESH.user, turns)
     if rendered is None:
         return []
@@ -198,7 +199,8 @@ class Proof:
         if self.error:
             lines.append(f"  {self.error}")
         width = max([len(t.turn) for t in self.turns] + [4]) + 2
-        lines.append(f"  {'turn':<{width}}result")
+        if self.turns:
+            lines.append(f"  {'turn':<{width}}result")
         for t in self.turns:
             result = ("proved" + (f" (lossy: {t.detail})" if t.detail else "")) if t.proved else f"NOT PROVED: {t.detail}"
             lines.append(f"  {t.turn:<{width}}{result}")

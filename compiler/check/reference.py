@@ -160,7 +160,7 @@ def _arguments_json(arguments: dict) -> str:
 
 def _decode_object(text: str, fmt: ArgumentFormat) -> dict:
     try:
-        value = runtime.python_value(text) if fmt.encoder == "python" else json.loads(text)
+        value = runtime.object_value(text, fmt.encoder == "python")
     except (ValueError, SyntaxError) as e:
         raise ValueError(f"arguments are not valid {'Python' if fmt.encoder == 'python' else 'JSON'}: {e}") from None
     if not isinstance(value, dict):

@@ -206,7 +206,8 @@ def _add_tool_calls(g: Grammar, tc: ToolCallFormat, options: GrammarOptions, ws:
         if not tools:
             raise ValueError(f"tool_choice names {options.tool_choice!r}, which is not among the tools")
     if tools is None:
-        args = _add_arguments(g, tc.arguments, "arguments", None, ws, options.warnings, _after_arguments(tc))
+        args = _add_arguments(g, tc.arguments, "arguments", None, ws, options.warnings, _after_arguments(tc),
+                              parsing=options.trailing_text)
         g.add("tool-name", Rep(NAME_CHARS, 1), "a tool name")
         call = g.add("tool-call", _call_body(tc, Ref("tool-name"), args, ws), "one tool call")
     else:
@@ -264,11 +265,14 @@ def _after_arguments(tc: ToolCallFormat) -> str:
 
 
 def _add_arguments(g: Grammar, fmt: ArgumentFormat, name: str, schema: dict | None, ws: Ref, warnings,
-                   closing: str = "") -> Ref:
+                   closing: str = "", parsing: bool = False) -> Ref:
     if fmt.style == ArgumentStyle.OBJECT:
         if fmt.encoder == "python":
             if schema is None:
                 add_python_literal(g)
+                if parsing:  # (a model may write JSON where the template writes Python: the parser reads both)
+                    add_json(g)
+                    return g.add(name, alt(Ref("py-dict"), Ref("json-object")), "arguments, a Python dict or JSON")
                 return g.add(name, Ref("py-dict"), "arguments, as a Python dict")
             value = json_schema.add_schema(g, schema, name + "-py", warnings, flavor="python")
             return g.add(name, value, "arguments, a Python dict by the tool's schema")

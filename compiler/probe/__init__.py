@@ -13,7 +13,7 @@
     report         the report `tplparse probe` prints and each generated module carries
 """
 
-from .derive import PLACEHOLDER_TOKENS, probe
+from .derive import PLACEHOLDER_TOKENS, PROBE_SECONDS, probe
 from .verify import Check, standard_turns, verify
 
-__all__ = ["Check", "PLACEHOLDER_TOKENS", "probe", "standard_turns", "verify"]
+__all__ = ["Check", "PLACEHOLDER_TOKENS", "PROBE_SECONDS", "probe", "standard_turns", "verify"]

@@ -215,7 +215,9 @@ class ShapedRenderer:
                     {"role": "user", "content": user2}]
         try:
             return self._render(shape, messages, False, {})
-        except TemplateError:
+        except TemplateError as e:
+            if e.limit:
+                raise
             return None
 
     def render_turn(self, user: str, turn: Turn, variables: dict | None = None, system: str | None = None) -> Rendered | None:
@@ -229,6 +231,8 @@ class ShapedRenderer:
                 prompt = self._render(shape, history, True, variables)
                 bare = self._render(shape, history, False, variables)
             except TemplateError as e:
+                if e.limit:  # time, memory or size: another shape will not do better; the probe stops
+                    raise
                 self.errors.append(f"{shape.label}: {e.reason}")
                 continue
             if self.shape is None:
@@ -238,7 +242,9 @@ class ShapedRenderer:
                 if turn.reasoning not in full:
                     try:
                         blocks = self._render(shape, history + [_turn_message(turn, shape, True)], False, variables)
-                    except TemplateError:
+                    except TemplateError as e:
+                        if e.limit:
+                            raise
                         blocks = ""
                     # The blocks must be read, not printed whole (a Python repr shows the keys).
                     if turn.reasoning in blocks and "'thinking'" not in blocks and '"thinking"' not in blocks:

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..source.render import fixed_clock
+from ..errors import TemplateError
+from ..source.render import fixed_clock, time_budget
 from ..source.template import ChatTemplate
 from ..spec import Piece, PromptMode, ProtocolSpec, Reasoning, SpecError, Start, ToolCallFormat, slot
 from . import markers
@@ -142,10 +143,25 @@ def _probe_with(template: ChatTemplate, s: Sentinels) -> _Findings:
 PLACEHOLDER_TOKENS = {"bos_token": "<|bos_token|>", "eos_token": "<|eos_token|>"}
 
 
-def probe(template: ChatTemplate) -> ProtocolSpec:
-    """Derive the template's ProtocolSpec (both sentinel sets must agree on each field)."""
-    with fixed_clock():  # templates that print the time must print the same one in every render
-        return _probe(template)
+# The wall clock one template's whole probe may take (each render also has its own limits).
+PROBE_SECONDS = 15.0
+
+
+def probe(template: ChatTemplate, budget: float = PROBE_SECONDS) -> ProtocolSpec:
+    """Derive the template's ProtocolSpec (both sentinel sets must agree on each field).
+
+    The probe renders dozens of times; all of them together get `budget` seconds, and the
+    first render that hits a limit (time, memory, output size) ends the probe: a
+    `TemplateError` saying so."""
+    try:
+        with fixed_clock(), time_budget(budget):  # (templates that print the time print the same one)
+            return _probe(template)
+    except TemplateError as e:
+        if not e.limit:
+            raise
+        error = TemplateError(f"probing stopped: {e.reason}", template=e.template, line=e.line)
+        error.limit = True
+        raise error from None
 
 
 def _probe(template: ChatTemplate) -> ProtocolSpec:

@@ -8,6 +8,7 @@ prompt writes past it (its tail), and each turn's span (what the turn writes pas
 
 from __future__ import annotations
 
+from ..source.render import check_time_budget
 from ..spec import Piece, slot
 from .conversations import Rendered, ShapedRenderer, Turn
 from .spans import Boundaries, common_prefix_length
@@ -43,11 +44,13 @@ def _readings(history: str, full: str, boundaries: Boundaries) -> list[tuple[str
     q = boundaries.split_common_suffix(history[p:], full[p:])
     end = len(full) - q
     found = []
+    # (the insertion moves back at most its own length: further, it would pass over a turn)
+    limit = min(p, len(full) - len(history))
     k = 0
     while True:
         if boundaries.is_split_point(full, p - k) and boundaries.is_split_point(full, end - k):
             found.append((full[:p - k], full[p - k:end - k], full[end - k:]))
-        if not (k < p and full[p - k - 1] == full[end - k - 1]):
+        if not (k < limit and full[p - k - 1] == full[end - k - 1]):
             return found
         k += 1
 
@@ -78,6 +81,7 @@ def assistant_spans(renderer: ShapedRenderer, user: str, turns: dict[str, Turn],
     writes past the header; a span is what a turn writes past it. Turns the template
     cannot render are left out.
     """
+    check_time_budget(renderer.template.name)
     boundaries = Boundaries(renderer.template.special_tokens)
     renders: dict[str, Rendered] = {}
     for kind, turn in turns.items():

@@ -18,19 +18,34 @@ _OPENERS = frozenset("<[{(")
 
 
 def common_prefix_length(a: str, b: str) -> int:
+    """How many characters a and b share at their start (slices compared in C: renders can be
+    megabytes long)."""
     n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n  # a[:lo] == b[:lo], a[:hi] != b[:hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
 def common_suffix_length(a: str, b: str) -> int:
+    """How many characters a and b share at their end."""
     n = min(len(a), len(b))
-    i = 0
-    while i < n and a[-1 - i] == b[-1 - i]:
-        i += 1
-    return i
+    if n == 0 or a[len(a) - n:] == b[len(b) - n:]:
+        return n
+    lo, hi = 0, n  # the last lo characters agree, the last hi do not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[len(a) - mid:len(a) - lo] == b[len(b) - mid:len(b) - lo]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
 @dataclass(frozen=True)

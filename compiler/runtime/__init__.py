@@ -19,13 +19,13 @@ Code outside the runtime imports only the names below.
 from .errors import BadArguments, InvalidOutput
 from .parser import StreamParser, parse, read_all
 from .protocol import CONTENT, PARALLEL_ALL, REASONING, TABLES_VERSION, Protocol
-from .values import arguments_json, decode_native, format_fillers, python_value, typed_raw
+from .values import arguments_json, decode_native, format_fillers, object_value, python_value, typed_raw
 
 # The runtime's modules in the order the standalone file stacks them (each only uses those before it).
 MODULES = ("errors", "text", "values", "protocol", "output", "input", "rules", "parser")
 
 __all__ = [
     "BadArguments", "CONTENT", "InvalidOutput", "MODULES", "PARALLEL_ALL", "Protocol", "REASONING",
-    "StreamParser", "TABLES_VERSION", "arguments_json", "decode_native", "format_fillers", "parse", "python_value", "read_all",
+    "StreamParser", "TABLES_VERSION", "arguments_json", "decode_native", "format_fillers", "object_value", "parse", "python_value", "read_all",
     "typed_raw",
 ]

@@ -29,7 +29,7 @@ call by the same steps.
 from .errors import BadArguments, InvalidOutput, TruncatedOutput
 from .protocol import ARGUMENTS, CALL_ID, CONTENT, LITERAL, NAME, REASONING, UNREAD
 from .text import NAME_CHARS, SPACES, first_of, held_back, literal_here, waker, words
-from .values import JSON_DECODER, arguments_json, decode_native, python_value, typed_raw
+from .values import JSON_DECODER, arguments_json, decode_native, object_value, python_value, typed_raw
 
 ###{standalone
 import json
@@ -399,7 +399,7 @@ class Rules:
         self._ws_here()  # (whitespace still to come is skipped by the object's reader)
         text = yield from self._read_balanced("'\"" if python else '"', "arguments object")
         try:
-            value = python_value(text) if python else json.loads(text)
+            value = object_value(text, python)
         except RecursionError:
             raise BadArguments("the arguments are nested too deeply to read") from None
         except (ValueError, SyntaxError, MemoryError) as e:

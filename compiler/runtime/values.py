@@ -65,6 +65,22 @@ def python_value(text):
 
 
 
+def object_value(text, python):
+    """An encoded arguments object: JSON, or (a format that writes Python literals) a Python
+    dict, or JSON after all (a model may write true / null where the template writes True /
+    None). ValueError / SyntaxError when it is neither."""
+    if not python:
+        return json.loads(text)
+    try:
+        return python_value(text)
+    except (ValueError, SyntaxError):
+        try:
+            return json.loads(text)
+        except ValueError:
+            pass
+        raise
+
+
 def typed_raw(text, schema, fillers=()):
     """A value written as raw text, typed by its schema (a string when there is none); an
     object or array may be JSON, a Python literal, or XML elements (see xml_elements)."""

@@ -153,7 +153,16 @@ def _usable_label(value) -> str:
 
 
 def _from_jinja_file(path: Path) -> _Found:
-    return _Found(templates={"default": _read_text(path)}, name=path.stem, model_slug=slugify(path.stem), origin=str(path))
+    found = _Found(templates={"default": _read_text(path)}, name=path.stem, model_slug=slugify(path.stem), origin=str(path))
+    # A bare .jinja names no special tokens; a tokenizer_config.json beside it (a model
+    # folder holding its template as a file) does: its tokens, and the end-of-turn tokens of
+    # a generation_config.json there.
+    config_path = path.parent / "tokenizer_config.json"
+    if config_path.is_file():
+        config = _from_tokenizer_config(config_path, _read_json(config_path))
+        found.named_tokens, found.special_tokens = config.named_tokens, config.special_tokens
+        found.end_of_turn = _generation_config_stops(path.parent, found)
+    return found
 
 
 # --- Hugging Face tokenizer_config.json / model directory ---------------------------------

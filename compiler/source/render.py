@@ -56,6 +56,31 @@ from ..errors import TemplateError
 _TEMPLATE_FILENAME = "<template>"
 
 
+# A deadline for every render in a block (a probe's whole time budget), or None.
+_DEADLINE: ContextVar[tuple[float, float] | None] = ContextVar("tplparse_deadline", default=None)
+
+
+@contextmanager
+def time_budget(seconds: float):
+    """Within the block, all renders together may take `seconds` of wall clock: each render's
+    own limit shrinks to what is left, and a render started with nothing left fails (a limit)."""
+    token = _DEADLINE.set((time.monotonic() + seconds, seconds))
+    try:
+        yield
+    finally:
+        _DEADLINE.reset(token)
+
+
+def check_time_budget(name: str) -> None:
+    """Raise the limit `TemplateError` when the block's time budget (time_budget) is used up:
+    for work between renders (a probe diffing large renders)."""
+    budget = _DEADLINE.get()
+    if budget is not None and budget[0] <= time.monotonic():
+        error = TemplateError(f"the time budget of {budget[1]:g} s is used up", template=name)
+        error.limit = True
+        raise error
+
+
 @dataclass(frozen=True)
 class RenderLimits:
     """Per-render limits. A template that exceeds one fails with a `TemplateError`."""
@@ -177,6 +202,10 @@ class _Namespace(jinja2.utils.Namespace):
             raise SecurityError(f"templates cannot store underscore-prefixed attributes on a namespace ({name!r})")
 
 
+class _TooBig(SecurityError):
+    """An operation would build a value past the render's size limit (a resource limit)."""
+
+
 # str methods whose integer argument sets the size of the result.
 _WIDTH_METHODS = frozenset({"center", "ljust", "rjust", "zfill", "expandtabs"})
 
@@ -184,7 +213,7 @@ _WIDTH_METHODS = frozenset({"center", "ljust", "rjust", "zfill", "expandtabs"})
 class _ChatTemplateEnvironment(ImmutableSandboxedEnvironment):
     """The sandbox, plus size checks on the operations that can allocate a huge string at once."""
 
-    intercepted_binops = frozenset({"*", "**", "%"})
+    intercepted_binops = frozenset({"*", "**", "%", "+"})
 
     def __init__(self, max_result_chars: int):
         super().__init__(
@@ -203,7 +232,7 @@ class _ChatTemplateEnvironment(ImmutableSandboxedEnvironment):
 
     def _too_big(self, what: str, size: int) -> None:
         if size > self.max_result_chars:
-            raise SecurityError(f"{what} would build a value of about {size} items (limit {self.max_result_chars})")
+            raise _TooBig(f"{what} would build a value of about {size} items (limit {self.max_result_chars})")
 
     def _checked_filter(self, filter_func, argument: str):
         def checked(value, *args, **kwargs):
@@ -227,6 +256,8 @@ class _ChatTemplateEnvironment(ImmutableSandboxedEnvironment):
         elif operator == "%" and isinstance(left, str):
             for number in _digit_runs(left):
                 self._too_big("a %-format width", number)
+        elif operator == "+" and isinstance(left, (str, list, tuple)) and isinstance(right, (str, list, tuple)):
+            self._too_big("joining two sequences", len(left) + len(right))  # (doubling a list in a loop)
         return super().call_binop(context, operator, left, right)
 
     def call(__self, __context, __obj, *args, **kwargs):  # noqa: N805 (Jinja's own signature)
@@ -484,6 +515,16 @@ def render_template(
     (see the module docstring). A refusal that this sandbox would not make is a
     `TemplateError` whose `own_containers` says why."""
     template = compile_template(source, name, limits, own_containers)
+    budget = _DEADLINE.get()
+    if budget is not None:
+        left = budget[0] - time.monotonic()
+        if left <= 0:
+            error = TemplateError(f"the time budget of {budget[1]:g} s for all renders is used up", template=name)
+            error.limit = True
+            raise error
+        if left < limits.seconds:
+            limits = RenderLimits(seconds=left, max_output_chars=limits.max_output_chars,
+                                  max_memory_growth_bytes=limits.max_memory_growth_bytes)
     needs = _NEEDS_OWN_CONTAINERS.set(None)
     inputs = _INPUT_CONTAINERS.set(frozenset(_container_ids(variables, set())) if own_containers else frozenset())
     try:
@@ -497,6 +538,12 @@ def render_template(
         _INPUT_CONTAINERS.reset(inputs)
 
 
+def _limit(message: str, name: str, line: int | None = None) -> TemplateError:
+    error = TemplateError(message, template=name, line=line)
+    error.limit = True
+    return error
+
+
 def _render(template: jinja2.Template, name: str, variables: dict[str, Any], limits: RenderLimits) -> str:
     pieces: list[str] = []
     size = 0
@@ -506,14 +553,14 @@ def _render(template: jinja2.Template, name: str, variables: dict[str, Any], lim
                 for piece in template.generate(**variables):
                     size += len(piece)
                     if size > limits.max_output_chars:
-                        raise TemplateError(
-                            f"rendered output exceeds {limits.max_output_chars} characters", template=name
-                        )
+                        raise _limit(f"rendered output exceeds {limits.max_output_chars} characters", name)
                     pieces.append(piece)
         except _RenderInterrupted:
-            raise TemplateError(watch.breach or "rendering was interrupted", template=name) from None
+            raise _limit(watch.breach or "rendering was interrupted", name) from None
     except TemplateError:
         raise
+    except _TooBig as e:
+        raise _limit(f"blocked by the sandbox: {e}", name, _template_line(e.__traceback__)) from None
     except _TemplateRaised as e:
         raise TemplateError(f"the template raised an exception: {e}", template=name, line=_template_line(e.__traceback__)) from None
     except SecurityError as e:
@@ -521,7 +568,7 @@ def _render(template: jinja2.Template, name: str, variables: dict[str, Any], lim
     except RecursionError as e:
         raise TemplateError("recursion too deep", template=name, line=_template_line(e.__traceback__)) from None
     except MemoryError as e:
-        raise TemplateError("ran out of memory", template=name, line=_template_line(e.__traceback__)) from None
+        raise _limit("ran out of memory", name, _template_line(e.__traceback__)) from None
     except Exception as e:  # any error raised while evaluating untrusted template code
         message = f"{type(e).__name__}: {e}"
         raise TemplateError(message, template=name, line=_template_line(e.__traceback__)) from None

@@ -1,0 +1,338 @@
+"""`compile` proves the parser it writes; the probe reads templates of many shapes; hostile
+templates end the probe with one line, inside its budget."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+import tplparse
+from tplparse import runtime
+from tplparse.bridge import compile_in_memory
+from tplparse.check.proof import STANDARD_TOOLS, model_outputs, prove
+from tplparse.grammar.reading import reading_tables
+from tplparse.probe import PROBE_SECONDS, probe
+from tplparse.probe.overrides import OVERRIDES_DIR
+from tplparse.spec import slot
+
+from conftest import CORPUS, EXAMPLES, corpus_templates, needs_corpus, run_cli
+
+TEMPLATES = corpus_templates()
+
+
+@pytest.fixture(scope="module")
+def proofs():
+    return {path.stem: prove(tplparse.load(path), probe(tplparse.load(path))) for path in TEMPLATES}
+
+
+@needs_corpus
+def test_every_corpus_template_proves_every_turn_it_renders(proofs, capsys):
+    """The table of the whole corpus: a template that renders no standard turn, or a turn its
+    parser does not read back, is a gap."""
+    with capsys.disabled():
+        print(f"\n{'template':<48} {'rendered':>8} {'proved':>7} {'lossy':>6}")
+        for stem, proof in sorted(proofs.items()):
+            lossy = sum(1 for t in proof.turns if t.proved and t.detail)
+            print(f"{stem:<48} {len(proof.turns):>8} {sum(t.proved for t in proof.turns):>7} {lossy:>6}")
+    gaps = {stem: proof.error or [f"{t.turn}: {t.detail}" for t in proof.unproved]
+            for stem, proof in proofs.items() if not proof.ok}
+    assert not gaps, gaps
+    assert len(proofs) == len(TEMPLATES) >= 69
+
+
+def corpus_outputs(stem):
+    path = CORPUS / f"{stem}.jinja"
+    if not path.is_file():
+        pytest.skip(f"{stem} is not in the corpus")
+    template = tplparse.load(path)
+    spec = probe(template)
+    return template, spec, {o.turn: o for o in model_outputs(template, spec)}
+
+
+# --- Lossy renders are read from the render, not listed by name ---------------------------
+
+
+@needs_corpus
+@pytest.mark.parametrize("stem, turn, reason", [
+    ("OpenAI-gpt-oss-120b", "content+call", "writes the content where reasoning goes"),
+    ("NVIDIA-Nemotron-Nano-9B-v2", "content+call", "renders this message as two turns"),
+    ("DeepSeek-R1-Distill-Qwen-32B-rev2", "content+call", "renders this message as two turns"),
+    ("Cohere-Command-R7B-12-2024-tool_use", "reasoning+content", "drops the reasoning"),
+    ("llamacpp-DeepSeek-R1", "content+call", "renders 0 of this turn's 1 calls"),
+    ("MiniMax-M3", "typed call", "drops the argument 'note'"),
+    ("Meta-Llama-3.1-8B-Instruct", "content+call", "drops the content"),
+])
+def test_lossy_turns_say_what_the_template_loses(stem, turn, reason):
+    _, _, found = corpus_outputs(stem)
+    assert any(reason in line for line in found[turn].lossy), found[turn].lossy
+
+
+@needs_corpus
+def test_content_written_as_reasoning_is_expected_as_reasoning():
+    _, _, found = corpus_outputs("OpenAI-gpt-oss-120b")
+    expected = found["content+call"].expected
+    assert expected["content"] is None and expected["reasoning_content"] == "Converting the amount."
+
+
+def test_a_turn_that_reads_back_is_not_lossy():
+    template = tplparse.load(EXAMPLES / "chatml-think-tools.gguf")
+    proof = prove(template, probe(template))
+    assert proof.ok and all(t.proved and not t.detail for t in proof.turns)
+    assert [t.turn for t in proof.turns] == ["content", "reasoning+content", "typed call", "two calls", "content+call",
+                                             "reasoning+call"]
+
+
+# --- compile: the proof decides -----------------------------------------------------------
+
+WRONG = {
+    "template_sha256": [],  # filled in: the example template's
+    "why": "a deliberately wrong end-of-turn marker, to show that compile refuses a parser it cannot prove",
+    "patch": {"end_of_turn": ["<|im_start|>"]},
+}
+
+
+@pytest.fixture()
+def wrong_override():
+    """An override that breaks the example's spec (written into the override folder, then removed)."""
+    from tplparse.probe.overrides import load_overrides
+
+    template = tplparse.load(EXAMPLES / "chatml-think-tools.gguf")
+    path = OVERRIDES_DIR / "zz-test-wrong.json"
+    path.write_text(json.dumps({**WRONG, "template_sha256": [template.sha256]}), encoding="utf-8")
+    load_overrides.cache_clear()
+    try:
+        yield path
+    finally:
+        path.unlink()
+        load_overrides.cache_clear()
+
+
+def test_compile_refuses_a_parser_that_does_not_read_back_its_template(wrong_override, tmp_path):
+    out = tmp_path / "out"
+    result = run_cli("compile", EXAMPLES / "chatml-think-tools.gguf", "-o", out)
+    assert result.returncode == 2
+    assert "NOT PROVED" in result.stdout
+    errors = result.stderr.strip().splitlines()
+    assert len(errors) == 1 and errors[0].startswith("tplparse: error: chatml-think-tools: the parser does not read back")
+    assert "expected" in errors[0] and "got" in errors[0] or "reports" in errors[0]
+    assert not out.exists()  # nothing written
+
+
+def test_allow_partial_writes_and_records_the_unproved_turns(wrong_override, tmp_path):
+    result = run_cli("compile", EXAMPLES / "chatml-think-tools.gguf", "-o", tmp_path, "--allow-partial")
+    assert result.returncode == 1, result.stderr
+    spec = json.loads((tmp_path / "grammars" / "chatml-think-tools.spec.json").read_text(encoding="utf-8"))
+    assert spec["unproved"] and all(":" in line for line in spec["unproved"])
+    module = (tmp_path / "generated" / "chatml_think_tools.py").read_text(encoding="utf-8")
+    assert "# Not proved: the parser does not read back these turns" in module
+
+
+def test_compile_prints_the_proof_table(tmp_path):
+    result = run_cli("compile", EXAMPLES / "chatml-think-tools.gguf", "-o", tmp_path)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("proof of chatml-think-tools")
+    assert sum(line.strip().endswith("proved") for line in lines) == 6
+
+
+# --- Hostile templates: one line, exit 2, inside the budget, nothing written ----------------
+
+HOSTILE = {
+    "refuses every render": "{{- raise_exception('no conversation is good enough') }}",
+    "a CPU bomb": "{%- for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
+                  "{% for m in messages %}{{ m.content }}{% endfor %}",
+    "a memory bomb": "{%- set ns = namespace(items=[]) %}{% for i in range(100000) %}"
+                     "{% set _ = ns.items.append('x' * 7000000 ~ i) %}{% endfor %}{% for m in messages %}{{ m.content }}{% endfor %}",
+    "a doubling list": "{%- set a = [0] * 7000000 %}{% set b = a + a %}{% set c = b + b %}{{ c|length }}",
+    "a huge output": "{{- 'x' * 7000000 }}{{ 'y' * 7000000 }}{% for m in messages %}{{ m.content }}{% endfor %}",
+    "only a huge string, no turns": "{{- 'x' * 7000000 }}",
+}
+
+
+@pytest.mark.parametrize("what", list(HOSTILE))
+def test_hostile_templates_end_with_one_line(tmp_path, what):
+    source = tmp_path / "hostile.jinja"
+    source.write_text(HOSTILE[what], encoding="utf-8")
+    out = tmp_path / "out"
+    started = time.monotonic()
+    result = run_cli("compile", source, "-o", out)
+    took = time.monotonic() - started
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    errors = result.stderr.strip().splitlines()
+    assert len(errors) == 1 and errors[0].startswith("tplparse: error: ") and "Traceback" not in result.stderr
+    assert took < PROBE_SECONDS + 5, took
+    assert not out.exists()
+
+
+def test_the_probe_budget_covers_all_renders_together():
+    """Every render fits in its own 10 s; together they exceed a budget of 1 s."""
+    slow = ("{%- for i in range(300) %}{% for j in range(1000) %}{% endfor %}{% endfor %}"
+            "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}")
+    template = tplparse.ChatTemplate(source=slow, name="slow", family="slow", origin="test")
+    started = time.monotonic()
+    with pytest.raises(tplparse.TemplateError) as raised:
+        probe(template, budget=1.0)
+    assert "probing stopped" in str(raised.value) and "budget" in str(raised.value)
+    assert time.monotonic() - started < 5
+
+
+# --- The classes of templates the probe used to miss (each on a corpus template) ------------
+
+
+@needs_corpus
+def test_calls_that_render_only_in_another_input_shape():
+    """Firefunction v2 rev2 reads `functions` and prints arguments with tojson: only object
+    arguments through the functions variable render a call that reads back."""
+    _, spec, _ = corpus_outputs("Fireworks-Firefunction-v2-rev2")
+    assert spec.shape == "functions variable" and spec.tool_calls is not None
+
+
+@needs_corpus
+@pytest.mark.parametrize("stem", ["Poolside-Laguna-XS-2.1", "Spark-2.5"])
+def test_reasoning_whose_end_a_content_turn_writes_alone(stem):
+    """</think>{content}: the template closes the block even without reasoning."""
+    _, spec, _ = corpus_outputs(stem)
+    assert (spec.reasoning.start, spec.reasoning.end) == ("<think>", "</think>")
+    assert {name: mode.start for name, mode in spec.modes.items()}["thinking"] == "reasoning"
+
+
+@needs_corpus
+def test_a_section_start_that_is_only_whitespace():
+    template, spec, _ = corpus_outputs("Poolside-Laguna-XS-2.1")
+    assert not spec.tool_calls.section_start.strip()
+    assert reading_tables(spec, template.special_tokens)["tool_calls"]["opener"] == "<tool_call>"
+
+
+@needs_corpus
+def test_a_generation_prompt_written_whatever_add_generation_prompt_says():
+    """Command R7B rev2 always ends with <|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|> (and an empty
+    thinking block unless thinking is on): that trailer is its generation prompt."""
+    _, spec, found = corpus_outputs("Cohere-Command-R7B-12-2024-tool_use-rev2")
+    assert spec.modes["default"].tail == "<|START_THINKING|><|END_THINKING|>"
+    assert spec.modes["thinking"].tail == "" and spec.end_of_turn[0] == "<|END_OF_TURN_TOKEN|>"
+    # the turn is read after the header: its own thinking block, then the calls
+    assert found["reasoning+call"].text.startswith("<|START_THINKING|>A currency conversion is needed.<|END_THINKING|>")
+
+
+@needs_corpus
+def test_a_generic_close_tag_is_not_an_end_of_turn():
+    """Kimi K3's tags all close with <|close|>: the turn ends at <|close|>message<|sep|>, and a
+    calls section opens at more than <|close|>."""
+    template, spec, _ = corpus_outputs("Moonshot-Kimi-K3")
+    assert spec.end_of_turn[0] == "<|close|>message<|sep|>"
+    opener = reading_tables(spec, template.special_tokens)["tool_calls"]["opener"]
+    assert opener.startswith("<|close|>response<|sep|><|open|>") and opener != spec.content_end
+
+
+@needs_corpus
+def test_a_key_written_again_in_its_closing_tag_and_nested_xml_values():
+    template, spec, found = corpus_outputs("MiniMax-M3")
+    layout = spec.tool_calls.arguments.argument["string"]
+    assert layout.count(slot("key")) == 2
+    _, protocol = compile_in_memory(template)
+    message = runtime.parse(protocol, found["typed call"].text, tools=STANDARD_TOOLS, start=found["typed call"].start)
+    arguments = json.loads(message["tool_calls"][0]["function"]["arguments"])
+    assert arguments["options"] == {"round": True, "places": 2} and arguments["tags"] == ["fx", "daily"]
+
+
+@needs_corpus
+def test_strings_quoted_only_when_they_need_it():
+    """MiniCPM5 wraps a value in CDATA when it holds <, & or a line break."""
+    template, spec, _ = corpus_outputs("OpenBMB-MiniCPM5-1B")
+    fmt = spec.tool_calls.arguments
+    assert fmt.value_encoders["string"] == "raw-or-quoted" and fmt.quotes == ["<![CDATA[", "]]>"]
+    assert set("<&\n") <= set(fmt.quote_when)
+    _, protocol = compile_in_memory(template)
+    text = '<function name="f"><param name="a"><![CDATA[x </param> & y]]></param><param name="b">plain</param></function>'
+    message = runtime.parse(protocol, text, start="content")
+    assert json.loads(message["tool_calls"][0]["function"]["arguments"]) == {"a": "x </param> & y", "b": "plain"}
+
+
+@needs_corpus
+def test_a_call_that_names_its_tool_twice():
+    """Muse Glimmer: the recipient in the header and the invoke element both name the tool."""
+    template, spec, _ = corpus_outputs("Muse-Glimmer")
+    assert spec.tool_calls.call.count(slot("name")) == 2
+    _, protocol = compile_in_memory(template)
+    text = (' to=f<|message|><atem:function_calls>\n<atem:invoke name="g">\n<atem:parameter name="a">1'
+            '</atem:parameter>\n</atem:invoke>\n</atem:function_calls><|eot|>')
+    for chunks in ([text], list(text)):
+        parser = runtime.StreamParser(protocol, start="content")
+        for chunk in chunks:
+            parser.feed(chunk)
+        parser.end()
+        assert parser.message["tool_calls"] == [] and parser.message["errors"][0]["kind"] == "invalid_tool_call"
+
+
+@needs_corpus
+@pytest.mark.parametrize("stem", ["Moonshot-Kimi-K2-Instruct-rev2", "llamacpp-DeepSeek-R1"])
+def test_templates_transformers_refuses_but_llama_cpp_renders(stem):
+    """They build their own lists (ns.ids.append) or print a filter's iterator with tojson: the
+    own-containers sandbox renders them, the spec says so, and calls are found."""
+    _, spec, found = corpus_outputs(stem)
+    assert any("transformers' sandbox refuses this template" in w for w in spec.warnings)
+    assert spec.tool_calls is not None and found["two calls"].expected["tool_calls"]
+
+
+def test_the_fallback_sandbox_still_refuses_to_touch_its_inputs():
+    """A template may mutate what it built, never the messages or tools it was given."""
+    template = tplparse.ChatTemplate(source="{% set _ = messages.append({'role': 'user', 'content': 'x'}) %}ok",
+                                     name="t", family="t", origin="test")
+    with pytest.raises(tplparse.TemplateError) as raised:
+        template.render([{"role": "user", "content": "hi"}])
+    assert "unsafe" in str(raised.value)
+    own = tplparse.ChatTemplate(source="{% set ns = namespace(l=[]) %}{% set _ = ns.l.append(1) %}{{ ns.l }}",
+                                name="t", family="t", origin="test")
+    assert own.render([{"role": "user", "content": "hi"}]) == "[1]" and own.compat_notes
+
+
+@needs_corpus
+def test_python_literal_arguments_also_read_as_json():
+    """InternLM prints arguments as a Python dict; a model may still write JSON (true, null)."""
+    template, _, _ = corpus_outputs("InternLM-InternLM2.5-chat-vllm-tool")
+    _, protocol = compile_in_memory(template)
+    text = '<|action_start|><|plugin|>\n{"name": "f", "arguments": {"a": true, "b": null}}<|action_end|>'
+    for chunks in ([text], list(text)):
+        parser = runtime.StreamParser(protocol, start="content")
+        for chunk in chunks:
+            parser.feed(chunk)
+        parser.end()
+        assert json.loads(parser.message["tool_calls"][0]["function"]["arguments"]) == {"a": True, "b": None}
+
+
+# --- Inputs a user has ----------------------------------------------------------------------
+
+
+def test_a_tokenizer_config_beside_a_jinja_names_its_tokens(tmp_path):
+    (tmp_path / "chat.jinja").write_text("{% for m in messages %}{{ bos_token }}{{ m.content }}{{ eos_token }}"
+                                         "{% endfor %}", encoding="utf-8")
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({
+        "bos_token": "<s>", "eos_token": "</s>",
+        "added_tokens_decoder": {"1": {"content": "<s>", "special": True}, "2": {"content": "</s>", "special": True}},
+    }), encoding="utf-8")
+    template = tplparse.load(tmp_path / "chat.jinja")
+    assert (template.bos_token, template.eos_token) == ("<s>", "</s>") and "</s>" in template.special_tokens
+    assert template.render([{"role": "user", "content": "hi"}]) == "<s>hi</s>"
+
+
+def test_bos_and_eos_options(tmp_path):
+    source = tmp_path / "t.jinja"
+    source.write_text("{% for m in messages %}{{ bos_token }}{{ m.content }}{{ eos_token }}{% endfor %}", encoding="utf-8")
+    messages = tmp_path / "m.json"
+    messages.write_text(json.dumps([{"role": "user", "content": "hi"}]), encoding="utf-8")
+    result = run_cli("render", source, messages, "--bos-token", "<s>", "--eos-token", "</s>")
+    assert result.returncode == 0 and result.stdout == "<s>hi</s>"
+    for command in ("probe", "compile", "gbnf"):
+        assert "--bos-token" in run_cli(command, "--help").stdout, command
+
+
+def test_a_string_variable_that_looks_like_json(tmp_path):
+    source = tmp_path / "t.jinja"
+    source.write_text("{{ functions is string }} {{ functions }}", encoding="utf-8")
+    messages = tmp_path / "m.json"
+    messages.write_text("[]", encoding="utf-8")
+    as_json = run_cli("render", source, messages, "--var", "functions=[1, 2]")
+    as_string = run_cli("render", source, messages, "--var-str", "functions=[1, 2]")
+    assert as_json.stdout == "False [1, 2]" and as_string.stdout == "True [1, 2]"
