@@ -11,9 +11,12 @@ or parse(text, ...) for a whole output at once (the same result).
 # The family's protocol, as the probe derived it (`tplparse probe` prints the same report):
 # Generation prompt
 #   mode         set                          prompt ends with                   starts in
-#   default      -                            '<think>\n'                        content
+#   default      -                            '<think>\n'                        reasoning
 # Reasoning
-#   none found
+#   start          '<think>'
+#   end            '</think>'
+#   in history     no (the template drops it)
+#   a tool call ends open reasoning: yes
 # Content
 #   wrapper        - … -
 # Tool calls
@@ -39,8 +42,8 @@ TEMPLATE_SHA256 = 'dd2675619a64a449cdcdd2b93e605a0a50764cee41e344f244752bc936439
 # its evidence and warnings is grammars/<family>.spec.json).
 TABLES = {
     'version': 1,
-    'modes': {'default': {'tail': '<think>\n', 'start': 'content'}},
-    'reasoning': None,
+    'modes': {'default': {'tail': '<think>\n', 'start': 'reasoning'}},
+    'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
     'content': {'start': '', 'end': ''},
     'end_of_turn': ['<｜end▁of▁sentence｜>'],
     'tool_calls': None,

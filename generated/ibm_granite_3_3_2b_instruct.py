@@ -22,7 +22,10 @@ or parse(text, ...) for a whole output at once (the same result).
 # Content
 #   wrapper        '<response>' … '</response>'
 # Tool calls
-#   the template does not render tool calls
+#   section        '<|tool_call|>[' … ']'
+#   one call       {"name": "{name}", "arguments": {arguments}}
+#   between calls  ', '   (parallel calls: all)
+#   arguments      one object, json
 # End of turn
 #   '<|end_of_text|>'
 # Turn layouts
@@ -52,7 +55,19 @@ TABLES = {
     'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
     'content': {'start': '<response>', 'end': '</response>'},
     'end_of_turn': ['<|end_of_text|>'],
-    'tool_calls': None,
+    'tool_calls': {
+        'opener': '<|tool_call|>',
+        'call_head': '{"name": "',
+        'section_start': '<|tool_call|>[',
+        'section_end': ']',
+        'section_inner': None,
+        'content_prefix': '',
+        'inline_opener': '',
+        'call': ['{"name": "', {'slot': 'name'}, '", "arguments": ', {'slot': 'arguments'}, '}'],
+        'separator': ', ',
+        'parallel': 'all',
+        'arguments': {'style': 'object', 'encoder': 'json'},
+    },
 }
 PROTOCOL = _runtime.Protocol(TABLES)  # prepared once, shared by every parser of the family
 

@@ -17,7 +17,12 @@ or parse(text, ...) for a whole output at once (the same result).
 # Content
 #   wrapper        - … -
 # Tool calls
-#   the template does not render tool calls
+#   section        '<|tool_call_start|>[' … ']<|tool_call_end|>'
+#   one call       {name}({arguments})
+#   between calls  ', '   (parallel calls: all)
+#   arguments      one per argument, joined by ', ', keys given
+#     string       {key}={value}
+#     values       string: quoted, integer: json, number: json, boolean: python, null: python, object: json, array: python
 # End of turn
 #   '<|im_end|>'
 # Turn layouts
@@ -43,7 +48,34 @@ TABLES = {
     'reasoning': None,
     'content': {'start': '', 'end': ''},
     'end_of_turn': ['<|im_end|>'],
-    'tool_calls': None,
+    'tool_calls': {
+        'opener': '<|tool_call_start|>',
+        'call_head': '(',
+        'section_start': '<|tool_call_start|>[',
+        'section_end': ']<|tool_call_end|>',
+        'section_inner': None,
+        'content_prefix': '',
+        'inline_opener': '',
+        'call': [{'slot': 'name'}, '(', {'slot': 'arguments'}, ')'],
+        'separator': ', ',
+        'parallel': 'all',
+        'arguments': {
+            'style': 'kv',
+            'argument': {'string': [{'slot': 'key'}, '=', {'slot': 'value'}]},
+            'value_encoders': {
+                'string': 'quoted',
+                'integer': 'json',
+                'number': 'json',
+                'boolean': 'python',
+                'null': 'python',
+                'object': 'json',
+                'array': 'python',
+            },
+            'separator': ', ',
+            'quotes': ["'", "'"],
+            'brackets': {},
+        },
+    },
 }
 PROTOCOL = _runtime.Protocol(TABLES)  # prepared once, shared by every parser of the family
 

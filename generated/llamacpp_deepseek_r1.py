@@ -11,9 +11,12 @@ or parse(text, ...) for a whole output at once (the same result).
 # The family's protocol, as the probe derived it (`tplparse probe` prints the same report):
 # Generation prompt
 #   mode         set                          prompt ends with                   starts in
-#   default      -                            '<think>\n'                        content
+#   default      -                            '<think>\n'                        reasoning
 # Reasoning
-#   none found
+#   start          '<think>'
+#   end            '</think>'
+#   in history     no (the template drops it)
+#   a tool call ends open reasoning: yes
 # Content
 #   wrapper        - … -
 # Tool calls
@@ -41,8 +44,8 @@ TEMPLATE_SHA256 = '0d11fd8d7cf3f212733d73dfe09ead89a14a18816661dc30ea1fb3147428f
 # its evidence and warnings is grammars/<family>.spec.json).
 TABLES = {
     'version': 1,
-    'modes': {'default': {'tail': '<think>\n', 'start': 'content'}},
-    'reasoning': None,
+    'modes': {'default': {'tail': '<think>\n', 'start': 'reasoning'}},
+    'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
     'content': {'start': '', 'end': ''},
     'end_of_turn': ['<｜end▁of▁sentence｜>'],
     'tool_calls': {

@@ -336,3 +336,30 @@ def test_a_string_variable_that_looks_like_json(tmp_path):
     as_json = run_cli("render", source, messages, "--var", "functions=[1, 2]")
     as_string = run_cli("render", source, messages, "--var-str", "functions=[1, 2]")
     assert as_json.stdout == "False [1, 2]" and as_string.stdout == "True [1, 2]"
+
+
+@needs_corpus
+@pytest.mark.parametrize("stem, text, name", [
+    # (a template that declares tools but renders no call: the format comes from an override, with its source)
+    ("LiquidAI-LFM2.5-Instruct", "Checking.<|tool_call_start|>[get_rate(target='USD')]<|tool_call_end|><|im_end|>", "get_rate"),
+    ("IBM-Granite-3.3-2B-Instruct", 'Checking.<|tool_call|>[{"name": "get_rate", "arguments": {"target": "USD"}}]'
+                                    "<|end_of_text|>", "get_rate"),
+])
+def test_a_call_format_only_described_in_prose_comes_from_an_override(stem, text, name):
+    template, spec, _ = corpus_outputs(stem)
+    assert any("renders no call in history" in w for w in spec.warnings)
+    assert any("source:" in line for line in spec.overrides)
+    _, protocol = compile_in_memory(template)
+    message = runtime.parse(protocol, text, start="content")
+    assert message["errors"] == [] and message["content"] == "Checking."
+    assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in message["tool_calls"]] == [
+        (name, {"target": "USD"})]
+
+
+@needs_corpus
+def test_reasoning_a_generation_prompt_opens_and_history_strips():
+    """DeepSeek-R1-Distill opens <think> in every prompt and keeps only what follows </think>
+    in history: the end is the opening tag's own closing tag."""
+    _, spec, _ = corpus_outputs("DeepSeek-R1-Distill-Qwen-32B")
+    assert (spec.reasoning.start, spec.reasoning.end, spec.reasoning.in_history) == ("<think>", "</think>", False)
+    assert spec.modes["default"].start == "reasoning" and not spec.overrides

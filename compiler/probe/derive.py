@@ -106,7 +106,14 @@ def _probe_with(template: ChatTemplate, s: Sentinels) -> _Findings:
             findings.tool_calls = call_format(renderer, s.user, s, arg_format, boundaries, findings.warnings,
                                                spans.get("content"), s.content)
     else:
-        findings.warnings.append("the template does not render tool calls")
+        declared = renderer.render_turn(s.user, Turn(content=s.content))
+        if declared is not None and s.names[0] in declared.prompt:
+            findings.warnings.append(
+                "the template does not render tool calls: it declares the tools (their names appear in the prompt) "
+                "but renders no call in history, so no render shows how a model writes one (a declarative override "
+                "can carry the format, with its source)")
+        else:
+            findings.warnings.append("the template does not render tool calls")
 
     # Turn layouts.
     for kind, turn in turns.items():
@@ -205,6 +212,7 @@ def _probe(template: ChatTemplate) -> ProtocolSpec:
         markers.reasoning_from_layouts(turns, evidence)
         or markers.reasoning_from_layouts(thinking_turns, evidence, note="with thinking on")
         or markers.reasoning_from_modes(modes, boundaries, evidence)
+        or markers.reasoning_from_prompt(modes, evidence)
     )
     end_of_turn = markers.end_of_turn_markers(
         turns, tool_calls, first.next_turn if first.next_turn == second.next_turn else "",

@@ -7,6 +7,7 @@ probe report can show why it believes a marker is one.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from .spans import Boundaries, common_prefix_length
@@ -129,6 +130,26 @@ def reasoning_from_modes(modes: dict[str, PromptMode], boundaries: Boundaries, e
     evidence["reasoning.start"] = f"{start!r} ({how})"
     evidence["reasoning.end"] = f"{end!r} ({how})"
     return Reasoning(start=start, end=end, in_history=False)
+
+
+_OPENING_TAG = re.compile(r"<([A-Za-z][\w:.-]*)>")
+
+
+def reasoning_from_prompt(modes: dict[str, PromptMode], evidence: dict[str, str]) -> Reasoning | None:
+    """Reasoning that a generation prompt opens with a tag (<think>) when no render shows the
+    block (history turns strip it): the end is that tag's own closing tag."""
+    for name in ("default", "thinking"):
+        mode = modes.get(name)
+        if mode is None:
+            continue
+        found = _OPENING_TAG.fullmatch(mode.tail.strip().rsplit("\n", 1)[-1].strip())
+        if found:
+            start, end = found.group(0), f"</{found.group(1)}>"
+            how = f"the {name} generation prompt ends with {start!r} and no render closes it: the tag's own closing tag"
+            evidence["reasoning.start"] = f"{start!r} ({how})"
+            evidence["reasoning.end"] = f"{end!r} ({how})"
+            return Reasoning(start=start, end=end, in_history=False)
+    return None
 
 
 def content_wrapper(turns: dict[str, list[Piece]], reasoning: Reasoning | None, boundaries: Boundaries,

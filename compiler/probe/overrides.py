@@ -2,8 +2,9 @@
 
 Each file in `family_overrides/` names the templates it applies to (by sha256, so a new
 template revision is probed afresh, not patched blindly), says why rendering cannot show
-the fact, and holds a patch that is merged over the derived spec (objects merge key by
-key; any other value replaces). The spec lists the overrides applied.
+the fact (`why`) and where the fact comes from instead (`source`, when it is not the
+template's own text), and holds a patch that is merged over the derived spec (objects
+merge key by key; any other value replaces). The spec lists the overrides applied.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ def apply_overrides(spec: ProtocolSpec) -> ProtocolSpec:
         if spec.template_sha256 not in override["template_sha256"]:
             continue
         data = _merge(spec.to_dict(), override["patch"])
-        data["overrides"] = list(spec.overrides) + [f"{override['file']}: {override['why']}"]
+        source = f" (source: {override['source']})" if override.get("source") else ""
+        data["overrides"] = list(spec.overrides) + [f"{override['file']}: {override['why']}{source}"]
         spec = ProtocolSpec.from_dict(data)
     return spec
