@@ -644,6 +644,19 @@ class Protocol:
         self.content_prefix = tc["content_prefix"] if tc else ""
         self.inline_opener = tc["inline_opener"] if tc else ""
         self.section_inner = tuple(tc["section_inner"]) if tc and tc["section_inner"] else None
+        # Every literal of the format, stripped: an output that ends with the start of one
+        # ended inside it (truncated), whatever a reader made of it.
+        literals = [*self.end_of_turn, self.content_start, self.content_end, self.reasoning_start, self.reasoning_end]
+        if tc:
+            literals += [tc["section_start"], tc["section_end"], tc["separator"], self.content_prefix, self.inline_opener]
+            literals += [p for p in tc["call"] if isinstance(p, str)]
+            arguments = tc["arguments"]
+            if arguments["style"] != "object":
+                # (and the words a value may be: a value cut inside `false` is cut, not wrong)
+                literals += [arguments["separator"], *arguments["quotes"], "true", "false", "null", "True", "False", "None"]
+                for layout in arguments["argument"].values():
+                    literals += [p for p in layout if isinstance(p, str)]
+        self.literals = tuple(sorted({m.strip() for m in literals if m.strip()}))
 
     def start_state(self, generation_prompt, start):
         """Where the output starts: `start` when given, else what the generation prompt leaves open."""
@@ -676,7 +689,9 @@ class TextField:
     def __init__(self, key):
         self.key = key  # its delta key: "content" or "reasoning_content"
         self.parts = []
-        self.pending = ""  # whitespace at the end so far: emitted only if more text follows it
+        # Whitespace at the end so far, emitted only if more text follows it: its pieces (a
+        # list, not one growing string: a model looping on whitespace must cost linear time).
+        self.pending = []
         self.started = False  # until then, whitespace at the very start is dropped
 
 
@@ -698,10 +713,10 @@ class Output:
             field.started = True
         body = text.rstrip()
         if not body:
-            field.pending += text
+            field.pending.append(text)
             return
-        out = field.pending + body if field.pending else body
-        field.pending = text[len(body):]
+        out = "".join(field.pending) + body if field.pending else body
+        field.pending = [text[len(body):]] if len(body) < len(text) else []
         field.parts.append(out)
         self._deltas.append({field.key: out})
 
@@ -724,7 +739,7 @@ class Output:
     def message(self):
         """The assistant message (after end()): content, reasoning, the calls, the errors."""
         if self._finish is None:
-            raise RuntimeError("the message is complete only after end()")
+            raise ValueError("the message is complete only after end()")
         content = "".join(self._content_text.parts)
         reasoning = "".join(self._reasoning_text.parts)
         return {
@@ -745,7 +760,7 @@ class Input:
 
     def feed(self, chunk):
         """Read the next chunk of output (str, or bytes that may split UTF-8 sequences); return
-        the deltas it settles."""
+        the deltas it settles. ValueError after end()."""
         text = chunk if chunk.__class__ is str else self._decode(chunk)
         # Fast paths: most chunks cannot move the parse past what it waits in. (After end()
         # none is open: it clears what they test.)
@@ -771,10 +786,10 @@ class Input:
                         field.parts.append(text)
                         return [{field.key: text}]
                     if not body:
-                        field.pending += text
+                        field.pending.append(text)
                         return []
-                    out = field.pending + body if field.pending else body
-                    field.pending = text[len(body):]
+                    out = "".join(field.pending) + body if field.pending else body
+                    field.pending = [text[len(body):]] if len(body) < len(text) else []
                     field.parts.append(out)
                     return [{field.key: out}]
                 self._emit_text(field, text)
@@ -790,14 +805,21 @@ class Input:
                     return []
             return self._push("")
         if self._finish is not None:
-            raise RuntimeError("end() was called: the stream is closed")
+            raise ValueError("feed() after end(): the stream is closed")
         return self._push(text)
 
     def _decode(self, chunk):
-        return self._decoder.decode(chunk) if isinstance(chunk, (bytes, bytearray)) else chunk
+        if isinstance(chunk, (bytes, bytearray)):
+            return self._decoder.decode(chunk)
+        if isinstance(chunk, str):
+            return chunk
+        raise TypeError(f"feed() takes a str or bytes chunk, not {type(chunk).__name__}")
 
     def end(self, finish_reason="stop"):
-        """The output is complete ("stop") or was cut ("length"): the last deltas. Once only."""
+        """The output is complete ("stop") or was cut ("length", or the engine's other reason):
+        the last deltas. A second end() returns []."""
+        if not isinstance(finish_reason, str) or not finish_reason:
+            raise TypeError(f"finish_reason must be a non-empty str such as 'stop' or 'length', not {finish_reason!r}")
         if self._finish is not None:
             return []
         tail = self._decoder.decode(b"", final=True)
@@ -926,7 +948,8 @@ class Input:
                     if self._text.startswith(word, self._pos):
                         self._pos += len(word)
                         continue
-                    if self._available() < len(word):
+                    if self._available() < len(word) and word.startswith(self._text[self._pos:]):
+                        # (the output ended inside the word: not enough input, not a wrong one)
                         self._pos = start
                         if required:
                             raise TruncatedOutput(f"the output ended inside {core!r}")
@@ -1020,6 +1043,9 @@ class Input:
 # --- rules (tplparse/runtime/rules.py) ------------------------------------------------
 
 
+# A number the output stopped in the middle of (1.  1e  1e-  -).
+_CUT_NUMBER = re.compile(r"-|-?\d+(?:\.\d*)?(?:[eE][-+]?)?|-?\d+\.")
+
 # The steps of one key/value argument, in order.
 _KV_WS, _KV_SEPARATOR, _KV_BEFORE, _KV_KEY, _KV_LAYOUT, _KV_MIDDLE, _KV_LEAD, _KV_VALUE, _KV_AFTER = range(9)
 
@@ -1077,13 +1103,30 @@ class Rules:
         except TruncatedOutput as e:
             self._error("truncated_tool_call", str(e), self._offset())
         except InvalidOutput as e:
-            self._error("invalid_tool_call", str(e), self._offset())
+            if self._eof and self._ends_inside_a_marker():
+                # "Not enough input yet", at the end: the output stopped inside the call.
+                self._error("truncated_tool_call", f"the output ended inside a call ({e})", self._offset())
+            else:
+                self._error("invalid_tool_call", str(e), self._offset())
             self._pos = len(self._text)
         while True:  # whatever still comes is past the parse
             self._pos = len(self._text)
             if self._eof:
                 return
             yield
+
+    def _ends_inside_a_marker(self):
+        """Whether the output ends with the start of one of the format's literals, from near where
+        a reader stopped: what looked invalid is a literal the stream did not finish."""
+        text, pos = self._text, self._pos
+        if not text[pos:].strip():
+            return True  # (only whitespace after where the reader stopped: what it expected never came)
+        for start in range(max(0, pos - 32), min(pos, len(text)) + 1):
+            rest = text[start:].strip()
+            if rest and (_CUT_NUMBER.fullmatch(rest) or any(
+                    len(rest) < len(literal) and literal.startswith(rest) for literal in self._p.literals)):
+                return True
+        return False
 
     def _reasoning_block(self):
         """reasoning-text, up to its end marker (or a call opener, by policy)."""
@@ -1263,8 +1306,10 @@ class Rules:
                         self._pos = pos  # (a layout that writes the name twice: the waiting step says so)
                         return k
                     call[field] = text[pos:end]
-                    # The header goes out once the name (and the id, when the layout has one) is read.
-                    if not call["announced"] and call["name"] and (call["id"] or not self._p.call_has_id):
+                    # The header goes out once the name (and the id, when the layout has one) is
+                    # read, and is a name of an offered tool (when tools were offered).
+                    if not call["announced"] and call["name"] and (call["id"] or not self._p.call_has_id) and (
+                            not self._tools or call["name"] in self._tools):
                         call["announced"] = True
                         self._announce(index, call)
                 pos = end
@@ -1294,13 +1339,20 @@ class Rules:
             k = self._call_steps_here(index, call, k + 1)
 
     def _announce_when_settled(self, index, call):
-        """The header goes out once the name (and the id, when the layout has one) is read."""
-        if not call["announced"] and call["name"] and (call["id"] or not self._p.call_has_id):
+        """The header goes out once the name (and the id, when the layout has one) is read, and
+        is a name of an offered tool (when tools were offered: another name is never announced)."""
+        if not call["announced"] and call["name"] and (call["id"] or not self._p.call_has_id) and (
+                not self._tools or call["name"] in self._tools):
             call["announced"] = True
             self._announce(index, call)
 
     def _end_call(self, index, call):
-        """The call's layout is read: the call, or (its arguments do not read) an error."""
+        """The call's layout is read: the call, or (an unknown tool, arguments that do not read) an error."""
+        if self._tools and call["name"] not in self._tools:
+            # Parsing is not authorization, but a call of a tool nobody offered is not a call.
+            self._error("unknown_tool", f"call {index} names {call['name']!r}, which is not an offered tool",
+                        self._offset())
+            return  # (its header never went out: it takes no index)
         if not call["announced"]:
             call["announced"] = True
             self._announce(index, call)
@@ -1322,13 +1374,21 @@ class Rules:
                 return False
             text = self._text
             pos = SPACES.match(text, self._pos).end()
-            # (not tried before a "}" is here: a failed decode counts the lines of the buffer)
+            # (not tried before a "}" is here: a failed decode counts the lines of what it is given)
             if not text.startswith("{", pos) or text.rfind("}") < pos:
                 return False
+            # Decoded in a window that ends with the call's next literal, not in the whole
+            # buffer: a decode that fails counts the lines before it, and a stream of invalid
+            # calls must cost linear time. (The object may hold that literal inside a string:
+            # then the window cuts it, the decode fails, and the waiting reader reads it.)
+            at = text.find(closing[0], pos) if closing[0] else -1
+            window, start = (text[pos:at + len(closing[0])], 0) if at != -1 else (text, pos)
             try:
-                value, end = JSON_DECODER.raw_decode(text, pos)
+                value, end = JSON_DECODER.raw_decode(window, start)
             except (ValueError, RecursionError):
                 return False  # truncated or invalid: the waiting reader says which, and where
+            if at != -1:
+                end += pos
             if not isinstance(value, dict):
                 return False
             try:
@@ -1659,12 +1719,15 @@ class StreamParser(Input, Rules, Output):
     """
 
     def __init__(self, protocol, tools=None, generation_prompt=None, start=None):
+        if not isinstance(protocol, (Protocol, dict)):
+            raise TypeError(f"protocol must be a Protocol or its tables (a dict), not {type(protocol).__name__}")
         self._p = protocol if isinstance(protocol, Protocol) else Protocol(protocol)
-        self._tools = {}  # name -> parameters (a JSON Schema)
-        for tool in tools or []:
-            function = tool.get("function") or tool
-            self._tools[function.get("name")] = function.get("parameters") or {}
+        self._tools = _offered_tools(tools)  # name -> parameters (a JSON Schema)
         self._properties = {name: schema.get("properties") or {} for name, schema in self._tools.items()}
+        if generation_prompt is not None and not isinstance(generation_prompt, str):
+            raise TypeError(f"generation_prompt must be a str or None, not {type(generation_prompt).__name__}")
+        if start not in (None, REASONING, CONTENT):
+            raise ValueError(f"start must be {REASONING!r}, {CONTENT!r} or None, not {start!r}")
         self._state = self._p.start_state(generation_prompt, start)
         # input
         self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
@@ -1694,6 +1757,36 @@ class StreamParser(Input, Rules, Output):
         self._run = self._turn()
         next(self._run)
         self._resume = self._run.send
+
+
+def _offered_tools(tools):
+    """name -> parameters of OpenAI-style tool definitions ({"type": "function", "function": {...}} or
+    the function alone); TypeError naming the tool that is not one."""
+    if tools is None:
+        return {}
+    if not isinstance(tools, (list, tuple)):
+        raise TypeError(f"tools must be a list of tool definitions, not {type(tools).__name__}")
+    offered = {}
+    for i, tool in enumerate(tools):
+        function = tool.get("function", tool) if isinstance(tool, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise TypeError(f"tools[{i}] must be a tool definition with a function name, not {tool!r:.60}")
+        parameters = function.get("parameters") or {}
+        if not isinstance(parameters, dict):
+            raise TypeError(f"tools[{i}] ({function['name']}): parameters must be a JSON Schema object, "
+                            f"not {type(parameters).__name__}")
+        properties = parameters.get("properties")
+        if properties is not None and not isinstance(properties, dict):
+            raise TypeError(f"tools[{i}] ({function['name']}): parameters.properties must be an object, "
+                            f"not {type(properties).__name__}")
+        for key, schema in (properties or {}).items():
+            if not isinstance(schema, (dict, bool)):
+                raise TypeError(f"tools[{i}] ({function['name']}): the schema of {key!r} must be an object, "
+                                f"not {type(schema).__name__}")
+        # (a boolean schema types nothing)
+        parameters = {**parameters, "properties": {k: v if isinstance(v, dict) else {} for k, v in (properties or {}).items()}}
+        offered[function["name"]] = parameters
+    return offered
 
 
 def read_all(parser, text, finish_reason="stop"):

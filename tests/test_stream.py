@@ -314,7 +314,8 @@ def test_pythonic_arguments_become_json(corpus):
     module = corpus_module(corpus, "LiquidAI-LFM2.5-8B-A1B")
     message = module.parse("<|tool_call_start|>[f(a='x, y', n=3), g()]<|tool_call_end|><|im_end|>",
                            tools=[{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
-                               "a": {"type": "string"}, "n": {"type": "integer"}}}}}])
+                               "a": {"type": "string"}, "n": {"type": "integer"}}}}},
+                                  {"type": "function", "function": {"name": "g", "parameters": {"type": "object", "properties": {}}}}])
     assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in message["tool_calls"]] == [
         ("f", {"a": "x, y", "n": 3}), ("g", {})]
 

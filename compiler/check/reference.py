@@ -59,7 +59,13 @@ class ReferenceParser:
         message["content"] = content or None
         for index, call in enumerate(found["calls"]):
             try:
-                message["tool_calls"].append(self._call(index, call))
+                parsed = self._call(index, call)
+                if self.tools and parsed["function"]["name"] not in self.tools:
+                    message["errors"].append(_error(
+                        "unknown_tool", f"call {index} names {parsed['function']['name']!r}, which is not an offered tool",
+                        call.end))
+                    continue
+                message["tool_calls"].append(parsed)
             except ValueError as e:
                 message["errors"].append(_error("invalid_arguments", str(e), call.start))
             except RecursionError:

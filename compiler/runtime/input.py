@@ -24,7 +24,7 @@ class Input:
 
     def feed(self, chunk):
         """Read the next chunk of output (str, or bytes that may split UTF-8 sequences); return
-        the deltas it settles."""
+        the deltas it settles. ValueError after end()."""
         text = chunk if chunk.__class__ is str else self._decode(chunk)
         # Fast paths: most chunks cannot move the parse past what it waits in. (After end()
         # none is open: it clears what they test.)
@@ -50,10 +50,10 @@ class Input:
                         field.parts.append(text)
                         return [{field.key: text}]
                     if not body:
-                        field.pending += text
+                        field.pending.append(text)
                         return []
-                    out = field.pending + body if field.pending else body
-                    field.pending = text[len(body):]
+                    out = "".join(field.pending) + body if field.pending else body
+                    field.pending = [text[len(body):]] if len(body) < len(text) else []
                     field.parts.append(out)
                     return [{field.key: out}]
                 self._emit_text(field, text)
@@ -69,14 +69,21 @@ class Input:
                     return []
             return self._push("")
         if self._finish is not None:
-            raise RuntimeError("end() was called: the stream is closed")
+            raise ValueError("feed() after end(): the stream is closed")
         return self._push(text)
 
     def _decode(self, chunk):
-        return self._decoder.decode(chunk) if isinstance(chunk, (bytes, bytearray)) else chunk
+        if isinstance(chunk, (bytes, bytearray)):
+            return self._decoder.decode(chunk)
+        if isinstance(chunk, str):
+            return chunk
+        raise TypeError(f"feed() takes a str or bytes chunk, not {type(chunk).__name__}")
 
     def end(self, finish_reason="stop"):
-        """The output is complete ("stop") or was cut ("length"): the last deltas. Once only."""
+        """The output is complete ("stop") or was cut ("length", or the engine's other reason):
+        the last deltas. A second end() returns []."""
+        if not isinstance(finish_reason, str) or not finish_reason:
+            raise TypeError(f"finish_reason must be a non-empty str such as 'stop' or 'length', not {finish_reason!r}")
         if self._finish is not None:
             return []
         tail = self._decoder.decode(b"", final=True)
@@ -205,7 +212,8 @@ class Input:
                     if self._text.startswith(word, self._pos):
                         self._pos += len(word)
                         continue
-                    if self._available() < len(word):
+                    if self._available() < len(word) and word.startswith(self._text[self._pos:]):
+                        # (the output ended inside the word: not enough input, not a wrong one)
                         self._pos = start
                         if required:
                             raise TruncatedOutput(f"the output ended inside {core!r}")

@@ -13,7 +13,9 @@ class TextField:
     def __init__(self, key):
         self.key = key  # its delta key: "content" or "reasoning_content"
         self.parts = []
-        self.pending = ""  # whitespace at the end so far: emitted only if more text follows it
+        # Whitespace at the end so far, emitted only if more text follows it: its pieces (a
+        # list, not one growing string: a model looping on whitespace must cost linear time).
+        self.pending = []
         self.started = False  # until then, whitespace at the very start is dropped
 
 
@@ -35,10 +37,10 @@ class Output:
             field.started = True
         body = text.rstrip()
         if not body:
-            field.pending += text
+            field.pending.append(text)
             return
-        out = field.pending + body if field.pending else body
-        field.pending = text[len(body):]
+        out = "".join(field.pending) + body if field.pending else body
+        field.pending = [text[len(body):]] if len(body) < len(text) else []
         field.parts.append(out)
         self._deltas.append({field.key: out})
 
@@ -61,7 +63,7 @@ class Output:
     def message(self):
         """The assistant message (after end()): content, reasoning, the calls, the errors."""
         if self._finish is None:
-            raise RuntimeError("the message is complete only after end()")
+            raise ValueError("the message is complete only after end()")
         content = "".join(self._content_text.parts)
         reasoning = "".join(self._reasoning_text.parts)
         return {

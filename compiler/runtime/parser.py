@@ -9,7 +9,7 @@ or parse(protocol, text, ...) for a whole output at once (the same result).
 
 from .input import Input
 from .output import Output, TextField
-from .protocol import Protocol
+from .protocol import CONTENT, REASONING, Protocol
 from .rules import Rules
 
 ###{standalone
@@ -26,12 +26,15 @@ class StreamParser(Input, Rules, Output):
     """
 
     def __init__(self, protocol, tools=None, generation_prompt=None, start=None):
+        if not isinstance(protocol, (Protocol, dict)):
+            raise TypeError(f"protocol must be a Protocol or its tables (a dict), not {type(protocol).__name__}")
         self._p = protocol if isinstance(protocol, Protocol) else Protocol(protocol)
-        self._tools = {}  # name -> parameters (a JSON Schema)
-        for tool in tools or []:
-            function = tool.get("function") or tool
-            self._tools[function.get("name")] = function.get("parameters") or {}
+        self._tools = _offered_tools(tools)  # name -> parameters (a JSON Schema)
         self._properties = {name: schema.get("properties") or {} for name, schema in self._tools.items()}
+        if generation_prompt is not None and not isinstance(generation_prompt, str):
+            raise TypeError(f"generation_prompt must be a str or None, not {type(generation_prompt).__name__}")
+        if start not in (None, REASONING, CONTENT):
+            raise ValueError(f"start must be {REASONING!r}, {CONTENT!r} or None, not {start!r}")
         self._state = self._p.start_state(generation_prompt, start)
         # input
         self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
@@ -61,6 +64,36 @@ class StreamParser(Input, Rules, Output):
         self._run = self._turn()
         next(self._run)
         self._resume = self._run.send
+
+
+def _offered_tools(tools):
+    """name -> parameters of OpenAI-style tool definitions ({"type": "function", "function": {...}} or
+    the function alone); TypeError naming the tool that is not one."""
+    if tools is None:
+        return {}
+    if not isinstance(tools, (list, tuple)):
+        raise TypeError(f"tools must be a list of tool definitions, not {type(tools).__name__}")
+    offered = {}
+    for i, tool in enumerate(tools):
+        function = tool.get("function", tool) if isinstance(tool, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise TypeError(f"tools[{i}] must be a tool definition with a function name, not {tool!r:.60}")
+        parameters = function.get("parameters") or {}
+        if not isinstance(parameters, dict):
+            raise TypeError(f"tools[{i}] ({function['name']}): parameters must be a JSON Schema object, "
+                            f"not {type(parameters).__name__}")
+        properties = parameters.get("properties")
+        if properties is not None and not isinstance(properties, dict):
+            raise TypeError(f"tools[{i}] ({function['name']}): parameters.properties must be an object, "
+                            f"not {type(properties).__name__}")
+        for key, schema in (properties or {}).items():
+            if not isinstance(schema, (dict, bool)):
+                raise TypeError(f"tools[{i}] ({function['name']}): the schema of {key!r} must be an object, "
+                                f"not {type(schema).__name__}")
+        # (a boolean schema types nothing)
+        parameters = {**parameters, "properties": {k: v if isinstance(v, dict) else {} for k, v in (properties or {}).items()}}
+        offered[function["name"]] = parameters
+    return offered
 
 
 def read_all(parser, text, finish_reason="stop"):

@@ -172,6 +172,19 @@ class Protocol:
         self.content_prefix = tc["content_prefix"] if tc else ""
         self.inline_opener = tc["inline_opener"] if tc else ""
         self.section_inner = tuple(tc["section_inner"]) if tc and tc["section_inner"] else None
+        # Every literal of the format, stripped: an output that ends with the start of one
+        # ended inside it (truncated), whatever a reader made of it.
+        literals = [*self.end_of_turn, self.content_start, self.content_end, self.reasoning_start, self.reasoning_end]
+        if tc:
+            literals += [tc["section_start"], tc["section_end"], tc["separator"], self.content_prefix, self.inline_opener]
+            literals += [p for p in tc["call"] if isinstance(p, str)]
+            arguments = tc["arguments"]
+            if arguments["style"] != "object":
+                # (and the words a value may be: a value cut inside `false` is cut, not wrong)
+                literals += [arguments["separator"], *arguments["quotes"], "true", "false", "null", "True", "False", "None"]
+                for layout in arguments["argument"].values():
+                    literals += [p for p in layout if isinstance(p, str)]
+        self.literals = tuple(sorted({m.strip() for m in literals if m.strip()}))
 
     def start_state(self, generation_prompt, start):
         """Where the output starts: `start` when given, else what the generation prompt leaves open."""

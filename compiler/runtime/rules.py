@@ -33,6 +33,10 @@ from .values import JSON_DECODER, arguments_json, decode_native, object_value, p
 
 ###{standalone
 import json
+import re
+
+# A number the output stopped in the middle of (1.  1e  1e-  -).
+_CUT_NUMBER = re.compile(r"-|-?\d+(?:\.\d*)?(?:[eE][-+]?)?|-?\d+\.")
 
 # The steps of one key/value argument, in order.
 _KV_WS, _KV_SEPARATOR, _KV_BEFORE, _KV_KEY, _KV_LAYOUT, _KV_MIDDLE, _KV_LEAD, _KV_VALUE, _KV_AFTER = range(9)
@@ -91,13 +95,30 @@ class Rules:
         except TruncatedOutput as e:
             self._error("truncated_tool_call", str(e), self._offset())
         except InvalidOutput as e:
-            self._error("invalid_tool_call", str(e), self._offset())
+            if self._eof and self._ends_inside_a_marker():
+                # "Not enough input yet", at the end: the output stopped inside the call.
+                self._error("truncated_tool_call", f"the output ended inside a call ({e})", self._offset())
+            else:
+                self._error("invalid_tool_call", str(e), self._offset())
             self._pos = len(self._text)
         while True:  # whatever still comes is past the parse
             self._pos = len(self._text)
             if self._eof:
                 return
             yield
+
+    def _ends_inside_a_marker(self):
+        """Whether the output ends with the start of one of the format's literals, from near where
+        a reader stopped: what looked invalid is a literal the stream did not finish."""
+        text, pos = self._text, self._pos
+        if not text[pos:].strip():
+            return True  # (only whitespace after where the reader stopped: what it expected never came)
+        for start in range(max(0, pos - 32), min(pos, len(text)) + 1):
+            rest = text[start:].strip()
+            if rest and (_CUT_NUMBER.fullmatch(rest) or any(
+                    len(rest) < len(literal) and literal.startswith(rest) for literal in self._p.literals)):
+                return True
+        return False
 
     def _reasoning_block(self):
         """reasoning-text, up to its end marker (or a call opener, by policy)."""
@@ -277,8 +298,10 @@ class Rules:
                         self._pos = pos  # (a layout that writes the name twice: the waiting step says so)
                         return k
                     call[field] = text[pos:end]
-                    # The header goes out once the name (and the id, when the layout has one) is read.
-                    if not call["announced"] and call["name"] and (call["id"] or not self._p.call_has_id):
+                    # The header goes out once the name (and the id, when the layout has one) is
+                    # read, and is a name of an offered tool (when tools were offered).
+                    if not call["announced"] and call["name"] and (call["id"] or not self._p.call_has_id) and (
+                            not self._tools or call["name"] in self._tools):
                         call["announced"] = True
                         self._announce(index, call)
                 pos = end
@@ -308,13 +331,20 @@ class Rules:
             k = self._call_steps_here(index, call, k + 1)
 
     def _announce_when_settled(self, index, call):
-        """The header goes out once the name (and the id, when the layout has one) is read."""
-        if not call["announced"] and call["name"] and (call["id"] or not self._p.call_has_id):
+        """The header goes out once the name (and the id, when the layout has one) is read, and
+        is a name of an offered tool (when tools were offered: another name is never announced)."""
+        if not call["announced"] and call["name"] and (call["id"] or not self._p.call_has_id) and (
+                not self._tools or call["name"] in self._tools):
             call["announced"] = True
             self._announce(index, call)
 
     def _end_call(self, index, call):
-        """The call's layout is read: the call, or (its arguments do not read) an error."""
+        """The call's layout is read: the call, or (an unknown tool, arguments that do not read) an error."""
+        if self._tools and call["name"] not in self._tools:
+            # Parsing is not authorization, but a call of a tool nobody offered is not a call.
+            self._error("unknown_tool", f"call {index} names {call['name']!r}, which is not an offered tool",
+                        self._offset())
+            return  # (its header never went out: it takes no index)
         if not call["announced"]:
             call["announced"] = True
             self._announce(index, call)
@@ -336,13 +366,21 @@ class Rules:
                 return False
             text = self._text
             pos = SPACES.match(text, self._pos).end()
-            # (not tried before a "}" is here: a failed decode counts the lines of the buffer)
+            # (not tried before a "}" is here: a failed decode counts the lines of what it is given)
             if not text.startswith("{", pos) or text.rfind("}") < pos:
                 return False
+            # Decoded in a window that ends with the call's next literal, not in the whole
+            # buffer: a decode that fails counts the lines before it, and a stream of invalid
+            # calls must cost linear time. (The object may hold that literal inside a string:
+            # then the window cuts it, the decode fails, and the waiting reader reads it.)
+            at = text.find(closing[0], pos) if closing[0] else -1
+            window, start = (text[pos:at + len(closing[0])], 0) if at != -1 else (text, pos)
             try:
-                value, end = JSON_DECODER.raw_decode(text, pos)
+                value, end = JSON_DECODER.raw_decode(window, start)
             except (ValueError, RecursionError):
                 return False  # truncated or invalid: the waiting reader says which, and where
+            if at != -1:
+                end += pos
             if not isinstance(value, dict):
                 return False
             try:
