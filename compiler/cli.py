@@ -6,6 +6,7 @@ Every error a user can cause prints one line on stderr and exits with status 2.
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import click
@@ -14,8 +15,13 @@ from .errors import InputError, TplparseError
 from .source import load
 
 
+# Paths are checked where they are read, so that every problem with one is one line naming it.
+_PATH = click.Path(readable=False)
+
+
 class _Group(click.Group):
-    """Turns tplparse's user errors into one line on stderr and exit status 2."""
+    """Turns every error a user can cause into one line on stderr and exit status 2: tplparse's
+    own errors, click's usage errors, and a broken pipe on the output."""
 
     def invoke(self, ctx):
         try:
@@ -23,6 +29,29 @@ class _Group(click.Group):
         except TplparseError as e:
             click.echo(f"tplparse: error: {e}", err=True)
             ctx.exit(2)
+
+    def main(self, *args, **kwargs):
+        # click's standalone mode prints a usage block for a usage error; tplparse prints one line.
+        try:
+            code = super().main(*args, standalone_mode=False, **kwargs)
+        except click.exceptions.NoArgsIsHelpError as e:
+            click.echo(e.format_message())
+            code = 2
+        except click.UsageError as e:
+            hint = f" (see: {e.ctx.command_path} --help)" if e.ctx is not None else ""
+            click.echo(f"tplparse: error: {e.format_message()}{hint}", err=True)
+            code = 2
+        except click.ClickException as e:
+            click.echo(f"tplparse: error: {e.format_message()}", err=True)
+            code = e.exit_code
+        except click.Abort:
+            click.echo("tplparse: error: interrupted", err=True)
+            code = 130
+        except BrokenPipeError:
+            # The reader of our output went away (| head): nothing more to say, to anyone.
+            sys.stderr = open(os.devnull, "w")
+            code = 1
+        sys.exit(code if isinstance(code, int) else 0)
 
 
 @click.group(cls=_Group)
@@ -32,20 +61,35 @@ def main():
 
 
 def _read_json_file(path: str, what: str):
-    try:
-        if path == "-":
-            text = sys.stdin.read()
-        else:
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file ({what})") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(f"{path}: cannot read {what}: {e}") from None
+    text = _read_text_file(path, what)
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
         raise InputError(f"{path}: invalid JSON ({what}) at line {e.lineno}, column {e.colno}: {e.msg}") from None
+
+
+def _json_kind(value) -> str:
+    return {dict: "JSON object", str: "JSON string", bool: "JSON boolean", type(None): "JSON null",
+            int: "JSON number", float: "JSON number"}.get(type(value), type(value).__name__)
+
+
+def _decode(data: bytes, path: str, what: str) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(f"{path}: {what} is not UTF-8 (byte {e.start} is {data[e.start]:#04x})") from None
+
+
+def _read_text_file(path: str, what: str) -> str:
+    try:
+        if path == "-":
+            return _decode(sys.stdin.buffer.read(), "<stdin>", what)
+        with open(path, "rb") as f:
+            return _decode(f.read(), path, what)
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file ({what})") from None
+    except OSError as e:
+        raise InputError(f"{path}: cannot read {what}: {e.strerror or e}") from None
 
 
 def _token_options(command):
@@ -73,7 +117,7 @@ def _parse_var(text: str) -> tuple[str, object]:
 
 
 @main.command()
-@click.argument("source", type=click.Path())
+@click.argument("source", type=_PATH)
 @click.option("--variant", help="A named template of the source (e.g. tool_use).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def info(source, variant, as_json):
@@ -115,9 +159,9 @@ def info(source, variant, as_json):
 
 
 @main.command()
-@click.argument("source", type=click.Path())
-@click.argument("messages", type=click.Path())
-@click.option("--tools", "tools_path", type=click.Path(), help="OpenAI-style tool definitions (a JSON list).")
+@click.argument("source", type=_PATH)
+@click.argument("messages", type=_PATH)
+@click.option("--tools", "tools_path", type=_PATH, help="OpenAI-style tool definitions (a JSON list).")
 @click.option("--no-generation-prompt", is_flag=True, help="Do not open an assistant turn at the end.")
 @click.option("--var", "variables", multiple=True, metavar="KEY=VALUE",
               help="A template variable; VALUE is parsed as JSON when it can be (enable_thinking=false).")
@@ -154,7 +198,7 @@ def render(source, messages, tools_path, no_generation_prompt, variables, string
 
 
 @main.command()
-@click.argument("source", type=click.Path())
+@click.argument("source", type=_PATH)
 @click.option("--variant", help="A named template of the source (e.g. tool_use).")
 @click.option("--json", "as_json", is_flag=True, help="Print the ProtocolSpec as JSON.")
 @_token_options
@@ -180,11 +224,11 @@ def probe(source, variant, as_json, bos_token, eos_token):
 
 
 @main.command()
-@click.argument("source", type=click.Path())
-@click.option("--tools", "tools_path", type=click.Path(), help="OpenAI-style tool definitions: names and argument schemas.")
+@click.argument("source", type=_PATH)
+@click.option("--tools", "tools_path", type=_PATH, help="OpenAI-style tool definitions: names and argument schemas.")
 @click.option("--tool-choice", default="auto", show_default=True, help="auto, required, none, or a tool name.")
 @click.option("--parallel/--no-parallel", default=True, show_default=True, help="Allow several calls in one turn.")
-@click.option("--json-schema", "schema_path", type=click.Path(), help="Structured output: the answer is JSON of this schema.")
+@click.option("--json-schema", "schema_path", type=_PATH, help="Structured output: the answer is JSON of this schema.")
 @click.option("--mode", default="default", show_default=True,
               help="The generation-prompt mode whose start state the output follows (default, thinking, no_thinking).")
 @click.option("--llama-request", is_flag=True, help="Print the JSON fields llama.cpp's server takes.")
@@ -240,8 +284,8 @@ def gbnf(source, tools_path, tool_choice, parallel, schema_path, mode, llama_req
 
 
 @main.command(name="compile")
-@click.argument("source", type=click.Path())
-@click.option("-o", "--out", "out_dir", type=click.Path(), default=".", show_default=True,
+@click.argument("source", type=_PATH)
+@click.option("-o", "--out", "out_dir", type=_PATH, default=".", show_default=True,
               help="Where grammars/ and generated/ go.")
 @click.option("--family", help="The family name (default: from the model's name).")
 @click.option("--variant", help="A named template of the source (e.g. tool_use).")
@@ -339,27 +383,29 @@ def _parsers(source: str) -> _Parsers:
 
 
 @main.command()
-@click.argument("source", type=click.Path())
-@click.option("--tools", "tools_path", type=click.Path(), help="OpenAI-style tool definitions (types key/value arguments).")
-@click.option("--prompt", "prompt_path", type=click.Path(), help="The rendered prompt: decides the start state.")
+@click.argument("source", type=_PATH)
+@click.option("--tools", "tools_path", type=_PATH, help="OpenAI-style tool definitions (types key/value arguments).")
+@click.option("--prompt", "prompt_path", type=_PATH, help="The rendered prompt: decides the start state.")
 @click.option("--start", type=click.Choice(["reasoning", "content"]), help="Override the start state.")
 @click.option("--finish-reason", default="stop", show_default=True, help="How the generation ended (stop, length).")
 @click.option("--stream", is_flag=True, help="Print the deltas, one per line (fed in small chunks), then the message.")
-@click.option("--record", "record_path", type=click.Path(),
+@click.option("--record", "record_path", type=_PATH,
               help="Append the raw output, the message and the template's name and sha256 to this JSON-lines file.")
 def parse(source, tools_path, prompt_path, start, finish_reason, stream, record_path):
     """Parse a model's raw output (stdin) with SOURCE's parser (a generated .py, or a template)."""
     parsers = _parsers(source)
     tools = _read_json_file(tools_path, "tools") if tools_path else None
-    prompt = None
-    if prompt_path:
-        try:
-            with open(prompt_path, encoding="utf-8") as f:
-                prompt = f.read()
-        except OSError as e:
-            raise InputError(f"{prompt_path}: cannot read the prompt: {e}") from None
-    text = sys.stdin.read()
-    parser = parsers.make(tools=tools, generation_prompt=prompt, start=start)
+    if tools is not None and not isinstance(tools, list):
+        raise InputError(f"{tools_path}: expected a JSON list of tool definitions, not a {_json_kind(tools)}")
+    prompt = _read_text_file(prompt_path, "the prompt") if prompt_path else None
+    text = _decode(sys.stdin.buffer.read(), "<stdin>", "the model output")
+    try:
+        parser = parsers.make(tools=tools, generation_prompt=prompt, start=start)
+    except (TypeError, ValueError) as e:
+        # The runtime checks its arguments at the door; here they came from these files.
+        raise InputError(f"{tools_path if str(e).startswith('tools') else prompt_path}: {e}") from None
+    if not finish_reason:
+        raise InputError("--finish-reason: expected a word such as stop or length")
     if stream:
         for i in range(0, len(text), 8):
             for delta in parser.feed(text[i:i + 8]):
@@ -390,7 +436,7 @@ def parse(source, tools_path, prompt_path, start, finish_reason, stream, record_
 
 
 @main.command(name="build")
-@click.option("--manifest", type=click.Path(), default="families.toml", show_default=True)
+@click.option("--manifest", type=_PATH, default="families.toml", show_default=True)
 @click.option("--check", is_flag=True, help="Write nothing; exit 1 naming the files a fresh build would change.")
 def build_command(manifest, check):
     """Regenerate grammars/ and generated/ for every family of the manifest."""

@@ -77,19 +77,33 @@ def artifacts(template: ChatTemplate, spec: ProtocolSpec, standalone: bool = Fal
 
 def write_text_atomically(path: Path, text: str) -> None:
     """Write `text` to `path` through a temporary file in the same folder and a rename, so
-    an error or an interrupt never leaves a half-written file behind."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    an error or an interrupt never leaves a half-written file behind. A path that cannot be
+    written (a file where a folder should be, no permission, a read-only file system) is an
+    InputError naming it."""
+    temporary = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
             f.write(text)
         os.replace(temporary, path)
-    except BaseException:
-        try:
-            os.unlink(temporary)
-        except OSError:
-            pass
+    except BaseException as e:
+        if temporary is not None:
+            try:
+                os.unlink(temporary)
+            except OSError:
+                pass
+        if isinstance(e, OSError):
+            raise InputError(f"{path}: cannot write: {e.strerror or e}{_not_a_folder(path)}") from None
         raise
+
+
+def _not_a_folder(path: Path) -> str:
+    """Names the ancestor of `path` that is a file where a folder must be, if there is one."""
+    for parent in reversed(path.parents):
+        if parent.exists() and not parent.is_dir():
+            return f" ({parent} is not a folder)"
+    return ""
 
 
 def write_files(files: dict[str, str], out_dir: Path) -> list[Path]:

@@ -43,15 +43,25 @@ needs_smollm2 = pytest.mark.skipif(
 )
 
 
-def run_cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    """Run `python -m tplparse ARGS` in a fresh process, as a user would."""
-    return subprocess.run(
-        [sys.executable, "-m", "tplparse", *map(str, args)],
-        input=stdin,
+# The console script pip installed beside this interpreter: what a user types.
+TPLPARSE = Path(sys.executable).with_name("tplparse")
+
+
+def run_cli(*args: str, stdin: str | bytes | None = None, cwd: Path = REPO,
+            timeout: float = 600) -> subprocess.CompletedProcess:
+    """Run the installed `tplparse ARGS` console script in a fresh process, as a user would.
+    stdout and stderr come back as text (undecodable bytes replaced)."""
+    assert TPLPARSE.is_file(), f"{TPLPARSE}: the tplparse console script is not installed (pip install -e .)"
+    result = subprocess.run(
+        [str(TPLPARSE), *map(str, args)],
+        input=stdin.encode("utf-8") if isinstance(stdin, str) else stdin,
         capture_output=True,
-        text=True,
-        cwd=REPO,
+        cwd=cwd,
+        timeout=timeout,
     )
+    result.stdout = result.stdout.decode("utf-8", "replace")
+    result.stderr = result.stderr.decode("utf-8", "replace")
+    return result
 
 
 def corpus_ids(paths):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,17 +46,23 @@ def load(source: str | os.PathLike, *, variant: str | None = None, family: str |
     `variant` picks a named template ("tool_use", ...); the default is the source's main
     one. `family` overrides the family slug derived from the model's name.
     """
-    path = Path(source)
-    if not path.exists():
-        raise LoadError(f"{path}: no such file or directory")
-    if path.is_dir():
-        found = _from_directory(path)
-    elif _starts_with_gguf_magic(path) or path.suffix.lower() == ".gguf":
-        found = _from_gguf(path)
-    elif path.suffix.lower() == ".json":
-        found = _from_tokenizer_config(path, _read_json(path))
+    if str(source) == "-":
+        found = _from_stream(Path("<stdin>"), sys.stdin.buffer.read())
     else:
-        found = _from_jinja_file(path)
+        path = Path(source)
+        if not path.exists():
+            raise LoadError(f"{path}: no such file or directory")
+        if path.is_dir():
+            found = _from_directory(path)
+        elif not path.is_file():
+            # A pipe or FIFO (<(cat t.jinja)): read once, completely; it cannot be read twice.
+            found = _from_stream(path, _read_stream(path))
+        elif _starts_with_gguf_magic(path) or path.suffix.lower() == ".gguf":
+            found = _from_gguf(path)
+        elif path.suffix.lower() == ".json":
+            found = _from_tokenizer_config(path, _read_json(path))
+        else:
+            found = _from_jinja_file(path)
 
     if not found.templates:
         raise LoadError(f"{found.origin}: holds no chat template")
@@ -78,6 +85,42 @@ def load(source: str | os.PathLike, *, variant: str | None = None, family: str |
     )
     template.check()
     return template
+
+
+# A template read from a pipe is held in memory: a bound on what is read.
+MAX_STREAM_BYTES = 64 << 20
+
+
+def _read_stream(path: Path) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_STREAM_BYTES + 1)
+    except OSError as e:
+        raise LoadError(f"{path}: cannot read: {e.strerror}") from None
+    if len(data) > MAX_STREAM_BYTES:
+        raise LoadError(f"{path}: more than {MAX_STREAM_BYTES >> 20} MiB from a pipe; save it to a file first")
+    return data
+
+
+def _from_stream(path: Path, data: bytes) -> _Found:
+    """A source read from a pipe or stdin: a chat template, or a tokenizer_config.json (not a GGUF:
+    its metadata is read from a file, in place)."""
+    if data[:4] == _GGUF_MAGIC:
+        raise LoadError(f"{path}: a GGUF file cannot be read from a pipe; give its path")
+    if not data.strip():
+        raise LoadError(f"{path}: empty: no chat template")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise LoadError(f"{path}: not UTF-8 text (byte {e.start} is {data[e.start]:#04x}); is it a template?") from None
+    if text.lstrip().startswith("{"):
+        try:
+            config = json.loads(text)
+        except json.JSONDecodeError:
+            config = None
+        if isinstance(config, dict):
+            return _from_tokenizer_config(path, config)
+    return _Found(templates={"default": text}, name="template", model_slug="template", origin=str(path))
 
 
 def _unique(items):
