@@ -88,6 +88,9 @@ class RenderLimits:
     seconds: float = 10.0  # wall clock
     max_output_chars: int = 8_000_000
     max_memory_growth_bytes: int = 1 << 30  # resident memory the render may add (Linux only)
+    # When `seconds` is what is left of a time budget for several renders (time_budget): that
+    # budget, which the error then names.
+    budget_seconds: float | None = None
 
 
 DEFAULT_LIMITS = RenderLimits()
@@ -478,6 +481,8 @@ class _Watchdog:
 
 def _breach(watch: _Watch, now: float, rss: int | None) -> str | None:
     if now > watch.deadline:
+        if watch.limits.budget_seconds is not None:
+            return f"the time budget of {watch.limits.budget_seconds:g} s for all renders is used up"
         return f"rendering took longer than {watch.limits.seconds:g} s"
     limit = watch.limits.max_memory_growth_bytes
     if rss is not None and watch.start_rss is not None and rss - watch.start_rss > limit:
@@ -524,7 +529,7 @@ def render_template(
             raise error
         if left < limits.seconds:
             limits = RenderLimits(seconds=left, max_output_chars=limits.max_output_chars,
-                                  max_memory_growth_bytes=limits.max_memory_growth_bytes)
+                                  max_memory_growth_bytes=limits.max_memory_growth_bytes, budget_seconds=budget[1])
     needs = _NEEDS_OWN_CONTAINERS.set(None)
     inputs = _INPUT_CONTAINERS.set(frozenset(_container_ids(variables, set())) if own_containers else frozenset())
     try:
