@@ -167,8 +167,9 @@ def test_hostile_templates_end_with_one_line(tmp_path, what):
 
 
 def test_the_probe_budget_covers_all_renders_together():
-    """Every render fits in its own 10 s; together they exceed a budget of 1 s."""
-    slow = ("{%- for i in range(300) %}{% for j in range(1000) %}{% endfor %}{% endfor %}"
+    """Every render fits in its own 10 s; together they exceed a budget of 1 s (each takes
+    some tenths of a second, and the probe renders dozens of times)."""
+    slow = ("{%- for i in range(3000) %}{% for j in range(1000) %}{% endfor %}{% endfor %}"
             "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}")
     template = tplparse.ChatTemplate(source=slow, name="slow", family="slow", origin="test")
     started = time.monotonic()
