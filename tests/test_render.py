@@ -103,6 +103,27 @@ def test_wall_clock_limit_stops_a_hanging_template():
     assert time.monotonic() - started < 5
 
 
+def test_an_interrupt_lost_in_a_finalizer_is_sent_again():
+    # An asynchronous exception that lands in a finalizer (a __del__, a generator the garbage
+    # collector closes) is ignored there; the render must still stop. Here the first one is
+    # swallowed as a finalizer would: the watchdog must send another.
+    from tplparse.source.render import _WATCHDOG, _RenderInterrupted
+
+    interrupts = 0
+    started = time.monotonic()
+    with pytest.raises(_RenderInterrupted):
+        with _WATCHDOG.watch(RenderLimits(seconds=0.05)):
+            while time.monotonic() - started < 5:
+                try:
+                    while time.monotonic() - started < 5:
+                        pass
+                except _RenderInterrupted:
+                    interrupts += 1
+                    if interrupts == 2:
+                        raise
+    assert interrupts == 2 and time.monotonic() - started < 2
+
+
 def test_output_limit():
     source = "{% for i in range(100000) %}{{ 'x' * 100 }}{% endfor %}"
     with pytest.raises(TemplateError, match="exceeds 100000 characters"):

@@ -427,6 +427,7 @@ class _Watch:
     start_rss: int | None
     limits: RenderLimits
     breach: str | None = None
+    signal_again: float = 0.0  # (when to interrupt it again if it still runs after a breach)
 
 
 class _Watchdog:
@@ -435,11 +436,13 @@ class _Watchdog:
     One daemon thread (started on first use, restarted after a fork) polls the clock and
     resident memory for every render in progress; on a breach it raises
     `_RenderInterrupted` in the rendering thread (CPython's asynchronous exception, which
-    lands between two bytecodes of the template's compiled Python code). A render only
+    lands between two bytecodes of the template's compiled Python code), and again every
+    0.1 s until the render has unwound. A render only
     registers and unregisters, so watching costs microseconds, not a thread start.
     """
 
     POLL_SECONDS = 0.005
+    SIGNAL_AGAIN_SECONDS = 0.1
 
     def __init__(self):
         self._cond = threading.Condition()
@@ -472,11 +475,17 @@ class _Watchdog:
                 self._cond.wait(self.POLL_SECONDS)
                 now = time.monotonic()
                 rss = _resident_bytes()
-                for key, watch in list(self._active.items()):
-                    watch.breach = _breach(watch, now, rss)
-                    if watch.breach is not None:
+                for watch in self._active.values():
+                    if watch.breach is None:
+                        watch.breach = _breach(watch, now, rss)
+                    # Signalled again while it still runs: an asynchronous exception that lands
+                    # in a finalizer (a __del__, a generator closed by the garbage collector,
+                    # running between two bytecodes of the template) is ignored there, and the
+                    # render would go on. The watch leaves only when the render unwinds (watch()
+                    # unregisters it, under this lock, and withdraws what is still pending).
+                    if watch.breach is not None and now >= watch.signal_again:
                         _async_raise(watch.thread_id, _RenderInterrupted)
-                        del self._active[key]  # signalled once; its thread now unwinds
+                        watch.signal_again = now + self.SIGNAL_AGAIN_SECONDS
 
 
 def _breach(watch: _Watch, now: float, rss: int | None) -> str | None:
