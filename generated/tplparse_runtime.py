@@ -2,7 +2,7 @@
 """tplparse's streaming parser runtime, in one file: standard library only.
 
 Each family module beside it binds this runtime to the family's tables; import those.
-Layers, in order: errors, text, values, protocol, output, input, rules, parser.
+Layers, in order: errors, text, values, streams, protocol, output, input, rules, parser.
 """
 
 import ast
@@ -49,6 +49,39 @@ def waker(chars):
     if found is None:
         found = _WAKERS[chars] = re.compile("[" + class_body(chars) + "]").search
     return found
+
+
+_STARTS = {}
+
+
+def marker_starts(stops):
+    """A search for where one of `stops` may begin in a chunk of text that nothing before it
+    is held back for: a stop's first three characters, or a shorter start of one at the
+    chunk's end (cached). A `<` of code or math (`a < b`, `<div>`, `</span>`) does not wake
+    the parse for <tool_call> or </think>."""
+    key = tuple(stops)
+    found = _STARTS.get(key)
+    if found is None:
+        trie = {}
+        for stop in stops:
+            node = trie
+            for ch in stop[:MARKER_HEAD]:
+                node = node.setdefault(ch, {})
+            node[""] = {}  # (a stop or its head ends here)
+        found = _STARTS[key] = re.compile("|".join(
+            re.escape(ch) + _trie_pattern(child) for ch, child in sorted(trie.items()))).search
+    return found
+
+
+MARKER_HEAD = 3  # how many of a stop's first characters tell a chunk that may hold it
+
+
+def _trie_pattern(node):
+    """A regex for the heads in a trie: each head, or a start of one at the end of the text."""
+    if "" in node:
+        return ""  # a head (or a whole stop) ends here: matched
+    branches = [re.escape(ch) + _trie_pattern(child) for ch, child in sorted(node.items())]
+    return "(?:" + "|".join(branches) + "|\\Z)"
 
 
 def outside(chars):
@@ -227,7 +260,21 @@ class BalancedScan:
 # --- values (tplparse/runtime/values.py) ----------------------------------------------
 
 
-JSON_DECODER = json.JSONDecoder()
+class DuplicateKey(ValueError):
+    """An object that names a key twice: streamed deltas cannot take back its first value."""
+
+
+def _unique_keys(pairs):
+    found = dict(pairs)
+    if len(found) != len(pairs):
+        seen = set()
+        key = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise DuplicateKey(f"the key {key!r} appears twice")
+    return found
+
+
+# Arguments objects are decoded refusing duplicate keys, at every depth.
+JSON_DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys)
 
 
 def _json_encoder():
@@ -246,13 +293,13 @@ def _json_encoder():
     return pure.encode
 
 
-_ENCODE_JSON = _json_encoder()
+encode_json = _json_encoder()
 
 
 def arguments_json(value):
     """Arguments as the JSON text of the final call; what JSON cannot hold is bad arguments."""
     try:
-        return _ENCODE_JSON(value)
+        return encode_json(value)
     except (ValueError, TypeError, RecursionError) as e:  # NaN / Infinity; a value no decoder here makes
         raise BadArguments(f"the arguments hold a value JSON cannot: {e}") from None
 
@@ -263,7 +310,19 @@ _JSON_KINDS = (str, int, float, bool, type(None))
 def python_value(text):
     """A Python literal that is a JSON value (dicts with string keys, lists, tuples, scalars)."""
     try:
-        value = ast.literal_eval(text)
+        tree = ast.parse(text.strip(), mode="eval")
+    except (ValueError, TypeError, OverflowError, MemoryError):
+        raise ValueError("not a Python literal") from None
+    for node in ast.walk(tree):  # (literal_eval keeps the last of two equal keys)
+        if isinstance(node, ast.Dict):
+            seen = set()
+            for key in node.keys:
+                if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                    if key.value in seen:
+                        raise DuplicateKey(f"the key {key.value!r} appears twice")
+                    seen.add(key.value)
+    try:
+        value = ast.literal_eval(tree)
     except (ValueError, TypeError, OverflowError):  # ({[1]: 2}: unhashable; messages may hold addresses)
         raise ValueError("not a Python literal") from None
     stack = [value]
@@ -288,28 +347,43 @@ def object_value(text, python):
     dict, or JSON after all (a model may write true / null where the template writes True /
     None). ValueError / SyntaxError when it is neither."""
     if not python:
-        return json.loads(text)
+        return JSON_DECODER.decode(text)
     try:
         return python_value(text)
+    except DuplicateKey:
+        raise
     except (ValueError, SyntaxError):
         try:
-            return json.loads(text)
+            return JSON_DECODER.decode(text)
+        except DuplicateKey:
+            raise
         except ValueError:
             pass
         raise
 
 
-def typed_raw(text, schema, fillers=()):
-    """A value written as raw text, typed by its schema (a string when there is none); an
-    object or array may be JSON, a Python literal, or XML elements (see xml_elements)."""
+def _schema_kind(schema):
+    """The type a raw value of this schema is read as (None: kept as written)."""
     if not schema:
-        return text
+        return None
     kind = schema.get("type")
     if isinstance(kind, list):
         kind = next((k for k in kind if k != "null"), "string")
     if kind is None and "enum" in schema and schema["enum"]:
         kind = {bool: "boolean", int: "integer", float: "number", type(None): "null"}.get(type(schema["enum"][0]), "string")
-    if kind == "string":
+    return kind if kind in ("integer", "number", "boolean", "null", "object", "array") else None
+
+
+def keeps_text(schema):
+    """Whether typed_raw gives a raw value of this schema back as written (a string)."""
+    return _schema_kind(schema) is None
+
+
+def typed_raw(text, schema, fillers=()):
+    """A value written as raw text, typed by its schema (a string when there is none); an
+    object or array may be JSON, a Python literal, or XML elements (see xml_elements)."""
+    kind = _schema_kind(schema)
+    if kind is None:
         return text
     try:
         if kind == "integer":
@@ -480,6 +554,478 @@ def _native(text, i, fmt):
     word = match.group(0)
     words = {"true": True, "True": True, "false": False, "False": False, "null": None, "None": None}
     return (words[word] if word in words else json.loads(word)), match.end()
+
+
+# --- streams (tplparse/runtime/streams.py) --------------------------------------------
+
+
+# What runs unchanged from a JSON string into the canonical text (no quote, backslash or
+# control character: those are escaped, or not allowed raw).
+_JSON_STRING_RUN = re.compile(r'[^"\\\x00-\x1f]+')
+_PYTHON_STRING_RUN = {"'": re.compile(r"[^'\"\\\x00-\x1f]+"), '"': re.compile(r'[^"\\\x00-\x1f]+')}
+_WS = re.compile(r"[ \t\n\r]*")
+# Inside a string whose text so far went out, a chunk without these goes out as it is
+# (`special`); one with escapes that the canonical text writes the same, too (`_..._ESCAPED`).
+_JSON_SPECIAL = re.compile(r'["\\\x00-\x1f]').search
+_PYTHON_SPECIAL = {"'": re.compile(r"""['"\\\x00-\x1f]""").search, '"': _JSON_SPECIAL}
+_JSON_ESCAPED = re.compile(r'(?:[^"\\\x00-\x1f]|\\["\\bfnrt])*').fullmatch
+_PYTHON_ESCAPED = {"'": re.compile(r"""(?:[^'"\\\x00-\x1f]|\\["\\bfnrt])*""").fullmatch, '"': _JSON_ESCAPED}
+_TOKEN = re.compile(r"[A-Za-z0-9_.+\-]*")
+_JSON_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?")
+_HEX4 = re.compile(r"[0-9a-fA-F]{4}")
+_JSON_ESCAPES = frozenset('"\\/bfnrtu')
+# The canonical text of the escapes that stand for one character (the others: decoded).
+_JSON_SIMPLE = {c: encode_json(json.loads('"\\' + c + '"'))[1:-1] for c in '"\\/bfnrt'}
+_PYTHON_SIMPLE = {c: encode_json(ast.literal_eval("'\\" + c + "'"))[1:-1] for c in "\\'\"abfnrtv"}
+_JSON_WORDS = {"true": "true", "false": "false", "null": "null"}
+_PYTHON_WORDS = {"True": "true", "False": "false", "None": "null", **_JSON_WORDS}
+
+# Where an ObjectStream is.
+_TOP, _KEY_OR_CLOSE, _KEY, _KEY_STRING, _COLON, _VALUE, _VALUE_OR_CLOSE, _STRING, _AFTER_PY_STRING, _TOKEN_READ, \
+    _AFTER, _DONE = range(12)
+
+
+class ObjectStream:
+    """The canonical JSON text of an arguments object read from `pos` on, given out as it arrives."""
+
+    __slots__ = ("index", "pos", "python", "state", "stack", "keys", "comma", "start", "quote", "key", "out", "paused",
+                 "special")
+
+    def __init__(self, index, pos, python, value=False):
+        self.index = index  # the call's index in the deltas
+        self.pos = pos  # the next character of the parser's text to read
+        self.python = python
+        self.state = _VALUE if value else _TOP  # (value: any one value, not only an object)
+        self.stack = []  # the closing brackets of the open containers
+        self.keys = []  # per open object: the keys it has
+        self.comma = False  # a comma read, given out with what follows it
+        self.start = 0  # where the key or token being read starts
+        self.quote = '"'
+        self.key = None
+        self.out = []  # what was given out
+        self.paused = False
+        # Inside a string (and not paused): a search for what may end it or begin an escape.
+        # When all the text before a chunk went out (`pos` is the text's end), a chunk without
+        # such a character goes out as it is: StreamParser.feed takes it without a step of the
+        # reader (it cannot end the string, and ends no escape).
+        self.special = None
+
+    def take_escaped(self, chunk):
+        """A chunk in which `special` found something: if it holds only whole escapes that the
+        canonical text writes the same (\\n, \\", ...), it goes out as it is; else None, and
+        the reader steps through it."""
+        if not (_PYTHON_ESCAPED[self.quote] if self.python else _JSON_ESCAPED)(chunk):
+            return None
+        self.pos += len(chunk)
+        self.out.append(chunk)
+        return chunk
+
+    def pause(self):
+        """Give out nothing more: the rest goes out when the call is complete."""
+        self.paused = True
+        self.special = None
+
+    def advance(self, text, eof):
+        """Read what has arrived; the canonical text it settles ("" for none)."""
+        if self.paused or self.state == _DONE:
+            return ""
+        out = []
+        try:
+            self._read(text, eof, out)
+        except (ValueError, RecursionError):  # (what the final text may write differently: stop here)
+            self.paused = True
+            self.special = None
+        piece = "".join(out)
+        if piece:
+            self.out.append(piece)
+        return piece
+
+    def _read(self, text, eof, out):
+        n = len(text)
+        i = self.pos
+        state = self.state
+        python = self.python
+        while i < n:
+            if state == _STRING:
+                run = (_PYTHON_STRING_RUN[self.quote] if python else _JSON_STRING_RUN).match(text, i)
+                if run:
+                    out.append(run.group())
+                    i = run.end()
+                    if i >= n:
+                        break
+                ch = text[i]
+                if ch == self.quote:
+                    i += 1
+                    if python:
+                        state = _AFTER_PY_STRING
+                    else:
+                        out.append('"')
+                        state = _AFTER
+                elif ch == "\\":
+                    simple = (_PYTHON_SIMPLE if python else _JSON_SIMPLE).get(text[i + 1:i + 2])
+                    if simple is not None:
+                        out.append(simple)
+                        i += 2
+                        continue
+                    end = _python_escape_end(text, i, eof) if python else _escape_end(text, i, eof)
+                    if end < 0:
+                        break  # the rest of the escape is still to come
+                    escape = text[i:end]
+                    decoded = ast.literal_eval(self.quote + escape + self.quote) if python else json.loads('"' + escape + '"')
+                    out.append(encode_json(decoded)[1:-1])
+                    i = end
+                elif ch == '"':  # (raw inside a Python string in other quotes)
+                    out.append('\\"')
+                    i += 1
+                elif python and ch not in "\n\r":
+                    out.append(encode_json(ch)[1:-1])  # a control character, escaped
+                    i += 1
+                else:
+                    raise ValueError  # not allowed raw in a string
+                continue
+            if text[i] in " \t\n\r":
+                i = _WS.match(text, i).end()
+                if i >= n:
+                    break
+            ch = text[i]
+            if state == _AFTER:
+                if not self.stack:  # (a value at the top, read: what follows is not its)
+                    state = _DONE
+                    break
+                if ch == ",":
+                    self.comma = True
+                    state = _KEY if self.stack[-1] == "}" else _VALUE
+                    i += 1
+                elif ch == self.stack[-1]:
+                    out.append(self.stack.pop())
+                    if ch == "}":
+                        self.keys.pop()
+                    i += 1
+                    if not self.stack:
+                        state = _DONE
+                        break
+                else:
+                    raise ValueError
+            elif state == _VALUE or state == _VALUE_OR_CLOSE:
+                if state == _VALUE_OR_CLOSE and ch == "]" or self.comma and python and ch == "]":
+                    self.comma = False
+                    out.append(self.stack.pop())
+                    i += 1
+                    state = _AFTER
+                    if not self.stack:
+                        state = _DONE
+                        break
+                    continue
+                if ch == '"' or python and ch == "'":
+                    self._lead(out)
+                    out.append('"')
+                    self.quote = ch
+                    state = _STRING
+                    i += 1
+                elif ch == "{":
+                    self._lead(out)
+                    out.append("{")
+                    self.stack.append("}")
+                    self.keys.append(set())
+                    state = _KEY_OR_CLOSE
+                    i += 1
+                elif ch == "[":
+                    self._lead(out)
+                    out.append("[")
+                    self.stack.append("]")
+                    state = _VALUE_OR_CLOSE
+                    i += 1
+                else:
+                    self.start = i
+                    state = _TOKEN_READ
+            elif state == _TOKEN_READ:
+                end = _TOKEN.match(text, self.start).end()
+                if end >= n and not eof:
+                    i = n
+                    break  # the next character decides where the number or word ends
+                token = text[self.start:end]
+                self._lead(out)
+                out.append(_scalar(token, python))
+                i = end
+                state = _AFTER
+            elif state == _AFTER_PY_STRING:
+                if ch in "'\"":
+                    raise ValueError  # 'a' 'b': Python joins them
+                out.append('"')
+                state = _AFTER
+            elif state == _TOP:
+                if ch != "{":
+                    raise ValueError
+                out.append("{")
+                self.stack.append("}")
+                self.keys.append(set())
+                state = _KEY_OR_CLOSE
+                i += 1
+            elif state == _KEY_OR_CLOSE or state == _KEY:
+                if ch == "}" and (state == _KEY_OR_CLOSE or python):
+                    self.comma = False
+                    out.append(self.stack.pop())
+                    self.keys.pop()
+                    i += 1
+                    state = _AFTER if self.stack else _DONE
+                    if state == _DONE:
+                        break
+                elif ch == '"' or python and ch == "'":
+                    self.quote = ch
+                    self.start = i + 1
+                    state = _KEY_STRING
+                    i += 1
+                else:
+                    raise ValueError
+            elif state == _KEY_STRING:
+                end = _string_end(text, self.start, self.quote, python)
+                if end < 0:
+                    i = n
+                    break
+                raw = text[self.start:end]
+                key = json.loads('"' + raw + '"') if "\\" in raw else raw
+                if key in self.keys[-1]:
+                    raise ValueError  # a duplicate key: the final arguments refuse it
+                self.keys[-1].add(key)
+                self.key = key
+                i = end + 1
+                state = _COLON
+            elif state == _COLON:
+                if ch != ":":
+                    raise ValueError
+                self._lead(out)
+                out.append(encode_json(self.key) + ": ")
+                i += 1
+                state = _VALUE
+            else:
+                raise ValueError
+        self.pos, self.state = i, state
+        self.special = ((_PYTHON_SPECIAL[self.quote] if python else _JSON_SPECIAL) if state == _STRING else None)
+
+    def _lead(self, out):
+        if self.comma:
+            out.append(", ")
+            self.comma = False
+
+
+def _escape_end(text, i, eof):
+    """Where the JSON escape at `i` ends (a surrogate pair as one); -1 while it may go on."""
+    n = len(text)
+    if i + 1 >= n:
+        if eof:
+            raise ValueError
+        return -1
+    kind = text[i + 1]
+    if kind not in _JSON_ESCAPES:
+        raise ValueError
+    if kind != "u":
+        return i + 2
+    if i + 6 > n:
+        if eof or not _HEX4.match(text[i + 2:] + "0000"):
+            raise ValueError
+        return -1
+    if not _HEX4.match(text, i + 2):
+        raise ValueError
+    if not 0xD800 <= int(text[i + 2:i + 6], 16) < 0xDC00:
+        return i + 6
+    # A high surrogate: a low one may follow, and the two are one character.
+    if i + 12 > n and not eof and "\\u".startswith(text[i + 6:i + 8]) and (
+            text[i + 6:i + 8] != "\\u" or _HEX4.match(text[i + 8:] + "0000")):
+        return -1
+    return i + 12 if text.startswith("\\u", i + 6) and _HEX4.match(text, i + 8) else i + 6
+
+
+_PYTHON_SIMPLE_ESCAPES = frozenset("\\'\"abfnrtv")
+_PYTHON_ESCAPE_LENGTHS = {"x": 4, "u": 6, "U": 10}
+_OCTAL = frozenset("01234567")
+_HEX = frozenset("0123456789abcdefABCDEF")
+
+
+def _python_escape_end(text, i, eof):
+    """Where the Python string escape at `i` ends; -1 while it may go on. (\\N{...}, a line
+    continuation and escapes Python keeps as written are not read: ValueError.)"""
+    n = len(text)
+    if i + 1 >= n:
+        if eof:
+            raise ValueError
+        return -1
+    kind = text[i + 1]
+    if kind in _PYTHON_SIMPLE_ESCAPES:
+        return i + 2
+    if kind in _OCTAL:  # one to three octal digits
+        end = i + 2
+        while end < n and end < i + 4 and text[end] in _OCTAL:
+            end += 1
+        if end < i + 4 and end >= n and not eof:
+            return -1
+        return end
+    length = _PYTHON_ESCAPE_LENGTHS.get(kind)
+    if length is None:
+        raise ValueError
+    digits = text[i + 2:i + length]
+    if not all(c in _HEX for c in digits):
+        raise ValueError
+    if i + length > n:
+        if eof:
+            raise ValueError
+        return -1
+    if 0xD800 <= int(digits, 16) < 0xE000:
+        raise ValueError  # (a surrogate: JSON would join a pair that Python keeps as two)
+    return i + length
+
+
+def _string_end(text, start, quote, python):
+    """Where the string whose text starts at `start` closes (its quote); -1: not here yet."""
+    i = start
+    while True:
+        at = text.find(quote, i)
+        if at == -1:
+            if python and "\\" in text[start:]:
+                raise ValueError
+            return -1
+        slashes = 0
+        while at - 1 - slashes >= start and text[at - 1 - slashes] == "\\":
+            slashes += 1
+        if slashes % 2 == 0:
+            if python and slashes:
+                raise ValueError
+            return at
+        i = at + 1
+
+
+def _scalar(token, python):
+    """The canonical text of a number or a word (ValueError: not one, or not the same in JSON)."""
+    word = (_PYTHON_WORDS if python else _JSON_WORDS).get(token)
+    if word is not None:
+        return word
+    if not _JSON_NUMBER.fullmatch(token):
+        raise ValueError
+    return encode_json(json.loads(token))  # (1E5 -> 100000.0, -0 -> 0; 1e999 cannot be JSON)
+
+
+_RAW_SPECIAL = {}
+# The canonical text of a raw string's characters that JSON escapes.
+_JSON_ESCAPES_OF = {c: encode_json(chr(c))[1:-1] for c in [*range(0x20), ord('"'), ord("\\")]}
+
+
+def _raw_special(stops):
+    """Searches in a raw string value's chunk: for a first character of its closing text or
+    a character JSON escapes (cached); for where its closing text may begin (marker_starts)."""
+    firsts = "".join(sorted({stop[0] for stop in stops}))
+    found = _RAW_SPECIAL.get(firsts)
+    if found is None:
+        body = "".join("\\" + c if c in "\\]^-[" else c for c in firsts)
+        found = _RAW_SPECIAL[firsts] = re.compile('["\\\\\\x00-\\x1f' + body + "]").search
+    return found, marker_starts(stops)
+
+
+class KeyValueStream:
+    """The canonical JSON text of key/value arguments: `argument(key, value)` as each is read
+    (its value decoded and typed); a raw string value may run ahead of its reader:
+    `open_string`, then `string_text` as its text arrives, then `argument` for the rest."""
+
+    __slots__ = ("index", "count", "out", "paused", "pos", "start", "stops", "longest", "special", "stop_starts",
+                 "value")
+
+    def __init__(self, index):
+        self.index = index
+        self.count = 0  # arguments begun
+        self.out = []  # what was given out
+        self.paused = False
+        self.pos = None  # or: where the raw string value running ahead goes on in the text
+        self.start = None  # where it started
+        self.stops = ()  # what may end it (its layout's closing text, with its lead)
+        self.special = None  # (as ObjectStream.special, while a raw string value runs ahead)
+        self.value = None  # or: the ObjectStream of the value being read (open_value)
+
+    def argument(self, key, value, text):
+        """A whole argument, read (or, after its string ran ahead, the rest of it; `text`: the
+        parser's text, which holds what of it went out)."""
+        if self.paused:
+            return ""
+        if self.value is not None:
+            # What the value's stream gave out, and the rest of the value's canonical text.
+            sent = "".join(self.value.out)
+            self.out.append(sent)
+            self.value = None
+            try:
+                whole = encode_json(value)
+            except (ValueError, TypeError, RecursionError):
+                self.pause()
+                return ""
+            if not whole.startswith(sent):
+                self.pause()  # (cannot happen: the final check says so)
+                return ""
+            piece = whole[len(sent):]
+        elif self.pos is not None:
+            sent = text[self.start:self.pos]
+            self.pos = self.special = None
+            if not isinstance(value, str) or not value.startswith(sent):
+                self.pause()  # (cannot happen for a string value; the final check says so)
+                return ""
+            piece = encode_json(value[len(sent):])[1:-1] + '"'
+        else:
+            try:
+                piece = (", " if self.count else "{") + encode_json(key) + ": " + encode_json(value)
+            except (ValueError, TypeError, RecursionError):
+                self.pause()  # (a value JSON cannot hold: the call will not read)
+                return ""
+            self.count += 1
+        self.out.append(piece)
+        return piece
+
+    def open_string(self, key, pos, stops):
+        """A raw string value of `key` starts at `pos` in the text; one of `stops` ends it."""
+        if self.paused:
+            return ""
+        self.pos = self.start = pos
+        self.stops = stops
+        self.longest = max(len(stop) for stop in stops)
+        self.special, self.stop_starts = _raw_special(stops)
+        piece = (", " if self.count else "{") + encode_json(key) + ': "'
+        self.count += 1
+        self.out.append(piece)
+        return piece
+
+    def open_value(self, key, pos, python):
+        """A JSON (or Python, `python`) value of `key` starts at `pos`: what goes out before it,
+        and the ObjectStream that gives it out as it arrives (None: paused)."""
+        if self.paused:
+            return "", None
+        self.value = ObjectStream(self.index, pos, python, value=True)
+        piece = (", " if self.count else "{") + encode_json(key) + ": "
+        self.count += 1
+        self.out.append(piece)
+        return piece, self.value
+
+    def pause(self):
+        """Give out nothing more: the rest goes out when the call is complete."""
+        self.paused = True
+        self.special = None
+
+    def take_escaped(self, chunk):
+        """A chunk in which `special` found something: its canonical text if no closing text can
+        begin in it (its quotes, backslashes and control characters escaped), else None (the
+        reader steps through it)."""
+        if self.stop_starts(chunk) is not None:
+            return None
+        piece = chunk.translate(_JSON_ESCAPES_OF)
+        self.pos += len(chunk)
+        self.out.append(piece)
+        return piece
+
+    def string_text(self, text):
+        """What of the raw string value has arrived and cannot be the start of its closing text."""
+        if self.paused or self.pos is None:
+            return ""
+        start = self.pos
+        end = len(text) - held_back(text[max(start, len(text) - self.longest):], self.stops)
+        if end <= start:
+            return ""
+        self.pos = end
+        piece = encode_json(text[start:end])[1:-1]
+        self.out.append(piece)
+        return piece
 
 
 # --- protocol (tplparse/runtime/protocol.py) ------------------------------------------
@@ -725,12 +1271,23 @@ class Output:
         self._deltas.append({"tool_calls": [{"index": index, "id": call["id"] or f"call_{index}", "type": "function",
                                              "function": {"name": call["name"], "arguments": ""}}]})
 
-    def _complete_call(self, index, call):
-        """The call is complete and its arguments (now JSON text) read: its last delta, and the call."""
+    def _arguments_delta(self, index, piece):
+        self._deltas.append({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
+
+    def _complete_call(self, index, call, streamed=""):
+        """The call is complete and its arguments (now JSON text) read: its last delta (what
+        the argument deltas so far, `streamed`, did not give), and the call."""
         arguments = call["arguments"]
-        self._deltas.append({"tool_calls": [{"index": index, "function": {"arguments": arguments}}]})
+        rest = arguments[len(streamed):] if streamed else arguments
+        if rest:
+            self._arguments_delta(index, rest)
         self._calls.append({"id": call["id"] or f"call_{index}", "type": "function",
                             "function": {"name": call["name"], "arguments": arguments}})
+
+    def _drop_call(self, index, kind, message):
+        """A call whose header went out is not a call after all: a delta says so (its
+        argument deltas, if any, are void), with the error of the message."""
+        self._deltas.append({"tool_call_error": {"index": index, "kind": kind, "message": message}})
 
     def _error(self, kind, message, offset):
         self._errors.append(error_entry(kind, message, offset))
@@ -764,6 +1321,21 @@ class Input:
         text = chunk if chunk.__class__ is str else self._decode(chunk)
         # Fast paths: most chunks cannot move the parse past what it waits in. (After end()
         # none is open: it clears what they test.)
+        stream = self._streaming
+        if stream is not None and stream.special is not None and stream.pos == len(self._text) and text:
+            # Inside a string argument that streams, all of it before this chunk given out: a
+            # chunk that cannot end it is its next characters (as they are, or escaped).
+            if stream.special(text) is None:
+                stream.pos += len(text)
+                stream.out.append(text)
+                piece = text
+            else:
+                piece = stream.take_escaped(text)
+            if piece is not None:
+                buffer, self._text = self._text, ""
+                buffer += text
+                self._text = buffer
+                return [{"tool_calls": [{"index": stream.index, "function": {"arguments": piece}}]}]
         quiet = self._quiet
         if quiet is None:
             if len(self._text) + len(text) < self._wait_for:
@@ -771,30 +1343,43 @@ class Input:
                 return []
         elif quiet(text) is None or len(self._text) + len(text) < self._wait_for:
             if self._plain is None:
-                # Inside a value that only a `quiet` character can end: keep it (as _append).
+                # Inside a value that only a `quiet` character can end: keep it (as _append),
+                # and give out what an argument stream settles of it.
                 buffer, self._text = self._text, ""
                 buffer += text
                 self._text = buffer
-                return []
-            if self._pos == len(self._text):
-                # Plain content or reasoning with nothing held back: it goes straight out.
-                self._offset_base += len(text)
-                field = self._plain
-                if field.started:  # (_emit_text, inlined: most chunks of a stream come here)
-                    body = text.rstrip()
-                    if body is text and not field.pending:  # no whitespace at the end, none held
-                        field.parts.append(text)
-                        return [{field.key: text}]
-                    if not body:
-                        field.pending.append(text)
-                        return []
-                    out = "".join(field.pending) + body if field.pending else body
-                    field.pending = [text[len(body):]] if len(body) < len(text) else []
-                    field.parts.append(out)
-                    return [{field.key: out}]
-                self._emit_text(field, text)
+                if self._streaming is None or self._streaming.pos is None:  # (no string value running ahead)
+                    return []
+                self._stream_arguments()
                 deltas, self._deltas = self._deltas, []
                 return deltas
+            if self._pos != len(self._text):
+                # What is held back (the start of what may be a marker) and this chunk: if
+                # together they cannot hold a marker's start, they go out as plain text.
+                held = self._text[self._pos:]
+                if quiet(held + text) is not None:
+                    return self._push(text)
+                self._pos = len(self._text)
+                text = held + text
+                self._offset_base -= len(held)
+            # Plain content or reasoning, nothing held back: it goes straight out.
+            self._offset_base += len(text)
+            field = self._plain
+            if field.started:  # (_emit_text, inlined: most chunks of a stream come here)
+                body = text.rstrip()
+                if body is text and not field.pending:  # no whitespace at the end, none held
+                    field.parts.append(text)
+                    return [{field.key: text}]
+                if not body:
+                    field.pending.append(text)
+                    return []
+                out = "".join(field.pending) + body if field.pending else body
+                field.pending = [text[len(body):]] if len(body) < len(text) else []
+                field.parts.append(out)
+                return [{field.key: out}]
+            self._emit_text(field, text)
+            deltas, self._deltas = self._deltas, []
+            return deltas
         elif self._poll is not None:
             # The value's scan can tell by itself whether this chunk completes it: ask it.
             scan = self._poll
@@ -802,7 +1387,11 @@ class Input:
             if not scan.scan(self._text):
                 self._quiet = scan.quiet(len(self._text))
                 if self._quiet is not None:
-                    return []
+                    if self._streaming is None or self._streaming.pos is None:
+                        return []
+                    self._stream_arguments()
+                    deltas, self._deltas = self._deltas, []
+                    return deltas
             return self._push("")
         if self._finish is not None:
             raise ValueError("feed() after end(): the stream is closed")
@@ -826,7 +1415,7 @@ class Input:
         self._finish = finish_reason
         self._eof = True
         deltas = self._push(tail)
-        self._quiet = self._plain = self._poll = None  # (feed's fast paths stay closed)
+        self._quiet = self._plain = self._poll = self._streaming = None  # (feed's fast paths stay closed)
         self._wait_for = 0
         if finish_reason == "length" and self._state == REASONING:
             self._error("reasoning_truncated", "the output ended inside reasoning", self._offset_base + len(self._text))
@@ -1016,6 +1605,8 @@ class Input:
                 raise TruncatedOutput(f"the output ended inside a {what}")
             searched = max(self._pos, len(self._text) - len(stop) + 1)
             self._quiet = waker(stop[-1])
+            if self._streaming is not None:
+                self._stream_arguments()
             yield
 
     def _read_balanced(self, quotes, what):
@@ -1030,6 +1621,8 @@ class Input:
             self._quiet = scan.quiet(len(self._text))
             if self._quiet is not None:
                 self._poll = scan
+            if self._streaming is not None:
+                self._stream_arguments()
             yield
         if scan.unbalanced:
             self._pos = scan.start  # (reported where the value starts)
@@ -1062,8 +1655,7 @@ class _KeyValueRead:
     def start(self, properties, closing):
         self.properties = properties  # the tool's parameters.properties (types the values)
         # The arguments end where the call's next literal starts: its first word is enough
-        # (the literal itself is matched after, with its whitespace tolerance). Waiting for
-        # the length of the whole literal first lets the next argument arrive in one piece.
+        # (the literal itself is matched after, with its whitespace tolerance).
         self.closing, self.closing_word = closing
         self.step, self.first, self.key, self.layout = _KV_WS, True, None, None
         self.arguments = {}
@@ -1101,19 +1693,33 @@ class Rules:
             else:
                 yield from self._content()
         except TruncatedOutput as e:
-            self._error("truncated_tool_call", str(e), self._offset())
+            self._call_failed("truncated_tool_call", str(e))
         except InvalidOutput as e:
-            if self._eof and self._ends_inside_a_marker():
-                # "Not enough input yet", at the end: the output stopped inside the call.
-                self._error("truncated_tool_call", f"the output ended inside a call ({e})", self._offset())
+            # Wrong, or cut short: only the end of the stream tells (and so every chunking of
+            # one output tells the same): an output that ends inside one of the format's
+            # literals stopped, "not enough input yet", it did not go wrong.
+            self._streaming = None  # (nothing more of a call that went wrong goes out)
+            at, offset = self._pos, self._offset()
+            while not self._eof:
+                self._pos = len(self._text)
+                yield
+            self._pos = at
+            if self._ends_inside_a_marker():
+                self._call_failed("truncated_tool_call", f"the output ended inside a call ({e})", offset)
             else:
-                self._error("invalid_tool_call", str(e), self._offset())
-            self._pos = len(self._text)
+                self._call_failed("invalid_tool_call", str(e), offset)
         while True:  # whatever still comes is past the parse
             self._pos = len(self._text)
             if self._eof:
                 return
             yield
+
+    def _call_failed(self, kind, message, offset=None):
+        """The parse stops at an error; a call whose header went out is dropped, and a delta says so."""
+        self._error(kind, message, self._offset() if offset is None else offset)
+        call, self._open_call, self._streaming = self._open_call, None, None
+        if call is not None and call["announced"]:
+            self._drop_call(call["index"], kind, message)
 
     def _ends_inside_a_marker(self):
         """Whether the output ends with the start of one of the format's literals, from near where
@@ -1202,7 +1808,7 @@ class Rules:
         """reasoning-text / content-text: emit text up to the first stop; return the stop (or None at the end)."""
         stops = [s for s in stops if s]
         first_stop = first_of(stops)  # one scan from the position: never past the first stop
-        quiet = waker("".join(s[0] for s in stops))
+        quiet = marker_starts(stops)
         longest = max(len(s) for s in stops)
         while True:
             text, pos = self._text, self._pos
@@ -1229,8 +1835,8 @@ class Rules:
             keep = held_back(text[max(pos, len(text) - longest):], stops)
             self._emit_text(field, text[pos:len(text) - keep])
             self._pos = len(text) - keep
-            if not keep:
-                self._plain, self._quiet = field, quiet
+            # (feed gives out the chunks that cannot move this scan: with what is kept, if any)
+            self._plain, self._quiet = field, quiet
             self._trim_ok = True
             yield
             self._trim_ok = False
@@ -1251,7 +1857,9 @@ class Rules:
         steps = len(p.call_steps)
         while True:
             index = len(self._calls) + self._invalid_calls
-            call = {"name": None, "id": None, "arguments": None, "bad": None, "announced": False, "pending": None}
+            call = {"name": None, "id": None, "arguments": None, "bad": None, "announced": False, "pending": None,
+                    "index": index}
+            self._open_call = call
             k = self._call_steps_here(index, call, 0)
             if k < steps:
                 yield from self._call_steps_waiting(index, call, k)
@@ -1348,19 +1956,39 @@ class Rules:
 
     def _end_call(self, index, call):
         """The call's layout is read: the call, or (an unknown tool, arguments that do not read) an error."""
+        stream, self._streaming, self._open_call = self._streaming, None, None
         if self._tools and call["name"] not in self._tools:
             # Parsing is not authorization, but a call of a tool nobody offered is not a call.
             self._error("unknown_tool", f"call {index} names {call['name']!r}, which is not an offered tool",
                         self._offset())
             return  # (its header never went out: it takes no index)
+        streamed = "".join(stream.out) if stream is not None else ""
+        bad = call["bad"]
+        if bad is None and not call["arguments"].startswith(streamed):
+            # (never: a stream gives out only what the final text writes; if it did, the call is not trusted)
+            bad = f"the streamed arguments {streamed[:40]!r} are not the call's: a tplparse bug, please report it"
+        if bad is not None:
+            message = f"call {index} ({call['name']}): {bad}"
+            self._error("invalid_arguments", message, self._offset())
+            if call["announced"]:
+                self._drop_call(index, "invalid_arguments", message)
+                self._invalid_calls += 1  # (its header went out: its index stays taken)
+            return
         if not call["announced"]:
             call["announced"] = True
             self._announce(index, call)
-        if call["bad"] is not None:
-            self._error("invalid_arguments", f"call {index} ({call['name']}): {call['bad']}", self._offset())
-            self._invalid_calls += 1
-            return
-        self._complete_call(index, call)
+        self._complete_call(index, call, streamed)
+
+    def _stream_arguments(self):
+        """The open call's argument stream reads what has arrived; its delta, if it settled any."""
+        stream = self._streaming
+        piece = stream.advance(self._text, self._eof) if stream.__class__ is ObjectStream else stream.string_text(self._text)
+        if piece:
+            self._arguments_delta(stream.index, piece)
+
+    def _stream_piece(self, piece):
+        if piece:
+            self._arguments_delta(self._streaming.index, piece)
 
     # --- arguments ----------------------------------------------------------------------
 
@@ -1415,12 +2043,22 @@ class Rules:
         """arguments, waiting for them as they arrive."""
         p = self._p
         if p.object_arguments:
+            if call["announced"]:  # the arguments go out as they arrive
+                self._streaming = ObjectStream(call["index"], self._pos, p.python_objects)
+                self._stream_arguments()
             try:
                 call["arguments"] = arguments_json((yield from self._object_arguments()))
             except BadArguments as e:
                 call["bad"] = str(e)
             return
         read, call["pending"] = call["pending"], None
+        if call["announced"]:  # each argument goes out once read (a raw string as it arrives)
+            stream = self._streaming = KeyValueStream(call["index"])
+            if read is not None:
+                for key, value in read.arguments.items():
+                    self._stream_piece(stream.argument(key, value, self._text))
+                if read.bad is not None:
+                    stream.pause()
         if read is None:  # (not tried on what is here yet)
             read = (self._kv_read_state or self._new_kv_read()).start(self._properties.get(call["name"]) or {}, closing)
             if not self._kv_steps_here(read):
@@ -1476,11 +2114,11 @@ class Rules:
             if pos >= len(text) and not eof:
                 return self._kv_stop(st, pos, _KV_WS, None, None, first)
             if closing:
-                if len(text) - pos < len(closing) and not eof:
-                    return self._kv_stop(st, pos, _KV_WS, None, None, first)
                 if text.startswith(closing_word, pos):
                     self._pos, st.first = pos, first
                     return True
+                if not eof and len(text) - pos < len(closing_word) and closing_word.startswith(text[pos:]):
+                    return self._kv_stop(st, pos, _KV_WS, None, None, first)  # (it may still be the end)
             elif eof and pos >= len(text):
                 self._pos, st.first = pos, first
                 return True
@@ -1544,13 +2182,21 @@ class Rules:
             else:
                 return self._kv_stop(st, pos, _KV_VALUE, key, layout, first)
             schema = properties.get(key)
-            if schema and schema.get("type") != "string":  # (a string stays as written)
+            if key in arguments:
+                st.bad = st.bad or BadArguments(f"the key {key!r} appears twice")
+            elif schema and schema.get("type") != "string":  # (a string stays as written)
                 try:
                     arguments[key] = typed_raw(value, schema, kv.fillers)
                 except BadArguments as e:
                     st.bad = st.bad or e  # the value was read; its closing text keeps the parse in step
             else:
                 arguments[key] = value
+            stream = self._streaming
+            if stream is not None:
+                if st.bad is None:
+                    self._stream_piece(stream.argument(key, arguments[key], self._text))
+                else:
+                    stream.pause()
             after = ending.after_here
             if after:  # (the loop skips whitespace next)
                 if text.startswith(after, pos):  # as rendered: its end whitespace takes all there is
@@ -1582,7 +2228,7 @@ class Rules:
         if step == _KV_WS:  # whitespace, and enough text to tell the call's next literal
             yield from self._skip_ws()
             if st.closing:
-                yield from self._need(len(st.closing))
+                yield from self._peek(st.closing_word)  # (decided as soon as what is here is not its start)
             return
         if step <= _KV_SEPARATOR and kv.separator and not self._here(kv.separator):
             yield from self._match(kv.separator)
@@ -1603,10 +2249,20 @@ class Rules:
             self._pos += len(lead)
         ending = layout.closing(st.key)
         if step <= _KV_VALUE:
+            key = st.key
             try:
-                st.arguments[st.key] = yield from self._argument_value(kv, layout, ending, st.properties.get(st.key))
+                value = yield from self._argument_value(kv, layout, ending, st.properties.get(key), key)
+                if key in st.arguments:
+                    raise BadArguments(f"the key {key!r} appears twice")
+                st.arguments[key] = value
             except BadArguments as e:
                 st.bad = st.bad or e  # the value was read; its closing text keeps the parse in step
+            stream = self._streaming
+            if stream is not None:
+                if st.bad is None:
+                    self._stream_piece(stream.argument(key, value, self._text))
+                else:
+                    stream.pause()
         if ending.after_core and not self._here(ending.after, True):  # (the loop skips whitespace next)
             yield from self._match(ending.after, ws_follows=True)
         st.step = _KV_WS
@@ -1621,7 +2277,7 @@ class Rules:
                 return layout
         raise InvalidOutput(f"an argument's layout is not recognised at {self._text[self._pos:self._pos + longest + 8]!r}")
 
-    def _argument_value(self, kv, layout, ending, schema):
+    def _argument_value(self, kv, layout, ending, schema, key):
         """argument-value: raw text, quoted text, JSON, a Python literal or the format's notation."""
         if self._available() < kv.value_min:
             yield from self._need(kv.value_min)
@@ -1631,6 +2287,7 @@ class Rules:
             self._pos += len(kv.quote_open)
             text = self._until_here(kv.quote_close)
             if text is None:
+                self._open_raw_string(key, schema, (kv.quote_close,))
                 text = yield from self._read_until(kv.quote_close, "argument value")
             self._pos += len(kv.quote_close)
             return typed_raw(text, schema)
@@ -1638,6 +2295,8 @@ class Rules:
             stop = ending.raw_end
             text = self._until_here(stop)
             if text is None:
+                lead = ending.after_lead  # (the whitespace before the closing text, which the value loses)
+                self._open_raw_string(key, schema, (lead + stop, stop) if lead else (stop,))
                 text = yield from self._read_until(stop, "argument value")
             lead = ending.after_lead
             if lead and text.endswith(lead):
@@ -1647,6 +2306,7 @@ class Rules:
             self._pos += len(kv.quote_open)
             text = self._until_here(kv.quote_close)
             if text is None:
+                self._open_raw_string(key, schema, (kv.quote_close,))
                 text = yield from self._read_until(kv.quote_close, "argument value")
             self._pos += len(kv.quote_close)
             return typed_raw(text, schema)
@@ -1658,7 +2318,18 @@ class Rules:
             # A typed value runs to its layout's closing text (DSML: string="false">3</parameter>).
             text = (yield from self._read_until(ending.after_core, "argument value")).strip()
         else:
-            text = yield from self._read_balanced("'\"" if python else '"', "argument value")
+            stream = self._streaming
+            if stream is None:
+                text = yield from self._read_balanced("'\"" if python else '"', "argument value")
+            else:
+                # A JSON or Python value (pythonic calls): it goes out as it arrives, through
+                # a stream of its own while it is read.
+                piece, self._streaming = stream.open_value(key, self._pos, python)
+                if self._streaming is not None:
+                    self._stream_piece(piece)
+                    self._stream_arguments()
+                text = yield from self._read_balanced("'\"" if python else '"', "argument value")
+                self._streaming = stream  # (an error above ends the call, and its streams)
         try:
             return json.loads(text)
         except RecursionError:
@@ -1668,6 +2339,13 @@ class Rules:
                 return python_value(text)
             except (ValueError, SyntaxError, RecursionError, MemoryError) as e:
                 raise BadArguments(f"cannot read the argument value {text[:40]!r}: {e or 'nested too deeply'}") from None
+
+    def _open_raw_string(self, key, schema, stops):
+        """A string value as written (raw, or in the format's quotes) that is still arriving:
+        it goes out as it arrives, all but what may be the start of its closing text."""
+        stream = self._streaming
+        if stream is not None and keeps_text(schema):
+            self._stream_piece(stream.open_string(key, self._pos, stops))
 
     def _read_native(self, fmt):
         """A value in the format's own notation: its quotes and brackets balanced."""
@@ -1751,6 +2429,8 @@ class StreamParser(Input, Rules, Output):
         self._calls = []
         self._invalid_calls = 0  # complete calls dropped for their arguments (they keep their index)
         self._kv_read_state = None  # where a call's key/value arguments are (rules, made on first use)
+        self._open_call = None  # the call being read (its header may have gone out)
+        self._streaming = None  # or: the argument stream of that call (see streams), once it had to wait
         self._errors = []
         self._finish = None
         # rules: the parse, primed to wait for the first chunk

@@ -46,28 +46,40 @@ def stream(module, text, chunks, **kwargs):
 
 
 def joined(deltas) -> dict:
-    """What the deltas add up to."""
+    """What the deltas add up to: the text fields, and per call index its header, its
+    argument text and whether a `tool_call_error` delta dropped it."""
     out = {"content": "", "reasoning_content": "", "calls": {}}
     for delta in deltas:
         for key in ("content", "reasoning_content"):
             out[key] += delta.get(key, "")
         for call in delta.get("tool_calls", []):
-            entry = out["calls"].setdefault(call["index"], {"name": None, "arguments": ""})
-            if "function" in call and call["function"].get("name"):
-                entry["name"] = call["function"]["name"]
-            entry["arguments"] += call.get("function", {}).get("arguments", "")
+            entry = out["calls"].get(call["index"])
+            if "id" in call:  # the header
+                assert entry is None, f"a second header for call {call['index']}"
+                assert call["function"]["arguments"] == ""
+                entry = out["calls"][call["index"]] = {"name": call["function"]["name"], "id": call["id"],
+                                                       "arguments": "", "dropped": False}
+            else:
+                assert entry is not None, f"arguments of call {call['index']} before its header"
+                assert not entry["dropped"], f"arguments of call {call['index']} after it was dropped"
+                entry["arguments"] += call["function"]["arguments"]
+        if "tool_call_error" in delta:
+            error = delta["tool_call_error"]
+            entry = out["calls"].get(error["index"])
+            assert entry is not None and not entry["dropped"], f"a drop of call {error['index']}, not open"
+            assert error["kind"] and error["message"]
+            entry["dropped"] = True
     return out
 
 
 def check_deltas_add_up(deltas, message) -> None:
+    """The deltas are the message: its text, and each call's header and argument deltas (in
+    index order, a dropped call left out), concatenated, are its calls."""
     total = joined(deltas)
     assert (total["content"] or None) == message["content"]
     assert (total["reasoning_content"] or None) == message["reasoning_content"]
-    finished = {c["function"]["name"]: c["function"]["arguments"] for c in message["tool_calls"]}
-    for entry in total["calls"].values():
-        if entry["name"] in finished and entry["arguments"]:
-            assert entry["arguments"] == finished[entry["name"]]
-            json.loads(entry["arguments"])
+    kept = [(e["id"], e["name"], e["arguments"]) for _, e in sorted(total["calls"].items()) if not e["dropped"]]
+    assert kept == [(c["id"], c["function"]["name"], c["function"]["arguments"]) for c in message["tool_calls"]]
 
 
 def marker_cuts(spec: ProtocolSpec, text: str) -> list[int]:
@@ -264,6 +276,34 @@ def test_hold_back_releases_a_marker_prefix_that_is_not_a_marker(chatml):
     assert parser.feed("box> here") == [{"content": " <tool_box> here"}]
     parser.end()
     assert parser.message["content"] == "Use <tool_box> here"
+
+
+def test_a_less_than_sign_that_cannot_start_a_marker_is_not_held(chatml):
+    parser = chatml.StreamParser(start="reasoning")
+    assert parser.feed("if a <") == [{"reasoning_content": "if a"}]  # "<" may open </think>
+    assert parser.feed("b and </") == [{"reasoning_content": " <b and"}]  # "<b" opens none; "</" may
+    assert parser.feed("div> end") == [{"reasoning_content": " </div> end"}]
+    parser.end()
+    assert parser.message["reasoning_content"] == "if a <b and </div> end"
+
+
+FRAGMENTS = st.sampled_from(["<", "</", "</t", "</think", "</think>", "<tool", "<tool_call>", "<|", "<|im_end|>",
+                             "a", " ", "\n", "<div>", "x < y", "<t", "<th"])
+
+
+@settings(max_examples=int(os.environ.get("TPLPARSE_EXAMPLES", 40)) * 3, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_text_dense_in_marker_starts_reads_the_same_streamed(chatml, data):
+    """Reasoning and content full of `<` and of the starts of markers, cut anywhere: the same
+    message streamed as one-shot, and the deltas add up to it."""
+    text = "".join(data.draw(st.lists(FRAGMENTS, max_size=30)))
+    start = data.draw(st.sampled_from(["reasoning", "content"]))
+    cuts = sorted(set(data.draw(st.lists(st.integers(1, max(1, len(text) - 1)), max_size=12))))
+    one_shot = chatml.parse(text, start=start)
+    deltas, streamed = stream(chatml, text, cuts, start=start)
+    assert streamed == one_shot, text
+    check_deltas_add_up(deltas, streamed)
 
 
 def test_a_tool_name_is_announced_only_when_complete(chatml):

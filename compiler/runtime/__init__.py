@@ -7,6 +7,7 @@ in the order of `MODULES`). Layers, one module each:
     errors     what the rules raise (invalid, truncated, bad arguments)
     text       the lexical layer: searches, literals, hold-back, the balanced-value scan
     values     argument values: decoding and the canonical JSON text
+    streams    argument deltas: the canonical JSON text while a call is still arriving
     protocol   the tables, prepared once per family: `Protocol`
     output     fields, deltas, the message
     input      the buffer, feed()'s fast paths, the readers
@@ -22,7 +23,7 @@ from .protocol import CONTENT, PARALLEL_ALL, REASONING, TABLES_VERSION, Protocol
 from .values import arguments_json, decode_native, format_fillers, object_value, python_value, typed_raw
 
 # The runtime's modules in the order the standalone file stacks them (each only uses those before it).
-MODULES = ("errors", "text", "values", "protocol", "output", "input", "rules", "parser")
+MODULES = ("errors", "text", "values", "streams", "protocol", "output", "input", "rules", "parser")
 
 __all__ = [
     "BadArguments", "CONTENT", "InvalidOutput", "MODULES", "PARALLEL_ALL", "Protocol", "REASONING",

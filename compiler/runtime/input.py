@@ -28,6 +28,21 @@ class Input:
         text = chunk if chunk.__class__ is str else self._decode(chunk)
         # Fast paths: most chunks cannot move the parse past what it waits in. (After end()
         # none is open: it clears what they test.)
+        stream = self._streaming
+        if stream is not None and stream.special is not None and stream.pos == len(self._text) and text:
+            # Inside a string argument that streams, all of it before this chunk given out: a
+            # chunk that cannot end it is its next characters (as they are, or escaped).
+            if stream.special(text) is None:
+                stream.pos += len(text)
+                stream.out.append(text)
+                piece = text
+            else:
+                piece = stream.take_escaped(text)
+            if piece is not None:
+                buffer, self._text = self._text, ""
+                buffer += text
+                self._text = buffer
+                return [{"tool_calls": [{"index": stream.index, "function": {"arguments": piece}}]}]
         quiet = self._quiet
         if quiet is None:
             if len(self._text) + len(text) < self._wait_for:
@@ -35,30 +50,43 @@ class Input:
                 return []
         elif quiet(text) is None or len(self._text) + len(text) < self._wait_for:
             if self._plain is None:
-                # Inside a value that only a `quiet` character can end: keep it (as _append).
+                # Inside a value that only a `quiet` character can end: keep it (as _append),
+                # and give out what an argument stream settles of it.
                 buffer, self._text = self._text, ""
                 buffer += text
                 self._text = buffer
-                return []
-            if self._pos == len(self._text):
-                # Plain content or reasoning with nothing held back: it goes straight out.
-                self._offset_base += len(text)
-                field = self._plain
-                if field.started:  # (_emit_text, inlined: most chunks of a stream come here)
-                    body = text.rstrip()
-                    if body is text and not field.pending:  # no whitespace at the end, none held
-                        field.parts.append(text)
-                        return [{field.key: text}]
-                    if not body:
-                        field.pending.append(text)
-                        return []
-                    out = "".join(field.pending) + body if field.pending else body
-                    field.pending = [text[len(body):]] if len(body) < len(text) else []
-                    field.parts.append(out)
-                    return [{field.key: out}]
-                self._emit_text(field, text)
+                if self._streaming is None or self._streaming.pos is None:  # (no string value running ahead)
+                    return []
+                self._stream_arguments()
                 deltas, self._deltas = self._deltas, []
                 return deltas
+            if self._pos != len(self._text):
+                # What is held back (the start of what may be a marker) and this chunk: if
+                # together they cannot hold a marker's start, they go out as plain text.
+                held = self._text[self._pos:]
+                if quiet(held + text) is not None:
+                    return self._push(text)
+                self._pos = len(self._text)
+                text = held + text
+                self._offset_base -= len(held)
+            # Plain content or reasoning, nothing held back: it goes straight out.
+            self._offset_base += len(text)
+            field = self._plain
+            if field.started:  # (_emit_text, inlined: most chunks of a stream come here)
+                body = text.rstrip()
+                if body is text and not field.pending:  # no whitespace at the end, none held
+                    field.parts.append(text)
+                    return [{field.key: text}]
+                if not body:
+                    field.pending.append(text)
+                    return []
+                out = "".join(field.pending) + body if field.pending else body
+                field.pending = [text[len(body):]] if len(body) < len(text) else []
+                field.parts.append(out)
+                return [{field.key: out}]
+            self._emit_text(field, text)
+            deltas, self._deltas = self._deltas, []
+            return deltas
         elif self._poll is not None:
             # The value's scan can tell by itself whether this chunk completes it: ask it.
             scan = self._poll
@@ -66,7 +94,11 @@ class Input:
             if not scan.scan(self._text):
                 self._quiet = scan.quiet(len(self._text))
                 if self._quiet is not None:
-                    return []
+                    if self._streaming is None or self._streaming.pos is None:
+                        return []
+                    self._stream_arguments()
+                    deltas, self._deltas = self._deltas, []
+                    return deltas
             return self._push("")
         if self._finish is not None:
             raise ValueError("feed() after end(): the stream is closed")
@@ -90,7 +122,7 @@ class Input:
         self._finish = finish_reason
         self._eof = True
         deltas = self._push(tail)
-        self._quiet = self._plain = self._poll = None  # (feed's fast paths stay closed)
+        self._quiet = self._plain = self._poll = self._streaming = None  # (feed's fast paths stay closed)
         self._wait_for = 0
         if finish_reason == "length" and self._state == REASONING:
             self._error("reasoning_truncated", "the output ended inside reasoning", self._offset_base + len(self._text))
@@ -280,6 +312,8 @@ class Input:
                 raise TruncatedOutput(f"the output ended inside a {what}")
             searched = max(self._pos, len(self._text) - len(stop) + 1)
             self._quiet = waker(stop[-1])
+            if self._streaming is not None:
+                self._stream_arguments()
             yield
 
     def _read_balanced(self, quotes, what):
@@ -294,6 +328,8 @@ class Input:
             self._quiet = scan.quiet(len(self._text))
             if self._quiet is not None:
                 self._poll = scan
+            if self._streaming is not None:
+                self._stream_arguments()
             yield
         if scan.unbalanced:
             self._pos = scan.start  # (reported where the value starts)

@@ -49,12 +49,23 @@ class Output:
         self._deltas.append({"tool_calls": [{"index": index, "id": call["id"] or f"call_{index}", "type": "function",
                                              "function": {"name": call["name"], "arguments": ""}}]})
 
-    def _complete_call(self, index, call):
-        """The call is complete and its arguments (now JSON text) read: its last delta, and the call."""
+    def _arguments_delta(self, index, piece):
+        self._deltas.append({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
+
+    def _complete_call(self, index, call, streamed=""):
+        """The call is complete and its arguments (now JSON text) read: its last delta (what
+        the argument deltas so far, `streamed`, did not give), and the call."""
         arguments = call["arguments"]
-        self._deltas.append({"tool_calls": [{"index": index, "function": {"arguments": arguments}}]})
+        rest = arguments[len(streamed):] if streamed else arguments
+        if rest:
+            self._arguments_delta(index, rest)
         self._calls.append({"id": call["id"] or f"call_{index}", "type": "function",
                             "function": {"name": call["name"], "arguments": arguments}})
+
+    def _drop_call(self, index, kind, message):
+        """A call whose header went out is not a call after all: a delta says so (its
+        argument deltas, if any, are void), with the error of the message."""
+        self._deltas.append({"tool_call_error": {"index": index, "kind": kind, "message": message}})
 
     def _error(self, kind, message, offset):
         self._errors.append(error_entry(kind, message, offset))

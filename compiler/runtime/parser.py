@@ -58,6 +58,8 @@ class StreamParser(Input, Rules, Output):
         self._calls = []
         self._invalid_calls = 0  # complete calls dropped for their arguments (they keep their index)
         self._kv_read_state = None  # where a call's key/value arguments are (rules, made on first use)
+        self._open_call = None  # the call being read (its header may have gone out)
+        self._streaming = None  # or: the argument stream of that call (see streams), once it had to wait
         self._errors = []
         self._finish = None
         # rules: the parse, primed to wait for the first chunk

@@ -28,8 +28,9 @@ call by the same steps.
 
 from .errors import BadArguments, InvalidOutput, TruncatedOutput
 from .protocol import ARGUMENTS, CALL_ID, CONTENT, LITERAL, NAME, REASONING, UNREAD
-from .text import NAME_CHARS, SPACES, first_of, held_back, literal_here, waker, words
-from .values import JSON_DECODER, arguments_json, decode_native, object_value, python_value, typed_raw
+from .text import NAME_CHARS, SPACES, first_of, held_back, literal_here, marker_starts, waker, words
+from .streams import KeyValueStream, ObjectStream
+from .values import JSON_DECODER, arguments_json, decode_native, keeps_text, object_value, python_value, typed_raw
 
 ###{standalone
 import json
@@ -54,8 +55,7 @@ class _KeyValueRead:
     def start(self, properties, closing):
         self.properties = properties  # the tool's parameters.properties (types the values)
         # The arguments end where the call's next literal starts: its first word is enough
-        # (the literal itself is matched after, with its whitespace tolerance). Waiting for
-        # the length of the whole literal first lets the next argument arrive in one piece.
+        # (the literal itself is matched after, with its whitespace tolerance).
         self.closing, self.closing_word = closing
         self.step, self.first, self.key, self.layout = _KV_WS, True, None, None
         self.arguments = {}
@@ -93,19 +93,33 @@ class Rules:
             else:
                 yield from self._content()
         except TruncatedOutput as e:
-            self._error("truncated_tool_call", str(e), self._offset())
+            self._call_failed("truncated_tool_call", str(e))
         except InvalidOutput as e:
-            if self._eof and self._ends_inside_a_marker():
-                # "Not enough input yet", at the end: the output stopped inside the call.
-                self._error("truncated_tool_call", f"the output ended inside a call ({e})", self._offset())
+            # Wrong, or cut short: only the end of the stream tells (and so every chunking of
+            # one output tells the same): an output that ends inside one of the format's
+            # literals stopped, "not enough input yet", it did not go wrong.
+            self._streaming = None  # (nothing more of a call that went wrong goes out)
+            at, offset = self._pos, self._offset()
+            while not self._eof:
+                self._pos = len(self._text)
+                yield
+            self._pos = at
+            if self._ends_inside_a_marker():
+                self._call_failed("truncated_tool_call", f"the output ended inside a call ({e})", offset)
             else:
-                self._error("invalid_tool_call", str(e), self._offset())
-            self._pos = len(self._text)
+                self._call_failed("invalid_tool_call", str(e), offset)
         while True:  # whatever still comes is past the parse
             self._pos = len(self._text)
             if self._eof:
                 return
             yield
+
+    def _call_failed(self, kind, message, offset=None):
+        """The parse stops at an error; a call whose header went out is dropped, and a delta says so."""
+        self._error(kind, message, self._offset() if offset is None else offset)
+        call, self._open_call, self._streaming = self._open_call, None, None
+        if call is not None and call["announced"]:
+            self._drop_call(call["index"], kind, message)
 
     def _ends_inside_a_marker(self):
         """Whether the output ends with the start of one of the format's literals, from near where
@@ -194,7 +208,7 @@ class Rules:
         """reasoning-text / content-text: emit text up to the first stop; return the stop (or None at the end)."""
         stops = [s for s in stops if s]
         first_stop = first_of(stops)  # one scan from the position: never past the first stop
-        quiet = waker("".join(s[0] for s in stops))
+        quiet = marker_starts(stops)
         longest = max(len(s) for s in stops)
         while True:
             text, pos = self._text, self._pos
@@ -221,8 +235,8 @@ class Rules:
             keep = held_back(text[max(pos, len(text) - longest):], stops)
             self._emit_text(field, text[pos:len(text) - keep])
             self._pos = len(text) - keep
-            if not keep:
-                self._plain, self._quiet = field, quiet
+            # (feed gives out the chunks that cannot move this scan: with what is kept, if any)
+            self._plain, self._quiet = field, quiet
             self._trim_ok = True
             yield
             self._trim_ok = False
@@ -243,7 +257,9 @@ class Rules:
         steps = len(p.call_steps)
         while True:
             index = len(self._calls) + self._invalid_calls
-            call = {"name": None, "id": None, "arguments": None, "bad": None, "announced": False, "pending": None}
+            call = {"name": None, "id": None, "arguments": None, "bad": None, "announced": False, "pending": None,
+                    "index": index}
+            self._open_call = call
             k = self._call_steps_here(index, call, 0)
             if k < steps:
                 yield from self._call_steps_waiting(index, call, k)
@@ -340,19 +356,39 @@ class Rules:
 
     def _end_call(self, index, call):
         """The call's layout is read: the call, or (an unknown tool, arguments that do not read) an error."""
+        stream, self._streaming, self._open_call = self._streaming, None, None
         if self._tools and call["name"] not in self._tools:
             # Parsing is not authorization, but a call of a tool nobody offered is not a call.
             self._error("unknown_tool", f"call {index} names {call['name']!r}, which is not an offered tool",
                         self._offset())
             return  # (its header never went out: it takes no index)
+        streamed = "".join(stream.out) if stream is not None else ""
+        bad = call["bad"]
+        if bad is None and not call["arguments"].startswith(streamed):
+            # (never: a stream gives out only what the final text writes; if it did, the call is not trusted)
+            bad = f"the streamed arguments {streamed[:40]!r} are not the call's: a tplparse bug, please report it"
+        if bad is not None:
+            message = f"call {index} ({call['name']}): {bad}"
+            self._error("invalid_arguments", message, self._offset())
+            if call["announced"]:
+                self._drop_call(index, "invalid_arguments", message)
+                self._invalid_calls += 1  # (its header went out: its index stays taken)
+            return
         if not call["announced"]:
             call["announced"] = True
             self._announce(index, call)
-        if call["bad"] is not None:
-            self._error("invalid_arguments", f"call {index} ({call['name']}): {call['bad']}", self._offset())
-            self._invalid_calls += 1
-            return
-        self._complete_call(index, call)
+        self._complete_call(index, call, streamed)
+
+    def _stream_arguments(self):
+        """The open call's argument stream reads what has arrived; its delta, if it settled any."""
+        stream = self._streaming
+        piece = stream.advance(self._text, self._eof) if stream.__class__ is ObjectStream else stream.string_text(self._text)
+        if piece:
+            self._arguments_delta(stream.index, piece)
+
+    def _stream_piece(self, piece):
+        if piece:
+            self._arguments_delta(self._streaming.index, piece)
 
     # --- arguments ----------------------------------------------------------------------
 
@@ -407,12 +443,22 @@ class Rules:
         """arguments, waiting for them as they arrive."""
         p = self._p
         if p.object_arguments:
+            if call["announced"]:  # the arguments go out as they arrive
+                self._streaming = ObjectStream(call["index"], self._pos, p.python_objects)
+                self._stream_arguments()
             try:
                 call["arguments"] = arguments_json((yield from self._object_arguments()))
             except BadArguments as e:
                 call["bad"] = str(e)
             return
         read, call["pending"] = call["pending"], None
+        if call["announced"]:  # each argument goes out once read (a raw string as it arrives)
+            stream = self._streaming = KeyValueStream(call["index"])
+            if read is not None:
+                for key, value in read.arguments.items():
+                    self._stream_piece(stream.argument(key, value, self._text))
+                if read.bad is not None:
+                    stream.pause()
         if read is None:  # (not tried on what is here yet)
             read = (self._kv_read_state or self._new_kv_read()).start(self._properties.get(call["name"]) or {}, closing)
             if not self._kv_steps_here(read):
@@ -468,11 +514,11 @@ class Rules:
             if pos >= len(text) and not eof:
                 return self._kv_stop(st, pos, _KV_WS, None, None, first)
             if closing:
-                if len(text) - pos < len(closing) and not eof:
-                    return self._kv_stop(st, pos, _KV_WS, None, None, first)
                 if text.startswith(closing_word, pos):
                     self._pos, st.first = pos, first
                     return True
+                if not eof and len(text) - pos < len(closing_word) and closing_word.startswith(text[pos:]):
+                    return self._kv_stop(st, pos, _KV_WS, None, None, first)  # (it may still be the end)
             elif eof and pos >= len(text):
                 self._pos, st.first = pos, first
                 return True
@@ -536,13 +582,21 @@ class Rules:
             else:
                 return self._kv_stop(st, pos, _KV_VALUE, key, layout, first)
             schema = properties.get(key)
-            if schema and schema.get("type") != "string":  # (a string stays as written)
+            if key in arguments:
+                st.bad = st.bad or BadArguments(f"the key {key!r} appears twice")
+            elif schema and schema.get("type") != "string":  # (a string stays as written)
                 try:
                     arguments[key] = typed_raw(value, schema, kv.fillers)
                 except BadArguments as e:
                     st.bad = st.bad or e  # the value was read; its closing text keeps the parse in step
             else:
                 arguments[key] = value
+            stream = self._streaming
+            if stream is not None:
+                if st.bad is None:
+                    self._stream_piece(stream.argument(key, arguments[key], self._text))
+                else:
+                    stream.pause()
             after = ending.after_here
             if after:  # (the loop skips whitespace next)
                 if text.startswith(after, pos):  # as rendered: its end whitespace takes all there is
@@ -574,7 +628,7 @@ class Rules:
         if step == _KV_WS:  # whitespace, and enough text to tell the call's next literal
             yield from self._skip_ws()
             if st.closing:
-                yield from self._need(len(st.closing))
+                yield from self._peek(st.closing_word)  # (decided as soon as what is here is not its start)
             return
         if step <= _KV_SEPARATOR and kv.separator and not self._here(kv.separator):
             yield from self._match(kv.separator)
@@ -595,10 +649,20 @@ class Rules:
             self._pos += len(lead)
         ending = layout.closing(st.key)
         if step <= _KV_VALUE:
+            key = st.key
             try:
-                st.arguments[st.key] = yield from self._argument_value(kv, layout, ending, st.properties.get(st.key))
+                value = yield from self._argument_value(kv, layout, ending, st.properties.get(key), key)
+                if key in st.arguments:
+                    raise BadArguments(f"the key {key!r} appears twice")
+                st.arguments[key] = value
             except BadArguments as e:
                 st.bad = st.bad or e  # the value was read; its closing text keeps the parse in step
+            stream = self._streaming
+            if stream is not None:
+                if st.bad is None:
+                    self._stream_piece(stream.argument(key, value, self._text))
+                else:
+                    stream.pause()
         if ending.after_core and not self._here(ending.after, True):  # (the loop skips whitespace next)
             yield from self._match(ending.after, ws_follows=True)
         st.step = _KV_WS
@@ -613,7 +677,7 @@ class Rules:
                 return layout
         raise InvalidOutput(f"an argument's layout is not recognised at {self._text[self._pos:self._pos + longest + 8]!r}")
 
-    def _argument_value(self, kv, layout, ending, schema):
+    def _argument_value(self, kv, layout, ending, schema, key):
         """argument-value: raw text, quoted text, JSON, a Python literal or the format's notation."""
         if self._available() < kv.value_min:
             yield from self._need(kv.value_min)
@@ -623,6 +687,7 @@ class Rules:
             self._pos += len(kv.quote_open)
             text = self._until_here(kv.quote_close)
             if text is None:
+                self._open_raw_string(key, schema, (kv.quote_close,))
                 text = yield from self._read_until(kv.quote_close, "argument value")
             self._pos += len(kv.quote_close)
             return typed_raw(text, schema)
@@ -630,6 +695,8 @@ class Rules:
             stop = ending.raw_end
             text = self._until_here(stop)
             if text is None:
+                lead = ending.after_lead  # (the whitespace before the closing text, which the value loses)
+                self._open_raw_string(key, schema, (lead + stop, stop) if lead else (stop,))
                 text = yield from self._read_until(stop, "argument value")
             lead = ending.after_lead
             if lead and text.endswith(lead):
@@ -639,6 +706,7 @@ class Rules:
             self._pos += len(kv.quote_open)
             text = self._until_here(kv.quote_close)
             if text is None:
+                self._open_raw_string(key, schema, (kv.quote_close,))
                 text = yield from self._read_until(kv.quote_close, "argument value")
             self._pos += len(kv.quote_close)
             return typed_raw(text, schema)
@@ -650,7 +718,18 @@ class Rules:
             # A typed value runs to its layout's closing text (DSML: string="false">3</parameter>).
             text = (yield from self._read_until(ending.after_core, "argument value")).strip()
         else:
-            text = yield from self._read_balanced("'\"" if python else '"', "argument value")
+            stream = self._streaming
+            if stream is None:
+                text = yield from self._read_balanced("'\"" if python else '"', "argument value")
+            else:
+                # A JSON or Python value (pythonic calls): it goes out as it arrives, through
+                # a stream of its own while it is read.
+                piece, self._streaming = stream.open_value(key, self._pos, python)
+                if self._streaming is not None:
+                    self._stream_piece(piece)
+                    self._stream_arguments()
+                text = yield from self._read_balanced("'\"" if python else '"', "argument value")
+                self._streaming = stream  # (an error above ends the call, and its streams)
         try:
             return json.loads(text)
         except RecursionError:
@@ -660,6 +739,13 @@ class Rules:
                 return python_value(text)
             except (ValueError, SyntaxError, RecursionError, MemoryError) as e:
                 raise BadArguments(f"cannot read the argument value {text[:40]!r}: {e or 'nested too deeply'}") from None
+
+    def _open_raw_string(self, key, schema, stops):
+        """A string value as written (raw, or in the format's quotes) that is still arriving:
+        it goes out as it arrives, all but what may be the start of its closing text."""
+        stream = self._streaming
+        if stream is not None and keeps_text(schema):
+            self._stream_piece(stream.open_string(key, self._pos, stops))
 
     def _read_native(self, fmt):
         """A value in the format's own notation: its quotes and brackets balanced."""

@@ -27,6 +27,39 @@ def waker(chars):
     return found
 
 
+_STARTS = {}
+
+
+def marker_starts(stops):
+    """A search for where one of `stops` may begin in a chunk of text that nothing before it
+    is held back for: a stop's first three characters, or a shorter start of one at the
+    chunk's end (cached). A `<` of code or math (`a < b`, `<div>`, `</span>`) does not wake
+    the parse for <tool_call> or </think>."""
+    key = tuple(stops)
+    found = _STARTS.get(key)
+    if found is None:
+        trie = {}
+        for stop in stops:
+            node = trie
+            for ch in stop[:MARKER_HEAD]:
+                node = node.setdefault(ch, {})
+            node[""] = {}  # (a stop or its head ends here)
+        found = _STARTS[key] = re.compile("|".join(
+            re.escape(ch) + _trie_pattern(child) for ch, child in sorted(trie.items()))).search
+    return found
+
+
+MARKER_HEAD = 3  # how many of a stop's first characters tell a chunk that may hold it
+
+
+def _trie_pattern(node):
+    """A regex for the heads in a trie: each head, or a start of one at the end of the text."""
+    if "" in node:
+        return ""  # a head (or a whole stop) ends here: matched
+    branches = [re.escape(ch) + _trie_pattern(child) for ch, child in sorted(node.items())]
+    return "(?:" + "|".join(branches) + "|\\Z)"
+
+
 def outside(chars):
     """A search for any character not in `chars` (cached)."""
     found = _WAKERS.get((chars, False))

@@ -9,7 +9,21 @@ import ast
 import json
 import re
 
-JSON_DECODER = json.JSONDecoder()
+class DuplicateKey(ValueError):
+    """An object that names a key twice: streamed deltas cannot take back its first value."""
+
+
+def _unique_keys(pairs):
+    found = dict(pairs)
+    if len(found) != len(pairs):
+        seen = set()
+        key = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise DuplicateKey(f"the key {key!r} appears twice")
+    return found
+
+
+# Arguments objects are decoded refusing duplicate keys, at every depth.
+JSON_DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys)
 
 
 def _json_encoder():
@@ -28,13 +42,13 @@ def _json_encoder():
     return pure.encode
 
 
-_ENCODE_JSON = _json_encoder()
+encode_json = _json_encoder()
 
 
 def arguments_json(value):
     """Arguments as the JSON text of the final call; what JSON cannot hold is bad arguments."""
     try:
-        return _ENCODE_JSON(value)
+        return encode_json(value)
     except (ValueError, TypeError, RecursionError) as e:  # NaN / Infinity; a value no decoder here makes
         raise BadArguments(f"the arguments hold a value JSON cannot: {e}") from None
 
@@ -45,7 +59,19 @@ _JSON_KINDS = (str, int, float, bool, type(None))
 def python_value(text):
     """A Python literal that is a JSON value (dicts with string keys, lists, tuples, scalars)."""
     try:
-        value = ast.literal_eval(text)
+        tree = ast.parse(text.strip(), mode="eval")
+    except (ValueError, TypeError, OverflowError, MemoryError):
+        raise ValueError("not a Python literal") from None
+    for node in ast.walk(tree):  # (literal_eval keeps the last of two equal keys)
+        if isinstance(node, ast.Dict):
+            seen = set()
+            for key in node.keys:
+                if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                    if key.value in seen:
+                        raise DuplicateKey(f"the key {key.value!r} appears twice")
+                    seen.add(key.value)
+    try:
+        value = ast.literal_eval(tree)
     except (ValueError, TypeError, OverflowError):  # ({[1]: 2}: unhashable; messages may hold addresses)
         raise ValueError("not a Python literal") from None
     stack = [value]
@@ -70,28 +96,43 @@ def object_value(text, python):
     dict, or JSON after all (a model may write true / null where the template writes True /
     None). ValueError / SyntaxError when it is neither."""
     if not python:
-        return json.loads(text)
+        return JSON_DECODER.decode(text)
     try:
         return python_value(text)
+    except DuplicateKey:
+        raise
     except (ValueError, SyntaxError):
         try:
-            return json.loads(text)
+            return JSON_DECODER.decode(text)
+        except DuplicateKey:
+            raise
         except ValueError:
             pass
         raise
 
 
-def typed_raw(text, schema, fillers=()):
-    """A value written as raw text, typed by its schema (a string when there is none); an
-    object or array may be JSON, a Python literal, or XML elements (see xml_elements)."""
+def _schema_kind(schema):
+    """The type a raw value of this schema is read as (None: kept as written)."""
     if not schema:
-        return text
+        return None
     kind = schema.get("type")
     if isinstance(kind, list):
         kind = next((k for k in kind if k != "null"), "string")
     if kind is None and "enum" in schema and schema["enum"]:
         kind = {bool: "boolean", int: "integer", float: "number", type(None): "null"}.get(type(schema["enum"][0]), "string")
-    if kind == "string":
+    return kind if kind in ("integer", "number", "boolean", "null", "object", "array") else None
+
+
+def keeps_text(schema):
+    """Whether typed_raw gives a raw value of this schema back as written (a string)."""
+    return _schema_kind(schema) is None
+
+
+def typed_raw(text, schema, fillers=()):
+    """A value written as raw text, typed by its schema (a string when there is none); an
+    object or array may be JSON, a Python literal, or XML elements (see xml_elements)."""
+    kind = _schema_kind(schema)
+    if kind is None:
         return text
     try:
         if kind == "integer":

@@ -1,0 +1,500 @@
+"""Argument deltas: a call's arguments given out as canonical JSON text while the call is
+still arriving, and only what no later character can change.
+
+The readers of the rules still decide what the arguments are (and whether they read); a
+stream only runs ahead of them on the text that has arrived, and gives out a prefix of the
+JSON text the finished call will have (`arguments_json`: ", " and ": " separators, escapes
+as json.dumps writes them without ensure_ascii). Whatever a stream is not sure to write
+exactly as that final text does (a Python escape, a duplicate key, a value of a type the
+schema does not give), it stops at: it pauses, and the rest goes out when the call is
+complete. So the deltas of a call always concatenate to its final arguments, and an error
+found later takes nothing back (the call is dropped, and a `tool_call_error` delta says so).
+
+    ObjectStream     an arguments object: JSON character by character (strings as they come,
+                     numbers and words once the next character ends them, a comma with what
+                     follows it), or a Python literal (the same, pausing at what Python
+                     writes differently); or one such value (an argument's, below)
+    KeyValueStream   key/value arguments: each argument once its value is read; a raw string
+                     value character by character, held back where the layout's closing
+                     text may begin; a JSON or Python value (pythonic calls) through an
+                     ObjectStream of it, while it is read
+"""
+
+from .text import held_back, marker_starts
+from .values import encode_json
+
+###{standalone
+import ast
+import json
+import re
+
+# What runs unchanged from a JSON string into the canonical text (no quote, backslash or
+# control character: those are escaped, or not allowed raw).
+_JSON_STRING_RUN = re.compile(r'[^"\\\x00-\x1f]+')
+_PYTHON_STRING_RUN = {"'": re.compile(r"[^'\"\\\x00-\x1f]+"), '"': re.compile(r'[^"\\\x00-\x1f]+')}
+_WS = re.compile(r"[ \t\n\r]*")
+# Inside a string whose text so far went out, a chunk without these goes out as it is
+# (`special`); one with escapes that the canonical text writes the same, too (`_..._ESCAPED`).
+_JSON_SPECIAL = re.compile(r'["\\\x00-\x1f]').search
+_PYTHON_SPECIAL = {"'": re.compile(r"""['"\\\x00-\x1f]""").search, '"': _JSON_SPECIAL}
+_JSON_ESCAPED = re.compile(r'(?:[^"\\\x00-\x1f]|\\["\\bfnrt])*').fullmatch
+_PYTHON_ESCAPED = {"'": re.compile(r"""(?:[^'"\\\x00-\x1f]|\\["\\bfnrt])*""").fullmatch, '"': _JSON_ESCAPED}
+_TOKEN = re.compile(r"[A-Za-z0-9_.+\-]*")
+_JSON_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?")
+_HEX4 = re.compile(r"[0-9a-fA-F]{4}")
+_JSON_ESCAPES = frozenset('"\\/bfnrtu')
+# The canonical text of the escapes that stand for one character (the others: decoded).
+_JSON_SIMPLE = {c: encode_json(json.loads('"\\' + c + '"'))[1:-1] for c in '"\\/bfnrt'}
+_PYTHON_SIMPLE = {c: encode_json(ast.literal_eval("'\\" + c + "'"))[1:-1] for c in "\\'\"abfnrtv"}
+_JSON_WORDS = {"true": "true", "false": "false", "null": "null"}
+_PYTHON_WORDS = {"True": "true", "False": "false", "None": "null", **_JSON_WORDS}
+
+# Where an ObjectStream is.
+_TOP, _KEY_OR_CLOSE, _KEY, _KEY_STRING, _COLON, _VALUE, _VALUE_OR_CLOSE, _STRING, _AFTER_PY_STRING, _TOKEN_READ, \
+    _AFTER, _DONE = range(12)
+
+
+class ObjectStream:
+    """The canonical JSON text of an arguments object read from `pos` on, given out as it arrives."""
+
+    __slots__ = ("index", "pos", "python", "state", "stack", "keys", "comma", "start", "quote", "key", "out", "paused",
+                 "special")
+
+    def __init__(self, index, pos, python, value=False):
+        self.index = index  # the call's index in the deltas
+        self.pos = pos  # the next character of the parser's text to read
+        self.python = python
+        self.state = _VALUE if value else _TOP  # (value: any one value, not only an object)
+        self.stack = []  # the closing brackets of the open containers
+        self.keys = []  # per open object: the keys it has
+        self.comma = False  # a comma read, given out with what follows it
+        self.start = 0  # where the key or token being read starts
+        self.quote = '"'
+        self.key = None
+        self.out = []  # what was given out
+        self.paused = False
+        # Inside a string (and not paused): a search for what may end it or begin an escape.
+        # When all the text before a chunk went out (`pos` is the text's end), a chunk without
+        # such a character goes out as it is: StreamParser.feed takes it without a step of the
+        # reader (it cannot end the string, and ends no escape).
+        self.special = None
+
+    def take_escaped(self, chunk):
+        """A chunk in which `special` found something: if it holds only whole escapes that the
+        canonical text writes the same (\\n, \\", ...), it goes out as it is; else None, and
+        the reader steps through it."""
+        if not (_PYTHON_ESCAPED[self.quote] if self.python else _JSON_ESCAPED)(chunk):
+            return None
+        self.pos += len(chunk)
+        self.out.append(chunk)
+        return chunk
+
+    def pause(self):
+        """Give out nothing more: the rest goes out when the call is complete."""
+        self.paused = True
+        self.special = None
+
+    def advance(self, text, eof):
+        """Read what has arrived; the canonical text it settles ("" for none)."""
+        if self.paused or self.state == _DONE:
+            return ""
+        out = []
+        try:
+            self._read(text, eof, out)
+        except (ValueError, RecursionError):  # (what the final text may write differently: stop here)
+            self.paused = True
+            self.special = None
+        piece = "".join(out)
+        if piece:
+            self.out.append(piece)
+        return piece
+
+    def _read(self, text, eof, out):
+        n = len(text)
+        i = self.pos
+        state = self.state
+        python = self.python
+        while i < n:
+            if state == _STRING:
+                run = (_PYTHON_STRING_RUN[self.quote] if python else _JSON_STRING_RUN).match(text, i)
+                if run:
+                    out.append(run.group())
+                    i = run.end()
+                    if i >= n:
+                        break
+                ch = text[i]
+                if ch == self.quote:
+                    i += 1
+                    if python:
+                        state = _AFTER_PY_STRING
+                    else:
+                        out.append('"')
+                        state = _AFTER
+                elif ch == "\\":
+                    simple = (_PYTHON_SIMPLE if python else _JSON_SIMPLE).get(text[i + 1:i + 2])
+                    if simple is not None:
+                        out.append(simple)
+                        i += 2
+                        continue
+                    end = _python_escape_end(text, i, eof) if python else _escape_end(text, i, eof)
+                    if end < 0:
+                        break  # the rest of the escape is still to come
+                    escape = text[i:end]
+                    decoded = ast.literal_eval(self.quote + escape + self.quote) if python else json.loads('"' + escape + '"')
+                    out.append(encode_json(decoded)[1:-1])
+                    i = end
+                elif ch == '"':  # (raw inside a Python string in other quotes)
+                    out.append('\\"')
+                    i += 1
+                elif python and ch not in "\n\r":
+                    out.append(encode_json(ch)[1:-1])  # a control character, escaped
+                    i += 1
+                else:
+                    raise ValueError  # not allowed raw in a string
+                continue
+            if text[i] in " \t\n\r":
+                i = _WS.match(text, i).end()
+                if i >= n:
+                    break
+            ch = text[i]
+            if state == _AFTER:
+                if not self.stack:  # (a value at the top, read: what follows is not its)
+                    state = _DONE
+                    break
+                if ch == ",":
+                    self.comma = True
+                    state = _KEY if self.stack[-1] == "}" else _VALUE
+                    i += 1
+                elif ch == self.stack[-1]:
+                    out.append(self.stack.pop())
+                    if ch == "}":
+                        self.keys.pop()
+                    i += 1
+                    if not self.stack:
+                        state = _DONE
+                        break
+                else:
+                    raise ValueError
+            elif state == _VALUE or state == _VALUE_OR_CLOSE:
+                if state == _VALUE_OR_CLOSE and ch == "]" or self.comma and python and ch == "]":
+                    self.comma = False
+                    out.append(self.stack.pop())
+                    i += 1
+                    state = _AFTER
+                    if not self.stack:
+                        state = _DONE
+                        break
+                    continue
+                if ch == '"' or python and ch == "'":
+                    self._lead(out)
+                    out.append('"')
+                    self.quote = ch
+                    state = _STRING
+                    i += 1
+                elif ch == "{":
+                    self._lead(out)
+                    out.append("{")
+                    self.stack.append("}")
+                    self.keys.append(set())
+                    state = _KEY_OR_CLOSE
+                    i += 1
+                elif ch == "[":
+                    self._lead(out)
+                    out.append("[")
+                    self.stack.append("]")
+                    state = _VALUE_OR_CLOSE
+                    i += 1
+                else:
+                    self.start = i
+                    state = _TOKEN_READ
+            elif state == _TOKEN_READ:
+                end = _TOKEN.match(text, self.start).end()
+                if end >= n and not eof:
+                    i = n
+                    break  # the next character decides where the number or word ends
+                token = text[self.start:end]
+                self._lead(out)
+                out.append(_scalar(token, python))
+                i = end
+                state = _AFTER
+            elif state == _AFTER_PY_STRING:
+                if ch in "'\"":
+                    raise ValueError  # 'a' 'b': Python joins them
+                out.append('"')
+                state = _AFTER
+            elif state == _TOP:
+                if ch != "{":
+                    raise ValueError
+                out.append("{")
+                self.stack.append("}")
+                self.keys.append(set())
+                state = _KEY_OR_CLOSE
+                i += 1
+            elif state == _KEY_OR_CLOSE or state == _KEY:
+                if ch == "}" and (state == _KEY_OR_CLOSE or python):
+                    self.comma = False
+                    out.append(self.stack.pop())
+                    self.keys.pop()
+                    i += 1
+                    state = _AFTER if self.stack else _DONE
+                    if state == _DONE:
+                        break
+                elif ch == '"' or python and ch == "'":
+                    self.quote = ch
+                    self.start = i + 1
+                    state = _KEY_STRING
+                    i += 1
+                else:
+                    raise ValueError
+            elif state == _KEY_STRING:
+                end = _string_end(text, self.start, self.quote, python)
+                if end < 0:
+                    i = n
+                    break
+                raw = text[self.start:end]
+                key = json.loads('"' + raw + '"') if "\\" in raw else raw
+                if key in self.keys[-1]:
+                    raise ValueError  # a duplicate key: the final arguments refuse it
+                self.keys[-1].add(key)
+                self.key = key
+                i = end + 1
+                state = _COLON
+            elif state == _COLON:
+                if ch != ":":
+                    raise ValueError
+                self._lead(out)
+                out.append(encode_json(self.key) + ": ")
+                i += 1
+                state = _VALUE
+            else:
+                raise ValueError
+        self.pos, self.state = i, state
+        self.special = ((_PYTHON_SPECIAL[self.quote] if python else _JSON_SPECIAL) if state == _STRING else None)
+
+    def _lead(self, out):
+        if self.comma:
+            out.append(", ")
+            self.comma = False
+
+
+def _escape_end(text, i, eof):
+    """Where the JSON escape at `i` ends (a surrogate pair as one); -1 while it may go on."""
+    n = len(text)
+    if i + 1 >= n:
+        if eof:
+            raise ValueError
+        return -1
+    kind = text[i + 1]
+    if kind not in _JSON_ESCAPES:
+        raise ValueError
+    if kind != "u":
+        return i + 2
+    if i + 6 > n:
+        if eof or not _HEX4.match(text[i + 2:] + "0000"):
+            raise ValueError
+        return -1
+    if not _HEX4.match(text, i + 2):
+        raise ValueError
+    if not 0xD800 <= int(text[i + 2:i + 6], 16) < 0xDC00:
+        return i + 6
+    # A high surrogate: a low one may follow, and the two are one character.
+    if i + 12 > n and not eof and "\\u".startswith(text[i + 6:i + 8]) and (
+            text[i + 6:i + 8] != "\\u" or _HEX4.match(text[i + 8:] + "0000")):
+        return -1
+    return i + 12 if text.startswith("\\u", i + 6) and _HEX4.match(text, i + 8) else i + 6
+
+
+_PYTHON_SIMPLE_ESCAPES = frozenset("\\'\"abfnrtv")
+_PYTHON_ESCAPE_LENGTHS = {"x": 4, "u": 6, "U": 10}
+_OCTAL = frozenset("01234567")
+_HEX = frozenset("0123456789abcdefABCDEF")
+
+
+def _python_escape_end(text, i, eof):
+    """Where the Python string escape at `i` ends; -1 while it may go on. (\\N{...}, a line
+    continuation and escapes Python keeps as written are not read: ValueError.)"""
+    n = len(text)
+    if i + 1 >= n:
+        if eof:
+            raise ValueError
+        return -1
+    kind = text[i + 1]
+    if kind in _PYTHON_SIMPLE_ESCAPES:
+        return i + 2
+    if kind in _OCTAL:  # one to three octal digits
+        end = i + 2
+        while end < n and end < i + 4 and text[end] in _OCTAL:
+            end += 1
+        if end < i + 4 and end >= n and not eof:
+            return -1
+        return end
+    length = _PYTHON_ESCAPE_LENGTHS.get(kind)
+    if length is None:
+        raise ValueError
+    digits = text[i + 2:i + length]
+    if not all(c in _HEX for c in digits):
+        raise ValueError
+    if i + length > n:
+        if eof:
+            raise ValueError
+        return -1
+    if 0xD800 <= int(digits, 16) < 0xE000:
+        raise ValueError  # (a surrogate: JSON would join a pair that Python keeps as two)
+    return i + length
+
+
+def _string_end(text, start, quote, python):
+    """Where the string whose text starts at `start` closes (its quote); -1: not here yet."""
+    i = start
+    while True:
+        at = text.find(quote, i)
+        if at == -1:
+            if python and "\\" in text[start:]:
+                raise ValueError
+            return -1
+        slashes = 0
+        while at - 1 - slashes >= start and text[at - 1 - slashes] == "\\":
+            slashes += 1
+        if slashes % 2 == 0:
+            if python and slashes:
+                raise ValueError
+            return at
+        i = at + 1
+
+
+def _scalar(token, python):
+    """The canonical text of a number or a word (ValueError: not one, or not the same in JSON)."""
+    word = (_PYTHON_WORDS if python else _JSON_WORDS).get(token)
+    if word is not None:
+        return word
+    if not _JSON_NUMBER.fullmatch(token):
+        raise ValueError
+    return encode_json(json.loads(token))  # (1E5 -> 100000.0, -0 -> 0; 1e999 cannot be JSON)
+
+
+_RAW_SPECIAL = {}
+# The canonical text of a raw string's characters that JSON escapes.
+_JSON_ESCAPES_OF = {c: encode_json(chr(c))[1:-1] for c in [*range(0x20), ord('"'), ord("\\")]}
+
+
+def _raw_special(stops):
+    """Searches in a raw string value's chunk: for a first character of its closing text or
+    a character JSON escapes (cached); for where its closing text may begin (marker_starts)."""
+    firsts = "".join(sorted({stop[0] for stop in stops}))
+    found = _RAW_SPECIAL.get(firsts)
+    if found is None:
+        body = "".join("\\" + c if c in "\\]^-[" else c for c in firsts)
+        found = _RAW_SPECIAL[firsts] = re.compile('["\\\\\\x00-\\x1f' + body + "]").search
+    return found, marker_starts(stops)
+
+
+class KeyValueStream:
+    """The canonical JSON text of key/value arguments: `argument(key, value)` as each is read
+    (its value decoded and typed); a raw string value may run ahead of its reader:
+    `open_string`, then `string_text` as its text arrives, then `argument` for the rest."""
+
+    __slots__ = ("index", "count", "out", "paused", "pos", "start", "stops", "longest", "special", "stop_starts",
+                 "value")
+
+    def __init__(self, index):
+        self.index = index
+        self.count = 0  # arguments begun
+        self.out = []  # what was given out
+        self.paused = False
+        self.pos = None  # or: where the raw string value running ahead goes on in the text
+        self.start = None  # where it started
+        self.stops = ()  # what may end it (its layout's closing text, with its lead)
+        self.special = None  # (as ObjectStream.special, while a raw string value runs ahead)
+        self.value = None  # or: the ObjectStream of the value being read (open_value)
+
+    def argument(self, key, value, text):
+        """A whole argument, read (or, after its string ran ahead, the rest of it; `text`: the
+        parser's text, which holds what of it went out)."""
+        if self.paused:
+            return ""
+        if self.value is not None:
+            # What the value's stream gave out, and the rest of the value's canonical text.
+            sent = "".join(self.value.out)
+            self.out.append(sent)
+            self.value = None
+            try:
+                whole = encode_json(value)
+            except (ValueError, TypeError, RecursionError):
+                self.pause()
+                return ""
+            if not whole.startswith(sent):
+                self.pause()  # (cannot happen: the final check says so)
+                return ""
+            piece = whole[len(sent):]
+        elif self.pos is not None:
+            sent = text[self.start:self.pos]
+            self.pos = self.special = None
+            if not isinstance(value, str) or not value.startswith(sent):
+                self.pause()  # (cannot happen for a string value; the final check says so)
+                return ""
+            piece = encode_json(value[len(sent):])[1:-1] + '"'
+        else:
+            try:
+                piece = (", " if self.count else "{") + encode_json(key) + ": " + encode_json(value)
+            except (ValueError, TypeError, RecursionError):
+                self.pause()  # (a value JSON cannot hold: the call will not read)
+                return ""
+            self.count += 1
+        self.out.append(piece)
+        return piece
+
+    def open_string(self, key, pos, stops):
+        """A raw string value of `key` starts at `pos` in the text; one of `stops` ends it."""
+        if self.paused:
+            return ""
+        self.pos = self.start = pos
+        self.stops = stops
+        self.longest = max(len(stop) for stop in stops)
+        self.special, self.stop_starts = _raw_special(stops)
+        piece = (", " if self.count else "{") + encode_json(key) + ': "'
+        self.count += 1
+        self.out.append(piece)
+        return piece
+
+    def open_value(self, key, pos, python):
+        """A JSON (or Python, `python`) value of `key` starts at `pos`: what goes out before it,
+        and the ObjectStream that gives it out as it arrives (None: paused)."""
+        if self.paused:
+            return "", None
+        self.value = ObjectStream(self.index, pos, python, value=True)
+        piece = (", " if self.count else "{") + encode_json(key) + ": "
+        self.count += 1
+        self.out.append(piece)
+        return piece, self.value
+
+    def pause(self):
+        """Give out nothing more: the rest goes out when the call is complete."""
+        self.paused = True
+        self.special = None
+
+    def take_escaped(self, chunk):
+        """A chunk in which `special` found something: its canonical text if no closing text can
+        begin in it (its quotes, backslashes and control characters escaped), else None (the
+        reader steps through it)."""
+        if self.stop_starts(chunk) is not None:
+            return None
+        piece = chunk.translate(_JSON_ESCAPES_OF)
+        self.pos += len(chunk)
+        self.out.append(piece)
+        return piece
+
+    def string_text(self, text):
+        """What of the raw string value has arrived and cannot be the start of its closing text."""
+        if self.paused or self.pos is None:
+            return ""
+        start = self.pos
+        end = len(text) - held_back(text[max(start, len(text) - self.longest):], self.stops)
+        if end <= start:
+            return ""
+        self.pos = end
+        piece = encode_json(text[start:end])[1:-1]
+        self.out.append(piece)
+        return piece
+
+
+###}

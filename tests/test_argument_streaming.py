@@ -1,0 +1,301 @@
+"""Tool-call arguments stream as they are generated: argument deltas that concatenate to the
+final arguments (canonical JSON), only what no later character can change, and a dropped
+call announced by a `tool_call_error` delta, never by taking text back."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import tplparse
+from tplparse import runtime
+from tplparse.bridge import compile_in_memory
+from tplparse.check.proof import STANDARD_TOOLS, model_outputs
+
+from conftest import CORPUS, EXAMPLES, corpus_ids, corpus_templates, needs_corpus
+from test_stream import check_deltas_add_up, joined
+
+CHATML = EXAMPLES / "chatml-think-tools.gguf"
+TEMPLATES = corpus_templates()
+
+
+@pytest.fixture(scope="module")
+def chatml():
+    return compile_in_memory(tplparse.load(CHATML))[1]
+
+
+_COMPILED = {}
+
+
+def family(stem):
+    if stem not in _COMPILED:
+        path = CORPUS / f"{stem}.jinja"
+        if not path.is_file():
+            pytest.skip(f"{stem} is not in the corpus")
+        template = tplparse.load(path)
+        _COMPILED[stem] = (template, *compile_in_memory(template))
+    return _COMPILED[stem]
+
+
+def fed(protocol, chunks, **kwargs):
+    """Feed `chunks`; the deltas each one returned (the last entry: end()'s), and the message."""
+    parser = runtime.StreamParser(protocol, **kwargs)
+    out = [parser.feed(chunk) for chunk in chunks]
+    out.append(parser.end())
+    return out, parser.message
+
+
+def argument_pieces(deltas_per_chunk):
+    """(chunk number, index, argument text) of every argument delta."""
+    return [(n, c["index"], c["function"]["arguments"]) for n, deltas in enumerate(deltas_per_chunk) for d in deltas
+            for c in d.get("tool_calls", []) if "id" not in c and c["function"]["arguments"]]
+
+
+# --- every corpus call turn, every chunking ------------------------------------------------
+
+
+@needs_corpus
+@pytest.mark.parametrize("stem", [p.stem for p in TEMPLATES], ids=corpus_ids(TEMPLATES))
+def test_arguments_stream_before_the_call_is_complete(stem):
+    template, spec, protocol = family(stem)
+    turns = [o for o in model_outputs(template, spec) if o.expected["tool_calls"]]
+    if not turns:
+        pytest.skip(f"{stem}: its template renders no tool calls")
+    slots = [p["slot"] for p in spec.tool_calls.call if isinstance(p, dict)]
+    # A layout that writes the call's id after its arguments: the header waits for the id (a
+    # client needs it first), so the arguments cannot go out before the call is read.
+    id_last = "id" in slots and slots.index("id") > slots.index("arguments")
+    for turn in turns:
+        kwargs = {"tools": STANDARD_TOOLS, "start": turn.start}
+        one_shot = runtime.parse(protocol, turn.text, **kwargs)
+        for label, chunks in (("characters", list(turn.text)), ("bytes", [bytes([b]) for b in turn.text.encode()]),
+                              ("4 characters", [turn.text[i:i + 4] for i in range(0, len(turn.text), 4)])):
+            per_chunk, message = fed(protocol, chunks, **kwargs)
+            assert message == one_shot, (turn.turn, label)
+            deltas = [d for chunk in per_chunk for d in chunk]
+            check_deltas_add_up(deltas, message)
+            if label == "4 characters":
+                continue
+            pieces = argument_pieces(per_chunk)
+            for index, call in enumerate(message["tool_calls"]):
+                if call["function"]["arguments"] == "{}":
+                    continue
+                at = [n for n, i, _ in pieces if i == index]
+                if id_last:
+                    assert len(at) == 1, (turn.turn, label, at)
+                    continue
+                # The first piece goes out while the call is still arriving, well before the last.
+                assert len(at) >= 2 and at[0] < at[-1], (turn.turn, label, call["function"]["name"], at)
+
+
+# --- random values through every argument encoding ----------------------------------------
+
+SCALARS = st.one_of(
+    st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12),
+    st.sampled_from(['say "hi"', "back\\slash", "</tool_call>", "</parameter>", "<|\"|>", "a\nb", "😀 é", "\\u00e9",
+                     "'quoted'", "{\"k\": 1}", ""]),
+    st.integers(-10**12, 10**12), st.floats(allow_nan=False, allow_infinity=False, width=32), st.booleans(), st.none())
+VALUES = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+    st.text("abcxyz_", min_size=1, max_size=4), inner, max_size=3), max_leaves=6)
+KEYS = st.text("abcdefghij_", min_size=1, max_size=6)
+ENCODINGS = {  # one family per argument encoding the corpus has
+    "json object": None,  # the shipped example (no corpus needed)
+    "key/value, raw strings": "Qwen-Qwen3-Coder",
+    "key/value, raw or CDATA": "OpenBMB-MiniCPM5-1B",
+    "key/value, DSML": "DeepSeek-V3.2",
+    "pythonic": "LiquidAI-LFM2.5-8B-A1B",
+    "native values": "Google-Gemma-4-31B-it",
+    "python object": "InternLM-InternLM2.5-chat-vllm-tool",
+    "harmony": "OpenAI-gpt-oss-120b",
+}
+
+
+def schema_of(value):
+    kind = {bool: "boolean", int: "integer", float: "number", str: "string", type(None): "null", list: "array",
+            dict: "object"}[type(value)]
+    return {"type": kind}
+
+
+@settings(max_examples=int(os.environ.get("TPLPARSE_EXAMPLES", 40)) * 4, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(data=st.data())
+def test_random_arguments_stream_and_add_up(chatml, data):
+    encoding = data.draw(st.sampled_from(sorted(ENCODINGS)))
+    stem = ENCODINGS[encoding]
+    if stem is None:
+        spec, protocol = compile_in_memory(tplparse.load(CHATML))
+    else:
+        if not (CORPUS / f"{stem}.jinja").is_file():
+            return  # (the corpus is not here: the JSON example still runs)
+        _, spec, protocol = family(stem)
+    arguments = data.draw(st.dictionaries(KEYS, VALUES, max_size=4))
+    name = data.draw(st.sampled_from(["get_weather", "write_file"]))
+    tools = [{"type": "function", "function": {"name": name, "parameters": {
+        "type": "object", "properties": {k: schema_of(v) for k, v in arguments.items()}}}}]
+    text = spec.tool_calls.format([{"name": name, "arguments": arguments}])
+    one_shot = runtime.parse(protocol, text, tools=tools, start="content")
+    cuts = sorted(set(data.draw(st.lists(st.integers(1, max(1, len(text) - 1)), max_size=12))))
+    chunks = [text[a:b] for a, b in zip([0] + cuts, cuts + [len(text)]) if b > a]
+    per_chunk, message = fed(protocol, chunks, tools=tools, start="content")
+    assert message == one_shot, text
+    check_deltas_add_up([d for chunk in per_chunk for d in chunk], message)
+    # (a call whose streamed text was not a prefix of its arguments is dropped with this message)
+    assert not any("tplparse bug" in e["message"] for e in message["errors"]), message["errors"]
+    for call in message["tool_calls"]:
+        final = call["function"]["arguments"]
+        assert runtime.arguments_json(json.loads(final)) == final  # canonical JSON
+    # A call that reads, reads as the value written (some writers cannot write every value, e.g.
+    # a quote inside a pythonic string: then the call does not read, the same streamed and not).
+    assert [json.loads(c["function"]["arguments"]) for c in message["tool_calls"]] in ([], [arguments]), text
+    if encoding == "json object":  # a lossless writer: the call always reads
+        assert message["tool_calls"], text
+
+
+# --- hold-back: each case a character cannot settle alone ---------------------------------
+
+CALL = '<tool_call>\n{"name": "get_weather", "arguments": '
+
+
+def pieces_after(protocol, chunks, **kwargs):
+    per_chunk, message = fed(protocol, [CALL, *chunks], start="content", **kwargs)
+    return ["".join(c["function"]["arguments"] for d in deltas for c in d.get("tool_calls", []) if "id" not in c)
+            for deltas in per_chunk[1:]], message
+
+
+@pytest.mark.parametrize("chunks, expected", [
+    (['{"a": "x\\', 'ny"}}\n</tool_call>'], ['{"a": "x', '\\ny"}']),  # a backslash at the end of a chunk
+    (['{"a": "\\u00', 'e9"}}\n</tool_call>'], ['{"a": "', 'é"}']),  # half of a \\uXXXX
+    (['{"a": "\\ud83d', '\\ude00"}}\n</tool_call>'], ['{"a": "', '😀"}']),  # a surrogate pair cut between its halves
+    (['{"a": 12', '34, "b": 5}}\n</tool_call>'], ['{"a": ', '1234, "b": 5}']),  # a number cut in two
+    (['{"a": tru', 'e}}\n</tool_call>'], ['{"a": ', 'true}']),  # tru(e)
+    (['{"a": 1', '.5e3}}\n</tool_call>'], ['{"a": ', '1500.0}']),  # 1 could still be 1.5e3
+    (['{"a": 1,', ' "b": 2}}\n</tool_call>'], ['{"a": 1', ', "b": 2}']),  # a comma goes out with what follows it
+    (['{ "a" :', ' [ ] }}\n</tool_call>'], ['{"a": ', '[]}']),  # whitespace is not the arguments'
+])
+def test_hold_back_in_json(chatml, chunks, expected):
+    pieces, message = pieces_after(chatml, chunks)
+    assert pieces[:len(expected)] == expected
+    assert "".join(pieces) == message["tool_calls"][0]["function"]["arguments"]
+
+
+def test_hold_back_of_a_split_utf8_character(chatml):
+    data = '{"a": "é"}}\n</tool_call>'.encode()
+    cut = data.index("é".encode()) + 1  # between the two bytes of é
+    pieces, message = pieces_after(chatml, [data[:cut], data[cut:]])
+    assert pieces[0] == '{"a": "' and pieces[1].startswith("é")
+    assert json.loads(message["tool_calls"][0]["function"]["arguments"]) == {"a": "é"}
+
+
+@needs_corpus
+def test_hold_back_of_a_closing_tag_inside_a_key_value_string():
+    _, spec, protocol = family("Qwen-Qwen3-Coder")
+    head = "<tool_call>\n<function=write_file>\n<parameter=content>\nif a </para"
+    per_chunk, message = fed(protocol, [head, "meters> b:", "\n</parameter>\n</function>\n</tool_call>"], start="content")
+    pieces = ["".join(c["function"]["arguments"] for d in deltas for c in d.get("tool_calls", []) if "id" not in c)
+              for deltas in per_chunk]
+    assert pieces[0] == '{"content": "if a '  # "</para" may be the closing tag: held
+    assert pieces[1] == '</parameters> b:'  # it was not
+    assert "".join(pieces) == '{"content": "if a </parameters> b:"}'
+    assert message["tool_calls"][0]["function"]["arguments"] == '{"content": "if a </parameters> b:"}'
+
+
+@needs_corpus
+def test_a_typed_key_value_argument_goes_out_whole():
+    _, spec, protocol = family("Qwen-Qwen3-Coder")
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
+        "n": {"type": "integer"}, "s": {"type": "string"}}}}}]
+    chunks = ["<tool_call>\n<function=f>\n<parameter=n>\n12", "34\n</parameter>\n<parameter=s>\nab",
+              "cd\n</parameter>\n</function>\n</tool_call>"]
+    per_chunk, message = fed(protocol, chunks, tools=tools, start="content")
+    pieces = ["".join(c["function"]["arguments"] for d in deltas for c in d.get("tool_calls", []) if "id" not in c)
+              for deltas in per_chunk]
+    assert pieces[0] == ""  # 12 may be 1234: nothing yet
+    assert pieces[1] == '{"n": 1234, "s": "ab'
+    assert "".join(pieces) == '{"n": 1234, "s": "abcd"}' == message["tool_calls"][0]["function"]["arguments"]
+
+
+# --- errors after part of the arguments went out -------------------------------------------
+
+
+def dropped(per_chunk):
+    return [d["tool_call_error"] for deltas in per_chunk for d in deltas if "tool_call_error" in d]
+
+
+def test_invalid_arguments_after_streaming_drop_the_call(chatml):
+    per_chunk, message = fed(chatml, [CALL, '{"a": 1, "b": ', '}}\n</tool_call>'], start="content")
+    assert "".join(p for n, _, p in argument_pieces(per_chunk) if n == 1) == '{"a": 1, "b": '
+    assert message["tool_calls"] == []
+    assert [e["kind"] for e in message["errors"]] == ["invalid_arguments"]
+    assert [(e["index"], e["kind"]) for e in dropped(per_chunk)] == [(0, "invalid_arguments")]
+    check_deltas_add_up([d for chunk in per_chunk for d in chunk], message)
+
+
+def test_a_duplicate_key_is_invalid(chatml):
+    for chunks in (['{"a": 1, "a": 2}}\n</tool_call>'], ['{"a": 1, ', '"a": 2}}\n</tool_call>']):
+        per_chunk, message = fed(chatml, [CALL, *chunks], start="content")
+        assert message["tool_calls"] == []
+        assert [e["kind"] for e in message["errors"]] == ["invalid_arguments"]
+        assert "'a' appears twice" in message["errors"][0]["message"]
+        assert dropped(per_chunk), "the header went out: the drop must be said"
+
+
+@needs_corpus
+def test_a_duplicate_key_value_key_is_invalid():
+    _, spec, protocol = family("Qwen-Qwen3-Coder")
+    text = ("<tool_call>\n<function=f>\n<parameter=a>\n1\n</parameter>\n<parameter=a>\n2\n</parameter>\n"
+            "</function>\n</tool_call>")
+    for chunks in ([text], list(text)):
+        per_chunk, message = fed(protocol, chunks, start="content")
+        assert message["tool_calls"] == [] and [e["kind"] for e in message["errors"]] == ["invalid_arguments"]
+        assert dropped(per_chunk)
+
+
+def test_a_call_cut_after_its_header_is_dropped(chatml):
+    per_chunk, message = fed(chatml, [CALL, '{"city": "Par'], start="content")
+    assert [(e["index"], e["kind"]) for e in dropped(per_chunk)] == [(0, "truncated_tool_call")]
+    assert message["tool_calls"] == [] and [e["kind"] for e in message["errors"]] == ["truncated_tool_call"]
+    calls = joined([d for chunk in per_chunk for d in chunk])["calls"]
+    assert calls[0]["dropped"] and calls[0]["arguments"] == '{"city": "Par'
+
+
+def test_a_complete_call_that_is_all_here_goes_out_at_once(chatml):
+    """One chunk with the whole call: the arguments are one delta (nothing ran ahead)."""
+    per_chunk, message = fed(chatml, [CALL + '{"city": "Paris"}}\n</tool_call>'], start="content")
+    assert [p[2] for p in argument_pieces(per_chunk)] == ['{"city": "Paris"}']
+
+
+# --- values that stream inside a key/value call (pythonic calls) ---------------------------
+
+
+def _pieces_fed_by_four(stem, arguments, schema):
+    template, spec, protocol = family(stem)
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": schema}}}]
+    text = spec.format({"role": "assistant", "content": "", "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": arguments}}]})
+    per_chunk, message = fed(protocol, [text[i:i + 4] for i in range(0, len(text), 4)], tools=tools, start="content")
+    assert message["errors"] == [] and len(message["tool_calls"]) == 1, message
+    final = message["tool_calls"][0]["function"]["arguments"]
+    pieces = argument_pieces(per_chunk)
+    assert "".join(p for _, _, p in pieces) == final and json.loads(final) == arguments
+    return text, pieces
+
+
+@needs_corpus
+def test_a_pythonic_string_argument_streams_as_it_arrives():
+    value = "lorem ipsum, dolor sit amet; " * 8
+    text, pieces = _pieces_fed_by_four("LiquidAI-LFM2.5-8B-A1B", {"s": value}, {"s": {"type": "string"}})
+    assert len(pieces) > len(value) // 4 // 2  # piece by piece, not once at the end
+    assert pieces[0][2] == '{"s": "' or pieces[0][2].startswith('{"s": "')
+
+
+@needs_corpus
+def test_a_json_value_in_a_pythonic_call_streams_inside():
+    value = {"text": "x" * 80, "n": [1, 2.5, True, None]}
+    text, pieces = _pieces_fed_by_four("LiquidAI-LFM2.5-8B-A1B", {"o": value}, {"o": {"type": "object"}})
+    assert len(pieces) > 10  # the object's string went out as it came, not the value at once
+    closing = text.rindex(")")
+    assert pieces[0][0] * 4 < closing - 80  # the first piece long before the call's closing bracket
