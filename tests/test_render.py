@@ -124,6 +124,47 @@ def test_an_interrupt_lost_in_a_finalizer_is_sent_again():
     assert interrupts == 2 and time.monotonic() - started < 2
 
 
+def test_an_interrupt_that_lands_as_a_render_unregisters_does_not_wedge_the_watchdog():
+    # The worst moment for the interrupt: the render is done and waits for the watchdog's lock
+    # to unregister; the watchdog (here a helper holding that lock) interrupts it, then lets go.
+    # The lock must not stay held (a Python-level __enter__ can be interrupted after taking it),
+    # and the watch must be gone, so later renders are still watched and nothing more lands.
+    import threading
+
+    from tplparse.source.render import _WATCHDOG, _RenderInterrupted, _async_raise
+
+    render_thread = threading.get_ident()
+    holding = threading.Event()
+
+    def hold_the_lock_then_interrupt():
+        with _WATCHDOG._lock:
+            holding.set()
+            time.sleep(0.2)  # (the render now waits for the lock in watch()'s finally)
+            _async_raise(render_thread, _RenderInterrupted)
+
+    helper = threading.Thread(target=hold_the_lock_then_interrupt)
+    with pytest.raises(_RenderInterrupted):
+        with _WATCHDOG.watch(RenderLimits(seconds=60)):
+            helper.start()
+            holding.wait()
+    helper.join()
+    assert not _WATCHDOG._active  # unregistered: nothing more is raised in this thread
+    outcome = []
+
+    def hanging():
+        source = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
+        try:
+            tpl(source, limits=RenderLimits(seconds=0.3)).render(USER)
+        except TemplateError as e:
+            outcome.append(str(e))
+
+    thread = threading.Thread(target=hanging, daemon=True)
+    thread.start()
+    thread.join(10)
+    assert not thread.is_alive(), "the watchdog no longer interrupts renders"
+    assert outcome and "longer than 0.3 s" in outcome[0]
+
+
 def test_output_limit():
     source = "{% for i in range(100000) %}{{ 'x' * 100 }}{% endfor %}"
     with pytest.raises(TemplateError, match="exceeds 100000 characters"):

@@ -428,6 +428,7 @@ class _Watch:
     limits: RenderLimits
     breach: str | None = None
     signal_again: float = 0.0  # (when to interrupt it again if it still runs after a breach)
+    armed: bool = False  # (interrupted only once armed: see _Watchdog.watch)
 
 
 class _Watchdog:
@@ -437,45 +438,64 @@ class _Watchdog:
     resident memory for every render in progress; on a breach it raises
     `_RenderInterrupted` in the rendering thread (CPython's asynchronous exception, which
     lands between two bytecodes of the template's compiled Python code), and again every
-    0.1 s until the render has unwound. A render only
-    registers and unregisters, so watching costs microseconds, not a thread start.
+    0.1 s until the render has unwound. A render only registers and unregisters, so
+    watching costs microseconds, not a thread start.
+
+    The exception may land anywhere in the rendering thread until its watch is gone, so
+    that thread takes the lock only with a `with` on a C lock: it is held from the moment
+    it is taken inside the statement's protection (a Python-level `__enter__`, such as
+    threading.Condition's, can be interrupted after taking its lock and before the `with`
+    is set up, and the lock is never released: the watchdog, and every render after it,
+    then waits forever).
     """
 
     POLL_SECONDS = 0.005
     SIGNAL_AGAIN_SECONDS = 0.1
 
     def __init__(self):
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
+        self._wake = threading.Event()  # (set by a render that registers while the watchdog idles)
         self._active: dict[int, _Watch] = {}
         self._pid: int | None = None
 
     @contextmanager
     def watch(self, limits: RenderLimits):
         watch = _Watch(threading.get_ident(), time.monotonic() + limits.seconds, _resident_bytes(), limits)
-        with self._cond:
+        key = id(watch)
+        with self._lock:
             if self._pid != os.getpid():
                 self._pid = os.getpid()
+                self._wake = threading.Event()
                 threading.Thread(target=self._run, name="tplparse-render-watchdog", daemon=True).start()
-            self._active[id(watch)] = watch
-            self._cond.notify()
+            self._active[key] = watch
+        # Woken while the watch is not armed yet: Event.set takes a Python-level lock, and an
+        # interrupt must not land while this thread holds it.
+        self._wake.set()
+        watch.armed = True
         try:
             yield watch
         finally:
-            with self._cond:
-                self._active.pop(id(watch), None)
+            with self._lock:
+                # Unregistered first, by the call that can be interrupted only once it is done
+                # (its key computed before): from here on nothing more is raised for this render.
+                self._active.pop(key, None)
                 if watch.breach is not None:
                     # The exception may still be pending (not yet delivered): withdraw it.
                     _async_raise(watch.thread_id, None)
 
     def _run(self):
-        with self._cond:
-            while True:
-                while not self._active:
-                    self._cond.wait()
-                self._cond.wait(self.POLL_SECONDS)
-                now = time.monotonic()
-                rss = _resident_bytes()
+        while True:
+            while not self._active:
+                self._wake.clear()
+                if not self._active:
+                    self._wake.wait()
+            time.sleep(self.POLL_SECONDS)
+            now = time.monotonic()
+            rss = _resident_bytes()
+            with self._lock:
                 for watch in self._active.values():
+                    if not watch.armed:
+                        continue
                     if watch.breach is None:
                         watch.breach = _breach(watch, now, rss)
                     # Signalled again while it still runs: an asynchronous exception that lands
