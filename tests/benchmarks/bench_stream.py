@@ -11,6 +11,13 @@ re-parses the whole buffer at every 4-character chunk (what a non-incremental se
 Floors: for one-shot, one `re.finditer` over the markers plus `json.loads` of each argument
 object; for streaming, that plus a loop calling a no-op method once per chunk. Printed:
 ratios to the floors, and the 32k / 4k cost ratio of 4-character streaming (linear is 8).
+
+Argument streaming: for "one argument" (a file being written), where the first argument delta
+arrives (in characters fed, 4 at a time) and how many argument deltas there are. Per chunk:
+the cost of a 4-character chunk of plain prose, of prose dense in `<` (code, HTML, `a < b`:
+only a `<` that can still begin one of the family's markers should cost more), and of a chunk
+inside a streamed string argument (each one an argument delta, where before streaming it
+was kept without one), against the no-op floor's.
 """
 
 from __future__ import annotations
@@ -117,6 +124,51 @@ def main(folder: Path) -> None:
         pattern = re.compile("|".join(re.escape(m) for m in markers))
         for shape in ("calls", "one argument"):
             measure(spec, module, pattern, label, shape)
+        per_chunk(spec, module, label)
+
+
+PROSE = "The quick brown fox jumps over the lazy dog while the model thinks. "
+DENSE = "if a < b and c <d: x = y<z; <div>p</div> <span>1 < 2</span> "
+
+
+def per_chunk(spec, module, label) -> None:
+    """ns per 4-character chunk: plain prose, prose dense in `<`, inside a streamed argument."""
+    text, tools, _ = output(spec, 32_000, "one argument")
+    parser = module.StreamParser(tools=tools, start="content")
+    first, pieces = None, 0
+    for i in range(0, len(text), 4):
+        for delta in parser.feed(text[i:i + 4]):
+            for call in delta.get("tool_calls", []):
+                if "id" not in call and call["function"]["arguments"]:
+                    pieces += 1
+                    first = i + 4 if first is None else first
+    parser.end()
+    print(f"{label:<15} one argument: first argument delta after {first} of {len(text)} characters, "
+          f"{pieces} argument deltas")
+    costs = {}
+    for name, body in (("plain prose", PROSE), ("dense in <", DENSE)):
+        turn = (body * (32_000 // len(body)))
+        costs[name] = timed(lambda: feed_all(module, turn, tools)) / (len(turn) / 4) * 1e9
+    # (the "one argument" turn is almost all one streamed string argument)
+    costs["in an argument"] = timed(lambda: feed_all(module, text, tools)) / (len(text) / 4) * 1e9
+    sink = _Sink()
+
+    def no_op():
+        for i in range(0, len(text), 4):
+            sink.feed(text[i:i + 4])
+
+    floor = timed(no_op) / (len(text) / 4) * 1e9
+    print(f"{label:<15} ns per 4-character chunk: no-op floor {floor:.0f}, "
+          + ", ".join(f"{k} {v:.0f}" for k, v in costs.items())
+          + f"; dense/plain {costs['dense in <'] / costs['plain prose']:.2f}; an argument chunk costs "
+          f"{costs['in an argument'] - costs['plain prose']:+.0f} ns against a content chunk")
+
+
+def feed_all(module, text, tools):
+    parser = module.StreamParser(tools=tools, start="content")
+    for i in range(0, len(text), 4):
+        parser.feed(text[i:i + 4])
+    parser.end()
 
 
 def measure(spec, module, pattern, label: str, shape: str) -> None:
