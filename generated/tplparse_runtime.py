@@ -828,11 +828,13 @@ def _escape_end(text, i, eof):
         raise ValueError
     if not 0xD800 <= int(text[i + 2:i + 6], 16) < 0xDC00:
         return i + 6
-    # A high surrogate: a low one may follow, and the two are one character.
+    # A high surrogate: a low one (DC00-DFFF) may follow, and the two are one character.
     if i + 12 > n and not eof and "\\u".startswith(text[i + 6:i + 8]) and (
             text[i + 6:i + 8] != "\\u" or _HEX4.match(text[i + 8:] + "0000")):
         return -1
-    return i + 12 if text.startswith("\\u", i + 6) and _HEX4.match(text, i + 8) else i + 6
+    if text.startswith("\\u", i + 6) and _HEX4.match(text, i + 8) and 0xDC00 <= int(text[i + 8:i + 12], 16) < 0xE000:
+        return i + 12
+    return i + 6  # (alone: JSON keeps it as it is, and so does the stream)
 
 
 _PYTHON_SIMPLE_ESCAPES = frozenset("\\'\"abfnrtv")
@@ -2250,13 +2252,17 @@ class Rules:
         ending = layout.closing(st.key)
         if step <= _KV_VALUE:
             key = st.key
+            # (a key read twice is the error, whatever its value: as _kv_steps_here says it)
+            twice = BadArguments(f"the key {key!r} appears twice") if key in st.arguments else None
+            if twice is not None and self._streaming is not None:
+                self._streaming.pause()  # (its value is not streamed: the call will not read)
             try:
                 value = yield from self._argument_value(kv, layout, ending, st.properties.get(key), key)
-                if key in st.arguments:
-                    raise BadArguments(f"the key {key!r} appears twice")
+                if twice is not None:
+                    raise twice
                 st.arguments[key] = value
             except BadArguments as e:
-                st.bad = st.bad or e  # the value was read; its closing text keeps the parse in step
+                st.bad = st.bad or twice or e  # the value was read; its closing text keeps the parse in step
             stream = self._streaming
             if stream is not None:
                 if st.bad is None:

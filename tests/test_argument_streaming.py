@@ -182,6 +182,23 @@ def test_hold_back_in_json(chatml, chunks, expected):
     assert "".join(pieces) == message["tool_calls"][0]["function"]["arguments"]
 
 
+@pytest.mark.parametrize("escaped", [
+    "\\ud83d\\ude00",  # a pair: one character
+    "\\ud800\\ud83d\\ude00",  # a high surrogate alone, then a pair
+    "\\ud800x", "\\udc00", "\\ud800\\u0041", "\\ud800\\ud800",  # alone, before other text
+])
+def test_surrogate_escapes_stream_as_json_reads_them(chatml, escaped):
+    # (found by a differential fuzz: a high surrogate was paired with any escape that followed)
+    text = CALL + '{"s": "' + escaped + '"}}\n</tool_call>'
+    one_shot = runtime.parse(chatml, text, start="content")
+    for chunks in (list(text), [text[:len(CALL) + 9], text[len(CALL) + 9:]]):
+        per_chunk, message = fed(chatml, chunks, start="content")
+        assert message == one_shot and message["errors"] == [], escaped
+        final = message["tool_calls"][0]["function"]["arguments"]
+        assert json.loads(final) == json.loads('{"s": "' + escaped + '"}')
+        assert "".join(p for _, _, p in argument_pieces(per_chunk)) == final
+
+
 def test_hold_back_of_a_split_utf8_character(chatml):
     data = '{"a": "é"}}\n</tool_call>'.encode()
     cut = data.index("é".encode()) + 1  # between the two bytes of é
@@ -252,6 +269,21 @@ def test_a_duplicate_key_value_key_is_invalid():
         per_chunk, message = fed(protocol, chunks, start="content")
         assert message["tool_calls"] == [] and [e["kind"] for e in message["errors"]] == ["invalid_arguments"]
         assert dropped(per_chunk)
+
+
+@needs_corpus
+def test_a_duplicate_key_is_the_error_whatever_its_value():
+    # (found by a differential fuzz: the waiting path reported the second value's type first)
+    _, spec, protocol = family("Qwen-Qwen3-Coder")
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
+        "a": {"type": "integer"}}}}}]
+    text = ("<tool_call>\n<function=f>\n<parameter=a>\n4\n</parameter>\n<parameter=a>\nx\n</parameter>\n"
+            "</function>\n</tool_call>")
+    one_shot = runtime.parse(protocol, text, tools=tools, start="content")
+    assert "'a' appears twice" in one_shot["errors"][0]["message"]
+    for chunks in (list(text), [text[:-20], text[-20:]]):
+        per_chunk, message = fed(protocol, chunks, tools=tools, start="content")
+        assert message == one_shot
 
 
 def test_a_call_cut_after_its_header_is_dropped(chatml):

@@ -650,13 +650,17 @@ class Rules:
         ending = layout.closing(st.key)
         if step <= _KV_VALUE:
             key = st.key
+            # (a key read twice is the error, whatever its value: as _kv_steps_here says it)
+            twice = BadArguments(f"the key {key!r} appears twice") if key in st.arguments else None
+            if twice is not None and self._streaming is not None:
+                self._streaming.pause()  # (its value is not streamed: the call will not read)
             try:
                 value = yield from self._argument_value(kv, layout, ending, st.properties.get(key), key)
-                if key in st.arguments:
-                    raise BadArguments(f"the key {key!r} appears twice")
+                if twice is not None:
+                    raise twice
                 st.arguments[key] = value
             except BadArguments as e:
-                st.bad = st.bad or e  # the value was read; its closing text keeps the parse in step
+                st.bad = st.bad or twice or e  # the value was read; its closing text keeps the parse in step
             stream = self._streaming
             if stream is not None:
                 if st.bad is None:

@@ -297,11 +297,13 @@ def _escape_end(text, i, eof):
         raise ValueError
     if not 0xD800 <= int(text[i + 2:i + 6], 16) < 0xDC00:
         return i + 6
-    # A high surrogate: a low one may follow, and the two are one character.
+    # A high surrogate: a low one (DC00-DFFF) may follow, and the two are one character.
     if i + 12 > n and not eof and "\\u".startswith(text[i + 6:i + 8]) and (
             text[i + 6:i + 8] != "\\u" or _HEX4.match(text[i + 8:] + "0000")):
         return -1
-    return i + 12 if text.startswith("\\u", i + 6) and _HEX4.match(text, i + 8) else i + 6
+    if text.startswith("\\u", i + 6) and _HEX4.match(text, i + 8) and 0xDC00 <= int(text[i + 8:i + 12], 16) < 0xE000:
+        return i + 12
+    return i + 6  # (alone: JSON keeps it as it is, and so does the stream)
 
 
 _PYTHON_SIMPLE_ESCAPES = frozenset("\\'\"abfnrtv")
