@@ -406,6 +406,29 @@ def test_start_state_follows_the_generation_prompt(corpus):
     assert answer["content"] == "Hello, no closing tag here." and answer["reasoning_content"] is None
 
 
+@pytest.mark.parametrize("stem", [None, "DeepSeek-R1-Distill-Qwen-32B", "Cohere-Cohere2MoE", "MiniMax-M2"])
+def test_a_reasoning_opener_after_a_prompt_that_opened_the_block_is_absorbed(request, stem):
+    """The generation prompt opened the block (the parser starts in reasoning) and the model
+    writes the block's opener again: it is not reasoning. Streamed as one-shot; a text that
+    only starts like the opener stays. (Where the probe names the opener: Qwen 3.5's is in
+    its prompt header only, so there the rule has nothing to absorb.)"""
+    if stem is None:
+        module, opener, end = request.getfixturevalue("chatml"), "<think>", "</think>"
+    else:
+        corpus = request.getfixturevalue("corpus")
+        module = corpus_module(corpus, stem)
+        opener, end = corpus[stem][1].reasoning.start, corpus[stem][1].reasoning.end
+    for text, reasoning, content in [
+        (f"{opener}Let me see.{end}Hello.", "Let me see.", "Hello."),
+        (f"\n {opener}\nLet me see.{end}Hello.", "Let me see.", "Hello."),
+        (f"Let me see.{end}Hello.", "Let me see.", "Hello."),  # the usual case, unchanged
+        (f"{opener[:-1]}ing, I see.{end}Hello.", f"{opener[:-1]}ing, I see.", "Hello."),
+    ]:
+        one_shot = module.parse(text, start="reasoning")
+        assert (one_shot["reasoning_content"], one_shot["content"]) == (reasoning, content), (stem, text)
+        assert stream(module, text, range(1, len(text)), start="reasoning")[1] == one_shot
+
+
 def test_bytes_chunks_may_split_utf8(chatml):
     data = "Déjà vu 🙂<|im_end|>".encode("utf-8")
     parser = chatml.StreamParser()

@@ -80,6 +80,12 @@ class Rules:
                 if self._text.startswith(p.reasoning_start, self._pos):
                     self._pos += len(p.reasoning_start)
                     self._state = REASONING
+            elif self._state == REASONING and p.reasoning_start:
+                # The prompt opened the block and the model opens it again: its opener is
+                # absorbed, not reasoning (a tolerance: the template never writes it twice).
+                yield from self._skip_ws()
+                if (yield from self._peek(p.reasoning_start)):
+                    self._pos += len(p.reasoning_start)
             if self._state == REASONING:
                 stop = yield from self._reasoning_block()
                 if stop is None or stop in p.end_of_turn:
