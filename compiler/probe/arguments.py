@@ -12,7 +12,7 @@ from ..spec import ArgumentFormat, ArgumentStyle, Piece, fill, kv_parts, slot
 from ..spec.encodings import ENCODERS, encode
 from .conversations import Call, Sentinels, Turn
 from .renders import assistant_spans
-from .spans import Boundaries
+from .spans import Boundaries, word_slots
 
 TRICKY = 'say "hi"\\now\nthen'
 
@@ -99,28 +99,8 @@ def _kv_argument(region: str, key: str, value, encoders: dict) -> tuple[list[Pie
     middle, suffix = rest[:where], rest[where + len(text):]
     layout = [p for p in (prefix, slot("key"), middle, slot("value")) if p != ""]
     # The key written again after the value (a closing tag named for it: <key>v</key>).
-    at = _word_at(suffix, key)
-    while at != -1:
-        if suffix[:at]:
-            layout.append(suffix[:at])
-        layout.append(slot("key"))
-        suffix = suffix[at + len(key):]
-        at = _word_at(suffix, key)
-    if suffix:
-        layout.append(suffix)
+    layout += word_slots(suffix, key, "key")
     return layout, name
-
-
-def _word_at(text: str, word: str) -> int:
-    """Where `word` occurs in `text` as a whole word (-1: nowhere)."""
-    at = text.find(word)
-    while at != -1:
-        before = text[at - 1] if at else ""
-        after = text[at + len(word):at + len(word) + 1]
-        if not (before.isalnum() or before in "_.-") and not (after.isalnum() or after in "_.-"):
-            return at
-        at = text.find(word, at + 1)
-    return -1
 
 
 def _standard_encoders(value) -> dict:

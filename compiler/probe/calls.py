@@ -10,7 +10,7 @@ from __future__ import annotations
 from ..spec import ArgumentFormat, Parallel, Piece, ToolCallFormat, slot
 from .conversations import Call, Sentinels, Turn
 from .renders import assistant_spans
-from .spans import Boundaries, common_prefix_length, common_suffix_length
+from .spans import Boundaries, common_prefix_length, common_suffix_length, word_slots
 
 def _slots_in(span: str, values: list[tuple[str, str]], start: int = 0) -> list[tuple[int, int, str]] | None:
     """Positions (start, end, slot) of each value, searched left to right from `start`."""
@@ -46,29 +46,7 @@ def _index_aware_layout(a: str, b: str, index_a: int, index_b: int) -> list[Piec
 def _name_slots(literal: str, name: str) -> list[Piece]:
     """A literal between a call's slots, with the call's name (written again: a recipient in
     a header, a closing tag) as a name slot. The name counts only as a whole word."""
-    pieces: list[Piece] = []
-    rest = literal
-    at = _word_at(rest, name)
-    while at != -1:
-        if rest[:at]:
-            pieces.append(rest[:at])
-        pieces.append(slot("name"))
-        rest = rest[at + len(name):]
-        at = _word_at(rest, name)
-    if rest:
-        pieces.append(rest)
-    return pieces
-
-
-def _word_at(text: str, word: str) -> int:
-    at = text.find(word)
-    while at != -1:
-        before = text[at - 1] if at else ""
-        after = text[at + len(word):at + len(word) + 1]
-        if not (before.isalnum() or before in "_.-") and not (after.isalnum() or after in "_.-"):
-            return at
-        at = text.find(word, at + 1)
-    return -1
+    return word_slots(literal, name, "name")
 
 
 def _repeated_name_layout(a: str, b: str, name_a: str, name_b: str) -> list[Piece] | None:

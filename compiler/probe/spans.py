@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..spec import Piece, slot
+
 # Characters after which a new marker may begin (the end of a marker, a line, a word), and
 # characters that may begin one.
 _BOUNDARY_AFTER = frozenset(">]})([{:,=\"'\n \t")
@@ -83,3 +85,31 @@ class Boundaries:
         while n > 0 and not (self.is_split_point(a, len(a) - n) and self.is_split_point(b, len(b) - n)):
             n -= 1
         return n
+
+
+def word_at(text: str, word: str) -> int:
+    """Where `word` occurs in `text` as a whole word (-1: nowhere)."""
+    at = text.find(word)
+    while at != -1:
+        before = text[at - 1] if at else ""
+        after = text[at + len(word):at + len(word) + 1]
+        if not (before.isalnum() or before in "_.-") and not (after.isalnum() or after in "_.-"):
+            return at
+        at = text.find(word, at + 1)
+    return -1
+
+
+def word_slots(text: str, word: str, name: str) -> list[Piece]:
+    """`text` as layout pieces, each whole-word occurrence of `word` a slot called `name`
+    (a call's name written again in a literal, an argument's key in its closing tag)."""
+    pieces: list[Piece] = []
+    at = word_at(text, word)
+    while at != -1:
+        if text[:at]:
+            pieces.append(text[:at])
+        pieces.append(slot(name))
+        text = text[at + len(word):]
+        at = word_at(text, word)
+    if text:
+        pieces.append(text)
+    return pieces
