@@ -924,7 +924,7 @@ def _raw_special(stops):
 class KeyValueStream:
     """The canonical JSON text of key/value arguments: `argument(key, value)` as each is read
     (its value decoded and typed); a raw string value may run ahead of its reader:
-    `open_string`, then `string_text` as its text arrives, then `argument` for the rest."""
+    `open_string`, then `advance` as its text arrives, then `argument` for the rest."""
 
     __slots__ = ("index", "count", "out", "paused", "pos", "start", "stops", "longest", "special", "stop_starts",
                  "value")
@@ -1016,8 +1016,9 @@ class KeyValueStream:
         self.out.append(piece)
         return piece
 
-    def string_text(self, text):
-        """What of the raw string value has arrived and cannot be the start of its closing text."""
+    def advance(self, text, eof):
+        """What of the raw string value running ahead has arrived and cannot be the start of
+        its closing text ("" for none; the closing text itself ends it, so `eof` changes nothing)."""
         if self.paused or self.pos is None:
             return ""
         start = self.pos
@@ -1350,11 +1351,7 @@ class Input:
                 buffer, self._text = self._text, ""
                 buffer += text
                 self._text = buffer
-                if self._streaming is None or self._streaming.pos is None:  # (no string value running ahead)
-                    return []
-                self._stream_arguments()
-                deltas, self._deltas = self._deltas, []
-                return deltas
+                return [] if self._streaming is None else self._streamed()
             if self._pos != len(self._text):
                 # What is held back (the start of what may be a marker) and this chunk: if
                 # together they cannot hold a marker's start, they go out as plain text.
@@ -1389,15 +1386,20 @@ class Input:
             if not scan.scan(self._text):
                 self._quiet = scan.quiet(len(self._text))
                 if self._quiet is not None:
-                    if self._streaming is None or self._streaming.pos is None:
-                        return []
-                    self._stream_arguments()
-                    deltas, self._deltas = self._deltas, []
-                    return deltas
+                    return [] if self._streaming is None else self._streamed()
             return self._push("")
         if self._finish is not None:
             raise ValueError("feed() after end(): the stream is closed")
         return self._push(text)
+
+    def _streamed(self):
+        """What the open call's argument stream settles of the text kept without a resume
+        (none while a key/value stream has no string value running ahead)."""
+        if self._streaming.pos is None:
+            return []
+        self._stream_arguments()
+        deltas, self._deltas = self._deltas, []
+        return deltas
 
     def _decode(self, chunk):
         if isinstance(chunk, (bytes, bytearray)):
@@ -1922,12 +1924,7 @@ class Rules:
                         self._pos = pos  # (a layout that writes the name twice: the waiting step says so)
                         return k
                     call[field] = text[pos:end]
-                    # The header goes out once the name (and the id, when the layout has one) is
-                    # read, and is a name of an offered tool (when tools were offered).
-                    if not call["announced"] and call["name"] and (call["id"] or not self._p.call_has_id) and (
-                            not self._tools or call["name"] in self._tools):
-                        call["announced"] = True
-                        self._announce(index, call)
+                    self._announce_when_settled(index, call)
                 pos = end
         self._pos = pos
         return len(steps)
@@ -1990,9 +1987,17 @@ class Rules:
     def _stream_arguments(self):
         """The open call's argument stream reads what has arrived; its delta, if it settled any."""
         stream = self._streaming
-        piece = stream.advance(self._text, self._eof) if stream.__class__ is ObjectStream else stream.string_text(self._text)
+        piece = stream.advance(self._text, self._eof)
         if piece:
             self._arguments_delta(stream.index, piece)
+
+    def _stream_argument(self, st, key, value):
+        """A key/value argument is read: it goes out (the rest of it, if its string ran
+        ahead), unless the arguments went wrong (then nothing more goes out)."""
+        if st.bad is None:
+            self._stream_piece(self._streaming.argument(key, value, self._text))
+        else:
+            self._streaming.pause()
 
     def _stream_piece(self, piece):
         if piece:
@@ -2199,12 +2204,8 @@ class Rules:
                     st.bad = st.bad or e  # the value was read; its closing text keeps the parse in step
             else:
                 arguments[key] = value
-            stream = self._streaming
-            if stream is not None:
-                if st.bad is None:
-                    self._stream_piece(stream.argument(key, arguments[key], self._text))
-                else:
-                    stream.pause()
+            if self._streaming is not None:
+                self._stream_argument(st, key, arguments.get(key))
             after = ending.after_here
             if after:  # (the loop skips whitespace next)
                 if text.startswith(after, pos):  # as rendered: its end whitespace takes all there is
@@ -2269,12 +2270,8 @@ class Rules:
                 st.arguments[key] = value
             except BadArguments as e:
                 st.bad = st.bad or twice or e  # the value was read; its closing text keeps the parse in step
-            stream = self._streaming
-            if stream is not None:
-                if st.bad is None:
-                    self._stream_piece(stream.argument(key, value, self._text))
-                else:
-                    stream.pause()
+            if self._streaming is not None:
+                self._stream_argument(st, key, st.arguments.get(key))
         if ending.after_core and not self._here(ending.after, True):  # (the loop skips whitespace next)
             yield from self._match(ending.after, ws_follows=True)
         st.step = _KV_WS

@@ -55,11 +55,7 @@ class Input:
                 buffer, self._text = self._text, ""
                 buffer += text
                 self._text = buffer
-                if self._streaming is None or self._streaming.pos is None:  # (no string value running ahead)
-                    return []
-                self._stream_arguments()
-                deltas, self._deltas = self._deltas, []
-                return deltas
+                return [] if self._streaming is None else self._streamed()
             if self._pos != len(self._text):
                 # What is held back (the start of what may be a marker) and this chunk: if
                 # together they cannot hold a marker's start, they go out as plain text.
@@ -94,15 +90,20 @@ class Input:
             if not scan.scan(self._text):
                 self._quiet = scan.quiet(len(self._text))
                 if self._quiet is not None:
-                    if self._streaming is None or self._streaming.pos is None:
-                        return []
-                    self._stream_arguments()
-                    deltas, self._deltas = self._deltas, []
-                    return deltas
+                    return [] if self._streaming is None else self._streamed()
             return self._push("")
         if self._finish is not None:
             raise ValueError("feed() after end(): the stream is closed")
         return self._push(text)
+
+    def _streamed(self):
+        """What the open call's argument stream settles of the text kept without a resume
+        (none while a key/value stream has no string value running ahead)."""
+        if self._streaming.pos is None:
+            return []
+        self._stream_arguments()
+        deltas, self._deltas = self._deltas, []
+        return deltas
 
     def _decode(self, chunk):
         if isinstance(chunk, (bytes, bytearray)):

@@ -320,12 +320,7 @@ class Rules:
                         self._pos = pos  # (a layout that writes the name twice: the waiting step says so)
                         return k
                     call[field] = text[pos:end]
-                    # The header goes out once the name (and the id, when the layout has one) is
-                    # read, and is a name of an offered tool (when tools were offered).
-                    if not call["announced"] and call["name"] and (call["id"] or not self._p.call_has_id) and (
-                            not self._tools or call["name"] in self._tools):
-                        call["announced"] = True
-                        self._announce(index, call)
+                    self._announce_when_settled(index, call)
                 pos = end
         self._pos = pos
         return len(steps)
@@ -388,9 +383,17 @@ class Rules:
     def _stream_arguments(self):
         """The open call's argument stream reads what has arrived; its delta, if it settled any."""
         stream = self._streaming
-        piece = stream.advance(self._text, self._eof) if stream.__class__ is ObjectStream else stream.string_text(self._text)
+        piece = stream.advance(self._text, self._eof)
         if piece:
             self._arguments_delta(stream.index, piece)
+
+    def _stream_argument(self, st, key, value):
+        """A key/value argument is read: it goes out (the rest of it, if its string ran
+        ahead), unless the arguments went wrong (then nothing more goes out)."""
+        if st.bad is None:
+            self._stream_piece(self._streaming.argument(key, value, self._text))
+        else:
+            self._streaming.pause()
 
     def _stream_piece(self, piece):
         if piece:
@@ -597,12 +600,8 @@ class Rules:
                     st.bad = st.bad or e  # the value was read; its closing text keeps the parse in step
             else:
                 arguments[key] = value
-            stream = self._streaming
-            if stream is not None:
-                if st.bad is None:
-                    self._stream_piece(stream.argument(key, arguments[key], self._text))
-                else:
-                    stream.pause()
+            if self._streaming is not None:
+                self._stream_argument(st, key, arguments.get(key))
             after = ending.after_here
             if after:  # (the loop skips whitespace next)
                 if text.startswith(after, pos):  # as rendered: its end whitespace takes all there is
@@ -667,12 +666,8 @@ class Rules:
                 st.arguments[key] = value
             except BadArguments as e:
                 st.bad = st.bad or twice or e  # the value was read; its closing text keeps the parse in step
-            stream = self._streaming
-            if stream is not None:
-                if st.bad is None:
-                    self._stream_piece(stream.argument(key, value, self._text))
-                else:
-                    stream.pause()
+            if self._streaming is not None:
+                self._stream_argument(st, key, st.arguments.get(key))
         if ending.after_core and not self._here(ending.after, True):  # (the loop skips whitespace next)
             yield from self._match(ending.after, ws_follows=True)
         st.step = _KV_WS

@@ -393,7 +393,7 @@ def _raw_special(stops):
 class KeyValueStream:
     """The canonical JSON text of key/value arguments: `argument(key, value)` as each is read
     (its value decoded and typed); a raw string value may run ahead of its reader:
-    `open_string`, then `string_text` as its text arrives, then `argument` for the rest."""
+    `open_string`, then `advance` as its text arrives, then `argument` for the rest."""
 
     __slots__ = ("index", "count", "out", "paused", "pos", "start", "stops", "longest", "special", "stop_starts",
                  "value")
@@ -485,8 +485,9 @@ class KeyValueStream:
         self.out.append(piece)
         return piece
 
-    def string_text(self, text):
-        """What of the raw string value has arrived and cannot be the start of its closing text."""
+    def advance(self, text, eof):
+        """What of the raw string value running ahead has arrived and cannot be the start of
+        its closing text ("" for none; the closing text itself ends it, so `eof` changes nothing)."""
         if self.paused or self.pos is None:
             return ""
         start = self.pos
