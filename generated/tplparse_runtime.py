@@ -1130,19 +1130,48 @@ def _skips_whitespace(piece):
     return piece == {"slot": "arguments"} or (isinstance(piece, str) and piece[:1].isspace())
 
 
+# The finish reasons of an output that ended by itself (the model stopped): an engine that
+# stops on an end-of-call or end-of-turn token leaves the token out of the text.
+NATURAL_STOPS = ("stop", "tool_calls")
+
+
+def stoppable_word(word):
+    """Whether a word of a literal (or the rest of one) is one an engine may stop on and leave
+    out: whitespace, or a marker (a tag or a special token: it has a letter or digit), not
+    what begins with the punctuation that closes a value (`}`, `)]`, a quote): that is never
+    a stop. (`}<tool_call|>`: its `<tool_call|>` may be left out, its `}` may not.)"""
+    return word.isspace() or word[:1] not in _CLOSES_A_VALUE and any(c.isalnum() for c in word)
+
+
+_CLOSES_A_VALUE = frozenset("}])\"'")
+
+
+def closes_a_value(text):
+    """Whether `text` is only punctuation that closes a value (or nothing)."""
+    return all(c in _CLOSES_A_VALUE for c in text)
+
+
+def stoppable(literal):
+    """Whether all of a literal's words are stoppable (see stoppable_word)."""
+    return all(stoppable_word(w) for w in words(literal))
+
+
 def call_steps(layout):
     """The call layout as the steps the call reader runs, one per piece:
     (kind, the literal or the slot's characters, a match of a run of those characters,
     where arguments end (the next literal, stripped, and its first word), whether the next
-    reader skips whitespace itself (then a literal need not wait for its end), whether the
-    literal can be taken exactly as written (no end whitespace), the length of the literal
-    right after (a run waits for it too: one wake-up, not two))."""
+    reader skips whitespace itself (then a literal need not wait for its end), whether the literal can be taken
+    exactly as written (no end whitespace), the length of the literal right after (a run
+    waits for it too: one wake-up, not two), whether all of the layout after this step is
+    stoppable (then, at a natural stop, this literal's unread words and the rest of the
+    layout may be missing: the engine stopped on them))."""
     steps = []
     for i, piece in enumerate(layout):
         after = layout[i + 1] if i + 1 < len(layout) else None
         then = len(after.strip()) if isinstance(after, str) else 0
+        eats = all(isinstance(p, str) and stoppable(p) for p in layout[i + 1:])
         if isinstance(piece, str):
-            steps.append((LITERAL, piece, None, None, _skips_whitespace(after), not piece[-1:].isspace(), then))
+            steps.append((LITERAL, piece, None, None, _skips_whitespace(after), not piece[-1:].isspace(), then, eats))
             continue
         kind = _SLOT_STEPS.get(piece["slot"], UNREAD)
         chars = {NAME: NAME_CHARS, CALL_ID: ID_CHARS, INDEX: DIGITS}.get(kind)
@@ -1150,7 +1179,8 @@ def call_steps(layout):
         if kind == ARGUMENTS:
             following = next((p for p in layout[i + 1:] if isinstance(p, str) and p.strip()), "").strip()
             closing = (following, words(following)[0] if following else "")
-        steps.append((kind, chars, run_of(chars).match if chars else None, closing, _skips_whitespace(after), False, then))
+        steps.append((kind, chars, run_of(chars).match if chars else None, closing, _skips_whitespace(after), False, then,
+                      eats))
     return tuple(steps)
 
 
@@ -1512,10 +1542,13 @@ class Input:
                 return
             yield
 
-    def _match(self, literal, required=True, ws_follows=False):
+    def _match(self, literal, required=True, ws_follows=False, eats=False):
         """A literal whose whitespace runs match any whitespace or none (the grammar's tolerance;
         a run at either end takes all the whitespace there). With `ws_follows` (the next reader
-        skips whitespace itself) the literal does not wait to see where its end run stops."""
+        skips whitespace itself) the literal does not wait to see where its end run stops.
+        With `eats` (all that follows the literal in its layout is stoppable), an output that
+        ended by itself (a natural stop) where the literal's next word goes, with its unread
+        words all stoppable, lacks them because the engine stopped on them: the literal is read."""
         start = self._pos
         end = literal_here(self._text, start, literal, self._eof or ws_follows)
         if end >= 0:  # the common case: written as rendered
@@ -1533,7 +1566,8 @@ class Input:
             if self._text.startswith(core, at):
                 self._pos = at + len(core)
             else:
-                for word in words(core):
+                pieces = words(core)
+                for j, word in enumerate(pieces):
                     if word.isspace():
                         yield from self._skip_ws()
                         continue
@@ -1542,6 +1576,13 @@ class Input:
                         self._pos += len(word)
                         continue
                     if self._available() < len(word) and word.startswith(self._text[self._pos:]):
+                        # (the rest of the layout is markers the engine stopped on: read, unless
+                        # the output ended inside one of them, which is a cut)
+                        here = self._available()
+                        if eats and self._eof and self._finish in NATURAL_STOPS and closes_a_value(word[:here]) and (
+                                stoppable_word(word[here:]) and all(stoppable_word(w) for w in pieces[j + 1:])):
+                            self._pos = len(self._text)
+                            return True
                         # (the output ended inside the word: not enough input, not a wrong one)
                         self._pos = start
                         if required:
@@ -1660,7 +1701,7 @@ class _KeyValueRead:
         self.properties = properties  # the tool's parameters.properties (types the values)
         # The arguments end where the call's next literal starts: its first word is enough
         # (the literal itself is matched after, with its whitespace tolerance).
-        self.closing, self.closing_word = closing
+        self.closing, self.closing_word = closing[:2]
         self.step, self.first, self.key, self.layout = _KV_WS, True, None, None
         self.arguments = {}
         self.bad = None  # the first value that does not read; raised once the arguments' layout is read
@@ -1887,7 +1928,7 @@ class Rules:
                 self._pos = start
             break
         if p.section_end.strip():
-            yield from self._match(p.section_end)
+            yield from self._match(p.section_end, eats=True)  # (its own words: as the call steps')
 
     # --- tool-call: one loop over the call layout's steps ------------------------------
 
@@ -1898,7 +1939,7 @@ class Rules:
         steps = self._p.call_steps
         text, pos = self._text, self._pos
         for k in range(k, len(steps)):
-            kind, value, run, closing, ws_follows, exact, then = steps[k]
+            kind, value, run, closing, ws_follows, exact, then, eats = steps[k]
             if kind == LITERAL:
                 if exact and text.startswith(value, pos):  # as rendered
                     pos += len(value)
@@ -1935,9 +1976,9 @@ class Rules:
         steps = self._p.call_steps
         n = len(steps)
         while k < n:
-            kind, value, run, closing, ws_follows, exact, then = steps[k]
+            kind, value, run, closing, ws_follows, exact, then, eats = steps[k]
             if kind == LITERAL:
-                yield from self._match(value, ws_follows=ws_follows)
+                yield from self._match(value, ws_follows=ws_follows, eats=eats)
             elif kind == ARGUMENTS:
                 yield from self._arguments_waiting(call, closing)
             elif kind == NAME or kind == CALL_ID:
@@ -2130,6 +2171,9 @@ class Rules:
                 if text.startswith(closing_word, pos):
                     self._pos, st.first = pos, first
                     return True
+                if eof and self._finish in NATURAL_STOPS and self._stopped_in(closing_word, text[pos:]):
+                    self._pos, st.first = pos, first  # (the call's literal reads the rest)
+                    return True
                 if not eof and len(text) - pos < len(closing_word) and closing_word.startswith(text[pos:]):
                     return self._kv_stop(st, pos, _KV_WS, None, None, first)  # (it may still be the end)
             elif eof and pos >= len(text):
@@ -2215,6 +2259,14 @@ class Rules:
                     if end < 0:
                         return self._kv_stop(st, pos, _KV_AFTER, key, layout, first)
                     pos = end
+
+    @staticmethod
+    def _stopped_in(word, here):
+        """Whether an output that stopped by itself with `here` left stopped on the rest of
+        `word`, the arguments' closing word: `here` closes the value (`}` of `}<tool_call|>`)
+        and the rest is a marker the engine stopped on. (Nothing at all is not enough: the
+        next argument might have come.)"""
+        return bool(here) and word.startswith(here) and closes_a_value(here) and stoppable_word(word[len(here):])
 
     def _kv_stop(self, st, pos, step, key, layout, first):
         """Where `_kv_steps_here` stopped: the step that must wait, and what its argument has read."""

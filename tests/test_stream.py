@@ -362,10 +362,19 @@ def test_pythonic_arguments_become_json(corpus):
 
 def test_truncation_is_an_error_not_a_guess(chatml):
     complete = '<tool_call>\n{"name": "a", "arguments": {}}\n</tool_call>\n'
-    for cut in ('<tool_call>\n{"name": "b', '<tool_call>\n{"name": "b", "arguments": {"x": 1', '<tool_call>\n{"name": "b", "arguments": {"x": 1}}'):
-        message = chatml.parse(complete + cut)
-        assert [c["function"]["name"] for c in message["tool_calls"]] == ["a"]
-        assert [e["kind"] for e in message["errors"]] == ["truncated_tool_call"]
+    cuts = ('<tool_call>\n{"name": "b', '<tool_call>\n{"name": "b", "arguments": {"x": 1',
+            '<tool_call>\n{"name": "b", "arguments": {"x": 1}', '<tool_call>\n{"name": "b", "arguments": {"x": 1}}\n</tool')
+    for cut in cuts:
+        for finish in ("stop", "length"):
+            message = chatml.parse(complete + cut, finish_reason=finish)
+            assert [c["function"]["name"] for c in message["tool_calls"]] == ["a"], (cut, finish)
+            assert [e["kind"] for e in message["errors"]] == ["truncated_tool_call"]
+    # Cut where only the call's closing marker is left: truncated at the length limit; at a
+    # natural stop the engine stopped on the marker (rule "closing markers the engine ate").
+    cut = '<tool_call>\n{"name": "b", "arguments": {"x": 1}}'
+    assert [e["kind"] for e in chatml.parse(complete + cut, finish_reason="length")["errors"]] == ["truncated_tool_call"]
+    message = chatml.parse(complete + cut, finish_reason="stop")
+    assert [c["function"]["name"] for c in message["tool_calls"]] == ["a", "b"] and message["errors"] == []
 
 
 def test_reasoning_cut_by_the_length_limit(chatml):

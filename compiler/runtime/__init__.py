@@ -19,14 +19,14 @@ Code outside the runtime imports only the names below.
 
 from .errors import BadArguments, InvalidOutput
 from .parser import StreamParser, parse, read_all
-from .protocol import CONTENT, PARALLEL_ALL, REASONING, TABLES_VERSION, Protocol
+from .protocol import CONTENT, NATURAL_STOPS, PARALLEL_ALL, REASONING, TABLES_VERSION, Protocol, stoppable_word
 from .values import arguments_json, decode_native, format_fillers, object_value, python_value, typed_raw
 
 # The runtime's modules in the order the standalone file stacks them (each only uses those before it).
 MODULES = ("errors", "text", "values", "streams", "protocol", "output", "input", "rules", "parser")
 
 __all__ = [
-    "BadArguments", "CONTENT", "InvalidOutput", "MODULES", "PARALLEL_ALL", "Protocol", "REASONING",
+    "BadArguments", "CONTENT", "InvalidOutput", "MODULES", "NATURAL_STOPS", "PARALLEL_ALL", "Protocol", "REASONING",
     "StreamParser", "TABLES_VERSION", "arguments_json", "decode_native", "format_fillers", "object_value", "parse", "python_value", "read_all",
-    "typed_raw",
+    "stoppable_word", "typed_raw",
 ]

@@ -13,7 +13,7 @@ enough text has arrived. Rules call the plain form first and fall back to the wa
 """
 
 from .errors import InvalidOutput, TruncatedOutput
-from .protocol import REASONING
+from .protocol import NATURAL_STOPS, REASONING, closes_a_value, stoppable_word
 from .text import SPACES, LITERALS, BalancedScan, literal_here, literal_parts, outside, run_of, waker, words
 
 ###{standalone
@@ -216,10 +216,13 @@ class Input:
                 return
             yield
 
-    def _match(self, literal, required=True, ws_follows=False):
+    def _match(self, literal, required=True, ws_follows=False, eats=False):
         """A literal whose whitespace runs match any whitespace or none (the grammar's tolerance;
         a run at either end takes all the whitespace there). With `ws_follows` (the next reader
-        skips whitespace itself) the literal does not wait to see where its end run stops."""
+        skips whitespace itself) the literal does not wait to see where its end run stops.
+        With `eats` (all that follows the literal in its layout is stoppable), an output that
+        ended by itself (a natural stop) where the literal's next word goes, with its unread
+        words all stoppable, lacks them because the engine stopped on them: the literal is read."""
         start = self._pos
         end = literal_here(self._text, start, literal, self._eof or ws_follows)
         if end >= 0:  # the common case: written as rendered
@@ -237,7 +240,8 @@ class Input:
             if self._text.startswith(core, at):
                 self._pos = at + len(core)
             else:
-                for word in words(core):
+                pieces = words(core)
+                for j, word in enumerate(pieces):
                     if word.isspace():
                         yield from self._skip_ws()
                         continue
@@ -246,6 +250,13 @@ class Input:
                         self._pos += len(word)
                         continue
                     if self._available() < len(word) and word.startswith(self._text[self._pos:]):
+                        # (the rest of the layout is markers the engine stopped on: read, unless
+                        # the output ended inside one of them, which is a cut)
+                        here = self._available()
+                        if eats and self._eof and self._finish in NATURAL_STOPS and closes_a_value(word[:here]) and (
+                                stoppable_word(word[here:]) and all(stoppable_word(w) for w in pieces[j + 1:])):
+                            self._pos = len(self._text)
+                            return True
                         # (the output ended inside the word: not enough input, not a wrong one)
                         self._pos = start
                         if required:

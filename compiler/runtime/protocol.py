@@ -109,19 +109,48 @@ def _skips_whitespace(piece):
     return piece == {"slot": "arguments"} or (isinstance(piece, str) and piece[:1].isspace())
 
 
+# The finish reasons of an output that ended by itself (the model stopped): an engine that
+# stops on an end-of-call or end-of-turn token leaves the token out of the text.
+NATURAL_STOPS = ("stop", "tool_calls")
+
+
+def stoppable_word(word):
+    """Whether a word of a literal (or the rest of one) is one an engine may stop on and leave
+    out: whitespace, or a marker (a tag or a special token: it has a letter or digit), not
+    what begins with the punctuation that closes a value (`}`, `)]`, a quote): that is never
+    a stop. (`}<tool_call|>`: its `<tool_call|>` may be left out, its `}` may not.)"""
+    return word.isspace() or word[:1] not in _CLOSES_A_VALUE and any(c.isalnum() for c in word)
+
+
+_CLOSES_A_VALUE = frozenset("}])\"'")
+
+
+def closes_a_value(text):
+    """Whether `text` is only punctuation that closes a value (or nothing)."""
+    return all(c in _CLOSES_A_VALUE for c in text)
+
+
+def stoppable(literal):
+    """Whether all of a literal's words are stoppable (see stoppable_word)."""
+    return all(stoppable_word(w) for w in words(literal))
+
+
 def call_steps(layout):
     """The call layout as the steps the call reader runs, one per piece:
     (kind, the literal or the slot's characters, a match of a run of those characters,
     where arguments end (the next literal, stripped, and its first word), whether the next
-    reader skips whitespace itself (then a literal need not wait for its end), whether the
-    literal can be taken exactly as written (no end whitespace), the length of the literal
-    right after (a run waits for it too: one wake-up, not two))."""
+    reader skips whitespace itself (then a literal need not wait for its end), whether the literal can be taken
+    exactly as written (no end whitespace), the length of the literal right after (a run
+    waits for it too: one wake-up, not two), whether all of the layout after this step is
+    stoppable (then, at a natural stop, this literal's unread words and the rest of the
+    layout may be missing: the engine stopped on them))."""
     steps = []
     for i, piece in enumerate(layout):
         after = layout[i + 1] if i + 1 < len(layout) else None
         then = len(after.strip()) if isinstance(after, str) else 0
+        eats = all(isinstance(p, str) and stoppable(p) for p in layout[i + 1:])
         if isinstance(piece, str):
-            steps.append((LITERAL, piece, None, None, _skips_whitespace(after), not piece[-1:].isspace(), then))
+            steps.append((LITERAL, piece, None, None, _skips_whitespace(after), not piece[-1:].isspace(), then, eats))
             continue
         kind = _SLOT_STEPS.get(piece["slot"], UNREAD)
         chars = {NAME: NAME_CHARS, CALL_ID: ID_CHARS, INDEX: DIGITS}.get(kind)
@@ -129,7 +158,8 @@ def call_steps(layout):
         if kind == ARGUMENTS:
             following = next((p for p in layout[i + 1:] if isinstance(p, str) and p.strip()), "").strip()
             closing = (following, words(following)[0] if following else "")
-        steps.append((kind, chars, run_of(chars).match if chars else None, closing, _skips_whitespace(after), False, then))
+        steps.append((kind, chars, run_of(chars).match if chars else None, closing, _skips_whitespace(after), False, then,
+                      eats))
     return tuple(steps)
 
 

@@ -27,7 +27,8 @@ call by the same steps.
 """
 
 from .errors import BadArguments, InvalidOutput, TruncatedOutput
-from .protocol import ARGUMENTS, CALL_ID, CONTENT, LITERAL, NAME, REASONING, UNREAD
+from .protocol import (ARGUMENTS, CALL_ID, CONTENT, LITERAL, NAME, NATURAL_STOPS, REASONING, UNREAD, closes_a_value,
+                       stoppable_word)
 from .text import NAME_CHARS, SPACES, first_of, held_back, literal_here, marker_starts, waker, words
 from .streams import KeyValueStream, ObjectStream
 from .values import JSON_DECODER, arguments_json, decode_native, keeps_text, object_value, python_value, typed_raw
@@ -56,7 +57,7 @@ class _KeyValueRead:
         self.properties = properties  # the tool's parameters.properties (types the values)
         # The arguments end where the call's next literal starts: its first word is enough
         # (the literal itself is matched after, with its whitespace tolerance).
-        self.closing, self.closing_word = closing
+        self.closing, self.closing_word = closing[:2]
         self.step, self.first, self.key, self.layout = _KV_WS, True, None, None
         self.arguments = {}
         self.bad = None  # the first value that does not read; raised once the arguments' layout is read
@@ -283,7 +284,7 @@ class Rules:
                 self._pos = start
             break
         if p.section_end.strip():
-            yield from self._match(p.section_end)
+            yield from self._match(p.section_end, eats=True)  # (its own words: as the call steps')
 
     # --- tool-call: one loop over the call layout's steps ------------------------------
 
@@ -294,7 +295,7 @@ class Rules:
         steps = self._p.call_steps
         text, pos = self._text, self._pos
         for k in range(k, len(steps)):
-            kind, value, run, closing, ws_follows, exact, then = steps[k]
+            kind, value, run, closing, ws_follows, exact, then, eats = steps[k]
             if kind == LITERAL:
                 if exact and text.startswith(value, pos):  # as rendered
                     pos += len(value)
@@ -331,9 +332,9 @@ class Rules:
         steps = self._p.call_steps
         n = len(steps)
         while k < n:
-            kind, value, run, closing, ws_follows, exact, then = steps[k]
+            kind, value, run, closing, ws_follows, exact, then, eats = steps[k]
             if kind == LITERAL:
-                yield from self._match(value, ws_follows=ws_follows)
+                yield from self._match(value, ws_follows=ws_follows, eats=eats)
             elif kind == ARGUMENTS:
                 yield from self._arguments_waiting(call, closing)
             elif kind == NAME or kind == CALL_ID:
@@ -526,6 +527,9 @@ class Rules:
                 if text.startswith(closing_word, pos):
                     self._pos, st.first = pos, first
                     return True
+                if eof and self._finish in NATURAL_STOPS and self._stopped_in(closing_word, text[pos:]):
+                    self._pos, st.first = pos, first  # (the call's literal reads the rest)
+                    return True
                 if not eof and len(text) - pos < len(closing_word) and closing_word.startswith(text[pos:]):
                     return self._kv_stop(st, pos, _KV_WS, None, None, first)  # (it may still be the end)
             elif eof and pos >= len(text):
@@ -611,6 +615,14 @@ class Rules:
                     if end < 0:
                         return self._kv_stop(st, pos, _KV_AFTER, key, layout, first)
                     pos = end
+
+    @staticmethod
+    def _stopped_in(word, here):
+        """Whether an output that stopped by itself with `here` left stopped on the rest of
+        `word`, the arguments' closing word: `here` closes the value (`}` of `}<tool_call|>`)
+        and the rest is a marker the engine stopped on. (Nothing at all is not enough: the
+        next argument might have come.)"""
+        return bool(here) and word.startswith(here) and closes_a_value(here) and stoppable_word(word[len(here):])
 
     def _kv_stop(self, st, pos, step, key, layout, first):
         """Where `_kv_steps_here` stopped: the step that must wait, and what its argument has read."""

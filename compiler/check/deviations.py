@@ -1,0 +1,90 @@
+"""Deviations: what models and engines write instead of the template's own render.
+
+A template renders one canonical form of each turn; real outputs deviate from it in a few
+recurring ways that are not the model's mistake (the README's tolerance table names them).
+`deviations(output, spec)` builds, from one of the proof's model outputs, the forms each
+such rule makes of it, from the spec's data alone (markers, layouts), each with the message
+it must still read back as: the original's. Tests feed them to the family's parser; a rule
+the parser does not read is a failing test, not a silent reading.
+
+    rule                          what it does to the render
+    reasoning opener repeated     the prompt opened the reasoning block and the model writes
+                                  the block's opener again at the start of its output
+    closing markers eaten         the engine stopped on the turn's last markers (end of turn,
+                                  end of the calls section, the call's closing tag) and left
+                                  them out; finish_reason "stop"
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..runtime import stoppable_word
+from ..spec import ArgumentStyle, ProtocolSpec, Start
+from .proof import ModelOutput
+
+OPENER_REPEATED = "reasoning opener repeated"
+CLOSING_EATEN = "closing markers eaten"
+RULES = (OPENER_REPEATED, CLOSING_EATEN)
+
+
+@dataclass(frozen=True)
+class Deviation:
+    """One deviated form of a model output, and how to read it."""
+
+    rule: str  # the tolerance rule it exercises (RULES)
+    text: str  # the output as the model / engine gives it
+    start: Start
+    finish_reason: str
+    expected: dict  # the message it must read back as (the original output's)
+    eaten: tuple[str, ...] = ()  # the markers left out (closing markers eaten), last first
+
+
+def closing_markers(spec: ProtocolSpec) -> list[str]:
+    """The markers an output may end with that an engine can stop on and leave out: the
+    stoppable words of the end-of-turn markers, of the calls section's end and of the call
+    layout after its last slot (a word's marker without the punctuation before it that closes
+    a value: `<tool_call|>` of `}<tool_call|>`), longest first (one may end with another).
+    Not the word that ends key/value arguments (`</function>`): without it the next argument
+    may still have come, and the call is cut, not complete."""
+    pieces = list(spec.end_of_turn)
+    calls = spec.tool_calls
+    keep_out = set()
+    if calls is not None:
+        pieces.append(calls.section_end)
+        slots = [i for i, p in enumerate(calls.call) if not isinstance(p, str)]
+        tail = calls.call[slots[-1] + 1:] if slots else []
+        pieces += [p for p in tail if isinstance(p, str)]
+        ends_arguments = slots and calls.call[slots[-1]] == {"slot": "arguments"} and calls.arguments.style != ArgumentStyle.OBJECT
+        first = next((w for p in tail if isinstance(p, str) for w in p.split()), None)
+        if ends_arguments and first is not None and stoppable_word(first):
+            keep_out.add(first)
+    markers = set()
+    for piece in pieces:
+        for word in piece.split():
+            marker = word.lstrip("}])\"'")
+            if marker and stoppable_word(marker) and word not in keep_out:
+                markers.add(marker)
+    return sorted(markers, key=lambda w: (-len(w), w))
+
+
+def deviations(output: ModelOutput, spec: ProtocolSpec) -> list[Deviation]:
+    """The deviated forms of `output` that the tolerance rules apply to (none: the rules do
+    not apply to this turn)."""
+    found = []
+    reasoning = spec.reasoning
+    if output.start == Start.REASONING and reasoning is not None and reasoning.start.strip():
+        found.append(Deviation(OPENER_REPEATED, reasoning.start + output.text, output.start, "stop", output.expected))
+    # Closing markers eaten: the end of the output loses one more of them each time, for as
+    # long as it ends with one (after whitespace), as an engine that stops on it leaves it out.
+    markers = closing_markers(spec)
+    text, eaten = output.text, []
+    while True:
+        body = text.rstrip()
+        marker = next((m for m in markers if body.endswith(m)), None)
+        if marker is None:
+            break
+        text = body[: len(body) - len(marker)]
+        eaten.append(marker)
+        found.append(Deviation(CLOSING_EATEN, text, output.start, "stop", output.expected, tuple(eaten)))
+    return found

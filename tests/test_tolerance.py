@@ -1,0 +1,205 @@
+"""The parser reads what models and engines emit, not only what templates render.
+
+Each tolerance rule (README, "Models emit more than templates render") is exercised on the
+corpus by the deviation generator (tplparse.check.deviations): every family, every standard
+turn, every deviated form the rule makes of the template's own render must read back as the
+render does — one-shot and in every chunking — while the grammar stays canonical. Real
+outputs from peers' test suites (tests/fixtures/real_outputs.json, each with its source)
+read as their expected message.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import tplparse
+from tplparse import runtime
+from tplparse.bridge import compile_in_memory
+from tplparse.check.deviations import CLOSING_EATEN, OPENER_REPEATED, RULES, closing_markers, deviations
+from tplparse.check.proof import STANDARD_TOOLS, model_outputs, readable
+
+from conftest import corpus_ids, corpus_templates, needs_corpus
+
+TEMPLATES = corpus_templates()
+REAL_OUTPUTS = json.loads((Path(__file__).parent / "fixtures" / "real_outputs.json").read_text(encoding="utf-8"))
+_COMPILED = {}
+
+
+def compiled(stem):
+    """(spec, protocol, the family's model outputs) of a corpus template, compiled once."""
+    if stem not in _COMPILED:
+        paths = [p for p in TEMPLATES if p.stem == stem]
+        if not paths:
+            pytest.skip(f"{stem} is not in the corpus")
+        template = tplparse.load(paths[0])
+        spec, protocol = compile_in_memory(template)
+        _COMPILED[stem] = (spec, protocol, model_outputs(template, spec))
+    return _COMPILED[stem]
+
+
+def parsed(protocol, text, start, finish_reason="stop", cuts=None):
+    """The message of `text`, one-shot (cuts None) or fed in the pieces `cuts` makes of it."""
+    if cuts is None:
+        return runtime.parse(protocol, text, tools=STANDARD_TOOLS, start=start, finish_reason=finish_reason)
+    parser = runtime.StreamParser(protocol, tools=STANDARD_TOOLS, start=start)
+    last = 0
+    for cut in sorted(set(cuts)) + [len(text)]:
+        if last < cut <= len(text):
+            parser.feed(text[last:cut])
+            last = cut
+    parser.end(finish_reason)
+    return parser.message
+
+
+def every(n):
+    return lambda text: range(n, len(text), n)
+
+
+CHUNKINGS = [every(1), every(3), every(7)]
+
+
+@needs_corpus
+@pytest.mark.parametrize("stem", [p.stem for p in TEMPLATES], ids=corpus_ids(TEMPLATES))
+def test_deviated_outputs_read_as_the_render(stem):
+    """Every deviated form of every standard turn: the canonical form's message (ids and
+    all), one-shot and in every chunking; the expected message of the render."""
+    spec, protocol, outputs = compiled(stem)
+    checked = 0
+    for output in outputs:
+        canonical = parsed(protocol, output.text, output.start.value)
+        for deviation in deviations(output, spec):
+            where = (output.turn, deviation.rule, deviation.eaten)
+            one_shot = parsed(protocol, deviation.text, deviation.start.value, deviation.finish_reason)
+            assert one_shot == canonical, where
+            assert readable(one_shot) == deviation.expected, where
+            for chunking in CHUNKINGS:
+                cuts = chunking(deviation.text)
+                assert parsed(protocol, deviation.text, deviation.start.value, deviation.finish_reason, cuts) == one_shot, where
+            checked += 1
+    if not checked:
+        pytest.skip(f"{stem}: no tolerance rule applies to its standard turns")
+
+
+@needs_corpus
+@pytest.mark.parametrize("stem", [p.stem for p in TEMPLATES], ids=corpus_ids(TEMPLATES))
+def test_closing_markers_missing_at_the_length_limit_are_a_cut(stem):
+    """The same text as a "closing markers eaten" deviation, cut by the length limit instead
+    of a stop: truncated; a call whose own closing markers are missing is not returned (one
+    that lost only the section's end is complete, and stays)."""
+    spec, protocol, outputs = compiled(stem)
+    end_of_turn = {m.strip() for m in spec.end_of_turn}
+    call = spec.tool_calls.call if spec.tool_calls is not None else []
+    last_slot = max((i for i, p in enumerate(call) if not isinstance(p, str)), default=-1)
+    call_closers = {w for p in call[last_slot + 1:] if isinstance(p, str) for w in p.split()}
+    checked = 0
+    for output in outputs:
+        if not output.expected["tool_calls"]:
+            continue
+        for deviation in deviations(output, spec):
+            if deviation.rule != CLOSING_EATEN or set(deviation.eaten) <= end_of_turn:
+                continue  # (a turn that lost only its end-of-turn marker is complete either way)
+            message = parsed(protocol, deviation.text, deviation.start.value, "length")
+            assert "truncated_tool_call" in {e["kind"] for e in message["errors"]}, (output.turn, deviation.eaten)
+            if any(marker in word for marker in deviation.eaten for word in call_closers):
+                assert len(message["tool_calls"]) < len(output.expected["tool_calls"]), (output.turn, deviation.eaten)
+            checked += 1
+    if not checked:
+        pytest.skip(f"{stem}: no call turn ends with a call's or a section's closing marker")
+
+
+@needs_corpus
+def test_each_rule_applies_to_two_families_or_more():
+    """The rules are tested where they apply: each applies to at least two corpus families
+    (so a generator that silently stopped producing a rule's deviations fails here)."""
+    families = defaultdict(set)
+    for path in TEMPLATES:
+        spec, _, outputs = compiled(path.stem)
+        for output in outputs:
+            for deviation in deviations(output, spec):
+                families[deviation.rule].add(path.stem)
+    assert {rule: len(families[rule]) >= 2 for rule in RULES} == {rule: True for rule in RULES}, dict(families)
+    # A rule that strips the markers calls close with, not only end-of-turn markers:
+    assert len({stem for stem in families[CLOSING_EATEN] if compiled(stem)[0].tool_calls is not None}) >= 2
+
+
+@needs_corpus
+@pytest.mark.parametrize("stem", ["Qwen-Qwen3-Coder", "MiniMax-M2", "DeepSeek-V3.2"])
+def test_key_value_arguments_without_their_closing_word_are_cut(stem):
+    """Key/value arguments end at the call's next literal (`</function>`): an output that
+    stops right after an argument could still have had another one, so the call is cut
+    even at a stop (the rule eats what comes after that word, not the word)."""
+    spec, protocol, outputs = compiled(stem)
+    first = next(w for p in spec.tool_calls.call[spec.tool_calls.call.index({"slot": "arguments"}) + 1:]
+                 if isinstance(p, str) for w in p.split())
+    assert first not in closing_markers(spec)
+    turns = [o for o in outputs if o.expected["tool_calls"]]
+    assert turns
+    for output in turns:
+        text = output.text[: output.text.rindex(first)]
+        message = parsed(protocol, text, output.start.value, "stop")
+        assert "truncated_tool_call" in {e["kind"] for e in message["errors"]}, output.turn
+        assert len(message["tool_calls"]) == len(output.expected["tool_calls"]) - 1, output.turn
+
+
+@functools.lru_cache(maxsize=None)
+def deviated_cases() -> tuple:
+    """(stem, output index) of every corpus turn with a closing marker to eat, for hypothesis
+    to draw from."""
+    cases = []
+    for path in TEMPLATES:
+        spec, _, outputs = compiled(path.stem)
+        for i, output in enumerate(outputs):
+            if any(d.rule == CLOSING_EATEN for d in deviations(output, spec)):
+                cases.append((path.stem, i))
+    return tuple(cases)
+
+
+@needs_corpus
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_combined_deviations_in_random_chunkings(data):
+    """Deviations drawn together (the opener written again, then some of the closing markers
+    eaten) and fed in random chunks: the canonical message, as one-shot."""
+    stem, i = data.draw(st.sampled_from(deviated_cases()))
+    spec, protocol, outputs = compiled(stem)
+    output = outputs[i]
+    found = deviations(output, spec)
+    eaten = [d for d in found if d.rule == CLOSING_EATEN]
+    deviation = data.draw(st.sampled_from(eaten))
+    text = deviation.text
+    if data.draw(st.booleans()) and any(d.rule == OPENER_REPEATED for d in found):
+        text = spec.reasoning.start + text
+    canonical = parsed(protocol, output.text, output.start.value)
+    cuts = data.draw(st.lists(st.integers(1, max(1, len(text) - 1)), max_size=12))
+    assert parsed(protocol, text, output.start.value, "stop", cuts) == canonical
+    assert parsed(protocol, text, output.start.value, "stop") == canonical
+
+
+@needs_corpus
+@pytest.mark.parametrize("case", REAL_OUTPUTS, ids=[f"{c['family']}:{c['rule']}:{i}" for i, c in enumerate(REAL_OUTPUTS)])
+def test_real_outputs_read_as_expected(case):
+    """Outputs from peers' test suites and bug reports (source named in the fixture): their
+    expected message, one-shot and one character at a time."""
+    _, protocol, _ = compiled(case["family"])
+    tools = [{"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}
+             for name, _ in case["expected"]["tool_calls"]] or None
+    for one_shot in (True, False):
+        if one_shot:
+            message = runtime.parse(protocol, case["output"], tools=tools, start=case["start"],
+                                    finish_reason=case["finish_reason"])
+        else:
+            parser = runtime.StreamParser(protocol, tools=tools, start=case["start"])
+            for ch in case["output"]:
+                parser.feed(ch)
+            parser.end(case["finish_reason"])
+            message = parser.message
+        expected = {**case["expected"], "tool_calls": [tuple(call) for call in case["expected"]["tool_calls"]]}
+        assert readable(message) == expected, case["source"]
+        assert [e["kind"] for e in message["errors"]] == case.get("errors", []), case["source"]
