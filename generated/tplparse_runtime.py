@@ -905,6 +905,18 @@ def _scalar(token, python):
     return encode_json(json.loads(token))  # (1E5 -> 100000.0, -0 -> 0; 1e999 cannot be JSON)
 
 
+_STOP_SEARCH = {}
+
+
+def _stop_search(stops):
+    """(the stops' first characters, a search for the first whole stop), cached per stops."""
+    found = _STOP_SEARCH.get(stops)
+    if found is None:
+        pattern = "|".join(re.escape(stop) for stop in sorted(stops, key=lambda s: (-len(s), s)))
+        found = _STOP_SEARCH[stops] = (frozenset(stop[0] for stop in stops), re.compile(pattern).search)
+    return found
+
+
 _RAW_SPECIAL = {}
 # The canonical text of a raw string's characters that JSON escapes.
 _JSON_ESCAPES_OF = {c: encode_json(chr(c))[1:-1] for c in [*range(0x20), ord('"'), ord("\\")]}
@@ -927,7 +939,7 @@ class KeyValueStream:
     `open_string`, then `advance` as its text arrives, then `argument` for the rest."""
 
     __slots__ = ("index", "count", "out", "paused", "pos", "start", "stops", "longest", "special", "stop_starts",
-                 "value")
+                 "firsts", "stop_at", "blocked", "value")
 
     def __init__(self, index):
         self.index = index
@@ -984,6 +996,8 @@ class KeyValueStream:
         self.stops = stops
         self.longest = max(len(stop) for stop in stops)
         self.special, self.stop_starts = _raw_special(stops)
+        self.firsts, self.stop_at = _stop_search(stops)
+        self.blocked = False
         piece = (", " if self.count else "{") + encode_json(key) + ': "'
         self.count += 1
         self.out.append(piece)
@@ -1018,11 +1032,22 @@ class KeyValueStream:
 
     def advance(self, text, eof):
         """What of the raw string value running ahead has arrived and cannot be the start of
-        its closing text ("" for none; the closing text itself ends it, so `eof` changes nothing)."""
-        if self.paused or self.pos is None:
+        its closing text, or of what may settle it when that text is missing ("" for none;
+        the closing text itself ends it, so `eof` changes nothing)."""
+        if self.paused or self.pos is None or self.blocked:
             return ""
-        start = self.pos
-        end = len(text) - held_back(text[max(start, len(text) - self.longest):], self.stops)
+        start, n = self.pos, len(text)
+        end = n
+        for p in range(max(start, n - self.longest + 1), n):  # (a tail that may begin a stop: held)
+            if text[p] in self.firsts and any(stop.startswith(text[p:]) for stop in self.stops):
+                end = p
+                break
+        found = self.stop_at(text, start)
+        if found is not None and found.start() < end:
+            # A stop that is all here: the reader decides what it is; nothing from it on goes
+            # out until then (and it is not searched for again).
+            end = found.start()
+            self.blocked = True
         if end <= start:
             return ""
         self.pos = end
@@ -1123,6 +1148,28 @@ class KeyValueFormat:
         self.before_trails = self.before[-1:].isspace()
         for layout in self.layouts:
             layout.prepare(self.raw_strings and (self.single is not None or layout.kind == "string"), self.separator_core)
+        # What begins the next argument, as the text writes it (its opener, a key, a layout's
+        # middle): with the call's closing word, it settles a raw value whose closing text
+        # never came (see settling). None where an argument's layout does not open with text
+        # of its own, or names the key again after the value (<key>v</key>).
+        before = self.before.strip()
+        middles = sorted({a.middle.strip() for a in self.layouts if a.middle.strip()}, key=lambda m: (-len(m), m))
+        self.next_argument = self.next_argument_search = None
+        if before and middles and not any(a.key_again for a in self.layouts):
+            self.next_argument = re.escape(before) + "[" + class_body(NAME_CHARS) + "]+(?:" + "|".join(
+                re.escape(m) for m in middles) + ")"
+            self.next_argument_search = re.compile(self.next_argument).search
+        self._settling = {}
+
+    def settling(self, closing_word):
+        """A search for the first text that settles a raw value whose closing text is missing
+        (the next argument's opener, or `closing_word`: the call's literal after its
+        arguments); None: nothing can (cached per closing word)."""
+        found = self._settling.get(closing_word)
+        if found is None and closing_word not in self._settling:
+            parts = [p for p in (self.next_argument, re.escape(closing_word) if closing_word else None) if p]
+            found = self._settling[closing_word] = re.compile("|".join(parts)).search if parts else None
+        return found
 
 
 def _skips_whitespace(piece):
@@ -1159,8 +1206,8 @@ def stoppable(literal):
 def call_steps(layout):
     """The call layout as the steps the call reader runs, one per piece:
     (kind, the literal or the slot's characters, a match of a run of those characters,
-    where arguments end (the next literal, stripped, and its first word), whether the next
-    reader skips whitespace itself (then a literal need not wait for its end), whether the literal can be taken
+    where arguments end (the next literal, stripped, its first word, and the whitespace the
+    layout writes before it), whether the next reader skips whitespace itself (then a literal need not wait for its end), whether the literal can be taken
     exactly as written (no end whitespace), the length of the literal right after (a run
     waits for it too: one wake-up, not two), whether all of the layout after this step is
     stoppable (then, at a natural stop, this literal's unread words and the rest of the
@@ -1177,8 +1224,15 @@ def call_steps(layout):
         chars = {NAME: NAME_CHARS, CALL_ID: ID_CHARS, INDEX: DIGITS}.get(kind)
         closing = None
         if kind == ARGUMENTS:
-            following = next((p for p in layout[i + 1:] if isinstance(p, str) and p.strip()), "").strip()
-            closing = (following, words(following)[0] if following else "")
+            written = ""  # the layout's text after the arguments, to its first literal with a word
+            for p in layout[i + 1:]:
+                if not isinstance(p, str):
+                    break
+                written += p
+                if p.strip():
+                    break
+            following = written.strip()
+            closing = (following, words(following)[0] if following else "", written[: len(written) - len(written.lstrip())])
         steps.append((kind, chars, run_of(chars).match if chars else None, closing, _skips_whitespace(after), False, then,
                       eats))
     return tuple(steps)
@@ -1692,7 +1746,8 @@ class _KeyValueRead:
     """Where the reading of a call's key/value arguments is: the step, and what it has read.
     (One per parser, started afresh for each call: a parser reads one call at a time.)"""
 
-    __slots__ = ("kv", "properties", "closing", "closing_word", "step", "first", "key", "layout", "arguments", "bad")
+    __slots__ = ("kv", "properties", "closing", "closing_word", "closing_lead", "settling", "unclosed", "step", "first",
+                 "key", "layout", "arguments", "bad")
 
     def __init__(self, kv):
         self.kv = kv
@@ -1701,7 +1756,9 @@ class _KeyValueRead:
         self.properties = properties  # the tool's parameters.properties (types the values)
         # The arguments end where the call's next literal starts: its first word is enough
         # (the literal itself is matched after, with its whitespace tolerance).
-        self.closing, self.closing_word = closing[:2]
+        self.closing, self.closing_word, self.closing_lead = closing
+        self.settling = self.kv.settling(self.closing_word)  # (what settles a raw value left open)
+        self.unclosed = False  # the value just read had no closing text (settled by what follows)
         self.step, self.first, self.key, self.layout = _KV_WS, True, None, None
         self.arguments = {}
         self.bad = None  # the first value that does not read; raised once the arguments' layout is read
@@ -2225,7 +2282,10 @@ class Rules:
                 value, pos = text[pos + len(quote_open):at], at + len(quote_close)
             elif layout.raw:
                 at = text.find(ending.raw_end, pos)
-                if at == -1:
+                if at == -1 or kv.next_argument_search is not None and ending.after_core and (
+                        kv.next_argument_search(text, pos, at)):
+                    # (not closed yet, or something that settles an open value comes first:
+                    # the waiting reader decides, at the closing text or the end)
                     return self._kv_stop(st, pos, _KV_VALUE, key, layout, first)
                 value, pos = text[pos:at], at
                 lead = ending.after_lead
@@ -2316,7 +2376,7 @@ class Rules:
             if twice is not None and self._streaming is not None:
                 self._streaming.pause()  # (its value is not streamed: the call will not read)
             try:
-                value = yield from self._argument_value(kv, layout, ending, st.properties.get(key), key)
+                value = yield from self._argument_value(kv, layout, ending, st, key)
                 if twice is not None:
                     raise twice
                 st.arguments[key] = value
@@ -2324,7 +2384,9 @@ class Rules:
                 st.bad = st.bad or twice or e  # the value was read; its closing text keeps the parse in step
             if self._streaming is not None:
                 self._stream_argument(st, key, st.arguments.get(key))
-        if ending.after_core and not self._here(ending.after, True):  # (the loop skips whitespace next)
+        if st.unclosed:
+            st.unclosed = False  # (its closing text never came: what settled it comes next)
+        elif ending.after_core and not self._here(ending.after, True):  # (the loop skips whitespace next)
             yield from self._match(ending.after, ws_follows=True)
         st.step = _KV_WS
 
@@ -2338,8 +2400,9 @@ class Rules:
                 return layout
         raise InvalidOutput(f"an argument's layout is not recognised at {self._text[self._pos:self._pos + longest + 8]!r}")
 
-    def _argument_value(self, kv, layout, ending, schema, key):
+    def _argument_value(self, kv, layout, ending, st, key):
         """argument-value: raw text, quoted text, JSON, a Python literal or the format's notation."""
+        schema = st.properties.get(key)
         if self._available() < kv.value_min:
             yield from self._need(kv.value_min)
         if kv.maybe_quoted and (len(kv.layouts) == 1 or layout.kind == "string") and (
@@ -2354,13 +2417,29 @@ class Rules:
             return typed_raw(text, schema)
         if kv.raw_strings and (len(kv.layouts) == 1 or layout.kind == "string"):
             stop = ending.raw_end
+            settling = st.settling if ending.after_core else None
             text = self._until_here(stop)
+            if text is not None and settling is not None and kv.next_argument_search and kv.next_argument_search(text):
+                self._pos -= len(text)  # (something that settles an open value comes first)
+                text = None
             if text is None:
                 lead = ending.after_lead  # (the whitespace before the closing text, which the value loses)
-                self._open_raw_string(key, schema, (lead + stop, stop) if lead else (stop,))
-                text = yield from self._read_until(stop, "argument value")
+                stops = (lead + stop, stop) if lead else (stop,)
+                spaces = None
+                if settling is not None:
+                    # What the layout writes between a value and what may settle it when its
+                    # closing text is missing: the value loses it, so it is held back too.
+                    trail = ending.after[len(ending.after.rstrip()):]
+                    between = kv.separator if kv.separator.isspace() else ""
+                    spaces = (lead + trail + between + kv.before[: len(kv.before) - len(kv.before.lstrip())],
+                              lead + trail + st.closing_lead)
+                    stops += tuple(sorted({space[i:] + marker for space, marker in zip(spaces, (kv.before.strip(), st.closing_word))
+                                           if marker for i in range(len(space) + 1)}))
+                self._open_raw_string(key, schema, stops)
+                text = yield from (self._read_raw_value(st, key, stop, settling, spaces) if settling is not None
+                                   else self._read_until(stop, "argument value"))
             lead = ending.after_lead
-            if lead and text.endswith(lead):
+            if lead and text.endswith(lead) and not st.unclosed:
                 text = text[: len(text) - len(lead)]
             return typed_raw(text, schema, kv.fillers)
         if kv.quoted_strings and self._text.startswith(kv.quote_open, self._pos):
@@ -2400,6 +2479,46 @@ class Rules:
                 return python_value(text)
             except (ValueError, SyntaxError, RecursionError, MemoryError) as e:
                 raise BadArguments(f"cannot read the argument value {text[:40]!r}: {e or 'nested too deeply'}") from None
+
+    def _read_raw_value(self, st, key, stop, settling, spaces):
+        """A raw value up to its closing text `stop`, where a value left open (its closing text
+        missing) is settled by what follows it (`settling`: the next argument's opener, the
+        call's closing word). Closed, with the next argument's opener inside it: two readings
+        (the value holds that text, or its closing text is missing and another argument
+        follows), and the parse does not guess: the arguments are bad, naming both (the value
+        read as closed keeps the parse in step). (Closed and holding the call's closing word
+        is one reading: the other would leave the value's own closing text after the call.)
+        Never closed by the end of the output: settled by the first such text, if any (so the
+        output decides only at its end), less the whitespace the layout writes between a
+        value and that text (`spaces`: before the next argument, before the call's close);
+        else cut."""
+        start = searched = self._pos
+        while True:
+            at = self._text.find(stop, searched)
+            if at != -1:
+                value, self._pos = self._text[start:at], at
+                found = st.kv.next_argument_search(value) if st.kv.next_argument_search else None
+                if found is not None:
+                    st.bad = st.bad or BadArguments(
+                        f"two readings of {key!r}: a value holding {found.group()!r} "
+                        f"({value[:40]!r}), or a value without its {stop!r} ({value[:found.start()][:40]!r}) "
+                        f"and {found.group()!r} after it; not guessed")
+                return value
+            if self._eof:
+                found = settling(self._text, start)
+                if found is None:
+                    raise TruncatedOutput("the output ended inside a argument value")
+                self._pos = found.start()
+                st.unclosed = True
+                value = self._text[start:self._pos]
+                space = spaces[1] if st.closing_word and found.group() == st.closing_word else spaces[0]
+                cut = next(i for i in range(len(space) + 1) if value.endswith(space[i:]))
+                return value[: len(value) - (len(space) - cut)]
+            searched = max(start, len(self._text) - len(stop) + 1)
+            self._quiet = waker(stop[-1])
+            if self._streaming is not None:
+                self._stream_arguments()
+            yield
 
     def _open_raw_string(self, key, schema, stops):
         """A string value as written (raw, or in the format's quotes) that is still arriving:

@@ -22,8 +22,9 @@ from hypothesis import strategies as st
 import tplparse
 from tplparse import runtime
 from tplparse.bridge import compile_in_memory
-from tplparse.check.deviations import CLOSING_EATEN, OPENER_REPEATED, RULES, closing_markers, deviations
+from tplparse.check.deviations import CLOSING_EATEN, OPENER_REPEATED, RULES, closing_markers, deviations, value_closer
 from tplparse.check.proof import STANDARD_TOOLS, model_outputs, readable
+from tplparse.spec import kv_parts
 
 from conftest import corpus_ids, corpus_templates, needs_corpus
 
@@ -203,3 +204,69 @@ def test_real_outputs_read_as_expected(case):
         expected = {**case["expected"], "tool_calls": [tuple(call) for call in case["expected"]["tool_calls"]]}
         assert readable(message) == expected, case["source"]
         assert [e["kind"] for e in message["errors"]] == case.get("errors", []), case["source"]
+
+
+# --- a value left without its closing tag ---------------------------------------------------
+
+VALUE_CLOSER_FAMILIES = ["Qwen-Qwen3-Coder", "MiniMax-M2", "ZAI-GLM-4.6", "StepFun-Step-3.5-Flash"]
+
+
+def _written_call(spec, arguments):
+    return spec.tool_calls.format([{"name": "convert_currency", "arguments": arguments}])
+
+
+def _next_argument_opener(spec, key):
+    """The text the family's argument layout writes to open the argument `key` (up to its value)."""
+    (layout,) = spec.tool_calls.arguments.argument.values()
+    before, middle, _ = kv_parts(layout)
+    return before.strip() + key + middle.strip()
+
+
+@needs_corpus
+@pytest.mark.parametrize("stem", VALUE_CLOSER_FAMILIES)
+def test_a_closed_value_holding_the_next_arguments_opener_has_two_readings(stem):
+    """`amount` closed by its tag but holding what opens another argument: it is a value that
+    holds that text, or a value whose closing tag is missing followed by the argument `target`.
+    The parser does not guess: the call is not returned, the error names both readings, and
+    a streaming client that had the call's header is told it is void."""
+    spec, protocol, _ = compiled(stem)
+    assert value_closer(spec) is not None
+    held = "EUR 12\n" + _next_argument_opener(spec, "target") + "USD"
+    text = _written_call(spec, {"amount": held})
+    message = parsed(protocol, text, "content")
+    assert message["tool_calls"] == []
+    assert [e["kind"] for e in message["errors"]] == ["invalid_arguments"]
+    assert "two readings of 'amount'" in message["errors"][0]["message"]
+    parser = runtime.StreamParser(protocol, tools=STANDARD_TOOLS, start="content")
+    deltas = [d for ch in text for d in parser.feed(ch)] + parser.end()
+    assert parser.message == message
+    assert [d["tool_call_error"]["kind"] for d in deltas if "tool_call_error" in d] == ["invalid_arguments"]
+    # (what was streamed of `amount` stops where the other reading would end it)
+    streamed = "".join(c["function"].get("arguments", "") for d in deltas for c in d.get("tool_calls", []))
+    assert "USD" not in streamed
+
+
+@needs_corpus
+@pytest.mark.parametrize("stem", VALUE_CLOSER_FAMILIES)
+def test_a_closed_value_holding_the_calls_closing_word_has_one_reading(stem):
+    """A value that holds the call's closing word (`</function>`) and then its own closing
+    tag reads as that value: ending the call there would leave the value's tag after it."""
+    spec, protocol, _ = compiled(stem)
+    call = spec.tool_calls.call
+    word = next(w for p in call[call.index({"slot": "arguments"}) + 1:] if isinstance(p, str) for w in p.split())
+    value = f"see {word} here"
+    message = parsed(protocol, _written_call(spec, {"amount": value}), "content")
+    assert message["errors"] == []
+    assert [json.loads(c["function"]["arguments"]) for c in message["tool_calls"]] == [{"amount": value}]
+
+
+@needs_corpus
+@pytest.mark.parametrize("stem", VALUE_CLOSER_FAMILIES)
+def test_a_value_left_open_at_the_end_of_the_output_is_cut(stem):
+    """Nothing after the value settles it: the output was cut inside it, whatever the finish."""
+    spec, protocol, _ = compiled(stem)
+    text = _written_call(spec, {"amount": "EUR 12"})
+    text = text[: text.index("EUR 12") + len("EUR 12")]
+    for finish in ("stop", "length"):
+        message = parsed(protocol, text, "content", finish)
+        assert message["tool_calls"] == [] and [e["kind"] for e in message["errors"]] == ["truncated_tool_call"]

@@ -13,6 +13,8 @@ the parser does not read is a failing test, not a silent reading.
     closing markers eaten         the engine stopped on the turn's last markers (end of turn,
                                   end of the calls section, the call's closing tag) and left
                                   them out; finish_reason "stop"
+    value closing tags missing    key/value arguments written without their values' closing
+                                  tag (`</parameter>`): all of them, or the last one
 """
 
 from __future__ import annotations
@@ -20,12 +22,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..runtime import stoppable_word
-from ..spec import ArgumentStyle, ProtocolSpec, Start
+from ..spec import ArgumentStyle, ProtocolSpec, Start, kv_parts
 from .proof import ModelOutput
 
 OPENER_REPEATED = "reasoning opener repeated"
 CLOSING_EATEN = "closing markers eaten"
-RULES = (OPENER_REPEATED, CLOSING_EATEN)
+VALUE_CLOSERS_MISSING = "value closing tags missing"
+RULES = (OPENER_REPEATED, CLOSING_EATEN, VALUE_CLOSERS_MISSING)
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,24 @@ def closing_markers(spec: ProtocolSpec) -> list[str]:
     return sorted(markers, key=lambda w: (-len(w), w))
 
 
+def value_closer(spec: ProtocolSpec) -> str | None:
+    """The closing tag a key/value format writes after each raw value (`</parameter>`), where
+    what follows a value left without it settles it (the next argument's opener, the call's
+    close): one layout, raw strings, an opener of its own and no key after the value. None
+    for other formats."""
+    calls = spec.tool_calls
+    if calls is None or calls.arguments.style != ArgumentStyle.KV or len(calls.arguments.argument) != 1:
+        return None
+    (layout,) = calls.arguments.argument.values()
+    if calls.arguments.value_encoders.get("string") not in ("raw", "raw-or-quoted"):
+        return None
+    before, _, after = kv_parts(layout)
+    value = layout.index({"slot": "value"})
+    if not before.strip() or not after.strip() or {"slot": "key"} in layout[value + 1:]:
+        return None
+    return after.strip()
+
+
 def deviations(output: ModelOutput, spec: ProtocolSpec) -> list[Deviation]:
     """The deviated forms of `output` that the tolerance rules apply to (none: the rules do
     not apply to this turn)."""
@@ -87,4 +108,13 @@ def deviations(output: ModelOutput, spec: ProtocolSpec) -> list[Deviation]:
         text = body[: len(body) - len(marker)]
         eaten.append(marker)
         found.append(Deviation(CLOSING_EATEN, text, output.start, "stop", output.expected, tuple(eaten)))
+    # Value closing tags missing: every one, or only the last (what follows settles each).
+    closer = value_closer(spec)
+    if closer and output.expected["tool_calls"] and closer in output.text:
+        found.append(Deviation(VALUE_CLOSERS_MISSING, output.text.replace(closer, ""), output.start, "stop",
+                               output.expected, (closer,) * output.text.count(closer)))
+        if output.text.count(closer) > 1:
+            at = output.text.rindex(closer)
+            found.append(Deviation(VALUE_CLOSERS_MISSING, output.text[:at] + output.text[at + len(closer):],
+                                   output.start, "stop", output.expected, (closer,)))
     return found

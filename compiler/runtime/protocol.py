@@ -8,10 +8,11 @@ cut at its slots, the markers as tuples. It is immutable and shared by every par
 family.
 """
 
-from .text import DIGITS, ID_CHARS, NAME_CHARS, run_of, words
+from .text import DIGITS, ID_CHARS, NAME_CHARS, class_body, run_of, words
 from .values import format_fillers
 
 ###{standalone
+import re
 
 # The version of the tables' layout this runtime reads (written into every family module).
 TABLES_VERSION = 1
@@ -102,6 +103,28 @@ class KeyValueFormat:
         self.before_trails = self.before[-1:].isspace()
         for layout in self.layouts:
             layout.prepare(self.raw_strings and (self.single is not None or layout.kind == "string"), self.separator_core)
+        # What begins the next argument, as the text writes it (its opener, a key, a layout's
+        # middle): with the call's closing word, it settles a raw value whose closing text
+        # never came (see settling). None where an argument's layout does not open with text
+        # of its own, or names the key again after the value (<key>v</key>).
+        before = self.before.strip()
+        middles = sorted({a.middle.strip() for a in self.layouts if a.middle.strip()}, key=lambda m: (-len(m), m))
+        self.next_argument = self.next_argument_search = None
+        if before and middles and not any(a.key_again for a in self.layouts):
+            self.next_argument = re.escape(before) + "[" + class_body(NAME_CHARS) + "]+(?:" + "|".join(
+                re.escape(m) for m in middles) + ")"
+            self.next_argument_search = re.compile(self.next_argument).search
+        self._settling = {}
+
+    def settling(self, closing_word):
+        """A search for the first text that settles a raw value whose closing text is missing
+        (the next argument's opener, or `closing_word`: the call's literal after its
+        arguments); None: nothing can (cached per closing word)."""
+        found = self._settling.get(closing_word)
+        if found is None and closing_word not in self._settling:
+            parts = [p for p in (self.next_argument, re.escape(closing_word) if closing_word else None) if p]
+            found = self._settling[closing_word] = re.compile("|".join(parts)).search if parts else None
+        return found
 
 
 def _skips_whitespace(piece):
@@ -138,8 +161,8 @@ def stoppable(literal):
 def call_steps(layout):
     """The call layout as the steps the call reader runs, one per piece:
     (kind, the literal or the slot's characters, a match of a run of those characters,
-    where arguments end (the next literal, stripped, and its first word), whether the next
-    reader skips whitespace itself (then a literal need not wait for its end), whether the literal can be taken
+    where arguments end (the next literal, stripped, its first word, and the whitespace the
+    layout writes before it), whether the next reader skips whitespace itself (then a literal need not wait for its end), whether the literal can be taken
     exactly as written (no end whitespace), the length of the literal right after (a run
     waits for it too: one wake-up, not two), whether all of the layout after this step is
     stoppable (then, at a natural stop, this literal's unread words and the rest of the
@@ -156,8 +179,15 @@ def call_steps(layout):
         chars = {NAME: NAME_CHARS, CALL_ID: ID_CHARS, INDEX: DIGITS}.get(kind)
         closing = None
         if kind == ARGUMENTS:
-            following = next((p for p in layout[i + 1:] if isinstance(p, str) and p.strip()), "").strip()
-            closing = (following, words(following)[0] if following else "")
+            written = ""  # the layout's text after the arguments, to its first literal with a word
+            for p in layout[i + 1:]:
+                if not isinstance(p, str):
+                    break
+                written += p
+                if p.strip():
+                    break
+            following = written.strip()
+            closing = (following, words(following)[0] if following else "", written[: len(written) - len(written.lstrip())])
         steps.append((kind, chars, run_of(chars).match if chars else None, closing, _skips_whitespace(after), False, then,
                       eats))
     return tuple(steps)

@@ -48,7 +48,8 @@ class _KeyValueRead:
     """Where the reading of a call's key/value arguments is: the step, and what it has read.
     (One per parser, started afresh for each call: a parser reads one call at a time.)"""
 
-    __slots__ = ("kv", "properties", "closing", "closing_word", "step", "first", "key", "layout", "arguments", "bad")
+    __slots__ = ("kv", "properties", "closing", "closing_word", "closing_lead", "settling", "unclosed", "step", "first",
+                 "key", "layout", "arguments", "bad")
 
     def __init__(self, kv):
         self.kv = kv
@@ -57,7 +58,9 @@ class _KeyValueRead:
         self.properties = properties  # the tool's parameters.properties (types the values)
         # The arguments end where the call's next literal starts: its first word is enough
         # (the literal itself is matched after, with its whitespace tolerance).
-        self.closing, self.closing_word = closing[:2]
+        self.closing, self.closing_word, self.closing_lead = closing
+        self.settling = self.kv.settling(self.closing_word)  # (what settles a raw value left open)
+        self.unclosed = False  # the value just read had no closing text (settled by what follows)
         self.step, self.first, self.key, self.layout = _KV_WS, True, None, None
         self.arguments = {}
         self.bad = None  # the first value that does not read; raised once the arguments' layout is read
@@ -581,7 +584,10 @@ class Rules:
                 value, pos = text[pos + len(quote_open):at], at + len(quote_close)
             elif layout.raw:
                 at = text.find(ending.raw_end, pos)
-                if at == -1:
+                if at == -1 or kv.next_argument_search is not None and ending.after_core and (
+                        kv.next_argument_search(text, pos, at)):
+                    # (not closed yet, or something that settles an open value comes first:
+                    # the waiting reader decides, at the closing text or the end)
                     return self._kv_stop(st, pos, _KV_VALUE, key, layout, first)
                 value, pos = text[pos:at], at
                 lead = ending.after_lead
@@ -672,7 +678,7 @@ class Rules:
             if twice is not None and self._streaming is not None:
                 self._streaming.pause()  # (its value is not streamed: the call will not read)
             try:
-                value = yield from self._argument_value(kv, layout, ending, st.properties.get(key), key)
+                value = yield from self._argument_value(kv, layout, ending, st, key)
                 if twice is not None:
                     raise twice
                 st.arguments[key] = value
@@ -680,7 +686,9 @@ class Rules:
                 st.bad = st.bad or twice or e  # the value was read; its closing text keeps the parse in step
             if self._streaming is not None:
                 self._stream_argument(st, key, st.arguments.get(key))
-        if ending.after_core and not self._here(ending.after, True):  # (the loop skips whitespace next)
+        if st.unclosed:
+            st.unclosed = False  # (its closing text never came: what settled it comes next)
+        elif ending.after_core and not self._here(ending.after, True):  # (the loop skips whitespace next)
             yield from self._match(ending.after, ws_follows=True)
         st.step = _KV_WS
 
@@ -694,8 +702,9 @@ class Rules:
                 return layout
         raise InvalidOutput(f"an argument's layout is not recognised at {self._text[self._pos:self._pos + longest + 8]!r}")
 
-    def _argument_value(self, kv, layout, ending, schema, key):
+    def _argument_value(self, kv, layout, ending, st, key):
         """argument-value: raw text, quoted text, JSON, a Python literal or the format's notation."""
+        schema = st.properties.get(key)
         if self._available() < kv.value_min:
             yield from self._need(kv.value_min)
         if kv.maybe_quoted and (len(kv.layouts) == 1 or layout.kind == "string") and (
@@ -710,13 +719,29 @@ class Rules:
             return typed_raw(text, schema)
         if kv.raw_strings and (len(kv.layouts) == 1 or layout.kind == "string"):
             stop = ending.raw_end
+            settling = st.settling if ending.after_core else None
             text = self._until_here(stop)
+            if text is not None and settling is not None and kv.next_argument_search and kv.next_argument_search(text):
+                self._pos -= len(text)  # (something that settles an open value comes first)
+                text = None
             if text is None:
                 lead = ending.after_lead  # (the whitespace before the closing text, which the value loses)
-                self._open_raw_string(key, schema, (lead + stop, stop) if lead else (stop,))
-                text = yield from self._read_until(stop, "argument value")
+                stops = (lead + stop, stop) if lead else (stop,)
+                spaces = None
+                if settling is not None:
+                    # What the layout writes between a value and what may settle it when its
+                    # closing text is missing: the value loses it, so it is held back too.
+                    trail = ending.after[len(ending.after.rstrip()):]
+                    between = kv.separator if kv.separator.isspace() else ""
+                    spaces = (lead + trail + between + kv.before[: len(kv.before) - len(kv.before.lstrip())],
+                              lead + trail + st.closing_lead)
+                    stops += tuple(sorted({space[i:] + marker for space, marker in zip(spaces, (kv.before.strip(), st.closing_word))
+                                           if marker for i in range(len(space) + 1)}))
+                self._open_raw_string(key, schema, stops)
+                text = yield from (self._read_raw_value(st, key, stop, settling, spaces) if settling is not None
+                                   else self._read_until(stop, "argument value"))
             lead = ending.after_lead
-            if lead and text.endswith(lead):
+            if lead and text.endswith(lead) and not st.unclosed:
                 text = text[: len(text) - len(lead)]
             return typed_raw(text, schema, kv.fillers)
         if kv.quoted_strings and self._text.startswith(kv.quote_open, self._pos):
@@ -756,6 +781,46 @@ class Rules:
                 return python_value(text)
             except (ValueError, SyntaxError, RecursionError, MemoryError) as e:
                 raise BadArguments(f"cannot read the argument value {text[:40]!r}: {e or 'nested too deeply'}") from None
+
+    def _read_raw_value(self, st, key, stop, settling, spaces):
+        """A raw value up to its closing text `stop`, where a value left open (its closing text
+        missing) is settled by what follows it (`settling`: the next argument's opener, the
+        call's closing word). Closed, with the next argument's opener inside it: two readings
+        (the value holds that text, or its closing text is missing and another argument
+        follows), and the parse does not guess: the arguments are bad, naming both (the value
+        read as closed keeps the parse in step). (Closed and holding the call's closing word
+        is one reading: the other would leave the value's own closing text after the call.)
+        Never closed by the end of the output: settled by the first such text, if any (so the
+        output decides only at its end), less the whitespace the layout writes between a
+        value and that text (`spaces`: before the next argument, before the call's close);
+        else cut."""
+        start = searched = self._pos
+        while True:
+            at = self._text.find(stop, searched)
+            if at != -1:
+                value, self._pos = self._text[start:at], at
+                found = st.kv.next_argument_search(value) if st.kv.next_argument_search else None
+                if found is not None:
+                    st.bad = st.bad or BadArguments(
+                        f"two readings of {key!r}: a value holding {found.group()!r} "
+                        f"({value[:40]!r}), or a value without its {stop!r} ({value[:found.start()][:40]!r}) "
+                        f"and {found.group()!r} after it; not guessed")
+                return value
+            if self._eof:
+                found = settling(self._text, start)
+                if found is None:
+                    raise TruncatedOutput("the output ended inside a argument value")
+                self._pos = found.start()
+                st.unclosed = True
+                value = self._text[start:self._pos]
+                space = spaces[1] if st.closing_word and found.group() == st.closing_word else spaces[0]
+                cut = next(i for i in range(len(space) + 1) if value.endswith(space[i:]))
+                return value[: len(value) - (len(space) - cut)]
+            searched = max(start, len(self._text) - len(stop) + 1)
+            self._quiet = waker(stop[-1])
+            if self._streaming is not None:
+                self._stream_arguments()
+            yield
 
     def _open_raw_string(self, key, schema, stops):
         """A string value as written (raw, or in the format's quotes) that is still arriving:

@@ -20,7 +20,7 @@ found later takes nothing back (the call is dropped, and a `tool_call_error` del
                      ObjectStream of it, while it is read
 """
 
-from .text import held_back, marker_starts
+from .text import marker_starts
 from .values import encode_json
 
 ###{standalone
@@ -374,6 +374,18 @@ def _scalar(token, python):
     return encode_json(json.loads(token))  # (1E5 -> 100000.0, -0 -> 0; 1e999 cannot be JSON)
 
 
+_STOP_SEARCH = {}
+
+
+def _stop_search(stops):
+    """(the stops' first characters, a search for the first whole stop), cached per stops."""
+    found = _STOP_SEARCH.get(stops)
+    if found is None:
+        pattern = "|".join(re.escape(stop) for stop in sorted(stops, key=lambda s: (-len(s), s)))
+        found = _STOP_SEARCH[stops] = (frozenset(stop[0] for stop in stops), re.compile(pattern).search)
+    return found
+
+
 _RAW_SPECIAL = {}
 # The canonical text of a raw string's characters that JSON escapes.
 _JSON_ESCAPES_OF = {c: encode_json(chr(c))[1:-1] for c in [*range(0x20), ord('"'), ord("\\")]}
@@ -396,7 +408,7 @@ class KeyValueStream:
     `open_string`, then `advance` as its text arrives, then `argument` for the rest."""
 
     __slots__ = ("index", "count", "out", "paused", "pos", "start", "stops", "longest", "special", "stop_starts",
-                 "value")
+                 "firsts", "stop_at", "blocked", "value")
 
     def __init__(self, index):
         self.index = index
@@ -453,6 +465,8 @@ class KeyValueStream:
         self.stops = stops
         self.longest = max(len(stop) for stop in stops)
         self.special, self.stop_starts = _raw_special(stops)
+        self.firsts, self.stop_at = _stop_search(stops)
+        self.blocked = False
         piece = (", " if self.count else "{") + encode_json(key) + ': "'
         self.count += 1
         self.out.append(piece)
@@ -487,11 +501,22 @@ class KeyValueStream:
 
     def advance(self, text, eof):
         """What of the raw string value running ahead has arrived and cannot be the start of
-        its closing text ("" for none; the closing text itself ends it, so `eof` changes nothing)."""
-        if self.paused or self.pos is None:
+        its closing text, or of what may settle it when that text is missing ("" for none;
+        the closing text itself ends it, so `eof` changes nothing)."""
+        if self.paused or self.pos is None or self.blocked:
             return ""
-        start = self.pos
-        end = len(text) - held_back(text[max(start, len(text) - self.longest):], self.stops)
+        start, n = self.pos, len(text)
+        end = n
+        for p in range(max(start, n - self.longest + 1), n):  # (a tail that may begin a stop: held)
+            if text[p] in self.firsts and any(stop.startswith(text[p:]) for stop in self.stops):
+                end = p
+                break
+        found = self.stop_at(text, start)
+        if found is not None and found.start() < end:
+            # A stop that is all here: the reader decides what it is; nothing from it on goes
+            # out until then (and it is not searched for again).
+            end = found.start()
+            self.blocked = True
         if end <= start:
             return ""
         self.pos = end
