@@ -15,7 +15,7 @@ or parse(text, ...) for a whole output at once (the same result).
 #   thinking     enable_thinking=True         -                                  reasoning
 #   no_thinking  enable_thinking=False        '</think>'                         content
 # Reasoning
-#   start          -
+#   start          '<think>'
 #   end            '</think>'
 #   in history     yes
 #   a tool call ends open reasoning: yes
@@ -54,7 +54,7 @@ TABLES = {
         'thinking': {'tail': '', 'start': 'reasoning'},
         'no_thinking': {'tail': '</think>', 'start': 'content'},
     },
-    'reasoning': {'start': '', 'end': '</think>', 'call_ends_reasoning': True},
+    'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
     'content': {'start': '', 'end': ''},
     'end_of_turn': ['<|role_end|>'],
     'tool_calls': {

@@ -13,7 +13,7 @@ or parse(text, ...) for a whole output at once (the same result).
 #   mode         set                          prompt ends with                   starts in
 #   default      -                            -                                  reasoning
 # Reasoning
-#   start          -
+#   start          '<think>'
 #   end            '</think>'
 #   in history     yes
 #   a tool call ends open reasoning: yes
@@ -48,7 +48,7 @@ TEMPLATE_SHA256 = '444819b8ad4612870827ac05b9147fe9e3344d3850cae8c2790898fc51409
 TABLES = {
     'version': 1,
     'modes': {'default': {'tail': '', 'start': 'reasoning'}},
-    'reasoning': {'start': '', 'end': '</think>', 'call_ends_reasoning': True},
+    'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
     'content': {'start': '', 'end': ''},
     'end_of_turn': ['</assistant>'],
     'tool_calls': {

@@ -13,7 +13,7 @@ or parse(text, ...) for a whole output at once (the same result).
 #   mode         set                          prompt ends with                   starts in
 #   default      -                            -                                  reasoning
 # Reasoning
-#   start          -
+#   start          '<think>'
 #   end            '</think>'
 #   in history     yes
 #   a tool call ends open reasoning: yes
@@ -48,7 +48,7 @@ TEMPLATE_SHA256 = 'b18b99dff7261214c43e0402cba9f573e3240be6f9bb7ccaa54bb8df97e49
 TABLES = {
     'version': 1,
     'modes': {'default': {'tail': '', 'start': 'reasoning'}},
-    'reasoning': {'start': '', 'end': '</think>', 'call_ends_reasoning': True},
+    'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
     'content': {'start': '', 'end': ''},
     'end_of_turn': ['<|im_end|>'],
     'tool_calls': {

@@ -415,12 +415,13 @@ def test_start_state_follows_the_generation_prompt(corpus):
     assert answer["content"] == "Hello, no closing tag here." and answer["reasoning_content"] is None
 
 
-@pytest.mark.parametrize("stem", [None, "DeepSeek-R1-Distill-Qwen-32B", "Cohere-Cohere2MoE", "MiniMax-M2"])
+@pytest.mark.parametrize("stem", [None, "DeepSeek-R1-Distill-Qwen-32B", "Cohere-Cohere2MoE", "MiniMax-M2", "Qwen-Qwen3.5-4B",
+                                  "StepFun-Step-3.5-Flash"])
 def test_a_reasoning_opener_after_a_prompt_that_opened_the_block_is_absorbed(request, stem):
     """The generation prompt opened the block (the parser starts in reasoning) and the model
     writes the block's opener again: it is not reasoning. Streamed as one-shot; a text that
-    only starts like the opener stays. (Where the probe names the opener: Qwen 3.5's is in
-    its prompt header only, so there the rule has nothing to absorb.)"""
+    only starts like the opener stays. (Qwen 3.5 and Step 3.5 write the opener only as the
+    end of the assistant header every turn shares: the probe names it as the end marker's pair.)"""
     if stem is None:
         module, opener, end = request.getfixturevalue("chatml"), "<think>", "</think>"
     else:

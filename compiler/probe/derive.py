@@ -41,6 +41,7 @@ class _Findings:
     """What one sentinel set found."""
 
     tail: str = ""
+    header: str = ""  # the assistant header the renders share (what precedes each span)
     turns: dict = field(default_factory=dict)
     thinking_turns: dict = field(default_factory=dict)  # layouts with thinking on, when they differ
     tool_calls: ToolCallFormat | None = None
@@ -96,7 +97,7 @@ def _probe_with(template: ChatTemplate, s: Sentinels) -> _Findings:
         findings.warnings.append("no probe turn renders: " + "; ".join(renderer.errors[-3:]))
         return findings
     header, tail, spans = rendered
-    findings.tail = tail
+    findings.tail, findings.header = tail, header
     findings.shape = renderer.shape_label
 
     # Tool calls: only when a call's name shows in its render.
@@ -214,6 +215,8 @@ def _probe(template: ChatTemplate) -> ProtocolSpec:
         or markers.reasoning_from_modes(modes, boundaries, evidence)
         or markers.reasoning_from_prompt(modes, evidence)
     )
+    if first.header == second.header:
+        markers.opener_in_header(first.header, reasoning, evidence)
     end_of_turn = markers.end_of_turn_markers(
         turns, tool_calls, first.next_turn if first.next_turn == second.next_turn else "",
         template.eos_token if "eos_token" not in missing else None, template.end_of_turn,

@@ -152,6 +152,21 @@ def reasoning_from_prompt(modes: dict[str, PromptMode], evidence: dict[str, str]
     return None
 
 
+def opener_in_header(header: str, reasoning: Reasoning | None, evidence: dict[str, str]) -> None:
+    """A reasoning block whose opener no render shows apart from the assistant header: every
+    assistant turn (and the generation prompt) starts with it, so it is part of the header
+    the renders share (`<|im_start|>assistant\n<think>\n`). Named when the header ends with
+    the end marker's pair (the end without its `/`: `</think>` -> `<think>`), so a model that
+    writes it again can be read (the spec's start marker); otherwise left unnamed."""
+    if reasoning is None or reasoning.start or "/" not in reasoning.end:
+        return
+    opener = reasoning.end.replace("/", "", 1)
+    if opener.strip() and opener != reasoning.end and header.rstrip().endswith(opener):
+        reasoning.start = opener
+        evidence["reasoning.start"] = (f"{opener!r} (the assistant header every turn shares ends with it, the pair of "
+                                       f"{reasoning.end!r}: the generation prompt opens the block)")
+
+
 def content_wrapper(turns: dict[str, list[Piece]], reasoning: Reasoning | None, boundaries: Boundaries,
                     end_of_turn: list[str], evidence: dict[str, str]) -> tuple[str, str]:
     """Text a content-only turn writes right around its content that is not reasoning or end of turn."""
