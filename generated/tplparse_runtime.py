@@ -1203,6 +1203,65 @@ def stoppable(literal):
     return all(stoppable_word(w) for w in words(literal))
 
 
+# Placeholders a call layout is written with to see whether it is a JSON object (and which
+# of its keys holds which slot).
+_JSON_CALL_FILLS = {"name": "tplparse-name", "id": "tplparse-id", "arguments": '{"tplparse-arguments": 0}'}
+# The other name models use for the arguments key (Llama writes "parameters", others "arguments").
+ARGUMENTS_ALIASES = {"arguments": "parameters", "parameters": "arguments"}
+
+
+def json_call_object(layout):
+    """A call layout that writes the call as a JSON object around its slots ({"name": NAME,
+    "arguments": ARGUMENTS}, with or without an id): the layout with its literals cut where
+    the object starts and ends, and (the object's first step, its last step, {slot: key});
+    else (the layout, None). Found by writing the layout with placeholders and decoding it."""
+    text, starts = "", []
+    for piece in layout:
+        starts.append(len(text))
+        if isinstance(piece, str):
+            text += piece
+        elif piece["slot"] in _JSON_CALL_FILLS:
+            text += _JSON_CALL_FILLS[piece["slot"]]
+        else:
+            return layout, None
+    found = None
+    for at in (i for i, ch in enumerate(text) if ch == "{"):
+        try:
+            value, end = JSON_DECODER.raw_decode(text, at)
+        except ValueError:
+            continue
+        if not isinstance(value, dict):
+            continue
+        keys = {slot: next((k for k, v in value.items() if v == JSON_DECODER.decode(f'"{fill}"' if slot != "arguments"
+                                                                                  else fill)), None)
+                for slot, fill in _JSON_CALL_FILLS.items()}
+        slots = {p["slot"] for p in layout if not isinstance(p, str)}
+        if keys["name"] and keys["arguments"] and all(keys[slot] for slot in slots):
+            found = at, end, {slot: key for slot, key in keys.items() if key}
+            break
+    if found is None:
+        return layout, None
+    at, end, keys = found
+
+    def piece_at(position):
+        return max(i for i, start in enumerate(starts) if start <= position)
+
+    first, last = piece_at(at), piece_at(end - 1)
+    if not isinstance(layout[first], str) or not isinstance(layout[last], str) or first == last:
+        return layout, None
+    cut = []
+    for i, piece in enumerate(layout):
+        if i == first and at > starts[i]:
+            cut += [piece[: at - starts[i]], piece[at - starts[i]:]]
+        elif i == last and end - starts[i] < len(piece):
+            cut += [piece[: end - starts[i]], piece[end - starts[i]:]]
+        else:
+            cut.append(piece)
+    start_step = first + (1 if at > starts[first] else 0)
+    end_step = last + (1 if at > starts[first] else 0)
+    return cut, (start_step, end_step, keys)
+
+
 def call_steps(layout):
     """The call layout as the steps the call reader runs, one per piece:
     (kind, the literal or the slot's characters, a match of a run of those characters,
@@ -1224,13 +1283,11 @@ def call_steps(layout):
         chars = {NAME: NAME_CHARS, CALL_ID: ID_CHARS, INDEX: DIGITS}.get(kind)
         closing = None
         if kind == ARGUMENTS:
-            written = ""  # the layout's text after the arguments, to its first literal with a word
+            written = ""  # the layout's text after the arguments, to its next slot
             for p in layout[i + 1:]:
                 if not isinstance(p, str):
                     break
                 written += p
-                if p.strip():
-                    break
             following = written.strip()
             closing = (following, words(following)[0] if following else "", written[: len(written) - len(written.lstrip())])
         steps.append((kind, chars, run_of(chars).match if chars else None, closing, _skips_whitespace(after), False, then,
@@ -1264,10 +1321,21 @@ class Protocol:
             self.separator = tc["separator"]
             self.parallel_all = tc["parallel"] == PARALLEL_ALL
             self.call_has_id = {"slot": "id"} in tc["call"]
-            self.call_steps = call_steps(tc["call"])
             arguments = self.arguments = tc["arguments"]
             self.object_arguments = arguments["style"] == "object"
             self.python_objects = self.object_arguments and arguments["encoder"] == "python"
+            # A call written as a JSON object is also read by its keys when it is not written
+            # in the layout's byte order (see Rules._call_object_by_key).
+            layout, self.json_call = json_call_object(tc["call"]) if self.object_arguments and not self.python_objects \
+                else (tc["call"], None)
+            self.call_steps = call_steps(layout)
+            # A call that starts with its JSON object starts with any of its keys (calls that
+            # follow each other with no separator are told by their first characters).
+            self.call_heads_by_key = ()
+            if self.json_call is not None and self.json_call[0] == 0:
+                keys = self.json_call[2]
+                named = {*keys.values(), ARGUMENTS_ALIASES.get(keys["arguments"], "arguments"), "type"}
+                self.call_heads_by_key = tuple(sorted('{"' + key + '"' for key in named))
             if not self.object_arguments:
                 self.key_values = KeyValueFormat(arguments)
         # Layout-driven forms (data from the spec's turn layouts, not family knowledge):
@@ -1673,6 +1741,20 @@ class Input:
             self._wait_for = self._pos + len(text)
             yield
 
+    def _peek_any_after_ws(self, texts):
+        """Whether one of `texts` comes next after whitespace (the whitespace is consumed, the
+        text is not); decided once what is here rules each of them in or out."""
+        longest = max(len(t) for t in texts)
+        while True:
+            self._pos = SPACES.match(self._text, self._pos).end()
+            here = self._text[self._pos:self._pos + longest]
+            if any(here.startswith(t) for t in texts):
+                return True
+            if self._eof or not any(t.startswith(here) for t in texts):
+                return False
+            self._wait_for = self._pos + longest
+            yield
+
     def _read_while(self, chars, what, then=0):
         """A run of `chars` (a tool name, a call id, an index), ended by any other character.
         `then`: the length of the literal that must follow; the parse waits for it too (it
@@ -1966,7 +2048,7 @@ class Rules:
         while True:
             index = len(self._calls) + self._invalid_calls
             call = {"name": None, "id": None, "arguments": None, "bad": None, "announced": False, "pending": None,
-                    "index": index}
+                    "index": index, "object_at": None}
             self._open_call = call
             k = self._call_steps_here(index, call, 0)
             if k < steps:
@@ -1982,6 +2064,8 @@ class Rules:
                 if head and (self._ws_here() and self._text.startswith(head, self._pos)
                              or (yield from self._peek_after_ws(head))):
                     continue
+                if p.call_heads_by_key and (yield from self._peek_any_after_ws(p.call_heads_by_key)):
+                    continue  # (a call object in another key order)
                 self._pos = start
             break
         if p.section_end.strip():
@@ -1995,8 +2079,11 @@ class Rules:
         their count)."""
         steps = self._p.call_steps
         text, pos = self._text, self._pos
+        json_call = self._p.json_call
         for k in range(k, len(steps)):
             kind, value, run, closing, ws_follows, exact, then, eats = steps[k]
+            if json_call is not None and k == json_call[0]:
+                call["object_at"] = pos  # (where a call written as a JSON object starts)
             if kind == LITERAL:
                 if exact and text.startswith(value, pos):  # as rendered
                     pos += len(value)
@@ -2032,22 +2119,84 @@ class Rules:
         here again when they can."""
         steps = self._p.call_steps
         n = len(steps)
+        json_call = self._p.json_call
         while k < n:
             kind, value, run, closing, ws_follows, exact, then, eats = steps[k]
-            if kind == LITERAL:
-                yield from self._match(value, ws_follows=ws_follows, eats=eats)
-            elif kind == ARGUMENTS:
-                yield from self._arguments_waiting(call, closing)
-            elif kind == NAME or kind == CALL_ID:
-                field = "name" if kind == NAME else "id"
-                run = yield from self._read_while(value, "tool name" if kind == NAME else "call id", then)
-                if call[field] is not None and call[field] != run:
-                    raise InvalidOutput(f"the call's {field} is {call[field]!r}, then {run!r}")
-                call[field] = run
-                self._announce_when_settled(index, call)
-            elif kind != UNREAD:
-                yield from self._read_while(value, "call index")
+            if json_call is not None and k == json_call[0]:
+                call["object_at"] = self._pos
+            try:
+                if kind == LITERAL:
+                    yield from self._match(value, ws_follows=ws_follows, eats=eats)
+                elif kind == ARGUMENTS:
+                    yield from self._arguments_waiting(call, closing)
+                elif kind == NAME or kind == CALL_ID:
+                    field = "name" if kind == NAME else "id"
+                    run = yield from self._read_while(value, "tool name" if kind == NAME else "call id", then)
+                    if call[field] is not None and call[field] != run:
+                        raise InvalidOutput(f"the call's {field} is {call[field]!r}, then {run!r}")
+                    call[field] = run
+                    self._announce_when_settled(index, call)
+                elif kind != UNREAD:
+                    yield from self._read_while(value, "call index")
+            except InvalidOutput:
+                if json_call is None or not json_call[0] <= k <= json_call[1] or call["object_at"] is None:
+                    raise
+                # Not in the layout's byte order: the call is a JSON object all the same
+                # (keys in another order, "parameters" for "arguments", extra keys, no id,
+                # arguments as a JSON string): read it by its keys.
+                yield from self._call_object_by_key(index, call, json_call[2])
+                k = json_call[1]
             k = self._call_steps_here(index, call, k + 1)
+
+    def _call_object_by_key(self, index, call, keys):
+        """tool-call, written as a JSON object in another order than the layout's: the whole
+        object from where it starts, decoded, its keys mapped to the call's slots (`keys`: the
+        layout's; "parameters" and "arguments" both name the arguments, other keys are not
+        the call's). What the layout's reader read of it stands if the object says the same."""
+        stream = self._streaming
+        if stream is not None:
+            stream.pause()  # (what it gave out stays given; the rest goes out when the call is complete)
+        self._pos = call["object_at"]
+        text = yield from self._read_balanced('"', "call object")
+        try:
+            value = JSON_DECODER.decode(text)
+        except RecursionError:
+            raise InvalidOutput("the call object is nested too deeply to read") from None
+        except ValueError as e:
+            raise InvalidOutput(f"the call is not a JSON object: {e}") from None
+        if not isinstance(value, dict):
+            raise InvalidOutput(f"the call is not a JSON object: {text[:40]!r}")
+        name = value.get(keys["name"])
+        if not isinstance(name, str) or not name:
+            raise InvalidOutput(f"the call object has no {keys['name']!r} string: {text[:60]!r}")
+        if call["name"] is not None and call["name"] != name:
+            raise InvalidOutput(f"the call's name is {call['name']!r}, then {name!r}")
+        call["name"] = name
+        if "id" in keys:
+            found = value.get(keys["id"])
+            if found is not None and not isinstance(found, str):
+                raise InvalidOutput(f"the call's {keys['id']!r} is not a string: {found!r}")
+            if call["id"] is not None and found is not None and call["id"] != found:
+                raise InvalidOutput(f"the call's id is {call['id']!r}, then {found!r}")
+            call["id"] = call["id"] or found
+        named = [k for k in (keys["arguments"], ARGUMENTS_ALIASES.get(keys["arguments"])) if k in value]
+        arguments = value[named[0]] if named else {}
+        if len(named) > 1:
+            call["bad"] = f"the call object has both {named[0]!r} and {named[1]!r}"
+            return
+        if isinstance(arguments, str):  # (arguments as a JSON string of the object)
+            try:
+                arguments = JSON_DECODER.decode(arguments)
+            except (ValueError, RecursionError):
+                call["bad"] = f"the arguments string is not a JSON object: {arguments[:40]!r}"
+                return
+        if not isinstance(arguments, dict):
+            call["bad"] = "the arguments are not an object"
+            return
+        call["bad"] = None
+        self._arguments_read(call, arguments)
+        if "id" not in keys or call["id"] is not None:
+            self._announce_when_settled(index, call)
 
     def _announce_when_settled(self, index, call):
         """The header goes out once the name (and the id, when the layout has one) is read, and
@@ -2154,6 +2303,10 @@ class Rules:
         """arguments, waiting for them as they arrive."""
         p = self._p
         if p.object_arguments:
+            if p.json_call is not None:
+                yield from self._skip_ws()
+                if self._text.startswith('"', self._pos):
+                    raise InvalidOutput("the arguments are a JSON string")  # (the call object is read by its keys)
             if call["announced"]:  # the arguments go out as they arrive
                 self._streaming = ObjectStream(call["index"], self._pos, p.python_objects)
                 self._stream_arguments()

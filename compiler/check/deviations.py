@@ -15,20 +15,27 @@ the parser does not read is a failing test, not a silent reading.
                                   them out; finish_reason "stop"
     value closing tags missing    key/value arguments written without their values' closing
                                   tag (`</parameter>`): all of them, or the last one
+    call object by key            a call written as a JSON object, not in the layout's byte
+                                  order: keys reversed, "parameters" for "arguments" (or the
+                                  other way), an extra "type": "function", arguments as a
+                                  JSON string
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..runtime import stoppable_word
+import json
+
+from ..runtime import ARGUMENTS_ALIASES, json_call_object, stoppable_word
 from ..spec import ArgumentStyle, ProtocolSpec, Start, kv_parts
 from .proof import ModelOutput
 
 OPENER_REPEATED = "reasoning opener repeated"
 CLOSING_EATEN = "closing markers eaten"
 VALUE_CLOSERS_MISSING = "value closing tags missing"
-RULES = (OPENER_REPEATED, CLOSING_EATEN, VALUE_CLOSERS_MISSING)
+CALL_OBJECT_BY_KEY = "call object by key"
+RULES = (OPENER_REPEATED, CLOSING_EATEN, VALUE_CLOSERS_MISSING, CALL_OBJECT_BY_KEY)
 
 
 @dataclass(frozen=True)
@@ -89,6 +96,27 @@ def value_closer(spec: ProtocolSpec) -> str | None:
     return after.strip()
 
 
+def _rewritten_call_objects(text: str, name_key: str, names: set[str], rewrite) -> str:
+    """`text` with each JSON object that names one of `names` under `name_key` replaced by
+    rewrite(its dict) (written by json.dumps)."""
+    out, i = [], 0
+    decoder = json.JSONDecoder()
+    while True:
+        at = text.find("{", i)
+        if at == -1:
+            break
+        try:
+            value, end = decoder.raw_decode(text, at)
+        except ValueError:
+            value, end = None, at + 1
+        if isinstance(value, dict) and value.get(name_key) in names:
+            out += [text[i:at], json.dumps(rewrite(value), ensure_ascii=False)]
+        else:
+            out.append(text[i:end])
+        i = end
+    return "".join(out) + text[i:]
+
+
 def deviations(output: ModelOutput, spec: ProtocolSpec) -> list[Deviation]:
     """The deviated forms of `output` that the tolerance rules apply to (none: the rules do
     not apply to this turn)."""
@@ -117,4 +145,22 @@ def deviations(output: ModelOutput, spec: ProtocolSpec) -> list[Deviation]:
             at = output.text.rindex(closer)
             found.append(Deviation(VALUE_CLOSERS_MISSING, output.text[:at] + output.text[at + len(closer):],
                                    output.start, "stop", output.expected, (closer,)))
+    # A call object by key: the call objects of the render rewritten four ways.
+    calls = spec.tool_calls
+    _, json_call = json_call_object(calls.call) if calls is not None and calls.arguments.style == ArgumentStyle.OBJECT \
+        and calls.arguments.encoder == "json" else (None, None)
+    names = {name for name, _ in output.expected["tool_calls"]}
+    if json_call is not None and names:
+        keys = json_call[2]
+        alias = ARGUMENTS_ALIASES.get(keys["arguments"], "arguments")
+        ways = {
+            "keys reversed": lambda v: dict(reversed(list(v.items()))),
+            f"{alias!r} for {keys['arguments']!r}": lambda v: {alias if k == keys["arguments"] else k: x for k, x in v.items()},
+            "an extra key": lambda v: {"type": "function", **v},
+            "arguments as a JSON string": lambda v: {k: json.dumps(x) if k == keys["arguments"] else x for k, x in v.items()},
+        }
+        for way, rewrite in ways.items():
+            text = _rewritten_call_objects(output.text, keys["name"], names, rewrite)
+            if text != output.text:
+                found.append(Deviation(CALL_OBJECT_BY_KEY, text, output.start, "stop", output.expected, (way,)))
     return found

@@ -293,6 +293,20 @@ class Input:
             self._wait_for = self._pos + len(text)
             yield
 
+    def _peek_any_after_ws(self, texts):
+        """Whether one of `texts` comes next after whitespace (the whitespace is consumed, the
+        text is not); decided once what is here rules each of them in or out."""
+        longest = max(len(t) for t in texts)
+        while True:
+            self._pos = SPACES.match(self._text, self._pos).end()
+            here = self._text[self._pos:self._pos + longest]
+            if any(here.startswith(t) for t in texts):
+                return True
+            if self._eof or not any(t.startswith(here) for t in texts):
+                return False
+            self._wait_for = self._pos + longest
+            yield
+
     def _read_while(self, chars, what, then=0):
         """A run of `chars` (a tool name, a call id, an index), ended by any other character.
         `then`: the length of the literal that must follow; the parse waits for it too (it

@@ -9,7 +9,7 @@ family.
 """
 
 from .text import DIGITS, ID_CHARS, NAME_CHARS, class_body, run_of, words
-from .values import format_fillers
+from .values import JSON_DECODER, format_fillers
 
 ###{standalone
 import re
@@ -158,6 +158,65 @@ def stoppable(literal):
     return all(stoppable_word(w) for w in words(literal))
 
 
+# Placeholders a call layout is written with to see whether it is a JSON object (and which
+# of its keys holds which slot).
+_JSON_CALL_FILLS = {"name": "tplparse-name", "id": "tplparse-id", "arguments": '{"tplparse-arguments": 0}'}
+# The other name models use for the arguments key (Llama writes "parameters", others "arguments").
+ARGUMENTS_ALIASES = {"arguments": "parameters", "parameters": "arguments"}
+
+
+def json_call_object(layout):
+    """A call layout that writes the call as a JSON object around its slots ({"name": NAME,
+    "arguments": ARGUMENTS}, with or without an id): the layout with its literals cut where
+    the object starts and ends, and (the object's first step, its last step, {slot: key});
+    else (the layout, None). Found by writing the layout with placeholders and decoding it."""
+    text, starts = "", []
+    for piece in layout:
+        starts.append(len(text))
+        if isinstance(piece, str):
+            text += piece
+        elif piece["slot"] in _JSON_CALL_FILLS:
+            text += _JSON_CALL_FILLS[piece["slot"]]
+        else:
+            return layout, None
+    found = None
+    for at in (i for i, ch in enumerate(text) if ch == "{"):
+        try:
+            value, end = JSON_DECODER.raw_decode(text, at)
+        except ValueError:
+            continue
+        if not isinstance(value, dict):
+            continue
+        keys = {slot: next((k for k, v in value.items() if v == JSON_DECODER.decode(f'"{fill}"' if slot != "arguments"
+                                                                                  else fill)), None)
+                for slot, fill in _JSON_CALL_FILLS.items()}
+        slots = {p["slot"] for p in layout if not isinstance(p, str)}
+        if keys["name"] and keys["arguments"] and all(keys[slot] for slot in slots):
+            found = at, end, {slot: key for slot, key in keys.items() if key}
+            break
+    if found is None:
+        return layout, None
+    at, end, keys = found
+
+    def piece_at(position):
+        return max(i for i, start in enumerate(starts) if start <= position)
+
+    first, last = piece_at(at), piece_at(end - 1)
+    if not isinstance(layout[first], str) or not isinstance(layout[last], str) or first == last:
+        return layout, None
+    cut = []
+    for i, piece in enumerate(layout):
+        if i == first and at > starts[i]:
+            cut += [piece[: at - starts[i]], piece[at - starts[i]:]]
+        elif i == last and end - starts[i] < len(piece):
+            cut += [piece[: end - starts[i]], piece[end - starts[i]:]]
+        else:
+            cut.append(piece)
+    start_step = first + (1 if at > starts[first] else 0)
+    end_step = last + (1 if at > starts[first] else 0)
+    return cut, (start_step, end_step, keys)
+
+
 def call_steps(layout):
     """The call layout as the steps the call reader runs, one per piece:
     (kind, the literal or the slot's characters, a match of a run of those characters,
@@ -179,13 +238,11 @@ def call_steps(layout):
         chars = {NAME: NAME_CHARS, CALL_ID: ID_CHARS, INDEX: DIGITS}.get(kind)
         closing = None
         if kind == ARGUMENTS:
-            written = ""  # the layout's text after the arguments, to its first literal with a word
+            written = ""  # the layout's text after the arguments, to its next slot
             for p in layout[i + 1:]:
                 if not isinstance(p, str):
                     break
                 written += p
-                if p.strip():
-                    break
             following = written.strip()
             closing = (following, words(following)[0] if following else "", written[: len(written) - len(written.lstrip())])
         steps.append((kind, chars, run_of(chars).match if chars else None, closing, _skips_whitespace(after), False, then,
@@ -219,10 +276,21 @@ class Protocol:
             self.separator = tc["separator"]
             self.parallel_all = tc["parallel"] == PARALLEL_ALL
             self.call_has_id = {"slot": "id"} in tc["call"]
-            self.call_steps = call_steps(tc["call"])
             arguments = self.arguments = tc["arguments"]
             self.object_arguments = arguments["style"] == "object"
             self.python_objects = self.object_arguments and arguments["encoder"] == "python"
+            # A call written as a JSON object is also read by its keys when it is not written
+            # in the layout's byte order (see Rules._call_object_by_key).
+            layout, self.json_call = json_call_object(tc["call"]) if self.object_arguments and not self.python_objects \
+                else (tc["call"], None)
+            self.call_steps = call_steps(layout)
+            # A call that starts with its JSON object starts with any of its keys (calls that
+            # follow each other with no separator are told by their first characters).
+            self.call_heads_by_key = ()
+            if self.json_call is not None and self.json_call[0] == 0:
+                keys = self.json_call[2]
+                named = {*keys.values(), ARGUMENTS_ALIASES.get(keys["arguments"], "arguments"), "type"}
+                self.call_heads_by_key = tuple(sorted('{"' + key + '"' for key in named))
             if not self.object_arguments:
                 self.key_values = KeyValueFormat(arguments)
         # Layout-driven forms (data from the spec's turn layouts, not family knowledge):

@@ -27,8 +27,8 @@ call by the same steps.
 """
 
 from .errors import BadArguments, InvalidOutput, TruncatedOutput
-from .protocol import (ARGUMENTS, CALL_ID, CONTENT, LITERAL, NAME, NATURAL_STOPS, REASONING, UNREAD, closes_a_value,
-                       stoppable_word)
+from .protocol import (ARGUMENTS, ARGUMENTS_ALIASES, CALL_ID, CONTENT, LITERAL, NAME, NATURAL_STOPS, REASONING, UNREAD,
+                       closes_a_value, stoppable_word)
 from .text import NAME_CHARS, SPACES, first_of, held_back, literal_here, marker_starts, waker, words
 from .streams import KeyValueStream, ObjectStream
 from .values import JSON_DECODER, arguments_json, decode_native, keeps_text, object_value, python_value, typed_raw
@@ -268,7 +268,7 @@ class Rules:
         while True:
             index = len(self._calls) + self._invalid_calls
             call = {"name": None, "id": None, "arguments": None, "bad": None, "announced": False, "pending": None,
-                    "index": index}
+                    "index": index, "object_at": None}
             self._open_call = call
             k = self._call_steps_here(index, call, 0)
             if k < steps:
@@ -284,6 +284,8 @@ class Rules:
                 if head and (self._ws_here() and self._text.startswith(head, self._pos)
                              or (yield from self._peek_after_ws(head))):
                     continue
+                if p.call_heads_by_key and (yield from self._peek_any_after_ws(p.call_heads_by_key)):
+                    continue  # (a call object in another key order)
                 self._pos = start
             break
         if p.section_end.strip():
@@ -297,8 +299,11 @@ class Rules:
         their count)."""
         steps = self._p.call_steps
         text, pos = self._text, self._pos
+        json_call = self._p.json_call
         for k in range(k, len(steps)):
             kind, value, run, closing, ws_follows, exact, then, eats = steps[k]
+            if json_call is not None and k == json_call[0]:
+                call["object_at"] = pos  # (where a call written as a JSON object starts)
             if kind == LITERAL:
                 if exact and text.startswith(value, pos):  # as rendered
                     pos += len(value)
@@ -334,22 +339,84 @@ class Rules:
         here again when they can."""
         steps = self._p.call_steps
         n = len(steps)
+        json_call = self._p.json_call
         while k < n:
             kind, value, run, closing, ws_follows, exact, then, eats = steps[k]
-            if kind == LITERAL:
-                yield from self._match(value, ws_follows=ws_follows, eats=eats)
-            elif kind == ARGUMENTS:
-                yield from self._arguments_waiting(call, closing)
-            elif kind == NAME or kind == CALL_ID:
-                field = "name" if kind == NAME else "id"
-                run = yield from self._read_while(value, "tool name" if kind == NAME else "call id", then)
-                if call[field] is not None and call[field] != run:
-                    raise InvalidOutput(f"the call's {field} is {call[field]!r}, then {run!r}")
-                call[field] = run
-                self._announce_when_settled(index, call)
-            elif kind != UNREAD:
-                yield from self._read_while(value, "call index")
+            if json_call is not None and k == json_call[0]:
+                call["object_at"] = self._pos
+            try:
+                if kind == LITERAL:
+                    yield from self._match(value, ws_follows=ws_follows, eats=eats)
+                elif kind == ARGUMENTS:
+                    yield from self._arguments_waiting(call, closing)
+                elif kind == NAME or kind == CALL_ID:
+                    field = "name" if kind == NAME else "id"
+                    run = yield from self._read_while(value, "tool name" if kind == NAME else "call id", then)
+                    if call[field] is not None and call[field] != run:
+                        raise InvalidOutput(f"the call's {field} is {call[field]!r}, then {run!r}")
+                    call[field] = run
+                    self._announce_when_settled(index, call)
+                elif kind != UNREAD:
+                    yield from self._read_while(value, "call index")
+            except InvalidOutput:
+                if json_call is None or not json_call[0] <= k <= json_call[1] or call["object_at"] is None:
+                    raise
+                # Not in the layout's byte order: the call is a JSON object all the same
+                # (keys in another order, "parameters" for "arguments", extra keys, no id,
+                # arguments as a JSON string): read it by its keys.
+                yield from self._call_object_by_key(index, call, json_call[2])
+                k = json_call[1]
             k = self._call_steps_here(index, call, k + 1)
+
+    def _call_object_by_key(self, index, call, keys):
+        """tool-call, written as a JSON object in another order than the layout's: the whole
+        object from where it starts, decoded, its keys mapped to the call's slots (`keys`: the
+        layout's; "parameters" and "arguments" both name the arguments, other keys are not
+        the call's). What the layout's reader read of it stands if the object says the same."""
+        stream = self._streaming
+        if stream is not None:
+            stream.pause()  # (what it gave out stays given; the rest goes out when the call is complete)
+        self._pos = call["object_at"]
+        text = yield from self._read_balanced('"', "call object")
+        try:
+            value = JSON_DECODER.decode(text)
+        except RecursionError:
+            raise InvalidOutput("the call object is nested too deeply to read") from None
+        except ValueError as e:
+            raise InvalidOutput(f"the call is not a JSON object: {e}") from None
+        if not isinstance(value, dict):
+            raise InvalidOutput(f"the call is not a JSON object: {text[:40]!r}")
+        name = value.get(keys["name"])
+        if not isinstance(name, str) or not name:
+            raise InvalidOutput(f"the call object has no {keys['name']!r} string: {text[:60]!r}")
+        if call["name"] is not None and call["name"] != name:
+            raise InvalidOutput(f"the call's name is {call['name']!r}, then {name!r}")
+        call["name"] = name
+        if "id" in keys:
+            found = value.get(keys["id"])
+            if found is not None and not isinstance(found, str):
+                raise InvalidOutput(f"the call's {keys['id']!r} is not a string: {found!r}")
+            if call["id"] is not None and found is not None and call["id"] != found:
+                raise InvalidOutput(f"the call's id is {call['id']!r}, then {found!r}")
+            call["id"] = call["id"] or found
+        named = [k for k in (keys["arguments"], ARGUMENTS_ALIASES.get(keys["arguments"])) if k in value]
+        arguments = value[named[0]] if named else {}
+        if len(named) > 1:
+            call["bad"] = f"the call object has both {named[0]!r} and {named[1]!r}"
+            return
+        if isinstance(arguments, str):  # (arguments as a JSON string of the object)
+            try:
+                arguments = JSON_DECODER.decode(arguments)
+            except (ValueError, RecursionError):
+                call["bad"] = f"the arguments string is not a JSON object: {arguments[:40]!r}"
+                return
+        if not isinstance(arguments, dict):
+            call["bad"] = "the arguments are not an object"
+            return
+        call["bad"] = None
+        self._arguments_read(call, arguments)
+        if "id" not in keys or call["id"] is not None:
+            self._announce_when_settled(index, call)
 
     def _announce_when_settled(self, index, call):
         """The header goes out once the name (and the id, when the layout has one) is read, and
@@ -456,6 +523,10 @@ class Rules:
         """arguments, waiting for them as they arrive."""
         p = self._p
         if p.object_arguments:
+            if p.json_call is not None:
+                yield from self._skip_ws()
+                if self._text.startswith('"', self._pos):
+                    raise InvalidOutput("the arguments are a JSON string")  # (the call object is read by its keys)
             if call["announced"]:  # the arguments go out as they arrive
                 self._streaming = ObjectStream(call["index"], self._pos, p.python_objects)
                 self._stream_arguments()
