@@ -1212,9 +1212,9 @@ ARGUMENTS_ALIASES = {"arguments": "parameters", "parameters": "arguments"}
 
 def json_call_object(layout):
     """A call layout that writes the call as a JSON object around its slots ({"name": NAME,
-    "arguments": ARGUMENTS}, with or without an id): the layout with its literals cut where
-    the object starts and ends, and (the object's first step, its last step, {slot: key});
-    else (the layout, None). Found by writing the layout with placeholders and decoding it."""
+    "arguments": ARGUMENTS}, with or without an id): (its first step, the text of that
+    literal before the object, its last step, the text of that literal after the object,
+    {slot: key}); else None. Found by writing the layout with placeholders and decoding it."""
     text, starts = "", []
     for piece in layout:
         starts.append(len(text))
@@ -1223,8 +1223,8 @@ def json_call_object(layout):
         elif piece["slot"] in _JSON_CALL_FILLS:
             text += _JSON_CALL_FILLS[piece["slot"]]
         else:
-            return layout, None
-    found = None
+            return None
+    slots = {p["slot"] for p in layout if not isinstance(p, str)}
     for at in (i for i, ch in enumerate(text) if ch == "{"):
         try:
             value, end = JSON_DECODER.raw_decode(text, at)
@@ -1235,31 +1235,15 @@ def json_call_object(layout):
         keys = {slot: next((k for k, v in value.items() if v == JSON_DECODER.decode(f'"{fill}"' if slot != "arguments"
                                                                                   else fill)), None)
                 for slot, fill in _JSON_CALL_FILLS.items()}
-        slots = {p["slot"] for p in layout if not isinstance(p, str)}
-        if keys["name"] and keys["arguments"] and all(keys[slot] for slot in slots):
-            found = at, end, {slot: key for slot, key in keys.items() if key}
-            break
-    if found is None:
-        return layout, None
-    at, end, keys = found
-
-    def piece_at(position):
-        return max(i for i, start in enumerate(starts) if start <= position)
-
-    first, last = piece_at(at), piece_at(end - 1)
-    if not isinstance(layout[first], str) or not isinstance(layout[last], str) or first == last:
-        return layout, None
-    cut = []
-    for i, piece in enumerate(layout):
-        if i == first and at > starts[i]:
-            cut += [piece[: at - starts[i]], piece[at - starts[i]:]]
-        elif i == last and end - starts[i] < len(piece):
-            cut += [piece[: end - starts[i]], piece[end - starts[i]:]]
-        else:
-            cut.append(piece)
-    start_step = first + (1 if at > starts[first] else 0)
-    end_step = last + (1 if at > starts[first] else 0)
-    return cut, (start_step, end_step, keys)
+        if not (keys["name"] and keys["arguments"] and all(keys[slot] for slot in slots)):
+            continue
+        first = max(i for i, start in enumerate(starts) if start <= at)
+        last = max(i for i, start in enumerate(starts) if start <= end - 1)
+        if first == last or not isinstance(layout[first], str) or not isinstance(layout[last], str):
+            return None
+        return (first, layout[first][: at - starts[first]], last, layout[last][end - starts[last]:],
+                {slot: key for slot, key in keys.items() if key})
+    return None
 
 
 def call_steps(layout):
@@ -1283,11 +1267,13 @@ def call_steps(layout):
         chars = {NAME: NAME_CHARS, CALL_ID: ID_CHARS, INDEX: DIGITS}.get(kind)
         closing = None
         if kind == ARGUMENTS:
-            written = ""  # the layout's text after the arguments, to its next slot
+            written = ""  # the layout's text after the arguments, to its first literal with a word
             for p in layout[i + 1:]:
                 if not isinstance(p, str):
                     break
                 written += p
+                if p.strip():
+                    break
             following = written.strip()
             closing = (following, words(following)[0] if following else "", written[: len(written) - len(written.lstrip())])
         steps.append((kind, chars, run_of(chars).match if chars else None, closing, _skips_whitespace(after), False, then,
@@ -1326,14 +1312,13 @@ class Protocol:
             self.python_objects = self.object_arguments and arguments["encoder"] == "python"
             # A call written as a JSON object is also read by its keys when it is not written
             # in the layout's byte order (see Rules._call_object_by_key).
-            layout, self.json_call = json_call_object(tc["call"]) if self.object_arguments and not self.python_objects \
-                else (tc["call"], None)
-            self.call_steps = call_steps(layout)
+            self.json_call = json_call_object(tc["call"]) if self.object_arguments and not self.python_objects else None
+            self.call_steps = call_steps(tc["call"])
             # A call that starts with its JSON object starts with any of its keys (calls that
             # follow each other with no separator are told by their first characters).
             self.call_heads_by_key = ()
-            if self.json_call is not None and self.json_call[0] == 0:
-                keys = self.json_call[2]
+            if self.json_call is not None and self.json_call[0] == 0 and not self.json_call[1].strip():
+                keys = self.json_call[4]
                 named = {*keys.values(), ARGUMENTS_ALIASES.get(keys["arguments"], "arguments"), "type"}
                 self.call_heads_by_key = tuple(sorted('{"' + key + '"' for key in named))
             if not self.object_arguments:
@@ -2139,16 +2124,24 @@ class Rules:
                 elif kind != UNREAD:
                     yield from self._read_while(value, "call index")
             except InvalidOutput:
-                if json_call is None or not json_call[0] <= k <= json_call[1] or call["object_at"] is None:
+                first, before, last, after, keys = json_call or (None,) * 5
+                at = call["object_at"]
+                if json_call is None or not first <= k <= last or at is None:
                     raise
+                if before.strip():  # (the object starts after that literal's text before it: here?)
+                    at = literal_here(self._text, at, before, True)
+                    if at < 0:
+                        raise
                 # Not in the layout's byte order: the call is a JSON object all the same
                 # (keys in another order, "parameters" for "arguments", extra keys, no id,
-                # arguments as a JSON string): read it by its keys.
-                yield from self._call_object_by_key(index, call, json_call[2])
-                k = json_call[1]
+                # arguments as a JSON string): read it by its keys, then the rest of its layout.
+                yield from self._call_object_by_key(index, call, keys, at)
+                if after:
+                    yield from self._match(after, ws_follows=steps[last][4], eats=steps[last][7])
+                k = last
             k = self._call_steps_here(index, call, k + 1)
 
-    def _call_object_by_key(self, index, call, keys):
+    def _call_object_by_key(self, index, call, keys, at):
         """tool-call, written as a JSON object in another order than the layout's: the whole
         object from where it starts, decoded, its keys mapped to the call's slots (`keys`: the
         layout's; "parameters" and "arguments" both name the arguments, other keys are not
@@ -2156,7 +2149,7 @@ class Rules:
         stream = self._streaming
         if stream is not None:
             stream.pause()  # (what it gave out stays given; the rest goes out when the call is complete)
-        self._pos = call["object_at"]
+        self._pos = at
         text = yield from self._read_balanced('"', "call object")
         try:
             value = JSON_DECODER.decode(text)

@@ -147,11 +147,11 @@ def deviations(output: ModelOutput, spec: ProtocolSpec) -> list[Deviation]:
                                    output.start, "stop", output.expected, (closer,)))
     # A call object by key: the call objects of the render rewritten four ways.
     calls = spec.tool_calls
-    _, json_call = json_call_object(calls.call) if calls is not None and calls.arguments.style == ArgumentStyle.OBJECT \
-        and calls.arguments.encoder == "json" else (None, None)
+    json_call = json_call_object(calls.call) if calls is not None and calls.arguments.style == ArgumentStyle.OBJECT \
+        and calls.arguments.encoder == "json" else None
     names = {name for name, _ in output.expected["tool_calls"]}
     if json_call is not None and names:
-        keys = json_call[2]
+        keys = json_call[4]
         alias = ARGUMENTS_ALIASES.get(keys["arguments"], "arguments")
         ways = {
             "keys reversed": lambda v: dict(reversed(list(v.items()))),

@@ -359,16 +359,24 @@ class Rules:
                 elif kind != UNREAD:
                     yield from self._read_while(value, "call index")
             except InvalidOutput:
-                if json_call is None or not json_call[0] <= k <= json_call[1] or call["object_at"] is None:
+                first, before, last, after, keys = json_call or (None,) * 5
+                at = call["object_at"]
+                if json_call is None or not first <= k <= last or at is None:
                     raise
+                if before.strip():  # (the object starts after that literal's text before it: here?)
+                    at = literal_here(self._text, at, before, True)
+                    if at < 0:
+                        raise
                 # Not in the layout's byte order: the call is a JSON object all the same
                 # (keys in another order, "parameters" for "arguments", extra keys, no id,
-                # arguments as a JSON string): read it by its keys.
-                yield from self._call_object_by_key(index, call, json_call[2])
-                k = json_call[1]
+                # arguments as a JSON string): read it by its keys, then the rest of its layout.
+                yield from self._call_object_by_key(index, call, keys, at)
+                if after:
+                    yield from self._match(after, ws_follows=steps[last][4], eats=steps[last][7])
+                k = last
             k = self._call_steps_here(index, call, k + 1)
 
-    def _call_object_by_key(self, index, call, keys):
+    def _call_object_by_key(self, index, call, keys, at):
         """tool-call, written as a JSON object in another order than the layout's: the whole
         object from where it starts, decoded, its keys mapped to the call's slots (`keys`: the
         layout's; "parameters" and "arguments" both name the arguments, other keys are not
@@ -376,7 +384,7 @@ class Rules:
         stream = self._streaming
         if stream is not None:
             stream.pause()  # (what it gave out stays given; the rest goes out when the call is complete)
-        self._pos = call["object_at"]
+        self._pos = at
         text = yield from self._read_balanced('"', "call object")
         try:
             value = JSON_DECODER.decode(text)
