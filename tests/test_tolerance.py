@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 import tplparse
 from tplparse import runtime
 from tplparse.bridge import compile_in_memory
-from tplparse.check.deviations import CLOSING_EATEN, OPENER_REPEATED, RULES, closing_markers, deviations, value_closer
+from tplparse.check.deviations import (CALL_ID_LEFT_OUT, CALL_OBJECT_BY_KEY, CLOSING_EATEN, OPENER_REPEATED, RULES,
+                                       closing_markers, deviations, value_closer)
 from tplparse.check.proof import STANDARD_TOOLS, model_outputs, readable
 from tplparse.spec import kv_parts
 
@@ -59,6 +60,10 @@ def parsed(protocol, text, start, finish_reason="stop", cuts=None):
     return parser.message
 
 
+def without_ids(message):
+    return {**message, "tool_calls": [{**c, "id": None} for c in message["tool_calls"]]}
+
+
 def every(n):
     return lambda text: range(n, len(text), n)
 
@@ -78,7 +83,11 @@ def test_deviated_outputs_read_as_the_render(stem):
         for deviation in deviations(output, spec):
             where = (output.turn, deviation.rule, deviation.eaten)
             one_shot = parsed(protocol, deviation.text, deviation.start.value, deviation.finish_reason)
-            assert one_shot == canonical, where
+            if deviation.same_ids:
+                assert one_shot == canonical, where
+            else:  # (the ids the render wrote are left out: the parser numbers the calls)
+                assert without_ids(one_shot) == without_ids(canonical), where
+                assert [c["id"] for c in one_shot["tool_calls"]] == [f"call_{i}" for i in range(len(one_shot["tool_calls"]))]
             assert readable(one_shot) == deviation.expected, where
             for chunking in CHUNKINGS:
                 cuts = chunking(deviation.text)
@@ -125,7 +134,10 @@ def test_each_rule_applies_to_two_families_or_more():
         for output in outputs:
             for deviation in deviations(output, spec):
                 families[deviation.rule].add(path.stem)
-    assert {rule: len(families[rule]) >= 2 for rule in RULES} == {rule: True for rule in RULES}, dict(families)
+    # (one corpus layout writes its id between literals of its own, Mistral Small 3.2's
+    # [CALL_ID]: the other id left out is in a JSON call object, Mistral Nemo's "no id")
+    least = {rule: 1 if rule == CALL_ID_LEFT_OUT else 2 for rule in RULES}
+    assert {rule: len(families[rule]) >= least[rule] for rule in RULES} == {rule: True for rule in RULES}, dict(families)
     # A rule that strips the markers calls close with, not only end-of-turn markers:
     assert len({stem for stem in families[CLOSING_EATEN] if compiled(stem)[0].tool_calls is not None}) >= 2
 
@@ -181,6 +193,14 @@ def test_combined_deviations_in_random_chunkings(data):
     cuts = data.draw(st.lists(st.integers(1, max(1, len(text) - 1)), max_size=12))
     assert parsed(protocol, text, output.start.value, "stop", cuts) == canonical
     assert parsed(protocol, text, output.start.value, "stop") == canonical
+    # ... and with the render's call objects or ids rewritten too, where a rule does that
+    rewritten = [d for d in found if d.rule in (CALL_OBJECT_BY_KEY, CALL_ID_LEFT_OUT)]
+    if rewritten:
+        other = data.draw(st.sampled_from(rewritten))
+        one_shot = parsed(protocol, other.text, output.start.value, "stop")
+        assert parsed(protocol, other.text, output.start.value, "stop", cuts) == one_shot
+        expected = canonical if other.same_ids else without_ids(canonical)
+        assert (one_shot if other.same_ids else without_ids(one_shot)) == expected
 
 
 @needs_corpus

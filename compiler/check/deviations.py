@@ -18,7 +18,9 @@ the parser does not read is a failing test, not a silent reading.
     call object by key            a call written as a JSON object, not in the layout's byte
                                   order: keys reversed, "parameters" for "arguments" (or the
                                   other way), an extra "type": "function", arguments as a
-                                  JSON string
+                                  JSON string, no id
+    call id left out              a call layout's id, with the literal that opens it, left
+                                  out ([TOOL_CALLS]name[ARGS]{…} for …[CALL_ID]id[ARGS]{…})
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import json
+import re
 
 from ..runtime import ARGUMENTS_ALIASES, json_call_object, stoppable_word
 from ..spec import ArgumentStyle, ProtocolSpec, Start, kv_parts
@@ -35,7 +38,8 @@ OPENER_REPEATED = "reasoning opener repeated"
 CLOSING_EATEN = "closing markers eaten"
 VALUE_CLOSERS_MISSING = "value closing tags missing"
 CALL_OBJECT_BY_KEY = "call object by key"
-RULES = (OPENER_REPEATED, CLOSING_EATEN, VALUE_CLOSERS_MISSING, CALL_OBJECT_BY_KEY)
+CALL_ID_LEFT_OUT = "call id left out"
+RULES = (OPENER_REPEATED, CLOSING_EATEN, VALUE_CLOSERS_MISSING, CALL_OBJECT_BY_KEY, CALL_ID_LEFT_OUT)
 
 
 @dataclass(frozen=True)
@@ -47,7 +51,8 @@ class Deviation:
     start: Start
     finish_reason: str
     expected: dict  # the message it must read back as (the original output's)
-    eaten: tuple[str, ...] = ()  # the markers left out (closing markers eaten), last first
+    eaten: tuple[str, ...] = ()  # what the deviation did (the markers left out, last first; the way)
+    same_ids: bool = True  # False: the call ids are not the render's (it left them out: call_N)
 
 
 def closing_markers(spec: ProtocolSpec) -> list[str]:
@@ -159,8 +164,26 @@ def deviations(output: ModelOutput, spec: ProtocolSpec) -> list[Deviation]:
             "an extra key": lambda v: {"type": "function", **v},
             "arguments as a JSON string": lambda v: {k: json.dumps(x) if k == keys["arguments"] else x for k, x in v.items()},
         }
+        if "id" in keys:
+            ways["no id"] = lambda v: {k: x for k, x in v.items() if k != keys["id"]}
         for way, rewrite in ways.items():
             text = _rewritten_call_objects(output.text, keys["name"], names, rewrite)
             if text != output.text:
-                found.append(Deviation(CALL_OBJECT_BY_KEY, text, output.start, "stop", output.expected, (way,)))
+                found.append(Deviation(CALL_OBJECT_BY_KEY, text, output.start, "stop", output.expected, (way,),
+                                       same_ids=way != "no id"))
+    # A call id left out, with the literal before it: [CALL_ID]id between two literals.
+    if calls is not None and names:
+        layout = calls.call
+        inside = range(json_call[0], json_call[2] + 1) if json_call is not None else range(0)
+        for i in range(1, len(layout) - 1):
+            if i in inside:
+                continue  # (in a JSON call object: "no id" above)
+            before, after = layout[i - 1], layout[i + 1]
+            if layout[i] == {"slot": "id"} and isinstance(before, str) and isinstance(after, str) and before.strip() \
+                    and after.strip():
+                text = re.sub(re.escape(before.strip()) + r"[A-Za-z0-9_-]+(?=\s*" + re.escape(after.strip()) + ")", "",
+                              output.text)
+                if text != output.text:
+                    found.append(Deviation(CALL_ID_LEFT_OUT, text, output.start, "stop", output.expected,
+                                           (before.strip(),), same_ids=False))
     return found

@@ -268,7 +268,7 @@ class Rules:
         while True:
             index = len(self._calls) + self._invalid_calls
             call = {"name": None, "id": None, "arguments": None, "bad": None, "announced": False, "pending": None,
-                    "index": index, "object_at": None}
+                    "index": index, "object_at": None, "id_absent": False}
             self._open_call = call
             k = self._call_steps_here(index, call, 0)
             if k < steps:
@@ -345,7 +345,19 @@ class Rules:
             if json_call is not None and k == json_call[0]:
                 call["object_at"] = self._pos
             try:
-                if kind == LITERAL:
+                if kind == LITERAL and k + 2 < n and steps[k + 1][0] == CALL_ID and steps[k + 2][0] == LITERAL \
+                        and steps[k + 2][1].strip() and (json_call is None or not json_call[0] <= k <= json_call[2]):
+                    # The literal before an id: the id may be left out, its literals with it
+                    # ([TOOL_CALLS]name[ARGS]{…} where the layout writes [CALL_ID]id). (Inside
+                    # a JSON call object, the object read by its keys decides.)
+                    if not (yield from self._match(value, required=False, ws_follows=ws_follows)):
+                        following = steps[k + 2]
+                        yield from self._match(following[1], ws_follows=following[4], eats=following[7])
+                        call["id_absent"] = True
+                        self._announce_when_settled(index, call)
+                        k = self._call_steps_here(index, call, k + 3)
+                        continue
+                elif kind == LITERAL:
                     yield from self._match(value, ws_follows=ws_follows, eats=eats)
                 elif kind == ARGUMENTS:
                     yield from self._arguments_waiting(call, closing)
@@ -429,7 +441,7 @@ class Rules:
     def _announce_when_settled(self, index, call):
         """The header goes out once the name (and the id, when the layout has one) is read, and
         is a name of an offered tool (when tools were offered: another name is never announced)."""
-        if not call["announced"] and call["name"] and (call["id"] or not self._p.call_has_id) and (
+        if not call["announced"] and call["name"] and (call["id"] or not self._p.call_has_id or call["id_absent"]) and (
                 not self._tools or call["name"] in self._tools):
             call["announced"] = True
             self._announce(index, call)
