@@ -290,3 +290,70 @@ def test_a_value_left_open_at_the_end_of_the_output_is_cut(stem):
     for finish in ("stop", "length"):
         message = parsed(protocol, text, "content", finish)
         assert message["tool_calls"] == [] and [e["kind"] for e in message["errors"]] == ["truncated_tool_call"]
+
+
+# --- values typed by the schema -----------------------------------------------------------
+
+RAW_VALUE_FAMILIES = ["Qwen-Qwen3-Coder", "ZAI-GLM-4.6", "MiniMax-M2"]
+
+
+@needs_corpus
+@pytest.mark.parametrize("stem", RAW_VALUE_FAMILIES)
+@pytest.mark.parametrize("schema, raw, expected", [
+    ({"type": ["integer", "null"]}, "3", 3),
+    ({"type": ["integer", "null"]}, "null", None),
+    ({"type": ["integer", "null"]}, "None", None),
+    ({"anyOf": [{"type": "integer"}, {"type": "string"}]}, "3", 3),
+    ({"anyOf": [{"type": "integer"}, {"type": "string"}]}, "three", "three"),
+    ({"type": ["string", "integer"]}, "3", "3"),
+    ({"oneOf": [{"type": "boolean"}, {"type": "array"}]}, "True", True),
+    ({"oneOf": [{"type": "boolean"}, {"type": "array"}]}, "['a', \"b\"]", ["a", "b"]),
+    ({"type": "number"}, "1e3", 1000.0),
+    ({"type": "object"}, "{'a': None, 'b': True}", {"a": None, "b": True}),
+    ({"type": "object"}, '{"a": null, "b": true}', {"a": None, "b": True}),
+    ({"enum": [1, "auto"]}, "auto", "auto"),
+])
+def test_a_raw_value_is_typed_by_each_of_its_schemas_types_in_order(stem, schema, raw, expected):
+    """A key/value raw value, typed by the tool's schema: each type it allows in the schema's
+    order (a type list, anyOf / oneOf, an enum's values), Python and JSON literals both."""
+    spec, protocol, _ = compiled(stem)
+    text = _written_call(spec, {"v": raw})
+    tools = [{"type": "function", "function": {"name": "convert_currency", "parameters": {
+        "type": "object", "properties": {"v": schema}}}}]
+    message = runtime.parse(protocol, text, tools=tools, start="content")
+    assert message["errors"] == [] and [json.loads(c["function"]["arguments"]) for c in message["tool_calls"]] == [
+        {"v": expected}]
+    parser = runtime.StreamParser(protocol, tools=tools, start="content")
+    for ch in text:
+        parser.feed(ch)
+    parser.end()
+    assert parser.message == message
+
+
+@needs_corpus
+@pytest.mark.parametrize("stem", RAW_VALUE_FAMILIES)
+@pytest.mark.parametrize("schema, raw", [
+    ({"type": "integer"}, "three"), ({"type": ["integer", "null"]}, "three"), ({"type": "object"}, '"a string"'),
+    ({"type": "array"}, "{}"), ({"type": "boolean"}, "yes"),
+])
+def test_a_raw_value_none_of_its_types_reads_is_invalid(stem, schema, raw):
+    spec, protocol, _ = compiled(stem)
+    tools = [{"type": "function", "function": {"name": "convert_currency", "parameters": {
+        "type": "object", "properties": {"v": schema}}}}]
+    message = runtime.parse(protocol, _written_call(spec, {"v": raw}), tools=tools, start="content")
+    assert message["tool_calls"] == [] and [e["kind"] for e in message["errors"]] == ["invalid_arguments"]
+
+
+@needs_corpus
+@pytest.mark.parametrize("stem", ["LiquidAI-LFM2.5-8B-A1B", "InternLM-InternLM2.5-chat-vllm-tool"])
+def test_python_and_json_literals_both_read_where_the_format_writes_either(stem):
+    """A format that writes Python literals (pythonic calls) reads JSON's true / null too."""
+    spec, protocol, _ = compiled(stem)
+    arguments = {"flag": True, "none": None, "items": [False, None]}
+    text = spec.tool_calls.format([{"name": "convert_currency", "arguments": arguments}])
+    assert "True" in text or "true" in text
+    swapped = text.replace("True", "true").replace("False", "false").replace("None", "null") if "True" in text else \
+        text.replace("true", "True").replace("false", "False").replace("null", "None")
+    for written in (text, swapped):
+        message = runtime.parse(protocol, written, start="content")
+        assert [json.loads(c["function"]["arguments"]) for c in message["tool_calls"]] == [arguments], written

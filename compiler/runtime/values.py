@@ -54,15 +54,25 @@ def arguments_json(value):
 
 
 _JSON_KINDS = (str, int, float, bool, type(None))
+_JSON_WORD_VALUES = {"true": True, "false": False, "null": None}
 
 
 def python_value(text):
-    """A Python literal that is a JSON value (dicts with string keys, lists, tuples, scalars)."""
+    """A Python literal that is a JSON value (dicts with string keys, lists, tuples, scalars);
+    JSON's true / false / null read where Python's words go."""
     try:
         tree = ast.parse(text.strip(), mode="eval")
     except (ValueError, TypeError, OverflowError, MemoryError):
         raise ValueError("not a Python literal") from None
+    if isinstance(tree.body, ast.Name) and tree.body.id in _JSON_WORD_VALUES:
+        tree.body = ast.Constant(_JSON_WORD_VALUES[tree.body.id])
     for node in ast.walk(tree):  # (literal_eval keeps the last of two equal keys)
+        for field in ("keys", "values", "elts"):  # JSON's words where Python's go (a model mixes them)
+            items = getattr(node, field, None)
+            if isinstance(items, list):
+                for i, item in enumerate(items):
+                    if isinstance(item, ast.Name) and item.id in _JSON_WORD_VALUES:
+                        items[i] = ast.Constant(_JSON_WORD_VALUES[item.id])
         if isinstance(node, ast.Dict):
             seen = set()
             for key in node.keys:
@@ -111,29 +121,59 @@ def object_value(text, python):
         raise
 
 
-def _schema_kind(schema):
-    """The type a raw value of this schema is read as (None: kept as written)."""
-    if not schema:
-        return None
+_KINDS = ("integer", "number", "boolean", "null", "object", "array", "string")
+
+
+def _schema_kinds(schema):
+    """The types a raw value of this schema may be read as, in the schema's order (`type` as a
+    list, `anyOf` / `oneOf` alternatives, an enum's values); () where it says none (the value
+    is kept as written)."""
+    if not isinstance(schema, dict) or not schema:
+        return ()
     kind = schema.get("type")
+    if isinstance(kind, str):
+        return (kind,) if kind in _KINDS else ()
     if isinstance(kind, list):
-        kind = next((k for k in kind if k != "null"), "string")
-    if kind is None and "enum" in schema and schema["enum"]:
-        kind = {bool: "boolean", int: "integer", float: "number", type(None): "null"}.get(type(schema["enum"][0]), "string")
-    return kind if kind in ("integer", "number", "boolean", "null", "object", "array") else None
+        return tuple(k for k in kind if k in _KINDS)
+    kinds = []
+    for option in (schema.get("anyOf") or schema.get("oneOf") or []):
+        kinds += [k for k in _schema_kinds(option) if k not in kinds]
+    if not kinds and schema.get("enum"):
+        for value in schema["enum"]:
+            k = {bool: "boolean", int: "integer", float: "number", type(None): "null"}.get(type(value), "string")
+            if k not in kinds:
+                kinds.append(k)
+    return tuple(kinds)
 
 
 def keeps_text(schema):
-    """Whether typed_raw gives a raw value of this schema back as written (a string)."""
-    return _schema_kind(schema) is None
+    """Whether typed_raw gives a raw value of this schema back as written (a string) whatever
+    it is: the schema types nothing, or a string first."""
+    kinds = _schema_kinds(schema)
+    return not kinds or kinds[0] == "string"
 
 
 def typed_raw(text, schema, fillers=()):
-    """A value written as raw text, typed by its schema (a string when there is none); an
-    object or array may be JSON, a Python literal, or XML elements (see xml_elements)."""
-    kind = _schema_kind(schema)
-    if kind is None:
+    """A value written as raw text, typed by its schema (a string when there is none): each
+    of the schema's types in its order (["integer", "null"]: 3, or null for `null`; anyOf
+    integer then string: 3, or the text); an object or array may be JSON, a Python literal,
+    or XML elements (see xml_elements); a boolean true/false in any case, a null null/None."""
+    kinds = _schema_kinds(schema)
+    if not kinds:
         return text
+    first = None
+    for kind in kinds:
+        if kind == "string":
+            return text
+        try:
+            return _typed(text, kind, schema, fillers)
+        except BadArguments as e:
+            first = first or e
+    raise first
+
+
+def _typed(text, kind, schema, fillers):
+    """A raw value as one type (BadArguments: not one)."""
     try:
         if kind == "integer":
             return int(text.strip())
@@ -142,23 +182,26 @@ def typed_raw(text, schema, fillers=()):
         if kind == "boolean":
             return {"true": True, "false": False}[text.strip().lower()]
         if kind == "null":
+            if text.strip().lower() not in ("null", "none", ""):
+                raise ValueError("not null")
             return None
         if kind in ("object", "array"):
             try:
-                return json.loads(text)
+                value = json.loads(text)
             except ValueError:
-                pass
-            try:
-                return python_value(text.strip())
-            except (ValueError, SyntaxError):
-                elements = xml_elements(text, schema, kind, fillers)
-                if elements is None:
-                    raise
-                return elements
+                try:
+                    value = python_value(text.strip())
+                except (ValueError, SyntaxError):
+                    value = xml_elements(text, schema, kind, fillers)
+                    if value is None:
+                        raise
+            if not isinstance(value, dict if kind == "object" else list):
+                raise ValueError(f"not an {kind}")
+            return value
     except RecursionError:
         raise BadArguments(f"{text[:40]!r} is nested too deeply to read") from None
     except (ValueError, KeyError, SyntaxError, MemoryError) as e:
-        raise BadArguments(f"{text[:40]!r} is not a {kind}: {e}") from None
+        raise BadArguments(f"{text[:40]!r} is not a{'n' if kind[0] in 'aeiou' else ''} {kind}: {e}") from None
     return text
 
 
