@@ -301,7 +301,9 @@ def compile_command(source, out_dir, family, variant, standalone, allow_partial,
 
     The compile proves the parser first: every standard turn the template renders is read
     back by the parser (one-shot and one character at a time) and accepted by the GBNF
-    grammar. A turn that does not prove is an error (exit 2, nothing written).
+    grammar. A turn that does not prove is an error (exit 2, nothing written). The deviated
+    forms of the proved turns (what the tolerance rules read) are fed too; one that does not
+    read back as its render is a warning.
     """
     from pathlib import Path
 
@@ -315,6 +317,9 @@ def compile_command(source, out_dir, family, variant, standalone, allow_partial,
         raise InputError(_proof_error(proof))
     for path in write_files(compiled.files, Path(out_dir)):
         click.echo(f"wrote {path}")
+    if proof.not_tolerated:  # (the parser reads the renders; a tolerance rule does not hold here: said, not fatal)
+        click.echo(f"tplparse: warning: {proof.family}: {len(proof.not_tolerated)} deviated form(s) of its turns are not "
+                   f"read back as the render (first: {proof.not_tolerated[0]})", err=True)
     if not proof.ok:
         click.echo(f"tplparse: warning: {_proof_error(proof)} (written anyway: --allow-partial)", err=True)
         sys.exit(1)

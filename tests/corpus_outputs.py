@@ -1,7 +1,7 @@
 """Model outputs taken from the template's own renders, for round-trip tests; and a family's
 streaming parser in process, for the tests that read them.
 
-The outputs are the proof's (`tplparse.check.proof.model_outputs`): for each standard turn
+The outputs are the proof's (`tplparse.check.outputs.model_outputs`): for each standard turn
 (fresh values), what a model would have written after the generation prompt, the start
 state to read it from, and the message it should read back as: what the render preserves
 (templates drop reasoning, content, arguments or extra calls, write content as reasoning,
@@ -14,7 +14,7 @@ from __future__ import annotations
 import types
 
 from tplparse import runtime
-from tplparse.check.proof import STANDARD_TOOLS, ModelOutput, model_outputs, readable
+from tplparse.check.outputs import STANDARD_TOOLS, ModelOutput, model_outputs, readable
 from tplparse.grammar.reading import reading_tables
 from tplparse.spec import ProtocolSpec
 

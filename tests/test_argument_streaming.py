@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 import tplparse
 from tplparse import runtime
 from tplparse.bridge import compile_in_memory
-from tplparse.check.proof import STANDARD_TOOLS, model_outputs
+from tplparse.check.outputs import STANDARD_TOOLS, model_outputs
 
 from conftest import CORPUS, EXAMPLES, corpus_ids, corpus_templates, needs_corpus
 from test_stream import check_deltas_add_up, joined

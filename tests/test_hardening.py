@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 import tplparse
 from tplparse import runtime
 from tplparse.bridge import compile_in_memory
-from tplparse.check.proof import STANDARD_TOOLS, model_outputs
+from tplparse.check.outputs import STANDARD_TOOLS, model_outputs
 from tplparse.check.reference import ReferenceParser
 from tplparse.errors import InputError
 from tplparse.pipeline import write_text_atomically

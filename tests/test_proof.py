@@ -11,7 +11,8 @@ import pytest
 import tplparse
 from tplparse import runtime
 from tplparse.bridge import compile_in_memory
-from tplparse.check.proof import STANDARD_TOOLS, model_outputs, prove
+from tplparse.check.outputs import STANDARD_TOOLS, model_outputs
+from tplparse.check.proof import prove
 from tplparse.grammar.reading import reading_tables
 from tplparse.probe import PROBE_SECONDS, probe
 from tplparse.probe.overrides import OVERRIDES_DIR
@@ -40,6 +41,16 @@ def test_every_corpus_template_proves_every_turn_it_renders(proofs, capsys):
             for stem, proof in proofs.items() if not proof.ok}
     assert not gaps, gaps
     assert len(proofs) == len(TEMPLATES) >= 69
+
+
+@needs_corpus
+def test_the_proof_reads_back_the_tolerated_forms_of_its_turns(proofs):
+    """The compile's proof also feeds the deviated forms of each proved turn (the tolerance
+    rules) and reports those that do not read back as the render: none on the corpus, and
+    most families have some."""
+    assert {stem: proof.not_tolerated for stem, proof in proofs.items() if proof.not_tolerated} == {}
+    assert sum(1 for proof in proofs.values() if proof.tolerated) >= 60
+    assert "tolerance: " in proofs["Qwen-Qwen3-Coder"].table()
 
 
 def corpus_outputs(stem):

@@ -24,7 +24,7 @@ from tplparse import runtime
 from tplparse.bridge import compile_in_memory
 from tplparse.check.deviations import (CALL_ID_LEFT_OUT, CALL_OBJECT_BY_KEY, CLOSING_EATEN, OPENER_REPEATED, RULES,
                                        closing_markers, deviations, value_closer)
-from tplparse.check.proof import STANDARD_TOOLS, model_outputs, readable
+from tplparse.check.outputs import STANDARD_TOOLS, model_outputs, readable
 from tplparse.spec import kv_parts
 
 from conftest import corpus_ids, corpus_templates, needs_corpus

@@ -32,7 +32,8 @@ import re
 
 from ..runtime import ARGUMENTS_ALIASES, json_call_object, stoppable_word
 from ..spec import ArgumentStyle, ProtocolSpec, Start, kv_parts
-from .proof import ModelOutput
+
+from .outputs import ModelOutput
 
 OPENER_REPEATED = "reasoning opener repeated"
 CLOSING_EATEN = "closing markers eaten"
