@@ -21,6 +21,8 @@ the parser does not read is a failing test, not a silent reading.
                                   JSON string, no id
     call id left out              a call layout's id, with the literal that opens it, left
                                   out ([TOOL_CALLS]name[ARGS]{…} for …[CALL_ID]id[ARGS]{…})
+    empty calls section           a turn without calls that opens the calls section and closes
+                                  it at once, after its content
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ CLOSING_EATEN = "closing markers eaten"
 VALUE_CLOSERS_MISSING = "value closing tags missing"
 CALL_OBJECT_BY_KEY = "call object by key"
 CALL_ID_LEFT_OUT = "call id left out"
-RULES = (OPENER_REPEATED, CLOSING_EATEN, VALUE_CLOSERS_MISSING, CALL_OBJECT_BY_KEY, CALL_ID_LEFT_OUT)
+EMPTY_SECTION = "empty calls section"
+RULES = (OPENER_REPEATED, CLOSING_EATEN, VALUE_CLOSERS_MISSING, CALL_OBJECT_BY_KEY, CALL_ID_LEFT_OUT, EMPTY_SECTION)
 
 
 @dataclass(frozen=True)
@@ -187,4 +190,15 @@ def deviations(output: ModelOutput, spec: ProtocolSpec) -> list[Deviation]:
                 if text != output.text:
                     found.append(Deviation(CALL_ID_LEFT_OUT, text, output.start, "stop", output.expected,
                                            (before.strip(),), same_ids=False))
+    # An empty calls section right after the content of a turn without calls (where the
+    # section's end holds the end of turn, it ends the turn there: the turn's own ending goes).
+    content = output.expected["content"]
+    if calls is not None and calls.section_start.strip() and calls.section_end.strip() and not names \
+            and content and content in output.text:
+        at = output.text.rindex(content) + len(content)
+        section = calls.section_start + calls.section_end
+        ends = [section.index(m.strip()) + len(m.strip()) for m in spec.end_of_turn if m.strip() and m.strip() in section]
+        # (a model's turn ends at its first end-of-turn marker, as the outputs are cut)
+        text = output.text[:at] + (section[: min(ends)] if ends else section + output.text[at:])
+        found.append(Deviation(EMPTY_SECTION, text, output.start, "stop", output.expected, (section,)))
     return found

@@ -264,6 +264,10 @@ class Rules:
             self._pos += len(stop)
         elif not inner:
             yield from self._match(p.section_start)
+            end = p.section_end.strip()
+            if end and p.section_start.strip() and (yield from self._peek_after_ws(end)):
+                self._pos += len(end)  # an empty section: no call (a tolerance: the template never writes one)
+                return
         steps = len(p.call_steps)
         while True:
             index = len(self._calls) + self._invalid_calls
