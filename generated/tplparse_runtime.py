@@ -1233,12 +1233,16 @@ def stoppable_word(word):
     return word.isspace() or word[:1] not in _CLOSES_A_VALUE and any(c.isalnum() for c in word)
 
 
-_CLOSES_A_VALUE = frozenset("}])\"'")
+CLOSES_A_VALUE = "}])\"'"
+_CLOSES_A_VALUE = frozenset(CLOSES_A_VALUE)
 
 
-def closes_a_value(text):
-    """Whether `text` is only punctuation that closes a value (or nothing)."""
-    return all(c in _CLOSES_A_VALUE for c in text)
+def stopped_in(word, present):
+    """Whether a word of which only `present` (its start) came before a natural stop lost the
+    rest to the engine: `present` is only punctuation that closes a value (or nothing: `}` of
+    `}<tool_call|>`) and the rest is a marker (stoppable_word), not a cut inside one."""
+    return word.startswith(present) and all(c in _CLOSES_A_VALUE for c in present) and stoppable_word(
+        word[len(present):])
 
 
 def stoppable(literal):
@@ -1728,9 +1732,8 @@ class Input:
                     if self._available() < len(word) and word.startswith(self._text[self._pos:]):
                         # (the rest of the layout is markers the engine stopped on: read, unless
                         # the output ended inside one of them, which is a cut)
-                        here = self._available()
-                        if eats and self._eof and self._finish in NATURAL_STOPS and closes_a_value(word[:here]) and (
-                                stoppable_word(word[here:]) and all(stoppable_word(w) for w in pieces[j + 1:])):
+                        if eats and self._eof and self._finish in NATURAL_STOPS and stopped_in(
+                                word, self._text[self._pos:]) and all(stoppable_word(w) for w in pieces[j + 1:]):
                             self._pos = len(self._text)
                             return True
                         # (the output ended inside the word: not enough input, not a wrong one)
@@ -2433,7 +2436,9 @@ class Rules:
                 if text.startswith(closing_word, pos):
                     self._pos, st.first = pos, first
                     return True
-                if eof and self._finish in NATURAL_STOPS and self._stopped_in(closing_word, text[pos:]):
+                if eof and self._finish in NATURAL_STOPS and pos < len(text) and stopped_in(closing_word, text[pos:]):
+                    # (`}` of `}<tool_call|>` here, the rest the engine's stop; nothing at all is
+                    # not enough: the next argument might have come)
                     self._pos, st.first = pos, first  # (the call's literal reads the rest)
                     return True
                 if not eof and len(text) - pos < len(closing_word) and closing_word.startswith(text[pos:]):
@@ -2524,14 +2529,6 @@ class Rules:
                     if end < 0:
                         return self._kv_stop(st, pos, _KV_AFTER, key, layout, first)
                     pos = end
-
-    @staticmethod
-    def _stopped_in(word, here):
-        """Whether an output that stopped by itself with `here` left stopped on the rest of
-        `word`, the arguments' closing word: `here` closes the value (`}` of `}<tool_call|>`)
-        and the rest is a marker the engine stopped on. (Nothing at all is not enough: the
-        next argument might have come.)"""
-        return bool(here) and word.startswith(here) and closes_a_value(here) and stoppable_word(word[len(here):])
 
     def _kv_stop(self, st, pos, step, key, layout, first):
         """Where `_kv_steps_here` stopped: the step that must wait, and what its argument has read."""

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import json
 import re
 
-from ..runtime import ARGUMENTS_ALIASES, json_call_object, stoppable_word
+from ..runtime import ARGUMENTS_ALIASES, CLOSES_A_VALUE, json_call_object, stoppable_word
 from ..spec import ArgumentStyle, ProtocolSpec, Start, kv_parts
 
 from .outputs import ModelOutput
@@ -81,7 +81,7 @@ def closing_markers(spec: ProtocolSpec) -> list[str]:
     markers = set()
     for piece in pieces:
         for word in piece.split():
-            marker = word.lstrip("}])\"'")
+            marker = word.lstrip(CLOSES_A_VALUE)
             if marker and stoppable_word(marker) and word not in keep_out:
                 markers.add(marker)
     return sorted(markers, key=lambda w: (-len(w), w))

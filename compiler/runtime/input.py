@@ -13,7 +13,7 @@ enough text has arrived. Rules call the plain form first and fall back to the wa
 """
 
 from .errors import InvalidOutput, TruncatedOutput
-from .protocol import NATURAL_STOPS, REASONING, closes_a_value, stoppable_word
+from .protocol import NATURAL_STOPS, REASONING, stoppable_word, stopped_in
 from .text import SPACES, LITERALS, BalancedScan, literal_here, literal_parts, outside, run_of, waker, words
 
 ###{standalone
@@ -252,9 +252,8 @@ class Input:
                     if self._available() < len(word) and word.startswith(self._text[self._pos:]):
                         # (the rest of the layout is markers the engine stopped on: read, unless
                         # the output ended inside one of them, which is a cut)
-                        here = self._available()
-                        if eats and self._eof and self._finish in NATURAL_STOPS and closes_a_value(word[:here]) and (
-                                stoppable_word(word[here:]) and all(stoppable_word(w) for w in pieces[j + 1:])):
+                        if eats and self._eof and self._finish in NATURAL_STOPS and stopped_in(
+                                word, self._text[self._pos:]) and all(stoppable_word(w) for w in pieces[j + 1:]):
                             self._pos = len(self._text)
                             return True
                         # (the output ended inside the word: not enough input, not a wrong one)

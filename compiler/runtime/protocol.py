@@ -145,12 +145,16 @@ def stoppable_word(word):
     return word.isspace() or word[:1] not in _CLOSES_A_VALUE and any(c.isalnum() for c in word)
 
 
-_CLOSES_A_VALUE = frozenset("}])\"'")
+CLOSES_A_VALUE = "}])\"'"
+_CLOSES_A_VALUE = frozenset(CLOSES_A_VALUE)
 
 
-def closes_a_value(text):
-    """Whether `text` is only punctuation that closes a value (or nothing)."""
-    return all(c in _CLOSES_A_VALUE for c in text)
+def stopped_in(word, present):
+    """Whether a word of which only `present` (its start) came before a natural stop lost the
+    rest to the engine: `present` is only punctuation that closes a value (or nothing: `}` of
+    `}<tool_call|>`) and the rest is a marker (stoppable_word), not a cut inside one."""
+    return word.startswith(present) and all(c in _CLOSES_A_VALUE for c in present) and stoppable_word(
+        word[len(present):])
 
 
 def stoppable(literal):

@@ -28,7 +28,7 @@ call by the same steps.
 
 from .errors import BadArguments, InvalidOutput, TruncatedOutput
 from .protocol import (ARGUMENTS, ARGUMENTS_ALIASES, CALL_ID, CONTENT, LITERAL, NAME, NATURAL_STOPS, REASONING, UNREAD,
-                       closes_a_value, stoppable_word)
+                       stopped_in)
 from .text import NAME_CHARS, SPACES, first_of, held_back, literal_here, marker_starts, waker, words
 from .streams import KeyValueStream, ObjectStream
 from .values import JSON_DECODER, arguments_json, decode_native, keeps_text, object_value, python_value, typed_raw
@@ -625,7 +625,9 @@ class Rules:
                 if text.startswith(closing_word, pos):
                     self._pos, st.first = pos, first
                     return True
-                if eof and self._finish in NATURAL_STOPS and self._stopped_in(closing_word, text[pos:]):
+                if eof and self._finish in NATURAL_STOPS and pos < len(text) and stopped_in(closing_word, text[pos:]):
+                    # (`}` of `}<tool_call|>` here, the rest the engine's stop; nothing at all is
+                    # not enough: the next argument might have come)
                     self._pos, st.first = pos, first  # (the call's literal reads the rest)
                     return True
                 if not eof and len(text) - pos < len(closing_word) and closing_word.startswith(text[pos:]):
@@ -716,14 +718,6 @@ class Rules:
                     if end < 0:
                         return self._kv_stop(st, pos, _KV_AFTER, key, layout, first)
                     pos = end
-
-    @staticmethod
-    def _stopped_in(word, here):
-        """Whether an output that stopped by itself with `here` left stopped on the rest of
-        `word`, the arguments' closing word: `here` closes the value (`}` of `}<tool_call|>`)
-        and the rest is a marker the engine stopped on. (Nothing at all is not enough: the
-        next argument might have come.)"""
-        return bool(here) and word.startswith(here) and closes_a_value(here) and stoppable_word(word[len(here):])
 
     def _kv_stop(self, st, pos, step, key, layout, first):
         """Where `_kv_steps_here` stopped: the step that must wait, and what its argument has read."""
