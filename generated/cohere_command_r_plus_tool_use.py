@@ -65,6 +65,7 @@ TABLES = {
         'parallel': 'all',
         'arguments': {'style': 'object', 'encoder': 'json-indent4'},
     },
+    'messages': None,
 }
 PROTOCOL = _runtime.Protocol(TABLES)  # prepared once, shared by every parser of the family
 

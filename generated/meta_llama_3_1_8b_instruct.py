@@ -59,6 +59,7 @@ TABLES = {
         'parallel': 'refused',
         'arguments': {'style': 'object', 'encoder': 'json'},
     },
+    'messages': None,
 }
 PROTOCOL = _runtime.Protocol(TABLES)  # prepared once, shared by every parser of the family
 

@@ -72,6 +72,16 @@ TABLES = {
         'parallel': 'first',
         'arguments': {'style': 'object', 'encoder': 'json'},
     },
+    'messages': {
+        'start': '<|start|>assistant',
+        'channel': '<|channel|>',
+        'body': '<|message|>',
+        'end': '<|end|>',
+        'call_end': '<|call|>',
+        'channels': {'final': 'content', 'analysis': 'reasoning', 'commentary': 'calls'},
+        'recipient': 'to=',
+        'namespace': 'functions.',
+    },
 }
 PROTOCOL = _runtime.Protocol(TABLES)  # prepared once, shared by every parser of the family
 

@@ -65,6 +65,7 @@ TABLES = {
         'parallel': 'all',
         'arguments': {'style': 'object', 'encoder': 'json'},
     },
+    'messages': None,
 }
 PROTOCOL = _runtime.Protocol(TABLES)  # prepared once, shared by every parser of the family
 

@@ -93,6 +93,7 @@ TABLES = {
             'brackets': {},
         },
     },
+    'messages': None,
 }
 PROTOCOL = _runtime.Protocol(TABLES)  # prepared once, shared by every parser of the family
 

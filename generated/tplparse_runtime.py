@@ -2,7 +2,7 @@
 """tplparse's streaming parser runtime, in one file: standard library only.
 
 Each family module beside it binds this runtime to the family's tables; import those.
-Layers, in order: errors, text, values, streams, protocol, output, input, rules, parser.
+Layers, in order: errors, text, values, streams, protocol, output, input, rules, messages, parser.
 """
 
 import ast
@@ -1328,6 +1328,32 @@ def call_steps(layout):
     return tuple(steps)
 
 
+class MessageFormat:
+    """A turn written as messages, each with a header (the tables' "messages", from
+    tplparse.grammar.reading.message_format): the markers, the channels and the recipient."""
+
+    def __init__(self, messages, end_of_turn):
+        self.start = messages["start"]  # opens a message after the first
+        self.channel = messages["channel"]  # starts the header's channel part
+        self.body = messages["body"]  # ends the header
+        self.end = messages["end"]  # ends a message the turn goes on after
+        self.call_end = messages["call_end"]  # ends a call's message
+        self.channels = messages["channels"]  # channel -> reasoning / content / calls
+        self.reasoning_channel = next((c for c, kind in self.channels.items() if kind == REASONING), None)
+        self.recipient = messages["recipient"]
+        self.namespace = messages["namespace"]
+        # A recipient that names no tool: none, or the namespace alone (`functions.`, `functions`).
+        self.no_name = {"", self.namespace, re.sub("[^A-Za-z0-9]+$", "", self.namespace)}
+        # A recipient field: its key at the start of a field (after whitespace, a marker or
+        # the header's start), then the name it addresses.
+        self.recipient_field = re.compile("(?<![A-Za-z0-9_.=-])" + re.escape(self.recipient) + "([A-Za-z0-9_.-]*)")
+        # What ends a body: a message's end, a call's end, the turn's end, the next message's
+        # start, or the next header (a model that wrote no end and no start before it).
+        self.body_stops = tuple(dict.fromkeys([self.end, self.call_end, *end_of_turn, self.start, self.channel]))
+        self.closing = (self.call_end, self.call_end, "")  # (where a call's arguments end: its message's end)
+        self.literals = [self.start, self.channel, self.body, self.end, self.call_end]
+
+
 class Protocol:
     """What the rules read: markers, the calls' layout and argument format, the start states."""
 
@@ -1377,6 +1403,8 @@ class Protocol:
         self.content_prefix = tc["content_prefix"] if tc else ""
         self.inline_opener = tc["inline_opener"] if tc else ""
         self.section_inner = tuple(tc["section_inner"]) if tc and tc["section_inner"] else None
+        # A turn written as messages with headers (harmony): see Messages.
+        self.messages = MessageFormat(tables["messages"], self.end_of_turn) if tc and tables.get("messages") else None
         # Every literal of the format, stripped: an output that ends with the start of one
         # ended inside it (truncated), whatever a reader made of it.
         literals = [*self.end_of_turn, self.content_start, self.content_end, self.reasoning_start, self.reasoning_end]
@@ -1389,6 +1417,8 @@ class Protocol:
                 literals += [arguments["separator"], *arguments["quotes"], "true", "false", "null", "True", "False", "None"]
                 for layout in arguments["argument"].values():
                     literals += [p for p in layout if isinstance(p, str)]
+        if self.messages is not None:
+            literals += self.messages.literals
         self.literals = tuple(sorted({m.strip() for m in literals if m.strip()}))
 
     def start_state(self, generation_prompt, start):
@@ -1886,33 +1916,11 @@ class Rules:
     def _turn(self):
         """root: reasoning? content (tool-calls content?)* end-of-turn?"""
         yield  # primed; wait for the first chunk
-        p = self._p
         try:
-            if self._state == CONTENT and p.reasoning_start and p.reasoning_end:
-                # An optional reasoning block first (the model opens it itself).
-                yield from self._skip_ws()
-                yield from self._need(len(p.reasoning_start))
-                if self._text.startswith(p.reasoning_start, self._pos):
-                    self._pos += len(p.reasoning_start)
-                    self._state = REASONING
-            elif self._state == REASONING and p.reasoning_start:
-                # The prompt opened the block and the model opens it again: its opener is
-                # absorbed, not reasoning (a tolerance: the template never writes it twice).
-                yield from self._skip_ws()
-                if (yield from self._peek(p.reasoning_start)):
-                    self._pos += len(p.reasoning_start)
-            if self._state == REASONING:
-                stop = yield from self._reasoning_block()
-                if stop is None or stop in p.end_of_turn:
-                    yield from self._after_end(stop)
-                    return
-                if stop == p.opener:
-                    yield from self._tool_calls()
-            self._state = CONTENT
-            if p.tool_calls and not p.opener:
-                yield from self._turn_without_opener()
+            if self._p.messages is not None:
+                yield from self._messages()  # (a turn of messages with headers: see messages)
             else:
-                yield from self._content()
+                yield from self._turn_by_layout()
         except TruncatedOutput as e:
             self._call_failed("truncated_tool_call", str(e))
         except InvalidOutput as e:
@@ -1934,6 +1942,35 @@ class Rules:
             if self._eof:
                 return
             yield
+
+    def _turn_by_layout(self):
+        """root, in the generic form: an optional reasoning block, then content and calls."""
+        p = self._p
+        if self._state == CONTENT and p.reasoning_start and p.reasoning_end:
+            # An optional reasoning block first (the model opens it itself).
+            yield from self._skip_ws()
+            yield from self._need(len(p.reasoning_start))
+            if self._text.startswith(p.reasoning_start, self._pos):
+                self._pos += len(p.reasoning_start)
+                self._state = REASONING
+        elif self._state == REASONING and p.reasoning_start:
+            # The prompt opened the block and the model opens it again: its opener is
+            # absorbed, not reasoning (a tolerance: the template never writes it twice).
+            yield from self._skip_ws()
+            if (yield from self._peek(p.reasoning_start)):
+                self._pos += len(p.reasoning_start)
+        if self._state == REASONING:
+            stop = yield from self._reasoning_block()
+            if stop is None or stop in p.end_of_turn:
+                yield from self._after_end(stop)
+                return
+            if stop == p.opener:
+                yield from self._tool_calls()
+        self._state = CONTENT
+        if p.tool_calls and not p.opener:
+            yield from self._turn_without_opener()
+        else:
+            yield from self._content()
 
     def _call_failed(self, kind, message, offset=None):
         """The parse stops at an error; a call whose header went out is dropped, and a delta says so."""
@@ -2766,10 +2803,155 @@ class Rules:
             yield
 
 
+# --- messages (tplparse/runtime/messages.py) ------------------------------------------
+
+
+# The characters a message header may take: a longer one is not a header (and a stream of
+# text after a channel marker costs linear time).
+_HEADER_LIMIT = 512
+# What a header's body holds: (reasoning / content / a call / left out, the call's name, whether it is a built-in).
+_CALL, _SKIPPED = "calls", "skipped"
+
+
+class Messages:
+    """The message rules (a part of StreamParser)."""
+
+    def _messages(self):
+        """turn: message (message-end? message-start message)* end-of-turn?"""
+        p = self._p
+        m = p.messages
+        opened = self._state == REASONING  # the prompt wrote the first header: a reasoning body
+        first = True
+        while True:
+            yield from self._skip_ws()
+            if not first and not self._available():
+                return  # (the output ended after a message: the engine stopped on what ends the turn)
+            if first and opened and not (yield from self._peek(m.channel)):
+                kind, name, builtin = REASONING, None, False
+            else:
+                if (yield from self._peek(m.start)):  # (the prompt usually writes it: here, absorbed)
+                    self._pos += len(m.start)
+                if (yield from self._peek_any_after_ws((m.channel, m.recipient))):
+                    kind, name, builtin = yield from self._header()
+                    if kind is None:
+                        return  # (the output ended inside a header that addresses no tool: nothing was said)
+                else:
+                    kind, name, builtin = CONTENT, None, False  # text without a header: content
+            first = False
+            self._state = REASONING if kind == REASONING else CONTENT
+            if kind == _CALL:
+                stop = yield from self._message_call(name, builtin)
+            elif kind == _SKIPPED:
+                stop = yield from self._skipped_body()
+            else:
+                stop = yield from self._text_until(m.body_stops,
+                                                   self._reasoning_text if kind == REASONING else self._content_text)
+            if stop is None:
+                return
+            if stop in p.end_of_turn:
+                yield from self._after_end(stop)
+                return
+            if stop == m.channel:
+                continue  # (the next header, with no message end or start before it)
+            self._pos += len(stop)
+            if stop == m.start or (yield from self._peek_after_ws(m.start)):
+                continue  # (the message start is read with the next header)
+            if self._available():
+                yield from self._after_end("")  # (a message end, then text that starts no message)
+            return
+
+    def _header(self):
+        """header: up to its body marker; (what the body holds, a call's name, built-in)."""
+        m = self._p.messages
+        start = self._pos
+        while True:
+            at = self._text.find(m.body, start, start + _HEADER_LIMIT + len(m.body))
+            if at != -1:
+                break
+            if len(self._text) - start > _HEADER_LIMIT:
+                raise InvalidOutput(f"a message header without {m.body!r}: {self._text[start:start + 40]!r}")
+            if self._eof:
+                self._pos = len(self._text)
+                if m.recipient_field.search(self._text, start):
+                    raise TruncatedOutput("the output ended inside a call's message header")
+                return None, None, False
+            self._quiet = waker(m.body[-1])
+            yield
+        header = self._text[start:at]
+        for marker in (m.end, m.call_end, m.start, *self._p.end_of_turn):
+            if marker in header:
+                raise InvalidOutput(f"a message header holds {marker!r}: {header[:60]!r}")
+        self._pos = at + len(m.body)
+        return self._header_fields(header)
+
+    def _header_fields(self, header):
+        """The header's fields: the recipient (wherever it sits) and the channel."""
+        m = self._p.messages
+        found = list(m.recipient_field.finditer(header))
+        if len(found) > 1:
+            raise InvalidOutput(f"a message header with two recipients: {header[:80]!r}")
+        if found:
+            value = found[0].group(1)
+            if value in m.no_name:  # (nothing, or the namespace and no name in it)
+                raise InvalidOutput(f"a message header whose recipient names no tool: {header[:80]!r}")
+            if value.startswith(m.namespace):
+                return _CALL, value[len(m.namespace):], False
+            return _CALL, value, True  # (a built-in tool: python, browser.search)
+        _, marked, rest = header.partition(m.channel)
+        channel = rest.strip().split(None, 1)[0] if marked and rest.strip() else ""
+        kind = m.channels.get(channel.partition("<")[0]) if channel else CONTENT
+        if kind is None:
+            self._error("unknown_channel", f"a message on channel {channel!r}, which the template does not write: "
+                                           "left out", self._offset())
+            return _SKIPPED, None, False
+        return (REASONING if kind == REASONING else CONTENT), None, False
+
+    def _message_call(self, name, builtin):
+        """body of a call's message: its arguments, then its end (the call's end, a message's
+        end, the turn's end, the next message; at a natural stop, nothing)."""
+        p = self._p
+        m = p.messages
+        index = len(self._calls) + self._invalid_calls
+        if builtin and name not in self._tools:
+            self._error("unknown_tool", f"a message to {name!r}, a built-in tool that is not offered: left out",
+                        self._offset())
+            return (yield from self._skipped_body())
+        call = {"name": name, "id": None, "arguments": None, "bad": None, "announced": False, "pending": None,
+                "index": index, "object_at": None, "id_absent": False}
+        self._open_call = call
+        self._announce_when_settled(index, call)  # (the header is read: the name is settled)
+        yield from self._skip_ws()
+        yield from self._arguments_waiting(call, m.closing)
+        ends = m.body_stops
+        if (yield from self._peek_any_after_ws(ends)):
+            stop = next(e for e in ends if self._text.startswith(e, self._pos))
+        else:
+            yield from self._match(m.call_end, eats=True)  # (left out at a natural stop; else cut, or wrong)
+            stop = None
+        self._end_call(index, call)
+        return stop
+
+    def _skipped_body(self):
+        """A body that is left out (reported where its header is): up to what ends it."""
+        stops = self._p.messages.body_stops
+        longest = max(len(s) for s in stops)
+        while True:
+            at = min((a for a in (self._text.find(s, self._pos) for s in stops) if a != -1), default=-1)
+            if at != -1:
+                self._pos = at
+                return next(s for s in stops if self._text.startswith(s, at))
+            if self._eof:
+                self._pos = len(self._text)
+                return None
+            self._pos = max(self._pos, len(self._text) - longest)
+            self._quiet = None
+            yield
+
+
 # --- parser (tplparse/runtime/parser.py) ----------------------------------------------
 
 
-class StreamParser(Input, Rules, Output):
+class StreamParser(Input, Rules, Messages, Output):
     """Feed a model's output in chunks (str or bytes); get OpenAI-style deltas back.
 
     `protocol`: the family's Protocol (or its tables); `tools`: the offered tools (their

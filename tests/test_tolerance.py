@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 import tplparse
 from tplparse import runtime
 from tplparse.bridge import compile_in_memory
-from tplparse.check.deviations import (CALL_ID_LEFT_OUT, CALL_OBJECT_BY_KEY, CLOSING_EATEN, OPENER_REPEATED, RULES,
+from tplparse.check.deviations import (CALL_ID_LEFT_OUT, CALL_OBJECT_BY_KEY, CLOSING_EATEN, MESSAGE_HEADERS, OPENER_REPEATED, RULES,
                                        closing_markers, deviations, value_closer)
 from tplparse.check.outputs import STANDARD_TOOLS, model_outputs, readable
 from tplparse.spec import kv_parts
@@ -83,7 +83,9 @@ def test_deviated_outputs_read_as_the_render(stem):
         for deviation in deviations(output, spec):
             where = (output.turn, deviation.rule, deviation.eaten)
             one_shot = parsed(protocol, deviation.text, deviation.start.value, deviation.finish_reason)
-            if deviation.same_ids:
+            if deviation.expected != output.expected:  # (it adds to the turn: a preamble, a call)
+                assert not one_shot["errors"], where
+            elif deviation.same_ids:
                 assert one_shot == canonical, where
             else:  # (the ids the render wrote are left out: the parser numbers the calls)
                 assert without_ids(one_shot) == without_ids(canonical), where
@@ -136,7 +138,8 @@ def test_each_rule_applies_to_two_families_or_more():
                 families[deviation.rule].add(path.stem)
     # (one corpus layout writes its id between literals of its own, Mistral Small 3.2's
     # [CALL_ID]: the other id left out is in a JSON call object, Mistral Nemo's "no id")
-    least = {rule: 1 if rule == CALL_ID_LEFT_OUT else 2 for rule in RULES}
+    # One corpus family writes its turns as messages with headers (gpt-oss, harmony).
+    least = {rule: 1 if rule in (CALL_ID_LEFT_OUT, MESSAGE_HEADERS) else 2 for rule in RULES}
     assert {rule: len(families[rule]) >= least[rule] for rule in RULES} == {rule: True for rule in RULES}, dict(families)
     # A rule that strips the markers calls close with, not only end-of-turn markers:
     assert len({stem for stem in families[CLOSING_EATEN] if compiled(stem)[0].tool_calls is not None}) >= 2
@@ -357,3 +360,116 @@ def test_python_and_json_literals_both_read_where_the_format_writes_either(stem)
     for written in (text, swapped):
         message = runtime.parse(protocol, written, start="content")
         assert [json.loads(c["function"]["arguments"]) for c in message["tool_calls"]] == [arguments], written
+
+
+# --- turns written as messages with headers (harmony) ---------------------------------------
+
+HARMONY = "OpenAI-gpt-oss-120b"
+# The same template with every marker, channel and the recipient's key and namespace spelled
+# otherwise: the message rules name none of them, so the renamed format reads the same way.
+RENAMED = {"<|channel|>": "<|chan|>", "<|message|>": "<|body|>", "<|start|>": "<|begin|>", "<|end|>": "<|stop|>",
+           "<|call|>": "<|invoke|>", "<|return|>": "<|done|>", "analysis": "thought", "final": "reply",
+           "commentary": "action", "to=": "recipient=", "functions.": "tools."}
+WEATHER = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}}}}]
+PYTHON_TOOL = [{"type": "function", "function": {"name": "python", "parameters": {
+    "type": "object", "properties": {"code": {"type": "string"}}}}}]
+
+
+def _parsed_both_ways(protocol, text, tools, finish_reason="stop"):
+    """The message of `text` one-shot, after checking that one character at a time gives the same."""
+    message = runtime.parse(protocol, text, tools=tools, start="content", finish_reason=finish_reason)
+    parser = runtime.StreamParser(protocol, tools=tools, start="content")
+    for ch in text:
+        parser.feed(ch)
+    parser.end(finish_reason)
+    assert parser.message == message, text
+    return message
+
+
+@needs_corpus
+def test_message_headers_are_read_by_the_templates_own_markers(tmp_path):
+    paths = [p for p in TEMPLATES if p.stem == HARMONY]
+    if not paths:
+        pytest.skip(f"{HARMONY} is not in the corpus")
+    source = paths[0].read_text(encoding="utf-8")
+    for old, new in RENAMED.items():
+        source = source.replace(old, new)
+    renamed = tmp_path / "renamed-harmony.jinja"
+    renamed.write_text(source, encoding="utf-8")
+    template = tplparse.load(renamed)
+    spec, protocol = compile_in_memory(template)
+    messages = protocol.tables["messages"]
+    assert (messages["channel"], messages["body"], messages["start"], messages["end"], messages["call_end"]) == (
+        "<|chan|>", "<|body|>", "<|begin|>assistant", "<|stop|>", "<|invoke|>")
+    assert messages["channels"] == {"reply": "content", "thought": "reasoning", "action": "calls"}
+    assert (messages["recipient"], messages["namespace"]) == ("recipient=", "tools.")
+    ways = set()
+    for output in model_outputs(template, spec):
+        for deviation in deviations(output, spec):
+            if deviation.rule != MESSAGE_HEADERS:
+                continue
+            one_shot = parsed(protocol, deviation.text, deviation.start.value)
+            assert readable(one_shot) == deviation.expected and not one_shot["errors"], deviation.eaten
+            for chunking in CHUNKINGS:
+                assert parsed(protocol, deviation.text, deviation.start.value, cuts=chunking(deviation.text)) == one_shot
+            ways.add(deviation.eaten)
+    assert len(ways) >= 6, ways
+
+
+@needs_corpus
+def test_a_built_in_recipient_is_a_call_only_when_offered():
+    """`to=python` (no namespace): a call of `python` when such a tool is offered; otherwise
+    reported, its body left out, and the rest of the turn read on."""
+    _, protocol, _ = compiled(HARMONY)
+    text = ('<|channel|>analysis<|message|>Run it.<|end|><|start|>assistant<|channel|>commentary to=python '
+            '<|constrain|>json<|message|>{"code": "print(1)"}<|call|>')
+    offered = _parsed_both_ways(protocol, text, PYTHON_TOOL)
+    assert readable(offered)["tool_calls"] == [("python", {"code": "print(1)"})] and not offered["errors"]
+    not_offered = _parsed_both_ways(protocol, text.replace("<|call|>", "<|end|><|start|>assistant<|channel|>final"
+                                                           "<|message|>Done.<|return|>"), WEATHER)
+    assert not_offered["tool_calls"] == [] and not_offered["content"] == "Done."
+    assert [e["kind"] for e in not_offered["errors"]] == ["unknown_tool"]
+    assert "built-in" in not_offered["errors"][0]["message"]
+    # (no tools given: a call of a namespaced name is a call, a built-in one is not)
+    assert _parsed_both_ways(protocol, text, None)["tool_calls"] == []
+
+
+@needs_corpus
+def test_a_message_on_a_channel_the_template_never_writes_is_reported_and_left_out():
+    _, protocol, _ = compiled(HARMONY)
+    text = ("<|channel|>secret<|message|>not for the user<|end|>"
+            "<|start|>assistant<|channel|>final<|message|>Hello.<|return|>")
+    message = _parsed_both_ways(protocol, text, WEATHER)
+    assert (message["content"], message["reasoning_content"]) == ("Hello.", None)
+    assert [e["kind"] for e in message["errors"]] == ["unknown_channel"] and "'secret'" in message["errors"][0]["message"]
+
+
+@needs_corpus
+@pytest.mark.parametrize("header, kind", [
+    # two recipients: which tool the call is for has two readings
+    ("<|channel|>commentary to=functions.get_weather to=functions.other json", "invalid_tool_call"),
+    # a header that holds the end of a message is not a header
+    ("<|channel|>commentary to=functions.get_weather<|end|>", "invalid_tool_call"),
+    # a recipient with the namespace and no name after it
+    ("<|channel|>commentary to=functions. json", "invalid_tool_call"),
+])
+def test_a_call_header_that_does_not_read_is_an_error_not_a_call(header, kind):
+    _, protocol, _ = compiled(HARMONY)
+    message = _parsed_both_ways(protocol, header + '<|message|>{"city": "Paris"}<|call|>', WEATHER)
+    assert message["tool_calls"] == [] and [e["kind"] for e in message["errors"]] == [kind]
+
+
+@needs_corpus
+def test_message_call_arguments_stream_and_a_cut_one_is_dropped():
+    """The call's header goes out once its header is read, its arguments as they arrive; at
+    the length limit a call cut inside its arguments is dropped, and a delta says so."""
+    _, protocol, _ = compiled(HARMONY)
+    text = '<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris, France"}<|call|>'
+    parser = runtime.StreamParser(protocol, tools=WEATHER, start="content")
+    deltas = [d for ch in text for d in parser.feed(ch)] + parser.end("stop")
+    pieces = [c["function"]["arguments"] for d in deltas for c in d.get("tool_calls", [])]
+    assert len(pieces) > 5 and "".join(pieces) == json.dumps({"city": "Paris, France"})
+    cut = runtime.StreamParser(protocol, tools=WEATHER, start="content")
+    deltas = [d for ch in text[:-20] for d in cut.feed(ch)] + cut.end("length")
+    assert any("tool_call_error" in d for d in deltas) and cut.message["tool_calls"] == []

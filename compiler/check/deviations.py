@@ -23,6 +23,12 @@ the parser does not read is a failing test, not a silent reading.
                                   out ([TOOL_CALLS]name[ARGS]{…} for …[CALL_ID]id[ARGS]{…})
     empty calls section           a turn without calls that opens the calls section and closes
                                   it at once, after its content
+    message header variants       (a turn written as messages with headers) a call's recipient
+                                  moved from the role header to the channel header; its content
+                                  type left out; the call on the reasoning channel; its message
+                                  ended by a message end; a built-in-style recipient (no
+                                  namespace) for an offered tool; a visible preamble message
+                                  before it; a second call message after it
 """
 
 from __future__ import annotations
@@ -32,6 +38,8 @@ from dataclasses import dataclass
 import json
 import re
 
+from ..grammar.reading import message_format
+from ..probe.spans import Boundaries
 from ..runtime import ARGUMENTS_ALIASES, CLOSES_A_VALUE, json_call_object, stoppable_word
 from ..spec import ArgumentStyle, ProtocolSpec, Start, kv_parts
 
@@ -43,7 +51,11 @@ VALUE_CLOSERS_MISSING = "value closing tags missing"
 CALL_OBJECT_BY_KEY = "call object by key"
 CALL_ID_LEFT_OUT = "call id left out"
 EMPTY_SECTION = "empty calls section"
-RULES = (OPENER_REPEATED, CLOSING_EATEN, VALUE_CLOSERS_MISSING, CALL_OBJECT_BY_KEY, CALL_ID_LEFT_OUT, EMPTY_SECTION)
+MESSAGE_HEADERS = "message header variants"
+RULES = (OPENER_REPEATED, CLOSING_EATEN, VALUE_CLOSERS_MISSING, CALL_OBJECT_BY_KEY, CALL_ID_LEFT_OUT, EMPTY_SECTION,
+         MESSAGE_HEADERS)
+# The visible text a preamble message deviation writes before a call.
+PREAMBLE = "Let me look that up."
 
 
 @dataclass(frozen=True)
@@ -54,7 +66,7 @@ class Deviation:
     text: str  # the output as the model / engine gives it
     start: Start
     finish_reason: str
-    expected: dict  # the message it must read back as (the original output's)
+    expected: dict  # the message it must read back as (the original output's, unless the deviation adds to it)
     eaten: tuple[str, ...] = ()  # what the deviation did (the markers left out, last first; the way)
     same_ids: bool = True  # False: the call ids are not the render's (it left them out: call_N)
 
@@ -193,12 +205,62 @@ def deviations(output: ModelOutput, spec: ProtocolSpec) -> list[Deviation]:
     # An empty calls section right after the content of a turn without calls (where the
     # section's end holds the end of turn, it ends the turn there: the turn's own ending goes).
     content = output.expected["content"]
+    # (Not in a turn of messages with headers: its calls are messages, not a section.)
     if calls is not None and calls.section_start.strip() and calls.section_end.strip() and not names \
-            and content and content in output.text:
+            and content and content in output.text and message_format(spec, Boundaries()) is None:
         at = output.text.rindex(content) + len(content)
         section = calls.section_start + calls.section_end
         ends = [section.index(m.strip()) + len(m.strip()) for m in spec.end_of_turn if m.strip() and m.strip() in section]
         # (a model's turn ends at its first end-of-turn marker, as the outputs are cut)
         text = output.text[:at] + (section[: min(ends)] if ends else section + output.text[at:])
         found.append(Deviation(EMPTY_SECTION, text, output.start, "stop", output.expected, (section,)))
+    found += _message_header_variants(output, spec)
+    return found
+
+
+def _message_header_variants(output: ModelOutput, spec: ProtocolSpec) -> list[Deviation]:
+    """A call turn written as messages with headers, its call messages written the ways
+    models write them (the header's fields are read by what they are, not where they sit)."""
+    messages = message_format(spec, Boundaries())
+    names = [name for name, _ in output.expected["tool_calls"]]
+    if messages is None or not names:
+        return []
+    calls = spec.tool_calls
+    head, channel, body = calls.call[1], messages["channel"], messages["body"]
+    # The call's header as rendered: <role fields: the recipient><channel><its name><fields><body>.
+    call_channel, _, fields = head.strip()[len(channel):len(head.strip()) - len(body)].strip().partition(" ")
+    fields = f" {fields}" if fields else ""
+    reasoning_channel = next(c for c, kind in messages["channels"].items() if kind == "reasoning")
+    recipient = calls.section_start.strip()
+    start, end, call_end = messages["start"], messages["end"], messages["call_end"]
+    rendered = {name: calls.section_start + name + head for name in names}
+    found = []
+
+    def add(way, text, expected=None):
+        if text != output.text:
+            found.append(Deviation(MESSAGE_HEADERS, text, output.start, "stop", expected or output.expected, (way,)))
+
+    def rewritten(header):
+        text = output.text
+        for name, written in rendered.items():
+            text = text.replace(written, header(name))
+        return text
+
+    add("recipient in the channel header", rewritten(lambda n: f"{channel}{call_channel} {recipient}{n}{fields}{body}"))
+    if fields:
+        add("content type left out", rewritten(lambda n: f" {recipient}{n}{channel}{call_channel}{body}"))
+    add("the call on the reasoning channel", rewritten(lambda n: f" {recipient}{n}{channel}{reasoning_channel}{fields}{body}"))
+    if messages["namespace"]:
+        add("a recipient without the namespace", rewritten(lambda n: f" {messages['recipient']}{n}{head}"))
+    ends_with_call = output.text.rstrip().endswith(call_end)
+    if ends_with_call:
+        add("the call message ended by a message end", output.text.rstrip()[: -len(call_end)] + end)
+    first = output.text.find(rendered[names[0]])
+    if output.expected["content"] is None and first != -1:
+        preamble = f"{channel}{call_channel}{body}{PREAMBLE}{end}{start}"
+        add("a preamble message before the call", output.text[:first] + preamble + output.text[first:],
+            {**output.expected, "content": PREAMBLE})
+    if len(names) == 1 and ends_with_call and first != -1:
+        add("a second call message", output.text.rstrip() + start + output.text[first:].rstrip(),
+            {**output.expected, "tool_calls": output.expected["tool_calls"] * 2})
     return found

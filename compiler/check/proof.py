@@ -138,6 +138,8 @@ def _deviations_read_back(protocol, output: ModelOutput, spec: ProtocolSpec, can
         message = runtime.parse(protocol, deviation.text, tools=STANDARD_TOOLS, start=deviation.start,
                                 finish_reason=deviation.finish_reason)
         got, want = (message, canonical) if deviation.same_ids else (_without_ids(message), _without_ids(canonical))
+        if deviation.expected != output.expected:  # (a deviation that adds to the turn: a preamble, a call)
+            got, want = (readable(message), message["errors"]), (deviation.expected, [])
         what = f"{deviation.rule} ({', '.join(deviation.eaten)}), {output.turn}"
         if got != want:
             errors = "; ".join(f"{e['kind']}: {e['message']}" for e in message["errors"])

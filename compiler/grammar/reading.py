@@ -10,6 +10,7 @@ grammar builder (`grammar.build`) and the llama.cpp request fields ask the same 
 from __future__ import annotations
 
 import json
+import re
 
 from ..probe.markers import first_marker
 from ..probe.spans import Boundaries
@@ -94,6 +95,74 @@ def section_with_content(spec: ProtocolSpec) -> tuple[str, str] | None:
     return found
 
 
+_CHANNEL_NAME = re.compile(r"\s*([A-Za-z0-9_.-]+)")
+
+
+def _before_slot(layout: list | None, name: str) -> str:
+    """The literal right before slot `name` in a turn layout ("" where there is none)."""
+    layout = layout or []
+    at = layout.index(slot(name)) if slot(name) in layout else 0
+    return layout[at - 1] if at and isinstance(layout[at - 1], str) else ""
+
+
+def message_format(spec: ProtocolSpec, boundaries: Boundaries) -> dict | None:
+    """A turn written as a sequence of messages, each with a header (harmony's
+    `<|channel|>final<|message|>…`): the markers and names the runtime reads such a turn by,
+    or None for other formats. Found in the renders' layouts, not by name: the text right
+    before every body (the content, the reasoning, a call's arguments) starts with one
+    marker and ends with another (the channel marker, the body marker); the word after the
+    channel marker (the channel) differs between content and reasoning; the reasoning turn
+    goes on to its content through a message end and a message start; and the call's name
+    sits in a header field of its own before the channel marker (the recipient,
+    `to=functions.NAME`: its key up to `=`, then a namespace the tools' names are in)."""
+    tc, r = spec.tool_calls, spec.reasoning
+    if tc is None or r is None or len(tc.call) != 3 or tc.call[0] != slot("name") or tc.call[2] != slot("arguments") \
+            or not isinstance(tc.call[1], str):
+        return None
+    mixed = spec.turns.get("reasoning+content") or []
+    heads = {"content": _before_slot(spec.turns.get("content"), "content"),
+             "reasoning": _before_slot(mixed, "reasoning"), "calls": tc.call[1]}
+    if not all(heads.values()):
+        return None
+    first, *others = heads.values()
+    suffix = min(boundaries.split_common_suffix(first, h) for h in others)
+    prefix = min(boundaries.split_common_prefix(first, h) for h in others)
+    body, channel = first[len(first) - suffix:].strip(), first[:prefix].strip()
+    if not body or not channel or first_marker(body, boundaries) != body or first_marker(channel, boundaries) != channel:
+        return None
+    names = {}
+    for kind, head in heads.items():
+        inner = head.strip()[len(channel):len(head.strip()) - len(body)]
+        found = _CHANNEL_NAME.match(inner)
+        if not head.strip().startswith(channel) or not head.strip().endswith(body) or found is None:
+            return None
+        names.setdefault(found.group(1), kind)
+    if len(set(names.values())) < 2 or "reasoning" not in names.values() or "content" not in names.values():
+        return None  # (content and reasoning on one channel: the channel cannot tell them)
+    # The reasoning turn: reasoning, then a message end and a message start, then content's header.
+    between = mixed[mixed.index(slot("reasoning")) + 1] if slot("reasoning") in mixed else None
+    if not isinstance(between, str) or not between.endswith(heads["content"]):
+        return None
+    separator = between[: len(between) - len(heads["content"])].strip()
+    end = first_marker(separator, boundaries)
+    start = separator[len(end):].strip()
+    recipient = tc.section_start.strip()
+    call_end = tc.section_end.strip()
+    if not end or not start or not recipient or any(c.isspace() for c in recipient) or not call_end:
+        return None
+    key = recipient[: recipient.index("=") + 1] if "=" in recipient else recipient
+    return {
+        "start": start,  # opens each message after the first (the prompt wrote the first one's)
+        "channel": channel,
+        "body": body,
+        "end": end,  # ends a message the turn goes on after
+        "call_end": call_end,  # ends a call's message
+        "channels": names,  # channel -> what its messages hold: reasoning, content, calls
+        "recipient": key,  # the header field that addresses a message to a tool
+        "namespace": recipient[len(key):],  # the offered tools' names are in it; others are built-ins
+    }
+
+
 def reading_tables(spec: ProtocolSpec, special_tokens: tuple[str, ...] = ()) -> dict:
     """The runtime's tables for `spec`: plain data (str, bool, list, dict, None) only."""
     boundaries = Boundaries(special_tokens)
@@ -132,8 +201,9 @@ def reading_tables(spec: ProtocolSpec, special_tokens: tuple[str, ...] = ()) -> 
             "parallel": tc.parallel.value,
             "arguments": arguments,
         }
+        tables["messages"] = message_format(spec, boundaries)
     return json.loads(json.dumps(tables))  # a copy that is plain data, or a TypeError here
 
 
 __all__ = ["call_head", "call_opener", "content_may_follow_calls", "cut_at_end", "end_of_turn_markers",
-           "reading_tables"]
+           "message_format", "reading_tables"]

@@ -12,6 +12,7 @@ in the order of `MODULES`). Layers, one module each:
     output     fields, deltas, the message
     input      the buffer, feed()'s fast paths, the readers
     rules      the grammar of a turn, as a coroutine
+    messages   the grammar of a turn written as messages with headers (harmony)
     parser     StreamParser and parse()
 
 Code outside the runtime imports only the names below.
@@ -24,7 +25,7 @@ from .protocol import (ARGUMENTS_ALIASES, CLOSES_A_VALUE, CONTENT, NATURAL_STOPS
 from .values import arguments_json, decode_native, format_fillers, object_value, python_value, typed_raw
 
 # The runtime's modules in the order the standalone file stacks them (each only uses those before it).
-MODULES = ("errors", "text", "values", "streams", "protocol", "output", "input", "rules", "parser")
+MODULES = ("errors", "text", "values", "streams", "protocol", "output", "input", "rules", "messages", "parser")
 
 __all__ = [
     "ARGUMENTS_ALIASES", "BadArguments", "CLOSES_A_VALUE", "CONTENT", "InvalidOutput", "MODULES", "NATURAL_STOPS", "PARALLEL_ALL", "Protocol", "REASONING",

@@ -8,6 +8,7 @@ or parse(protocol, text, ...) for a whole output at once (the same result).
 """
 
 from .input import Input
+from .messages import Messages
 from .output import Output, TextField
 from .protocol import CONTENT, REASONING, Protocol
 from .rules import Rules
@@ -16,7 +17,7 @@ from .rules import Rules
 import codecs
 
 
-class StreamParser(Input, Rules, Output):
+class StreamParser(Input, Rules, Messages, Output):
     """Feed a model's output in chunks (str or bytes); get OpenAI-style deltas back.
 
     `protocol`: the family's Protocol (or its tables); `tools`: the offered tools (their

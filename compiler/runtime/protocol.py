@@ -240,6 +240,32 @@ def call_steps(layout):
     return tuple(steps)
 
 
+class MessageFormat:
+    """A turn written as messages, each with a header (the tables' "messages", from
+    tplparse.grammar.reading.message_format): the markers, the channels and the recipient."""
+
+    def __init__(self, messages, end_of_turn):
+        self.start = messages["start"]  # opens a message after the first
+        self.channel = messages["channel"]  # starts the header's channel part
+        self.body = messages["body"]  # ends the header
+        self.end = messages["end"]  # ends a message the turn goes on after
+        self.call_end = messages["call_end"]  # ends a call's message
+        self.channels = messages["channels"]  # channel -> reasoning / content / calls
+        self.reasoning_channel = next((c for c, kind in self.channels.items() if kind == REASONING), None)
+        self.recipient = messages["recipient"]
+        self.namespace = messages["namespace"]
+        # A recipient that names no tool: none, or the namespace alone (`functions.`, `functions`).
+        self.no_name = {"", self.namespace, re.sub("[^A-Za-z0-9]+$", "", self.namespace)}
+        # A recipient field: its key at the start of a field (after whitespace, a marker or
+        # the header's start), then the name it addresses.
+        self.recipient_field = re.compile("(?<![A-Za-z0-9_.=-])" + re.escape(self.recipient) + "([A-Za-z0-9_.-]*)")
+        # What ends a body: a message's end, a call's end, the turn's end, the next message's
+        # start, or the next header (a model that wrote no end and no start before it).
+        self.body_stops = tuple(dict.fromkeys([self.end, self.call_end, *end_of_turn, self.start, self.channel]))
+        self.closing = (self.call_end, self.call_end, "")  # (where a call's arguments end: its message's end)
+        self.literals = [self.start, self.channel, self.body, self.end, self.call_end]
+
+
 class Protocol:
     """What the rules read: markers, the calls' layout and argument format, the start states."""
 
@@ -289,6 +315,8 @@ class Protocol:
         self.content_prefix = tc["content_prefix"] if tc else ""
         self.inline_opener = tc["inline_opener"] if tc else ""
         self.section_inner = tuple(tc["section_inner"]) if tc and tc["section_inner"] else None
+        # A turn written as messages with headers (harmony): see Messages.
+        self.messages = MessageFormat(tables["messages"], self.end_of_turn) if tc and tables.get("messages") else None
         # Every literal of the format, stripped: an output that ends with the start of one
         # ended inside it (truncated), whatever a reader made of it.
         literals = [*self.end_of_turn, self.content_start, self.content_end, self.reasoning_start, self.reasoning_end]
@@ -301,6 +329,8 @@ class Protocol:
                 literals += [arguments["separator"], *arguments["quotes"], "true", "false", "null", "True", "False", "None"]
                 for layout in arguments["argument"].values():
                     literals += [p for p in layout if isinstance(p, str)]
+        if self.messages is not None:
+            literals += self.messages.literals
         self.literals = tuple(sorted({m.strip() for m in literals if m.strip()}))
 
     def start_state(self, generation_prompt, start):

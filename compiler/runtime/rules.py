@@ -75,33 +75,11 @@ class Rules:
     def _turn(self):
         """root: reasoning? content (tool-calls content?)* end-of-turn?"""
         yield  # primed; wait for the first chunk
-        p = self._p
         try:
-            if self._state == CONTENT and p.reasoning_start and p.reasoning_end:
-                # An optional reasoning block first (the model opens it itself).
-                yield from self._skip_ws()
-                yield from self._need(len(p.reasoning_start))
-                if self._text.startswith(p.reasoning_start, self._pos):
-                    self._pos += len(p.reasoning_start)
-                    self._state = REASONING
-            elif self._state == REASONING and p.reasoning_start:
-                # The prompt opened the block and the model opens it again: its opener is
-                # absorbed, not reasoning (a tolerance: the template never writes it twice).
-                yield from self._skip_ws()
-                if (yield from self._peek(p.reasoning_start)):
-                    self._pos += len(p.reasoning_start)
-            if self._state == REASONING:
-                stop = yield from self._reasoning_block()
-                if stop is None or stop in p.end_of_turn:
-                    yield from self._after_end(stop)
-                    return
-                if stop == p.opener:
-                    yield from self._tool_calls()
-            self._state = CONTENT
-            if p.tool_calls and not p.opener:
-                yield from self._turn_without_opener()
+            if self._p.messages is not None:
+                yield from self._messages()  # (a turn of messages with headers: see messages)
             else:
-                yield from self._content()
+                yield from self._turn_by_layout()
         except TruncatedOutput as e:
             self._call_failed("truncated_tool_call", str(e))
         except InvalidOutput as e:
@@ -123,6 +101,35 @@ class Rules:
             if self._eof:
                 return
             yield
+
+    def _turn_by_layout(self):
+        """root, in the generic form: an optional reasoning block, then content and calls."""
+        p = self._p
+        if self._state == CONTENT and p.reasoning_start and p.reasoning_end:
+            # An optional reasoning block first (the model opens it itself).
+            yield from self._skip_ws()
+            yield from self._need(len(p.reasoning_start))
+            if self._text.startswith(p.reasoning_start, self._pos):
+                self._pos += len(p.reasoning_start)
+                self._state = REASONING
+        elif self._state == REASONING and p.reasoning_start:
+            # The prompt opened the block and the model opens it again: its opener is
+            # absorbed, not reasoning (a tolerance: the template never writes it twice).
+            yield from self._skip_ws()
+            if (yield from self._peek(p.reasoning_start)):
+                self._pos += len(p.reasoning_start)
+        if self._state == REASONING:
+            stop = yield from self._reasoning_block()
+            if stop is None or stop in p.end_of_turn:
+                yield from self._after_end(stop)
+                return
+            if stop == p.opener:
+                yield from self._tool_calls()
+        self._state = CONTENT
+        if p.tool_calls and not p.opener:
+            yield from self._turn_without_opener()
+        else:
+            yield from self._content()
 
     def _call_failed(self, kind, message, offset=None):
         """The parse stops at an error; a call whose header went out is dropped, and a delta says so."""

@@ -1,0 +1,169 @@
+"""The rules of a turn written as messages with headers (harmony): a part of StreamParser.
+
+The family's tables name the markers (Protocol.messages, from the template's renders by
+tplparse.grammar.reading.message_format); no format is named here.
+
+    turn      message ((message-end)? message-start message)* (end-of-turn)?
+    message   header? body     (the prompt may have written the first header, or none)
+    header    role-fields channel-marker channel fields body-marker
+    body      reasoning / content text up to what ends it, or a call's arguments
+
+A header is read by its fields, wherever they sit: the recipient (`to=functions.NAME`) in
+the role part or in the channel part, with or without whitespace next to a marker; the
+fields it does not need (a content type, a constraint marker) are skipped. A message with
+a recipient is a call, on any channel; without one it is reasoning on the reasoning
+channel and content on the others the template writes (a preamble on the calls' channel is
+visible content); a message on a channel the template never writes is reported and its body
+left out. A recipient outside the tools' namespace (`to=python`) is a built-in tool: a call
+of that name when such a tool is offered, reported otherwise.
+"""
+
+from .errors import InvalidOutput, TruncatedOutput
+from .protocol import CONTENT, REASONING
+from .text import waker
+
+###{standalone
+
+# The characters a message header may take: a longer one is not a header (and a stream of
+# text after a channel marker costs linear time).
+_HEADER_LIMIT = 512
+# What a header's body holds: (reasoning / content / a call / left out, the call's name, whether it is a built-in).
+_CALL, _SKIPPED = "calls", "skipped"
+
+
+class Messages:
+    """The message rules (a part of StreamParser)."""
+
+    def _messages(self):
+        """turn: message (message-end? message-start message)* end-of-turn?"""
+        p = self._p
+        m = p.messages
+        opened = self._state == REASONING  # the prompt wrote the first header: a reasoning body
+        first = True
+        while True:
+            yield from self._skip_ws()
+            if not first and not self._available():
+                return  # (the output ended after a message: the engine stopped on what ends the turn)
+            if first and opened and not (yield from self._peek(m.channel)):
+                kind, name, builtin = REASONING, None, False
+            else:
+                if (yield from self._peek(m.start)):  # (the prompt usually writes it: here, absorbed)
+                    self._pos += len(m.start)
+                if (yield from self._peek_any_after_ws((m.channel, m.recipient))):
+                    kind, name, builtin = yield from self._header()
+                    if kind is None:
+                        return  # (the output ended inside a header that addresses no tool: nothing was said)
+                else:
+                    kind, name, builtin = CONTENT, None, False  # text without a header: content
+            first = False
+            self._state = REASONING if kind == REASONING else CONTENT
+            if kind == _CALL:
+                stop = yield from self._message_call(name, builtin)
+            elif kind == _SKIPPED:
+                stop = yield from self._skipped_body()
+            else:
+                stop = yield from self._text_until(m.body_stops,
+                                                   self._reasoning_text if kind == REASONING else self._content_text)
+            if stop is None:
+                return
+            if stop in p.end_of_turn:
+                yield from self._after_end(stop)
+                return
+            if stop == m.channel:
+                continue  # (the next header, with no message end or start before it)
+            self._pos += len(stop)
+            if stop == m.start or (yield from self._peek_after_ws(m.start)):
+                continue  # (the message start is read with the next header)
+            if self._available():
+                yield from self._after_end("")  # (a message end, then text that starts no message)
+            return
+
+    def _header(self):
+        """header: up to its body marker; (what the body holds, a call's name, built-in)."""
+        m = self._p.messages
+        start = self._pos
+        while True:
+            at = self._text.find(m.body, start, start + _HEADER_LIMIT + len(m.body))
+            if at != -1:
+                break
+            if len(self._text) - start > _HEADER_LIMIT:
+                raise InvalidOutput(f"a message header without {m.body!r}: {self._text[start:start + 40]!r}")
+            if self._eof:
+                self._pos = len(self._text)
+                if m.recipient_field.search(self._text, start):
+                    raise TruncatedOutput("the output ended inside a call's message header")
+                return None, None, False
+            self._quiet = waker(m.body[-1])
+            yield
+        header = self._text[start:at]
+        for marker in (m.end, m.call_end, m.start, *self._p.end_of_turn):
+            if marker in header:
+                raise InvalidOutput(f"a message header holds {marker!r}: {header[:60]!r}")
+        self._pos = at + len(m.body)
+        return self._header_fields(header)
+
+    def _header_fields(self, header):
+        """The header's fields: the recipient (wherever it sits) and the channel."""
+        m = self._p.messages
+        found = list(m.recipient_field.finditer(header))
+        if len(found) > 1:
+            raise InvalidOutput(f"a message header with two recipients: {header[:80]!r}")
+        if found:
+            value = found[0].group(1)
+            if value in m.no_name:  # (nothing, or the namespace and no name in it)
+                raise InvalidOutput(f"a message header whose recipient names no tool: {header[:80]!r}")
+            if value.startswith(m.namespace):
+                return _CALL, value[len(m.namespace):], False
+            return _CALL, value, True  # (a built-in tool: python, browser.search)
+        _, marked, rest = header.partition(m.channel)
+        channel = rest.strip().split(None, 1)[0] if marked and rest.strip() else ""
+        kind = m.channels.get(channel.partition("<")[0]) if channel else CONTENT
+        if kind is None:
+            self._error("unknown_channel", f"a message on channel {channel!r}, which the template does not write: "
+                                           "left out", self._offset())
+            return _SKIPPED, None, False
+        return (REASONING if kind == REASONING else CONTENT), None, False
+
+    def _message_call(self, name, builtin):
+        """body of a call's message: its arguments, then its end (the call's end, a message's
+        end, the turn's end, the next message; at a natural stop, nothing)."""
+        p = self._p
+        m = p.messages
+        index = len(self._calls) + self._invalid_calls
+        if builtin and name not in self._tools:
+            self._error("unknown_tool", f"a message to {name!r}, a built-in tool that is not offered: left out",
+                        self._offset())
+            return (yield from self._skipped_body())
+        call = {"name": name, "id": None, "arguments": None, "bad": None, "announced": False, "pending": None,
+                "index": index, "object_at": None, "id_absent": False}
+        self._open_call = call
+        self._announce_when_settled(index, call)  # (the header is read: the name is settled)
+        yield from self._skip_ws()
+        yield from self._arguments_waiting(call, m.closing)
+        ends = m.body_stops
+        if (yield from self._peek_any_after_ws(ends)):
+            stop = next(e for e in ends if self._text.startswith(e, self._pos))
+        else:
+            yield from self._match(m.call_end, eats=True)  # (left out at a natural stop; else cut, or wrong)
+            stop = None
+        self._end_call(index, call)
+        return stop
+
+    def _skipped_body(self):
+        """A body that is left out (reported where its header is): up to what ends it."""
+        stops = self._p.messages.body_stops
+        longest = max(len(s) for s in stops)
+        while True:
+            at = min((a for a in (self._text.find(s, self._pos) for s in stops) if a != -1), default=-1)
+            if at != -1:
+                self._pos = at
+                return next(s for s in stops if self._text.startswith(s, at))
+            if self._eof:
+                self._pos = len(self._text)
+                return None
+            self._pos = max(self._pos, len(self._text) - longest)
+            self._quiet = None
+            yield
+
+
+###}
