@@ -47,7 +47,7 @@ TABLES = {
     'version': 1,
     'modes': {'default': {'tail': '', 'start': 'content'}},
     'reasoning': {'start': '[THINK]', 'end': '[/THINK]', 'call_ends_reasoning': True},
-    'content': {'start': '', 'end': ''},
+    'content': {'start': '', 'end': '', 'space_before': {'</s>': '', '[TOOL_CALLS]': '', '': ''}},
     'end_of_turn': ['</s>'],
     'tool_calls': {
         'opener': '[TOOL_CALLS]',

@@ -58,7 +58,7 @@ TABLES = {
         },
     },
     'reasoning': {'start': '<seed:think>', 'end': '</seed:think>', 'call_ends_reasoning': True},
-    'content': {'start': '', 'end': ''},
+    'content': {'start': '', 'end': '', 'space_before': {'<seed:eos>': '', '<seed:tool_call>': '\n\n', '': ''}},
     'end_of_turn': ['<seed:eos>'],
     'tool_calls': {
         'opener': '<seed:tool_call>',

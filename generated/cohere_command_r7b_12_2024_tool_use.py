@@ -44,7 +44,11 @@ TABLES = {
     'version': 1,
     'modes': {'default': {'tail': '', 'start': 'content'}},
     'reasoning': None,
-    'content': {'start': '<|START_RESPONSE|>', 'end': '<|END_RESPONSE|>'},
+    'content': {
+        'start': '<|START_RESPONSE|>',
+        'end': '<|END_RESPONSE|>',
+        'space_before': {'<|END_RESPONSE|>': ''},
+    },
     'end_of_turn': ['<|END_OF_TURN_TOKEN|>'],
     'tool_calls': {
         'opener': '<|START_THINKING|>',

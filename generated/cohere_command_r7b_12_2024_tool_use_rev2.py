@@ -53,7 +53,11 @@ TABLES = {
         'no_thinking': {'tail': '<|START_THINKING|><|END_THINKING|>', 'start': 'content'},
     },
     'reasoning': {'start': '<|START_THINKING|>', 'end': '<|END_THINKING|>', 'call_ends_reasoning': True},
-    'content': {'start': '<|START_RESPONSE|>', 'end': '<|END_RESPONSE|>'},
+    'content': {
+        'start': '<|START_RESPONSE|>',
+        'end': '<|END_RESPONSE|>',
+        'space_before': {'<|END_RESPONSE|>': ''},
+    },
     'end_of_turn': ['<|END_OF_TURN_TOKEN|>'],
     'tool_calls': {
         'opener': '<|START_ACTION|>',

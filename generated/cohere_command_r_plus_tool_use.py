@@ -44,7 +44,7 @@ TABLES = {
     'version': 1,
     'modes': {'default': {'tail': '', 'start': 'content'}},
     'reasoning': None,
-    'content': {'start': '', 'end': ''},
+    'content': {'start': '', 'end': '', 'space_before': {'<|END_OF_TURN_TOKEN|>': '', 'Action:': '\n', '': ''}},
     'end_of_turn': ['<|END_OF_TURN_TOKEN|>'],
     'tool_calls': {
         'opener': 'Action:',

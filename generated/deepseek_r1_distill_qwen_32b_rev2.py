@@ -53,7 +53,7 @@ TABLES = {
         'no_thinking': {'tail': '<think>\n</think>', 'start': 'content'},
     },
     'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
-    'content': {'start': '', 'end': ''},
+    'content': {'start': '', 'end': '', 'space_before': {'<｜end▁of▁sentence｜>': '', '': ''}},
     'end_of_turn': ['<｜end▁of▁sentence｜>'],
     'tool_calls': {
         'opener': '<｜tool▁calls▁begin｜>',

@@ -61,7 +61,11 @@ TABLES = {
         'no_thinking': {'tail': '<think></think>', 'start': 'content'},
     },
     'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
-    'content': {'start': '', 'end': ''},
+    'content': {
+        'start': '',
+        'end': '',
+        'space_before': {'<｜end▁of▁sentence｜>': '', '<｜DSML｜function_calls>': '\n\n', '': ''},
+    },
     'end_of_turn': ['<｜end▁of▁sentence｜>'],
     'tool_calls': {
         'opener': '<｜DSML｜function_calls>',

@@ -52,7 +52,11 @@ TABLES = {
     'version': 1,
     'modes': {'default': {'tail': '', 'start': 'content'}},
     'reasoning': None,
-    'content': {'start': '', 'end': ''},
+    'content': {
+        'start': '',
+        'end': '',
+        'space_before': {'<｜end▁of▁sentence｜>': '', '<｜DSML｜tool_calls>': '\n\n', '': ''},
+    },
     'end_of_turn': ['<｜end▁of▁sentence｜>'],
     'tool_calls': {
         'opener': '<｜DSML｜tool_calls>',

@@ -44,7 +44,7 @@ TABLES = {
     'version': 1,
     'modes': {'default': {'tail': '', 'start': 'content'}},
     'reasoning': None,
-    'content': {'start': '', 'end': ''},
+    'content': {'start': '', 'end': '', 'space_before': {'<|eot_id|>': '', 'functools[': ' ', '': ''}},
     'end_of_turn': ['<|eot_id|>'],
     'tool_calls': {
         'opener': 'functools[',

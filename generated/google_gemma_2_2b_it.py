@@ -41,7 +41,7 @@ TABLES = {
     'version': 1,
     'modes': {'default': {'tail': '', 'start': 'content'}},
     'reasoning': None,
-    'content': {'start': '', 'end': ''},
+    'content': {'start': '', 'end': '', 'space_before': {'<end_of_turn>': '', '': ''}},
     'end_of_turn': ['<end_of_turn>'],
     'tool_calls': None,
 }

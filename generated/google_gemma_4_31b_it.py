@@ -55,7 +55,7 @@ TABLES = {
         'no_thinking': {'tail': '<|channel>thought\n<channel|>', 'start': 'content'},
     },
     'reasoning': {'start': '<|channel>thought', 'end': '<channel|>', 'call_ends_reasoning': True},
-    'content': {'start': '', 'end': ''},
+    'content': {'start': '', 'end': '', 'space_before': {'<turn|>': ''}},
     'end_of_turn': ['<turn|>', '<|tool_response>'],
     'tool_calls': {
         'opener': '<|tool_call>',

@@ -50,7 +50,7 @@ TABLES = {
         'no_thinking': {'tail': '<think>\n\n</think>\n', 'start': 'content'},
     },
     'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
-    'content': {'start': '', 'end': ''},
+    'content': {'start': '', 'end': '', 'space_before': {'<|im_end|>': '', '': ''}},
     'end_of_turn': ['<|im_end|>'],
     'tool_calls': None,
 }

@@ -53,7 +53,7 @@ TABLES = {
         'no_thinking': {'tail': '', 'start': 'content'},
     },
     'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
-    'content': {'start': '<response>', 'end': '</response>'},
+    'content': {'start': '<response>', 'end': '</response>', 'space_before': {'<|end_of_text|>': '', '': ''}},
     'end_of_turn': ['<|end_of_text|>'],
     'tool_calls': {
         'opener': '<|tool_call|>',

@@ -44,7 +44,7 @@ TABLES = {
     'version': 1,
     'modes': {'default': {'tail': '', 'start': 'content'}},
     'reasoning': None,
-    'content': {'start': '', 'end': ''},
+    'content': {'start': '', 'end': '', 'space_before': {'<|end_of_text|>': '', '<tool_call>': '\n', '': ''}},
     'end_of_turn': ['<|end_of_text|>'],
     'tool_calls': {
         'opener': '<tool_call>',

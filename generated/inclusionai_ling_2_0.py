@@ -47,7 +47,7 @@ TABLES = {
     'version': 1,
     'modes': {'default': {'tail': '', 'start': 'content'}},
     'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
-    'content': {'start': '', 'end': ''},
+    'content': {'start': '', 'end': '', 'space_before': {'<|role_end|>': '', '<tool_call>': '\n', '': ''}},
     'end_of_turn': ['<|role_end|>'],
     'tool_calls': {
         'opener': '<tool_call>',

@@ -49,7 +49,7 @@ TABLES = {
     'version': 1,
     'modes': {'default': {'tail': '', 'start': 'content'}},
     'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
-    'content': {'start': '', 'end': ''},
+    'content': {'start': '', 'end': '', 'space_before': {'<|im_end|>': '', '<|tool_call_start|>': '', '': ''}},
     'end_of_turn': ['<|im_end|>'],
     'tool_calls': {
         'opener': '<|tool_call_start|>',

@@ -50,7 +50,7 @@ TABLES = {
         'no_thinking': {'tail': ' <think>\n</think>', 'start': 'content'},
     },
     'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
-    'content': {'start': '', 'end': ''},
+    'content': {'start': '', 'end': '', 'space_before': {}},
     'end_of_turn': ['User:'],
     'tool_calls': None,
 }

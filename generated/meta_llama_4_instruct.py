@@ -44,7 +44,7 @@ TABLES = {
     'version': 1,
     'modes': {'default': {'tail': '', 'start': 'content'}},
     'reasoning': None,
-    'content': {'start': '', 'end': ''},
+    'content': {'start': '', 'end': '', 'space_before': {'<|eot|>': '', '': ''}},
     'end_of_turn': ['<|eot|>'],
     'tool_calls': {
         'opener': '<|python_start|>',

@@ -44,7 +44,7 @@ TABLES = {
     'version': 1,
     'modes': {'default': {'tail': '', 'start': 'content'}},
     'reasoning': None,
-    'content': {'start': '', 'end': ''},
+    'content': {'start': '', 'end': '', 'space_before': {'<end_of_sentence>': '', '': ''}},
     'end_of_turn': ['<end_of_sentence>'],
     'tool_calls': {
         'opener': '<tool_calls>',

@@ -49,7 +49,7 @@ TABLES = {
     'version': 1,
     'modes': {'default': {'tail': '<think>\n', 'start': 'reasoning'}},
     'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
-    'content': {'start': '', 'end': ''},
+    'content': {'start': '', 'end': '', 'space_before': {'[e~[': '', '<minimax:tool_call>': '\n', '': ''}},
     'end_of_turn': ['[e~['],
     'tool_calls': {
         'opener': '<minimax:tool_call>',

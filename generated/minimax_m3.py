@@ -49,7 +49,7 @@ TABLES = {
     'version': 1,
     'modes': {'default': {'tail': '', 'start': 'content'}},
     'reasoning': {'start': '<mm:think>', 'end': '</mm:think>', 'call_ends_reasoning': True},
-    'content': {'start': '', 'end': ''},
+    'content': {'start': '', 'end': '', 'space_before': {'[e~[': '', ']<]': '', '': ''}},
     'end_of_turn': ['[e~['],
     'tool_calls': {
         'opener': ']<]',

@@ -44,7 +44,7 @@ TABLES = {
     'version': 1,
     'modes': {'default': {'tail': '', 'start': 'content'}},
     'reasoning': None,
-    'content': {'start': '', 'end': ''},
+    'content': {'start': '', 'end': '', 'space_before': {'</s>': '', '': ''}},
     'end_of_turn': ['</s>'],
     'tool_calls': {
         'opener': '[TOOL_CALLS]',

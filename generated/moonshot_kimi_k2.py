@@ -44,7 +44,11 @@ TABLES = {
     'version': 1,
     'modes': {'default': {'tail': '', 'start': 'content'}},
     'reasoning': None,
-    'content': {'start': '', 'end': ''},
+    'content': {
+        'start': '',
+        'end': '',
+        'space_before': {'<|im_end|>': '', '<|tool_calls_section_begin|>': '', '': ''},
+    },
     'end_of_turn': ['<|im_end|>'],
     'tool_calls': {
         'opener': '<|tool_calls_section_begin|>',

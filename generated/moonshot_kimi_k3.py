@@ -59,7 +59,11 @@ TABLES = {
         'end': '<|close|>think<|sep|><|open|>response<|sep|>',
         'call_ends_reasoning': True,
     },
-    'content': {'start': '', 'end': '<|close|>response<|sep|>'},
+    'content': {
+        'start': '',
+        'end': '<|close|>response<|sep|>',
+        'space_before': {'<|close|>response<|sep|><|open|>': '', '<|close|>response<|sep|>': ''},
+    },
     'end_of_turn': ['<|close|>message<|sep|>'],
     'tool_calls': {
         'opener': '<|close|>response<|sep|><|open|>',

@@ -49,7 +49,7 @@ TABLES = {
     'version': 1,
     'modes': {'default': {'tail': '', 'start': 'content'}},
     'reasoning': {'start': 'to=self<|message|>', 'end': '<|eom|><|start|>assistant', 'call_ends_reasoning': True},
-    'content': {'start': 'to=user<|message|>', 'end': ''},
+    'content': {'start': 'to=user<|message|>', 'end': '', 'space_before': {'<|eot|>': '', '': ''}},
     'end_of_turn': ['<|eot|>'],
     'tool_calls': {
         'opener': 'to=',

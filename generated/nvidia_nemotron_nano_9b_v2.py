@@ -53,7 +53,7 @@ TABLES = {
         'no_thinking': {'tail': '<think></think>', 'start': 'content'},
     },
     'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
-    'content': {'start': '<think>', 'end': ''},
+    'content': {'start': '<think>', 'end': '', 'space_before': {'<SPECIAL_12>': '\n', '': '\n'}},
     'end_of_turn': ['<SPECIAL_12>'],
     'tool_calls': {
         'opener': '<TOOLCALL>',

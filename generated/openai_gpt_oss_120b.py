@@ -57,7 +57,7 @@ TABLES = {
         'end': '<|end|><|start|>assistant',
         'call_ends_reasoning': True,
     },
-    'content': {'start': '<|channel|>final<|message|>', 'end': ''},
+    'content': {'start': '<|channel|>final<|message|>', 'end': '', 'space_before': {'<|return|>': '', '': ''}},
     'end_of_turn': ['<|return|>'],
     'tool_calls': {
         'opener': 'to=functions.',

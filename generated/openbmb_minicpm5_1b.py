@@ -55,7 +55,7 @@ TABLES = {
         'no_thinking': {'tail': '<think>\n\n</think>\n\n', 'start': 'content'},
     },
     'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
-    'content': {'start': '', 'end': ''},
+    'content': {'start': '', 'end': '', 'space_before': {'<|im_end|>': '', '<function name="': '\n', '': ''}},
     'end_of_turn': ['<|im_end|>'],
     'tool_calls': {
         'opener': '<function name="',

@@ -49,7 +49,7 @@ TABLES = {
     'version': 1,
     'modes': {'default': {'tail': '', 'start': 'reasoning'}},
     'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
-    'content': {'start': '', 'end': ''},
+    'content': {'start': '', 'end': '', 'space_before': {'</assistant>': '', '<tool_call>': '', '': ''}},
     'end_of_turn': ['</assistant>'],
     'tool_calls': {
         'opener': '<tool_call>',

@@ -55,7 +55,7 @@ TABLES = {
         'no_thinking': {'tail': '</think>', 'start': 'content'},
     },
     'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
-    'content': {'start': '', 'end': ''},
+    'content': {'start': '', 'end': '', 'space_before': {'</assistant>': '\n', '<tool_call>': '\n', '': '\n'}},
     'end_of_turn': ['</assistant>'],
     'tool_calls': {
         'opener': '<tool_call>',

@@ -53,7 +53,7 @@ TABLES = {
         'no_thinking': {'tail': '<think>\n\n</think>\n\n', 'start': 'content'},
     },
     'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
-    'content': {'start': '', 'end': ''},
+    'content': {'start': '', 'end': '', 'space_before': {'<|im_end|>': '', '<tool_call>': '\n', '': ''}},
     'end_of_turn': ['<|im_end|>'],
     'tool_calls': {
         'opener': '<tool_call>',

@@ -55,7 +55,7 @@ TABLES = {
         'no_thinking': {'tail': '\n</think>\n\n', 'start': 'content'},
     },
     'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
-    'content': {'start': '', 'end': ''},
+    'content': {'start': '', 'end': '', 'space_before': {'<|im_end|>': '', '<tool_call>': '\n\n', '': ''}},
     'end_of_turn': ['<|im_end|>'],
     'tool_calls': {
         'opener': '<tool_call>',

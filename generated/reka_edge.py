@@ -53,7 +53,7 @@ TABLES = {
         'no_thinking': {'tail': '', 'start': 'content'},
     },
     'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
-    'content': {'start': '', 'end': ''},
+    'content': {'start': '', 'end': '', 'space_before': {'<sep>': '\n\n', '<tool_call>': '\n', '': '\n\n'}},
     'end_of_turn': ['<sep>'],
     'tool_calls': {
         'opener': '<tool_call>',

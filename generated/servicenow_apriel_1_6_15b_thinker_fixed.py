@@ -47,7 +47,7 @@ TABLES = {
     'version': 1,
     'modes': {'default': {'tail': '', 'start': 'reasoning'}},
     'reasoning': {'start': '', 'end': '[BEGIN FINAL RESPONSE]', 'call_ends_reasoning': True},
-    'content': {'start': '', 'end': ''},
+    'content': {'start': '', 'end': '', 'space_before': {'<tool_calls>': '\n'}},
     'end_of_turn': ['<|end|>'],
     'tool_calls': {
         'opener': '<tool_calls>',

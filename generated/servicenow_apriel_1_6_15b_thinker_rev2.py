@@ -51,7 +51,7 @@ TABLES = {
         'end': '[BEGIN FINAL RESPONSE]',
         'call_ends_reasoning': True,
     },
-    'content': {'start': '', 'end': ''},
+    'content': {'start': '', 'end': '', 'space_before': {'<tool_calls>': '\n'}},
     'end_of_turn': ['<|end|>'],
     'tool_calls': {
         'opener': '<tool_calls>',

@@ -50,7 +50,7 @@ TABLES = {
         'no_thinking': {'tail': '', 'start': 'content'},
     },
     'reasoning': None,
-    'content': {'start': '', 'end': ''},
+    'content': {'start': '', 'end': '', 'space_before': {'<|tools_prefix|>': ''}},
     'end_of_turn': ['<|assistant_end|>'],
     'tool_calls': {
         'opener': '<|tools_prefix|>',

@@ -50,7 +50,7 @@ TABLES = {
         'no_thinking': {'tail': '', 'start': 'content'},
     },
     'reasoning': None,
-    'content': {'start': '助手：', 'end': ''},
+    'content': {'start': '助手：', 'end': '', 'space_before': {'<|eos|>': '', '<tool_calls>': '', '': ''}},
     'end_of_turn': ['<|eos|>'],
     'tool_calls': {
         'opener': '<tool_calls>',

@@ -131,6 +131,33 @@ def words(literal):
     return found
 
 
+_PIECES = {}
+# Where a marker ends or begins inside a word of a literal (`<|tool_call_begin|>functions.`):
+# models write whitespace there that the template does not.
+_MARKER_BOUNDARY = re.compile(r"(?<=[>\]])(?=\S)|(?<=\S)(?=[<\[])")
+
+
+def marker_pieces(literal):
+    """A literal cut into whitespace runs and words, each word also cut where a marker in it
+    ends or begins: [(piece, whether whitespace the literal does not write may come before
+    it, the rest of its word from it on, the words after its word)]; the first word takes
+    such whitespace when it starts with a marker (cached)."""
+    found = _PIECES.get(literal)
+    if found is None:
+        found = []
+        all_words = words(literal)
+        for w, word in enumerate(all_words):
+            after = all_words[w + 1:]
+            if word.isspace():
+                found.append((word, False, word, after))
+                continue
+            pieces = _MARKER_BOUNDARY.split(word)
+            for i, piece in enumerate(pieces):
+                found.append((piece, i > 0 or (not found and piece[:1] in "<["), "".join(pieces[i:]), after))
+        _PIECES[literal] = found
+    return found
+
+
 LITERALS = {}
 
 
@@ -1368,6 +1395,9 @@ class Protocol:
         self.call_ends_reasoning = reasoning.get("call_ends_reasoning", True)
         self.content_start = tables["content"]["start"]
         self.content_end = tables["content"]["end"]
+        # marker (and "", the end of the output) -> the whitespace the template writes between
+        # content and it: content keeps the whitespace it ends with, less that.
+        self.space_before = tables["content"].get("space_before") or {}
         self.end_of_turn = tuple(tables["end_of_turn"])
         self.modes = tables["modes"]
         tc = self.tool_calls = tables.get("tool_calls")
@@ -1466,7 +1496,9 @@ class Output:
     """Deltas and the message, written by the rules (a part of StreamParser)."""
 
     def _emit_text(self, field, text):
-        """Emit reasoning or content, without the whitespace at its very start and end."""
+        """Emit reasoning or content, without the whitespace at its very start; whitespace at
+        its end is held until more of the field follows (or what ends the field shows it is
+        the field's own: _keep_trailing_space)."""
         if not text:
             return
         if not field.started:
@@ -1482,6 +1514,20 @@ class Output:
         field.pending = [text[len(body):]] if len(body) < len(text) else []
         field.parts.append(out)
         self._deltas.append({field.key: out})
+
+    def _keep_trailing_space(self, field, written):
+        """The whitespace the field ends with is its own, less its last run of the characters
+        in `written` (the whitespace the template writes before what ends it here: "\n" and
+        "\n\n" are its newlines, a space before them is the model's). That goes out; the
+        template's run stays held (it goes out only if more of the field follows)."""
+        if field.pending:
+            space = "".join(field.pending)
+            own = space.rstrip(written) if written else space
+            field.pending = [space[len(own):]] if len(own) < len(space) else []
+            space = own
+            if space:
+                field.parts.append(space)
+                self._deltas.append({field.key: space})
 
     def _announce(self, index, call):
         """A call's header: its id and name (the arguments follow in later deltas)."""
@@ -1750,11 +1796,16 @@ class Input:
             if self._text.startswith(core, at):
                 self._pos = at + len(core)
             else:
-                pieces = words(core)
-                for j, word in enumerate(pieces):
+                # Word by word; whitespace the literal does not write may come where a marker
+                # in it ends or begins, and before it when it starts with a marker (`:0
+                # <|tool_call_argument_begin|>`): models write it, templates do not.
+                pieces = marker_pieces(core)
+                for word, loose, rest, after in pieces:
                     if word.isspace():
                         yield from self._skip_ws()
                         continue
+                    if loose:
+                        yield from self._skip_ws()
                     yield from self._need(len(word))
                     if self._text.startswith(word, self._pos):
                         self._pos += len(word)
@@ -1763,7 +1814,7 @@ class Input:
                         # (the rest of the layout is markers the engine stopped on: read, unless
                         # the output ended inside one of them, which is a cut)
                         if eats and self._eof and self._finish in NATURAL_STOPS and stopped_in(
-                                word, self._text[self._pos:]) and all(stoppable_word(w) for w in pieces[j + 1:]):
+                                rest, self._text[self._pos:]) and all(stoppable_word(w) for w in after):
                             self._pos = len(self._text)
                             return True
                         # (the output ended inside the word: not enough input, not a wrong one)
@@ -2013,8 +2064,13 @@ class Rules:
             yield from self._need(len(p.content_start))
             if self._text.startswith(p.content_start, self._pos):
                 self._pos += len(p.content_start)
+        field = self._content_text
         while True:
-            stop = yield from self._text_until(stops, self._content_text)
+            written = len(field.parts)
+            stop = yield from self._text_until(stops, field)
+            space = p.space_before.get("" if stop is None else stop.strip())
+            if space is not None and len(field.parts) > written:
+                self._keep_trailing_space(field, space)  # (text of its own, then whitespace: the model's)
             if stop is None or stop in p.end_of_turn:
                 yield from self._after_end(stop)
                 return

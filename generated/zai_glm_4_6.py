@@ -55,7 +55,7 @@ TABLES = {
         'no_thinking': {'tail': '\n<think></think>', 'start': 'content'},
     },
     'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
-    'content': {'start': '', 'end': ''},
+    'content': {'start': '', 'end': '', 'space_before': {'<tool_call>': '\n'}},
     'end_of_turn': ['<|user|>'],
     'tool_calls': {
         'opener': '<tool_call>',

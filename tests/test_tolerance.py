@@ -473,3 +473,30 @@ def test_message_call_arguments_stream_and_a_cut_one_is_dropped():
     cut = runtime.StreamParser(protocol, tools=WEATHER, start="content")
     deltas = [d for ch in text[:-20] for d in cut.feed(ch)] + cut.end("length")
     assert any("tool_call_error" in d for d in deltas) and cut.message["tool_calls"] == []
+
+
+# --- whitespace (rule 8) --------------------------------------------------------------------
+
+@needs_corpus
+@pytest.mark.parametrize("stem, text, content", [
+    # Kimi writes nothing between the content and its section marker: the space is the model's
+    ("Moonshot-Kimi-K2", "Hi. <|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
+                         '<|tool_call_argument_begin|>{"city": "Paris"}<|tool_call_end|><|tool_calls_section_end|>', "Hi. "),
+    ("Moonshot-Kimi-K2", "Hi.\n<|tool_calls_section_begin|> <|tool_call_begin|> functions.get_weather:0 "
+                         '<|tool_call_argument_begin|> {"city": "Paris"} <|tool_call_end|> <|tool_calls_section_end|>', "Hi.\n"),
+    # Qwen 3 writes "\n" before <tool_call>: that newline is the template's, what comes before it the model's
+    ("Qwen-Qwen3-0.6B", 'Hi.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>', "Hi."),
+    ("Qwen-Qwen3-0.6B", 'Hi. \n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>', "Hi. "),
+    ("Qwen-Qwen3-0.6B", 'Hi. <tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>', "Hi. "),
+    # at the end of the turn, where the template writes nothing before its end marker
+    ("Qwen-Qwen3-0.6B", "Hi.\n<|im_end|>", "Hi.\n"),
+    ("Moonshot-Kimi-K2", "Hi. ", "Hi. "),
+])
+def test_content_keeps_its_whitespace_less_the_templates_own(stem, text, content):
+    _, protocol, _ = compiled(stem)
+    message = _parsed_both_ways(protocol, text, WEATHER)
+    assert message["content"] == content and not message["errors"]
+    assert readable(message)["tool_calls"] in ([], [("get_weather", {"city": "Paris"})])
+    parser = runtime.StreamParser(protocol, tools=WEATHER, start="content")
+    deltas = [d for piece in (text[:4], text[4:9], text[9:]) for d in parser.feed(piece)] + parser.end("stop")
+    assert "".join(d.get("content", "") for d in deltas) == content  # (streamed: the same text, never taken back)

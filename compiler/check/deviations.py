@@ -23,6 +23,10 @@ the parser does not read is a failing test, not a silent reading.
                                   out ([TOOL_CALLS]name[ARGS]{…} for …[CALL_ID]id[ARGS]{…})
     empty calls section           a turn without calls that opens the calls section and closes
                                   it at once, after its content
+    whitespace around markers     a space where a call's layout has a marker next to other text
+                                  (`functions.f:0 <|tool_call_argument_begin|> {…}`); a space
+                                  after the content, before what the template writes between
+                                  it and a call (the content keeps it: the model wrote it)
     message header variants       (a turn written as messages with headers) a call's recipient
                                   moved from the role header to the channel header; its content
                                   type left out; the call on the reasoning channel; its message
@@ -41,7 +45,7 @@ import re
 from ..grammar.reading import message_format
 from ..probe.spans import Boundaries
 from ..runtime import ARGUMENTS_ALIASES, CLOSES_A_VALUE, json_call_object, stoppable_word
-from ..spec import ArgumentStyle, ProtocolSpec, Start, kv_parts
+from ..spec import ArgumentStyle, ProtocolSpec, SpecError, Start, kv_parts
 
 from .outputs import ModelOutput
 
@@ -52,8 +56,11 @@ CALL_OBJECT_BY_KEY = "call object by key"
 CALL_ID_LEFT_OUT = "call id left out"
 EMPTY_SECTION = "empty calls section"
 MESSAGE_HEADERS = "message header variants"
+WHITESPACE = "whitespace around markers"
 RULES = (OPENER_REPEATED, CLOSING_EATEN, VALUE_CLOSERS_MISSING, CALL_OBJECT_BY_KEY, CALL_ID_LEFT_OUT, EMPTY_SECTION,
-         MESSAGE_HEADERS)
+         MESSAGE_HEADERS, WHITESPACE)
+# Where a marker ends or begins inside a literal's word (`<|tool_call_begin|>functions.`).
+_MARKER_BOUNDARY = re.compile(r"(?<=[>\]])(?=\S)|(?<=\S)(?=[<\[])")
 # The visible text a preamble message deviation writes before a call.
 PREAMBLE = "Let me look that up."
 
@@ -215,6 +222,58 @@ def deviations(output: ModelOutput, spec: ProtocolSpec) -> list[Deviation]:
         text = output.text[:at] + (section[: min(ends)] if ends else section + output.text[at:])
         found.append(Deviation(EMPTY_SECTION, text, output.start, "stop", output.expected, (section,)))
     found += _message_header_variants(output, spec)
+    found += _whitespace_around_markers(output, spec)
+    return found
+
+
+def _whitespace_around_markers(output: ModelOutput, spec: ProtocolSpec) -> list[Deviation]:
+    """A space where the call layout writes a marker right next to other text (inside its
+    literals, and before a literal that starts with a marker after a slot); a space after
+    the content of a turn with content and a call, which the content keeps only where the
+    render writes nothing between the content and the call's opener."""
+    calls = spec.tool_calls
+    names = [name for name, _ in output.expected["tool_calls"]]
+    if calls is None or not names or message_format(spec, Boundaries()) is not None:
+        return []
+    found = []
+    layout = calls.call
+    loosened = {}
+    for i, piece in enumerate(layout):
+        if not isinstance(piece, str) or not piece.strip():
+            continue
+        if i > 0 and layout[i - 1] == {"slot": "arguments"} and calls.arguments.style != ArgumentStyle.OBJECT:
+            continue  # (the word that ends key/value arguments is read as written: see the README)
+        loose = _MARKER_BOUNDARY.sub(" ", piece)
+        if i > 0 and not isinstance(layout[i - 1], str) and piece[:1] in "<[":
+            loose = " " + loose
+        if loose != piece:
+            loosened[piece] = loose
+    # (only in the call layout's own text: the arguments, as the format writes them, stay as they are)
+    try:
+        kept = [calls.arguments.format(arguments) for _, arguments in output.expected["tool_calls"]]
+    except SpecError:
+        kept = None  # (arguments the format writes some other way: their text is not known here)
+    cut = re.compile("(" + "|".join(re.escape(k) for k in sorted(set(kept), key=len, reverse=True) if k) + ")") \
+        if kept and any(kept) else None
+    parts = cut.split(output.text) if cut else [output.text]
+    for j in range(0, len(parts), 2):  # (the odd parts are the arguments)
+        for piece, loose in loosened.items():
+            parts[j] = parts[j].replace(piece, loose)
+    spaced = "".join(parts)
+    if kept is not None and spaced != output.text:
+        found.append(Deviation(WHITESPACE, spaced, output.start, "stop", output.expected, ("spaces around the call's markers",)))
+    content = output.expected["content"]
+    first = calls.section_start if calls.section_start.strip() else next((p for p in layout if isinstance(p, str)), "")
+    opener = first.strip().split()[0] if first.strip() else ""
+    if content and opener and content in output.text:
+        at = output.text.index(content) + len(content)
+        between = output.text[at:output.text.find(opener, at)] if opener in output.text[at:] else None
+        if between is not None:
+            # (the render writes whitespace between without a space, or none: the space is the content's)
+            expected = {**output.expected, "content": content + " "} if not between.strip() and " " not in between \
+                else output.expected
+            found.append(Deviation(WHITESPACE, output.text[:at] + " " + output.text[at:], output.start, "stop", expected,
+                                   ("a space after the content",)))
     return found
 
 

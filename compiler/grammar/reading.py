@@ -163,6 +163,49 @@ def message_format(spec: ProtocolSpec, boundaries: Boundaries) -> dict | None:
     }
 
 
+def content_space_before(spec: ProtocolSpec, opener: str) -> dict[str, str]:
+    """marker -> the whitespace the template writes between the content and that marker
+    ("" where it writes none; "" as a key: the end of the output, as for the turn's end
+    markers). Content keeps the whitespace it ends with, less its last run of the characters
+    the template writes there: `…weather. <|tool_calls_section_begin|>` keeps its space (Kimi
+    writes none), and so does `…weather. <tool_call>` where GLM writes "\n" (the space is the
+    model's); in `…weather.\n<tool_call>` the newline is the template's, however many there
+    are. A marker the layouts do not show right after content is not in it."""
+    found = {}
+
+    def written_before(layout, marker):
+        if slot("content") not in layout or not marker:
+            return None
+        after = ""
+        for piece in layout[layout.index(slot("content")) + 1:]:
+            if isinstance(piece, str):
+                after += piece
+            elif piece in (slot("calls"), slot("call_list")) and spec.tool_calls is not None:
+                first = next((p for p in spec.tool_calls.call if isinstance(p, str)), "")
+                after += spec.tool_calls.section_start + first
+            else:
+                break
+            if marker in after:
+                written = after[: after.index(marker)]
+                return written if not written.strip() else None
+        return None
+
+    ends = [m.strip() for m in end_of_turn_markers(spec)]
+    candidates = [(m, spec.turns.get("content")) for m in ends]
+    if opener:
+        candidates.append((opener, spec.turns.get("content+calls")))
+    if spec.content_end.strip():
+        candidates.append((spec.content_end.strip(), spec.turns.get("content")))
+    for marker, layout in candidates:
+        written = written_before(layout or [], marker)
+        if written is not None:
+            found[marker] = written
+    at_the_end = {found.get(m) for m in ends}
+    if ends and len(at_the_end) == 1 and None not in at_the_end:
+        found[""] = at_the_end.pop()
+    return found
+
+
 def reading_tables(spec: ProtocolSpec, special_tokens: tuple[str, ...] = ()) -> dict:
     """The runtime's tables for `spec`: plain data (str, bool, list, dict, None) only."""
     boundaries = Boundaries(special_tokens)
@@ -173,7 +216,9 @@ def reading_tables(spec: ProtocolSpec, special_tokens: tuple[str, ...] = ()) -> 
         "modes": {name: {"tail": mode.tail, "start": mode.start.value} for name, mode in spec.modes.items()},
         "reasoning": None if r is None else {"start": r.start, "end": r.end,
                                              "call_ends_reasoning": r.tool_call_ends_reasoning},
-        "content": {"start": spec.content_start, "end": spec.content_end},
+        "content": {"start": spec.content_start, "end": spec.content_end,
+                    "space_before": content_space_before(
+                        spec, call_opener(spec, boundaries) if spec.tool_calls is not None else "")},
         "end_of_turn": end_markers,
         "tool_calls": None,
     }
@@ -205,5 +250,5 @@ def reading_tables(spec: ProtocolSpec, special_tokens: tuple[str, ...] = ()) -> 
     return json.loads(json.dumps(tables))  # a copy that is plain data, or a TypeError here
 
 
-__all__ = ["call_head", "call_opener", "content_may_follow_calls", "cut_at_end", "end_of_turn_markers",
+__all__ = ["call_head", "call_opener", "content_space_before", "content_may_follow_calls", "cut_at_end", "end_of_turn_markers",
            "message_format", "reading_tables"]

@@ -14,7 +14,7 @@ enough text has arrived. Rules call the plain form first and fall back to the wa
 
 from .errors import InvalidOutput, TruncatedOutput
 from .protocol import NATURAL_STOPS, REASONING, stoppable_word, stopped_in
-from .text import SPACES, LITERALS, BalancedScan, literal_here, literal_parts, outside, run_of, waker, words
+from .text import SPACES, LITERALS, BalancedScan, literal_here, literal_parts, marker_pieces, outside, run_of, waker
 
 ###{standalone
 
@@ -240,11 +240,16 @@ class Input:
             if self._text.startswith(core, at):
                 self._pos = at + len(core)
             else:
-                pieces = words(core)
-                for j, word in enumerate(pieces):
+                # Word by word; whitespace the literal does not write may come where a marker
+                # in it ends or begins, and before it when it starts with a marker (`:0
+                # <|tool_call_argument_begin|>`): models write it, templates do not.
+                pieces = marker_pieces(core)
+                for word, loose, rest, after in pieces:
                     if word.isspace():
                         yield from self._skip_ws()
                         continue
+                    if loose:
+                        yield from self._skip_ws()
                     yield from self._need(len(word))
                     if self._text.startswith(word, self._pos):
                         self._pos += len(word)
@@ -253,7 +258,7 @@ class Input:
                         # (the rest of the layout is markers the engine stopped on: read, unless
                         # the output ended inside one of them, which is a cut)
                         if eats and self._eof and self._finish in NATURAL_STOPS and stopped_in(
-                                word, self._text[self._pos:]) and all(stoppable_word(w) for w in pieces[j + 1:]):
+                                rest, self._text[self._pos:]) and all(stoppable_word(w) for w in after):
                             self._pos = len(self._text)
                             return True
                         # (the output ended inside the word: not enough input, not a wrong one)

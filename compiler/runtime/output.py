@@ -27,7 +27,9 @@ class Output:
     """Deltas and the message, written by the rules (a part of StreamParser)."""
 
     def _emit_text(self, field, text):
-        """Emit reasoning or content, without the whitespace at its very start and end."""
+        """Emit reasoning or content, without the whitespace at its very start; whitespace at
+        its end is held until more of the field follows (or what ends the field shows it is
+        the field's own: _keep_trailing_space)."""
         if not text:
             return
         if not field.started:
@@ -43,6 +45,20 @@ class Output:
         field.pending = [text[len(body):]] if len(body) < len(text) else []
         field.parts.append(out)
         self._deltas.append({field.key: out})
+
+    def _keep_trailing_space(self, field, written):
+        """The whitespace the field ends with is its own, less its last run of the characters
+        in `written` (the whitespace the template writes before what ends it here: "\n" and
+        "\n\n" are its newlines, a space before them is the model's). That goes out; the
+        template's run stays held (it goes out only if more of the field follows)."""
+        if field.pending:
+            space = "".join(field.pending)
+            own = space.rstrip(written) if written else space
+            field.pending = [space[len(own):]] if len(own) < len(space) else []
+            space = own
+            if space:
+                field.parts.append(space)
+                self._deltas.append({field.key: space})
 
     def _announce(self, index, call):
         """A call's header: its id and name (the arguments follow in later deltas)."""

@@ -280,6 +280,9 @@ class Protocol:
         self.call_ends_reasoning = reasoning.get("call_ends_reasoning", True)
         self.content_start = tables["content"]["start"]
         self.content_end = tables["content"]["end"]
+        # marker (and "", the end of the output) -> the whitespace the template writes between
+        # content and it: content keeps the whitespace it ends with, less that.
+        self.space_before = tables["content"].get("space_before") or {}
         self.end_of_turn = tuple(tables["end_of_turn"])
         self.modes = tables["modes"]
         tc = self.tool_calls = tables.get("tool_calls")

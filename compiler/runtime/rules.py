@@ -172,8 +172,13 @@ class Rules:
             yield from self._need(len(p.content_start))
             if self._text.startswith(p.content_start, self._pos):
                 self._pos += len(p.content_start)
+        field = self._content_text
         while True:
-            stop = yield from self._text_until(stops, self._content_text)
+            written = len(field.parts)
+            stop = yield from self._text_until(stops, field)
+            space = p.space_before.get("" if stop is None else stop.strip())
+            if space is not None and len(field.parts) > written:
+                self._keep_trailing_space(field, space)  # (text of its own, then whitespace: the model's)
             if stop is None or stop in p.end_of_turn:
                 yield from self._after_end(stop)
                 return

@@ -107,6 +107,33 @@ def words(literal):
     return found
 
 
+_PIECES = {}
+# Where a marker ends or begins inside a word of a literal (`<|tool_call_begin|>functions.`):
+# models write whitespace there that the template does not.
+_MARKER_BOUNDARY = re.compile(r"(?<=[>\]])(?=\S)|(?<=\S)(?=[<\[])")
+
+
+def marker_pieces(literal):
+    """A literal cut into whitespace runs and words, each word also cut where a marker in it
+    ends or begins: [(piece, whether whitespace the literal does not write may come before
+    it, the rest of its word from it on, the words after its word)]; the first word takes
+    such whitespace when it starts with a marker (cached)."""
+    found = _PIECES.get(literal)
+    if found is None:
+        found = []
+        all_words = words(literal)
+        for w, word in enumerate(all_words):
+            after = all_words[w + 1:]
+            if word.isspace():
+                found.append((word, False, word, after))
+                continue
+            pieces = _MARKER_BOUNDARY.split(word)
+            for i, piece in enumerate(pieces):
+                found.append((piece, i > 0 or (not found and piece[:1] in "<["), "".join(pieces[i:]), after))
+        _PIECES[literal] = found
+    return found
+
+
 LITERALS = {}
 
 
