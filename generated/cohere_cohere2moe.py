@@ -75,6 +75,10 @@ TABLES = {
         'separator': ',',
         'parallel': 'all',
         'arguments': {'style': 'object', 'encoder': 'json'},
+        'bare': None,
+        'self_closing': None,
+        'bare_list': None,
+        'wrappers': [],
     },
     'messages': None,
 }

@@ -73,6 +73,21 @@ TABLES = {
         'separator': '\n',
         'parallel': 'all',
         'arguments': {'style': 'object', 'encoder': 'json'},
+        'bare': {
+            'opener': '<｜tool▁call▁begin｜>',
+            'call': [
+                '<｜tool▁call▁begin｜>function<｜tool▁sep｜>',
+                {'slot': 'name'},
+                '\n```json\n',
+                {'slot': 'arguments'},
+                '\n```<｜tool▁call▁end｜>',
+            ],
+            'closer': '',
+            'self_closing': None,
+        },
+        'self_closing': None,
+        'bare_list': None,
+        'wrappers': [],
     },
     'messages': None,
 }

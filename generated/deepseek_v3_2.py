@@ -150,6 +150,21 @@ TABLES = {
             'quotes': ['', ''],
             'brackets': {},
         },
+        'bare': {
+            'opener': '<｜DSML｜invoke name="',
+            'call': [
+                '<｜DSML｜invoke name="',
+                {'slot': 'name'},
+                '">\n',
+                {'slot': 'arguments'},
+                '</｜DSML｜invoke>\n',
+            ],
+            'closer': '',
+            'self_closing': {'at': 2, 'written': '" />', 'resume': 4, 'rest': '\n'},
+        },
+        'self_closing': {'at': 2, 'written': '" />', 'resume': 4, 'rest': '\n'},
+        'bare_list': None,
+        'wrappers': [],
     },
     'messages': None,
 }

@@ -141,6 +141,21 @@ TABLES = {
             'quotes': ['', ''],
             'brackets': {},
         },
+        'bare': {
+            'opener': '<｜DSML｜invoke name="',
+            'call': [
+                '<｜DSML｜invoke name="',
+                {'slot': 'name'},
+                '">\n',
+                {'slot': 'arguments'},
+                '\n</｜DSML｜invoke>\n',
+            ],
+            'closer': '',
+            'self_closing': {'at': 2, 'written': '" />', 'resume': 4, 'rest': '\n'},
+        },
+        'self_closing': {'at': 2, 'written': '" />', 'resume': 4, 'rest': '\n'},
+        'bare_list': None,
+        'wrappers': [],
     },
     'messages': None,
 }

@@ -84,6 +84,10 @@ TABLES = {
             'quotes': ['<|"|>', '<|"|>'],
             'brackets': {'object': ['{', '}'], 'array': ['[', ']']},
         },
+        'bare': None,
+        'self_closing': None,
+        'bare_list': None,
+        'wrappers': [],
     },
     'messages': None,
 }

@@ -64,6 +64,10 @@ TABLES = {
         'separator': '',
         'parallel': 'all',
         'arguments': {'style': 'object', 'encoder': 'python'},
+        'bare': None,
+        'self_closing': None,
+        'bare_list': None,
+        'wrappers': [],
     },
     'messages': None,
 }

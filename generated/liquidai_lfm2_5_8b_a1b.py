@@ -78,6 +78,10 @@ TABLES = {
             'quotes': ["'", "'"],
             'brackets': {},
         },
+        'bare': None,
+        'self_closing': None,
+        'bare_list': {'open': '[', 'close': ']', 'call': '('},
+        'wrappers': [],
     },
     'messages': None,
 }

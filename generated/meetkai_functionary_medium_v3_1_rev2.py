@@ -58,6 +58,10 @@ TABLES = {
         'separator': '',
         'parallel': 'all',
         'arguments': {'style': 'object', 'encoder': 'json'},
+        'bare': None,
+        'self_closing': {'at': 2, 'written': ' />', 'resume': 4, 'rest': ''},
+        'bare_list': None,
+        'wrappers': ['<|python_tag|>'],
     },
     'messages': None,
 }

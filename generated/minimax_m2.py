@@ -80,6 +80,15 @@ TABLES = {
             'quotes': ['', ''],
             'brackets': {},
         },
+        'bare': {
+            'opener': '<invoke name="',
+            'call': ['<invoke name="', {'slot': 'name'}, '">\n', {'slot': 'arguments'}, '</invoke>\n'],
+            'closer': '',
+            'self_closing': {'at': 2, 'written': '" />', 'resume': 4, 'rest': '\n'},
+        },
+        'self_closing': {'at': 2, 'written': '" />', 'resume': 4, 'rest': '\n'},
+        'bare_list': None,
+        'wrappers': [],
     },
     'messages': None,
 }

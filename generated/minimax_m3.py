@@ -86,6 +86,21 @@ TABLES = {
             'quotes': ['', ''],
             'brackets': {},
         },
+        'bare': {
+            'opener': '<invoke name="',
+            'call': [
+                '<invoke name="',
+                {'slot': 'name'},
+                '">]<]minimax[>[',
+                {'slot': 'arguments'},
+                '</invoke>\n]<]minimax[>[',
+            ],
+            'closer': '',
+            'self_closing': None,
+        },
+        'self_closing': None,
+        'bare_list': None,
+        'wrappers': [],
     },
     'messages': None,
 }

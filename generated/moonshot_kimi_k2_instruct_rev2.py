@@ -70,6 +70,23 @@ TABLES = {
         'separator': '',
         'parallel': 'all',
         'arguments': {'style': 'object', 'encoder': 'json'},
+        'bare': {
+            'opener': '<|tool_call_begin|>',
+            'call': [
+                '<|tool_call_begin|>functions.',
+                {'slot': 'name'},
+                ':',
+                {'slot': 'index'},
+                '<|tool_call_argument_begin|>',
+                {'slot': 'arguments'},
+                '<|tool_call_end|>',
+            ],
+            'closer': '',
+            'self_closing': None,
+        },
+        'self_closing': None,
+        'bare_list': None,
+        'wrappers': [],
     },
     'messages': None,
 }

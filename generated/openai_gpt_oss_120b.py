@@ -71,6 +71,10 @@ TABLES = {
         'separator': '',
         'parallel': 'first',
         'arguments': {'style': 'object', 'encoder': 'json'},
+        'bare': None,
+        'self_closing': None,
+        'bare_list': None,
+        'wrappers': [],
     },
     'messages': {
         'start': '<|start|>assistant',

@@ -84,6 +84,10 @@ TABLES = {
             'quotes': ['<![CDATA[', ']]>'],
             'brackets': {},
         },
+        'bare': None,
+        'self_closing': {'at': 2, 'written': '" />', 'resume': 4, 'rest': ''},
+        'bare_list': None,
+        'wrappers': [],
     },
     'messages': None,
 }

@@ -92,6 +92,10 @@ TABLES = {
             'quotes': ['', ''],
             'brackets': {},
         },
+        'bare': None,
+        'self_closing': None,
+        'bare_list': None,
+        'wrappers': [],
     },
     'messages': None,
 }

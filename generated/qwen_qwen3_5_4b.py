@@ -92,6 +92,15 @@ TABLES = {
             'quotes': ['', ''],
             'brackets': {},
         },
+        'bare': {
+            'opener': '<function=',
+            'call': ['<function=', {'slot': 'name'}, '>\n', {'slot': 'arguments'}, '</function>\n'],
+            'closer': '</tool_call>',
+            'self_closing': {'at': 2, 'written': ' />', 'resume': 4, 'rest': '\n'},
+        },
+        'self_closing': {'at': 2, 'written': ' />', 'resume': 4, 'rest': '\n</tool_call>'},
+        'bare_list': None,
+        'wrappers': [],
     },
     'messages': None,
 }

@@ -1402,6 +1402,7 @@ class Protocol:
         self.modes = tables["modes"]
         tc = self.tool_calls = tables.get("tool_calls")
         self.opener = tc["opener"] if tc else ""
+        self.bare_opener, self.bare_list, self.wrappers = "", None, ()  # (the tolerances of a format with calls)
         self.key_values = None
         if tc:
             self.call_head = tc["call_head"]
@@ -1417,6 +1418,21 @@ class Protocol:
             # in the layout's byte order (see Rules._call_object_by_key).
             self.json_call = json_call_object(tc["call"]) if self.object_arguments and not self.python_objects else None
             self.call_steps = call_steps(tc["call"])
+            # A call written without the marker that opens the calls, from its own marker on.
+            bare = tc.get("bare")
+            self.bare_opener = bare["opener"] if bare else ""
+            self.bare_steps = call_steps(bare["call"]) if bare else None
+            self.bare_closer = bare["closer"] if bare else ""
+            # Markers the template writes in front of some kinds of call only (`<|python_tag|>`).
+            self.wrappers = tuple(tc.get("wrappers") or ())
+            # A call element written self-closing, with no arguments (`<invoke name="f"/>`).
+            self.self_closing = tc.get("self_closing")
+            self.bare_self_closing = bare.get("self_closing") if bare else None
+            # A pythonic list of calls without the markers that wrap it: its brackets, and a
+            # match of its start up to the first call's name.
+            self.bare_list = tc.get("bare_list")
+            self.bare_list_head = re.compile(re.escape(self.bare_list["open"]) + r"\s*([A-Za-z0-9_]*)").match \
+                if self.bare_list else None
             # A call that starts with its JSON object starts with any of its keys (calls that
             # follow each other with no separator are told by their first characters).
             self.call_heads_by_key = ()
@@ -1441,6 +1457,11 @@ class Protocol:
         if tc:
             literals += [tc["section_start"], tc["section_end"], tc["separator"], self.content_prefix, self.inline_opener]
             literals += [p for p in tc["call"] if isinstance(p, str)]
+            if tc.get("bare"):
+                literals += [p for p in tc["bare"]["call"] if isinstance(p, str)] + [tc["bare"]["closer"]]
+            literals += list(tc.get("wrappers") or ())
+            if tc.get("self_closing"):
+                literals.append(tc["self_closing"]["written"].replace(" ", ""))
             arguments = tc["arguments"]
             if arguments["style"] != "object":
                 # (and the words a value may be: a value cut inside `false` is cut, not wrong)
@@ -1936,6 +1957,27 @@ _CUT_NUMBER = re.compile(r"-|-?\d+(?:\.\d*)?(?:[eE][-+]?)?|-?\d+\.")
 _KV_WS, _KV_SEPARATOR, _KV_BEFORE, _KV_KEY, _KV_LAYOUT, _KV_MIDDLE, _KV_LEAD, _KV_VALUE, _KV_AFTER = range(9)
 
 
+_LITERAL_NAMES = frozenset(("True", "False", "None", "true", "false", "null"))
+
+
+def _literal(node, depth=0):
+    """Whether a Python expression node is a literal value (JSON's true/false/null too)."""
+    if depth > 64:
+        return False
+    if isinstance(node, ast.Constant):
+        return True
+    if isinstance(node, ast.Name):
+        return node.id in _LITERAL_NAMES
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        return isinstance(node.operand, ast.Constant) and isinstance(node.operand.value, (int, float))
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return all(_literal(item, depth + 1) for item in node.elts)
+    if isinstance(node, ast.Dict):
+        return all(key is not None and _literal(key, depth + 1) for key in node.keys) and all(
+            _literal(value, depth + 1) for value in node.values)
+    return False
+
+
 class _KeyValueRead:
     """Where the reading of a call's key/value arguments is: the step, and what it has read.
     (One per parser, started afresh for each call: a parser reads one call at a time.)"""
@@ -2015,8 +2057,8 @@ class Rules:
             if stop is None or stop in p.end_of_turn:
                 yield from self._after_end(stop)
                 return
-            if stop == p.opener:
-                yield from self._tool_calls()
+            if stop == p.opener or stop == p.bare_opener:
+                yield from self._tool_calls(bare=stop == p.bare_opener)
         self._state = CONTENT
         if p.tool_calls and not p.opener:
             yield from self._turn_without_opener()
@@ -2049,6 +2091,8 @@ class Rules:
         stops = [p.reasoning_end] + list(p.end_of_turn)
         if p.opener and p.call_ends_reasoning:
             stops.append(p.opener)
+            if p.bare_opener:
+                stops.append(p.bare_opener)
         stop = yield from self._text_until(stops, self._reasoning_text)
         if stop == p.reasoning_end:
             self._pos += len(stop)
@@ -2059,12 +2103,17 @@ class Rules:
         """content-text (tool-calls content-text?)* end-of-turn?"""
         p = self._p
         stops = list(p.end_of_turn) + ([p.opener] if p.opener else []) + ([p.content_end] if p.content_end else [])
+        if p.bare_opener:
+            stops.append(p.bare_opener)
+        stops += p.wrappers
         if p.content_start:
             yield from self._skip_ws()
             yield from self._need(len(p.content_start))
             if self._text.startswith(p.content_start, self._pos):
                 self._pos += len(p.content_start)
         field = self._content_text
+        if p.bare_list is not None and self._tools and (yield from self._list_without_wrapper()):
+            stops = list(p.end_of_turn)  # (a list of calls on its own: only the turn's end follows)
         while True:
             written = len(field.parts)
             stop = yield from self._text_until(stops, field)
@@ -2077,7 +2126,86 @@ class Rules:
             if stop == p.content_end:
                 self._pos += len(stop)
                 continue
-            yield from self._tool_calls()
+            if stop in p.wrappers:
+                yield from self._after_wrapper(stop)
+                continue
+            yield from self._tool_calls(bare=stop == p.bare_opener)
+
+    def _after_wrapper(self, wrapper):
+        """A marker the template writes in front of another kind of call (`<|python_tag|>`):
+        a call of this format after it is read as without it; anything else after it is a
+        call of a kind this format does not read, an error (not content, not a guess)."""
+        p = self._p
+        self._pos += len(wrapper)
+        heads = [h for h in (p.opener.strip(), p.bare_opener, *p.call_heads_by_key) if h]
+        if (yield from self._peek_any_after_ws(heads)):
+            yield from self._tool_calls(bare=self._text.startswith(p.bare_opener, self._pos) if p.bare_opener else False)
+        elif self._available():
+            raise InvalidOutput(f"after {wrapper!r}, a call of a kind this format does not read")
+        else:
+            raise TruncatedOutput(f"the output ended after {wrapper!r}")
+
+    def _list_without_wrapper(self):
+        """A pythonic list of calls without the markers that wrap it (`[get_weather(city="Paris")]`),
+        read as the calls when tools are offered, it starts with an offered tool's name and a
+        call's bracket, it is the whole output (up to the turn's end), and as Python it is a
+        list of calls of offered tools with keyword arguments; else it is content (nothing
+        of it went out while it could be either). True when it was read as calls."""
+        p = self._p
+        opening, closing, call_open = p.bare_list["open"], p.bare_list["close"], p.bare_list["call"]
+        yield from self._skip_ws()
+        start = self._pos
+        if not (yield from self._peek(opening)):
+            return False
+        while True:  # the first call's name, up to what follows it
+            head = p.bare_list_head(self._text, start)
+            if head.end() < len(self._text) or self._eof:
+                break
+            self._wait_for = len(self._text) + 1
+            yield
+        if head.group(1) not in self._tools or not self._text.startswith(call_open, head.end()):
+            return False
+        scan = BalancedScan("'\"", start)
+        while not scan.scan(self._text, self._eof):
+            if self._eof:
+                return False  # (never closed: text, kept as it is)
+            self._quiet = scan.quiet(len(self._text))
+            if self._quiet is not None:
+                self._poll = scan
+            yield
+        if scan.unbalanced:
+            return False
+        self._pos = scan.end
+        alone = bool(p.end_of_turn) and (yield from self._peek_any_after_ws(p.end_of_turn))
+        alone = alone or (yield from self._at_end_after_ws())
+        self._pos = start
+        if not alone or not self._calls_of_offered_tools(self._text[scan.start:scan.end]):
+            return False
+        yield from self._tool_calls(section=(opening, closing))
+        return True
+
+    def _at_end_after_ws(self):
+        """Whether only whitespace is left (waits for the end of the stream to tell)."""
+        while True:
+            self._pos = SPACES.match(self._text, self._pos).end()
+            if self._pos < len(self._text):
+                return False
+            if self._eof:
+                return True
+            yield
+
+    def _calls_of_offered_tools(self, text):
+        """Whether `text` is, as Python, a list of calls of offered tools with keyword arguments."""
+        try:
+            tree = ast.parse(text, mode="eval").body
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return False
+        if not isinstance(tree, ast.List) or not tree.elts or not all(
+                isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id in self._tools and not c.args
+                for c in tree.elts):
+            return False
+        # (each value a literal, Python's or JSON's: a value that is an expression makes it no call)
+        return all(_literal(keyword.value) and keyword.arg for c in tree.elts for keyword in c.keywords)
 
     def _turn_without_opener(self):
         """No marker opens a call: a content turn starts with its prefix, anything else is calls."""
@@ -2155,11 +2283,19 @@ class Rules:
             yield
             self._trim_ok = False
 
-    def _tool_calls(self):
-        """tool-calls: section start, tool-call (separator tool-call)*, section end."""
+    def _tool_calls(self, bare=False, section=None):
+        """tool-calls: section start, tool-call (separator tool-call)*, section end. `bare`:
+        written without the marker that opens the calls, from the call's own marker on (a
+        tolerance: the call layout from that marker, its opener's pair read if it comes)."""
         p = self._p
         inner = p.section_inner
-        if inner and not (yield from self._match(p.section_start, required=False)):
+        self._steps, self._json_call = (p.bare_steps, None) if bare else (p.call_steps, p.json_call)
+        self._self_closing = p.bare_self_closing if bare else p.self_closing
+        if section is not None:
+            yield from self._match(section[0])  # (a list without its wrapper: its bracket)
+        elif bare:
+            pass  # (the call's own marker opens it)
+        elif inner and not (yield from self._match(p.section_start, required=False)):
             # The section holds content first: <start>content<end>, then the calls.
             yield from self._match(inner[0])
             stop = yield from self._text_until([inner[1]], self._content_text)
@@ -2172,7 +2308,7 @@ class Rules:
             if end and p.section_start.strip() and (yield from self._peek_after_ws(end)):
                 self._pos += len(end)  # an empty section: no call (a tolerance: the template never writes one)
                 return
-        steps = len(p.call_steps)
+        steps = len(self._steps)
         while True:
             index = len(self._calls) + self._invalid_calls
             call = {"name": None, "id": None, "arguments": None, "bad": None, "announced": False, "pending": None,
@@ -2182,13 +2318,15 @@ class Rules:
             if k < steps:
                 yield from self._call_steps_waiting(index, call, k)
             self._end_call(index, call)
+            if bare and p.bare_closer:
+                yield from self._match(p.bare_closer, required=False, eats=True)
             if p.parallel_all and p.separator.strip():
                 if self._here(p.separator) or (yield from self._match(p.separator, required=False)):
                     continue
             elif p.parallel_all:
                 # Calls separated by whitespace only: another call starts with the call's opener.
                 start = self._pos
-                head = p.call_head
+                head = p.bare_opener if bare else p.call_head
                 if head and (self._ws_here() and self._text.startswith(head, self._pos)
                              or (yield from self._peek_after_ws(head))):
                     continue
@@ -2196,8 +2334,10 @@ class Rules:
                     continue  # (a call object in another key order)
                 self._pos = start
             break
-        if p.section_end.strip():
-            yield from self._match(p.section_end, eats=True)  # (its own words: as the call steps')
+        if section is not None:
+            yield from self._match(section[1])
+        elif p.section_end.strip():  # (its own words: as the call steps'; without an opener, if it comes)
+            yield from self._match(p.section_end, required=not bare, eats=True)
 
     # --- tool-call: one loop over the call layout's steps ------------------------------
 
@@ -2205,9 +2345,9 @@ class Rules:
         """Read the call's steps from step k for as long as each is already here (the plain
         readers' rules, inline); return the index of the first step that must wait (all read:
         their count)."""
-        steps = self._p.call_steps
+        steps = self._steps
         text, pos = self._text, self._pos
-        json_call = self._p.json_call
+        json_call = self._json_call
         for k in range(k, len(steps)):
             kind, value, run, closing, ws_follows, exact, then, eats = steps[k]
             if json_call is not None and k == json_call[0]:
@@ -2245,9 +2385,9 @@ class Rules:
     def _call_steps_waiting(self, index, call, k):
         """The call's steps from step k: this one waited for, the next ones read from what is
         here again when they can."""
-        steps = self._p.call_steps
+        steps = self._steps
         n = len(steps)
-        json_call = self._p.json_call
+        json_call = self._json_call
         while k < n:
             kind, value, run, closing, ws_follows, exact, then, eats = steps[k]
             if json_call is not None and k == json_call[0]:
@@ -2265,6 +2405,18 @@ class Rules:
                         self._announce_when_settled(index, call)
                         k = self._call_steps_here(index, call, k + 3)
                         continue
+                elif kind == LITERAL and self._self_closing is not None and k == self._self_closing["at"]:
+                    # The element's opening tag, or the element self-closed with no arguments
+                    # (`<invoke name="f"/>`): then its closing tag is not written either.
+                    closed = self._self_closing
+                    if not (yield from self._match(value, required=False, ws_follows=ws_follows)):
+                        if (yield from self._match(closed["written"], required=False)):
+                            self._arguments_read(call, {})
+                            if closed["rest"].strip():
+                                yield from self._match(closed["rest"], eats=steps[closed["resume"]][7])
+                            k = self._call_steps_here(index, call, closed["resume"] + 1)
+                            continue
+                        yield from self._match(value, ws_follows=ws_follows, eats=eats)  # (its error)
                 elif kind == LITERAL:
                     yield from self._match(value, ws_follows=ws_follows, eats=eats)
                 elif kind == ARGUMENTS:
@@ -3050,6 +3202,9 @@ class StreamParser(Input, Rules, Messages, Output):
         self._invalid_calls = 0  # complete calls dropped for their arguments (they keep their index)
         self._kv_read_state = None  # where a call's key/value arguments are (rules, made on first use)
         self._open_call = None  # the call being read (its header may have gone out)
+        # the call layout being read: its steps, JSON object keys and self-closed form (the
+        # family's, or the one without its opener)
+        self._steps = self._json_call = self._self_closing = None
         self._streaming = None  # or: the argument stream of that call (see streams), once it had to wait
         self._errors = []
         self._finish = None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -22,7 +23,9 @@ from hypothesis import strategies as st
 import tplparse
 from tplparse import runtime
 from tplparse.bridge import compile_in_memory
-from tplparse.check.deviations import (CALL_ID_LEFT_OUT, CALL_OBJECT_BY_KEY, CLOSING_EATEN, MESSAGE_HEADERS, OPENER_REPEATED, RULES,
+from tplparse.check.deviations import (CALL_ID_LEFT_OUT, CALL_OBJECT_BY_KEY, CALLS_OPENER_LEFT_OUT, CLOSING_EATEN,
+                                       LIST_WITHOUT_WRAPPER, MESSAGE_HEADERS, OPENER_REPEATED, OTHER_KINDS_WRAPPER, RULES,
+                                       WHITESPACE,
                                        closing_markers, deviations, value_closer)
 from tplparse.check.outputs import STANDARD_TOOLS, model_outputs, readable
 from tplparse.spec import kv_parts
@@ -138,8 +141,10 @@ def test_each_rule_applies_to_two_families_or_more():
                 families[deviation.rule].add(path.stem)
     # (one corpus layout writes its id between literals of its own, Mistral Small 3.2's
     # [CALL_ID]: the other id left out is in a JSON call object, Mistral Nemo's "no id")
-    # One corpus family writes its turns as messages with headers (gpt-oss, harmony).
-    least = {rule: 1 if rule in (CALL_ID_LEFT_OUT, MESSAGE_HEADERS) else 2 for rule in RULES}
+    # One corpus family writes its turns as messages with headers (gpt-oss, harmony); one
+    # renders its pythonic list of calls (LFM 2.5 8B: the other LFM 2.5 template renders no
+    # calls; test_a_pythonic_list_without_its_wrapper covers both).
+    least = {rule: 1 if rule in (CALL_ID_LEFT_OUT, MESSAGE_HEADERS, LIST_WITHOUT_WRAPPER) else 2 for rule in RULES}
     assert {rule: len(families[rule]) >= least[rule] for rule in RULES} == {rule: True for rule in RULES}, dict(families)
     # A rule that strips the markers calls close with, not only end-of-turn markers:
     assert len({stem for stem in families[CLOSING_EATEN] if compiled(stem)[0].tool_calls is not None}) >= 2
@@ -227,6 +232,46 @@ def test_real_outputs_read_as_expected(case):
         expected = {**case["expected"], "tool_calls": [tuple(call) for call in case["expected"]["tool_calls"]]}
         assert readable(message) == expected, case["source"]
         assert [e["kind"] for e in message["errors"]] == case.get("errors", []), case["source"]
+
+
+@functools.lru_cache(maxsize=None)
+def structural_cases() -> tuple:
+    """(stem, output index, deviation index) of every deviation that rewrites the call's
+    structure (not its closing markers), for hypothesis to draw from."""
+    kinds = {CALL_OBJECT_BY_KEY, CALL_ID_LEFT_OUT, CALLS_OPENER_LEFT_OUT, LIST_WITHOUT_WRAPPER, OTHER_KINDS_WRAPPER,
+             MESSAGE_HEADERS, WHITESPACE}
+    cases = []
+    for path in TEMPLATES:
+        spec, _, outputs = compiled(path.stem)
+        for i, output in enumerate(outputs):
+            cases += [(path.stem, i, j) for j, d in enumerate(deviations(output, spec)) if d.rule in kinds]
+    return tuple(cases)
+
+
+@needs_corpus
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_structural_deviations_with_their_closing_markers_eaten_in_random_chunkings(data):
+    """A deviation of the call's structure (opener left out, recipient moved, whitespace
+    around markers, keys reordered, …), then some of the closing markers it ends with
+    eaten by the engine, fed in random chunks: the deviation's expected message, no error,
+    as one-shot."""
+    stem, i, j = data.draw(st.sampled_from(structural_cases()))
+    spec, protocol, outputs = compiled(stem)
+    output = outputs[i]
+    deviation = deviations(output, spec)[j]
+    text = deviation.text
+    markers = closing_markers(spec)
+    for _ in range(data.draw(st.integers(0, 3))):
+        body = text.rstrip()
+        marker = next((m for m in markers if body.endswith(m)), None)
+        if marker is None:
+            break
+        text = body[: len(body) - len(marker)]
+    one_shot = parsed(protocol, text, deviation.start.value, "stop")
+    assert readable(one_shot) == deviation.expected and not one_shot["errors"], (deviation.rule, deviation.eaten, text)
+    cuts = data.draw(st.lists(st.integers(1, max(1, len(text) - 1)), max_size=12))
+    assert parsed(protocol, text, deviation.start.value, "stop", cuts) == one_shot
 
 
 # --- a value left without its closing tag ---------------------------------------------------
@@ -500,3 +545,90 @@ def test_content_keeps_its_whitespace_less_the_templates_own(stem, text, content
     parser = runtime.StreamParser(protocol, tools=WEATHER, start="content")
     deltas = [d for piece in (text[:4], text[4:9], text[9:]) for d in parser.feed(piece)] + parser.end("stop")
     assert "".join(d.get("content", "") for d in deltas) == content  # (streamed: the same text, never taken back)
+
+
+# --- a call element self-closed (rule 5) ----------------------------------------------------
+
+def _self_closed(text, name):
+    """`text` (a no-argument call as the format writes it) with its element self-closed:
+    `<invoke name="f">\n</invoke>` -> `<invoke name="f"/>`; None where the call is no element."""
+    before = text[: text.index(name)]
+    tags = re.findall(r"<([A-Za-z0-9_:.\-｜]+)", before)
+    if not tags:
+        return None
+    found = re.search(re.escape(name) + r'("?)\s*>\s*</' + re.escape(tags[-1]) + ">", text)
+    return None if found is None else text[: found.start()] + name + found.group(1) + "/>" + text[found.end():]
+
+
+@needs_corpus
+def test_a_call_element_self_closed_is_a_call_without_arguments():
+    tools = [{"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}}]
+    families = []
+    for path in TEMPLATES:
+        spec, protocol, _ = compiled(path.stem)
+        if spec.tool_calls is None or not spec.tool_calls.call or spec.tool_calls.arguments.style.value == "object":
+            continue
+        written = spec.tool_calls.format([{"name": "get_time", "arguments": {}}])
+        closed = _self_closed(written, "get_time")
+        if closed is None:
+            continue
+        canonical = _parsed_both_ways(protocol, written, tools)
+        assert readable(canonical)["tool_calls"] == [("get_time", {})], path.stem
+        for form in (closed, closed.replace("/>", " />")):
+            assert _parsed_both_ways(protocol, form, tools) == canonical, (path.stem, form)
+        families.append(path.stem)
+    assert len(families) >= 2, families
+
+
+# --- a pythonic list without its wrapper (rule 5) -------------------------------------------
+
+@needs_corpus
+@pytest.mark.parametrize("stem", ["LiquidAI-LFM2.5-8B-A1B", "LiquidAI-LFM2.5-Instruct"])
+def test_a_pythonic_list_without_its_wrapper_is_calls_only_when_it_reads_as_offered_calls(stem):
+    spec, protocol, _ = compiled(stem)
+    tools = WEATHER + [{"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}]
+    wrapped = spec.tool_calls.format([{"name": "get_weather", "arguments": {"city": "Paris"}},
+                                      {"name": "get_time", "arguments": {}}])
+    bare = wrapped[wrapped.index("["): wrapped.rindex("]") + 1]
+    assert bare.startswith("[get_weather(") and bare != wrapped
+    canonical = _parsed_both_ways(protocol, wrapped, tools)
+    assert readable(canonical)["tool_calls"] == [("get_weather", {"city": "Paris"}), ("get_time", {})]
+    assert _parsed_both_ways(protocol, bare, tools) == canonical
+    assert _parsed_both_ways(protocol, "\n" + bare + "\n", tools) == canonical
+    not_calls = [
+        (bare, None),  # no tools offered: nothing says it is a call
+        (bare + " and that is all", tools),  # prose after it: the list is not the whole output
+        ("[1] and [2] are sources", tools),
+        (bare.replace("get_weather", "rm_rf"), tools),  # a tool nobody offered
+        ('[get_weather(city=os.system("id"))]', tools),  # a value that is an expression, not a literal
+        ('[get_weather("Paris")]', tools),  # a positional argument
+        ('[get_weather(city="Par', tools),  # never closed
+    ]
+    for text, offered in not_calls:
+        message = _parsed_both_ways(protocol, text, offered)
+        assert message["tool_calls"] == [] and message["content"] == text.strip() and not message["errors"], text
+    # (nothing of it goes out while it may be a list of calls; then it goes out as content)
+    parser = runtime.StreamParser(protocol, tools=tools, start="content")
+    early = [d for ch in bare[:-1] for d in parser.feed(ch)]
+    assert early == []
+
+
+# --- a wrapper the template writes for another kind of call (rule 4) ------------------------
+
+@needs_corpus
+@pytest.mark.parametrize("stem, call", [
+    ("Meta-Llama-3.1-8B-Instruct", '{"name": "get_weather", "parameters": {"city": "Paris"}}'),
+    ("MeetKai-Functionary-medium-v3.1", '<function=get_weather>{"city": "Paris"}</function>'),
+])
+def test_a_wrapper_of_another_call_kind_is_read_past_and_nothing_else_follows_it(stem, call):
+    spec, protocol, _ = compiled(stem)
+    assert spec.tool_calls.wrappers == ["<|python_tag|>"]  # (found in the template's code: no render shows it)
+    plain = _parsed_both_ways(protocol, call, WEATHER)
+    assert readable(plain)["tool_calls"] == [("get_weather", {"city": "Paris"})]
+    assert _parsed_both_ways(protocol, "<|python_tag|>" + call, WEATHER) == plain
+    # (what the template writes after it, a built-in's call or code, is a call this format does not read)
+    other = _parsed_both_ways(protocol, 'Running it.<|python_tag|>print("hi")', WEATHER)
+    assert other["tool_calls"] == [] and other["content"] == "Running it."
+    assert [e["kind"] for e in other["errors"]] == ["invalid_tool_call"]
+    cut = _parsed_both_ways(protocol, "Running it.<|python_tag|>", WEATHER)
+    assert [e["kind"] for e in cut["errors"]] == ["truncated_tool_call"]

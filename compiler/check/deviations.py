@@ -21,12 +21,23 @@ the parser does not read is a failing test, not a silent reading.
                                   JSON string, no id
     call id left out              a call layout's id, with the literal that opens it, left
                                   out ([TOOL_CALLS]name[ARGS]{…} for …[CALL_ID]id[ARGS]{…})
-    empty calls section           a turn without calls that opens the calls section and closes
-                                  it at once, after its content
+    empty calls section           a turn without calls that opens the calls section (a marker)
+                                  and closes it at once, after its content
     whitespace around markers     a space where a call's layout has a marker next to other text
                                   (`functions.f:0 <|tool_call_argument_begin|> {…}`); a space
                                   after the content, before what the template writes between
                                   it and a call (the content keeps it: the model wrote it)
+    calls opener left out         a call written without the marker that opens the calls, where
+                                  the call has a marker of its own after it (`<function=f>…
+                                  </function>` for `<tool_call>\n<function=f>…</function>\n</tool_call>`,
+                                  `<invoke name="f">…` without `<minimax:tool_call>`): its pair
+                                  (or the section's end) left out too, or kept
+    calls list without wrapper    a pythonic list of calls that is the whole output, without the
+                                  marker tokens around it (`[f(a=1)]` for
+                                  `<|tool_call_start|>[f(a=1)]<|tool_call_end|>`)
+    wrapper of another call kind  a marker the template writes only in front of another kind
+                                  of call (`<|python_tag|>`: spec tool_calls.wrappers) written
+                                  in front of the calls
     message header variants       (a turn written as messages with headers) a call's recipient
                                   moved from the role header to the channel header; its content
                                   type left out; the call on the reasoning channel; its message
@@ -57,8 +68,13 @@ CALL_ID_LEFT_OUT = "call id left out"
 EMPTY_SECTION = "empty calls section"
 MESSAGE_HEADERS = "message header variants"
 WHITESPACE = "whitespace around markers"
-RULES = (OPENER_REPEATED, CLOSING_EATEN, VALUE_CLOSERS_MISSING, CALL_OBJECT_BY_KEY, CALL_ID_LEFT_OUT, EMPTY_SECTION,
-         MESSAGE_HEADERS, WHITESPACE)
+CALLS_OPENER_LEFT_OUT = "calls opener left out"
+LIST_WITHOUT_WRAPPER = "calls list without wrapper"
+OTHER_KINDS_WRAPPER = "wrapper of another call kind"
+RULES = (OPENER_REPEATED, CLOSING_EATEN, VALUE_CLOSERS_MISSING, CALL_OBJECT_BY_KEY, OTHER_KINDS_WRAPPER, CALL_ID_LEFT_OUT,
+         EMPTY_SECTION, CALLS_OPENER_LEFT_OUT, LIST_WITHOUT_WRAPPER, MESSAGE_HEADERS, WHITESPACE)
+# A marker: a tag or a bracketed token with a letter or digit in it.
+_MARKER = re.compile(r"[<\[][^\s]*[A-Za-z0-9]")
 # Where a marker ends or begins inside a literal's word (`<|tool_call_begin|>functions.`).
 _MARKER_BOUNDARY = re.compile(r"(?<=[>\]])(?=\S)|(?<=\S)(?=[<\[])")
 # The visible text a preamble message deviation writes before a call.
@@ -213,7 +229,7 @@ def deviations(output: ModelOutput, spec: ProtocolSpec) -> list[Deviation]:
     # section's end holds the end of turn, it ends the turn there: the turn's own ending goes).
     content = output.expected["content"]
     # (Not in a turn of messages with headers: its calls are messages, not a section.)
-    if calls is not None and calls.section_start.strip() and calls.section_end.strip() and not names \
+    if calls is not None and _MARKER.match(calls.section_start.strip()) and calls.section_end.strip() and not names \
             and content and content in output.text and message_format(spec, Boundaries()) is None:
         at = output.text.rindex(content) + len(content)
         section = calls.section_start + calls.section_end
@@ -223,6 +239,74 @@ def deviations(output: ModelOutput, spec: ProtocolSpec) -> list[Deviation]:
         found.append(Deviation(EMPTY_SECTION, text, output.start, "stop", output.expected, (section,)))
     found += _message_header_variants(output, spec)
     found += _whitespace_around_markers(output, spec)
+    found += _calls_opener_left_out(output, spec)
+    found += _list_without_wrapper(output, spec)
+    calls = spec.tool_calls
+    if calls is not None and calls.wrappers and output.expected["tool_calls"]:
+        start = calls.section_start.strip() or next((p for p in calls.call if isinstance(p, str)), "").strip()
+        at = output.text.find(start) if start else -1
+        for wrapper in calls.wrappers:
+            if at != -1:
+                found.append(Deviation(OTHER_KINDS_WRAPPER, output.text[:at] + wrapper + output.text[at:], output.start,
+                                       "stop", output.expected, (wrapper,)))
+    return found
+
+
+def _list_without_wrapper(output: ModelOutput, spec: ProtocolSpec) -> list[Deviation]:
+    """A turn of calls only, whose calls section is a bracketed list between marker tokens
+    and whose calls are `name(`: the list without those tokens (and without the turn's end)."""
+    calls = spec.tool_calls
+    expected = output.expected
+    if calls is None or not expected["tool_calls"] or expected["content"] or expected["reasoning_content"] \
+            or not calls.call or calls.call[0] != {"slot": "name"} or not isinstance(calls.call[1], str) \
+            or not calls.call[1].startswith("("):
+        return []
+    start, end = calls.section_start.strip(), calls.section_end.strip()
+    opened, closed = re.fullmatch(r"(.*?)\s*\[", start), re.fullmatch(r"\]\s*(.*)", end)
+    if not opened or not closed or not _MARKER.match(opened.group(1)) or not _MARKER.match(closed.group(1)):
+        return []
+    at, to = output.text.find(start), output.text.rfind(end)
+    if at == -1 or to == -1 or output.text[:at].strip():
+        return []
+    text = "[" + output.text[at + len(start):to] + "]"
+    return [Deviation(LIST_WITHOUT_WRAPPER, text, output.start, "stop", expected, (opened.group(1), closed.group(1)))]
+
+
+def _calls_opener_left_out(output: ModelOutput, spec: ProtocolSpec) -> list[Deviation]:
+    """The calls of a call turn without the marker that opens them, where what follows it
+    in the layout is a marker of the call's own (not a JSON object: its keys tell a call)."""
+    calls = spec.tool_calls
+    if calls is None or not output.expected["tool_calls"] or message_format(spec, Boundaries()) is not None:
+        return []
+    first = next((p for p in calls.call if isinstance(p, str)), "").strip()
+    section, end = calls.section_start.strip(), calls.section_end.strip()
+    found = []
+
+    def add(way, text):
+        if text != output.text:
+            found.append(Deviation(CALLS_OPENER_LEFT_OUT, text, output.start, "stop", output.expected, (way,)))
+
+    def opens_only_calls(head):
+        """Whether the call's own marker (`head` up to its first marker end) opens calls and
+        nothing else in the render: one occurrence per call."""
+        marker = re.match(r"[^>\]]*[>\]]?", head).group()
+        return bool(_MARKER.match(marker)) and output.text.count(marker) == len(output.expected["tool_calls"])
+
+    if section:
+        if not opens_only_calls(first) or section not in output.text:
+            return []
+        add("the section's opener", output.text.replace(section, ""))
+        if end:
+            add("the section's opener and end", output.text.replace(section, "").replace(end, ""))
+    else:
+        opener, _, rest = first.partition("\n") if "\n" in first else first.partition(" ")
+        opener, rest = opener.strip(), rest.strip()
+        closer = opener[:1] + "/" + opener[1:]
+        if not opener or not opens_only_calls(rest) or not _MARKER.match(opener) or closer not in output.text:
+            return []
+        without = re.sub(re.escape(opener) + r"\s*", "", output.text)
+        add("the call's outer opener", without)
+        add("the call's outer opener and its pair", re.sub(r"\s*" + re.escape(closer), "", without))
     return found
 
 

@@ -88,7 +88,7 @@ def build(spec: ProtocolSpec, options: GrammarOptions | None = None, special_tok
     # Tool calls.
     calls = None
     if tools_allowed:
-        calls = _add_tool_calls(g, spec.tool_calls, options, ws, reading["tool_calls"]["section_end"])
+        calls = _add_tool_calls(g, spec.tool_calls, options, ws, cut_at_end(spec.tool_calls.section_end, end_markers))
 
     # Content.
     content_stops = [m for m in ([opener] if opener else []) + end_markers + [spec.content_end] if m]

@@ -14,8 +14,8 @@ import re
 
 from ..probe.markers import first_marker
 from ..probe.spans import Boundaries
-from ..runtime import TABLES_VERSION
-from ..spec import ArgumentStyle, ProtocolSpec, ToolCallFormat, slot
+from ..runtime import TABLES_VERSION, json_call_object
+from ..spec import ArgumentStyle, Parallel, ProtocolSpec, ToolCallFormat, slot
 
 
 def end_of_turn_markers(spec: ProtocolSpec) -> list[str]:
@@ -206,6 +206,117 @@ def content_space_before(spec: ProtocolSpec, opener: str) -> dict[str, str]:
     return found
 
 
+def calls_without_opener(spec: ProtocolSpec, boundaries: Boundaries, opener: str) -> dict | None:
+    """A call written without the marker that opens the calls, where the call's own marker
+    is unambiguous (`<function=NAME>…</function>` for `<tool_call>\n<function=NAME>…</function>\n</tool_call>`,
+    `<invoke name="f">…</invoke>` without `<minimax:tool_call>`): {"opener": that marker, "call":
+    the call layout from it, "closer": the pair of the opener left out (`</tool_call>`), read
+    if it comes}; None where the call has no marker of its own after the opener, the call is
+    a JSON object (its keys tell it, not a marker), or the marker is written anywhere else."""
+    tc = spec.tool_calls
+    call = list(tc.call)
+    if not call or not isinstance(call[0], str) or not isinstance(call[-1], str) or len(call) < 3 \
+            or json_call_object(call) is not None:
+        return None
+    head = call[0].lstrip()
+    closer = ""
+    if tc.section_start.strip():
+        inner = first_marker(head, boundaries)  # (the section's marker opens the calls; the call has its own)
+        layout = [head] + call[1:]
+    else:
+        outer = first_marker(head, boundaries)
+        rest = head[len(outer):].lstrip()
+        inner = first_marker(rest, boundaries) if rest.strip() else ""
+        closer = outer[:1] + "/" + outer[1:]  # (the pair of the opener: `<tool_call>` -> `</tool_call>`)
+        last = call[-1].rstrip()
+        if not inner or not rest.startswith(inner) or len(outer) < 3 or not last.endswith(closer):
+            return None
+        layout = [rest] + call[1:-1] + [last[: len(last) - len(closer)]]
+    if not inner or inner == opener or not any(c.isalnum() for c in inner) or inner[:1] not in "<[":
+        return None
+    others = [*spec.end_of_turn, spec.content_start, spec.content_end, tc.section_end, tc.separator,
+              *[p for p in call[1:] if isinstance(p, str)]]
+    if spec.reasoning is not None:
+        others += [spec.reasoning.start, spec.reasoning.end]
+    for argument in tc.arguments.argument.values():
+        others += [p for p in argument if isinstance(p, str)]
+    if any(inner in text for text in others if text):
+        return None  # (written elsewhere too: it would not tell a call)
+    return {"opener": inner, "call": layout, "closer": closer, "self_closing": self_closing_call(layout)}
+
+
+def self_closing_call(layout: list) -> dict | None:
+    """A call element written self-closing, with no arguments (`<invoke name="f"/>` for
+    `<invoke name="f">…</invoke>`): where the literal after the name ends the element's
+    opening tag (`">`) and a later literal, after the arguments, starts with that element's
+    closing tag. {"at": the step of that literal, "written": it self-closed (`" />`: its
+    whitespace run matches any or none), "resume": the step of the closing literal, "rest":
+    what that literal writes after the closing tag}; None for other layouts."""
+    call = list(layout)
+    if slot("name") not in call or slot("arguments") not in call:
+        return None
+    at = call.index(slot("name")) + 1
+    arguments = call.index(slot("arguments"))
+    before = "".join(p for p in call[: at - 1] if isinstance(p, str))
+    if at >= len(call) or not isinstance(call[at], str) or arguments < at or "<" not in before:
+        return None
+    tag = re.match(r"[A-Za-z0-9_:.\-｜]+", before[before.rindex("<") + 1:])
+    opened = call[at].strip()
+    if tag is None or not opened.endswith(">") or "<" in opened:
+        return None
+    closing = "</" + tag.group() + ">"
+    for resume in range(arguments + 1, len(call)):
+        piece = call[resume]
+        if isinstance(piece, str) and piece.strip():
+            if not piece.lstrip().startswith(closing):
+                return None
+            return {"at": at, "written": opened[:-1] + " />", "resume": resume,
+                    "rest": piece.lstrip()[len(closing):]}
+    return None
+
+
+def list_without_wrapper(spec: ProtocolSpec, boundaries: Boundaries) -> dict | None:
+    """A pythonic list of calls written without the marker tokens that wrap it (`[f(a=1)]`
+    for `<|tool_call_start|>[f(a=1)]<|tool_call_end|>`): {"open": "[", "close": "]", "call":
+    "(" (what follows a call's name)}, where the section is markers around a bracket pair and
+    a call is its name, then a bracket; None for other formats. (The runtime reads such a
+    list only when tools are offered and the whole list reads as calls of them.)"""
+    tc = spec.tool_calls
+    call = list(tc.call)
+    start, end = tc.section_start.strip(), tc.section_end.strip()
+    if len(call) < 3 or call[0] != slot("name") or not isinstance(call[1], str) or not start or not end:
+        return None
+    opener = first_marker(start, boundaries)
+    inside = start[len(opener):].strip()
+    closer_at = max(end.rfind("<"), end.rfind("["))
+    inside_end = end[:closer_at].strip() if closer_at > 0 else ""
+    pairs = {"[": "]", "(": ")", "{": "}"}
+    if not opener or len(inside) != 1 or pairs.get(inside) != inside_end or call[1].strip() not in ("(", "{"):
+        return None
+    return {"open": inside, "close": inside_end, "call": call[1].strip()}
+
+
+def one_call_object(tc: ToolCallFormat) -> tuple[str, list, str]:
+    """(section start, call layout, section end) as the runtime reads them: a section that
+    holds one call (parallel calls refused or cut to the first) and opens and closes that
+    call's JSON object (Llama 3.1: `{"name": "` … `}`) is read as the call's own text, so the
+    call is a JSON object read by its keys (see json_call_object); otherwise as the spec has them."""
+    call = list(tc.call)
+    if tc.parallel == Parallel.ALL or not tc.section_start.strip() or json_call_object(call) is not None:
+        return tc.section_start, call, tc.section_end
+    folded = [tc.section_start, *call, tc.section_end]
+    merged = []
+    for piece in folded:  # (adjacent literals as one)
+        if isinstance(piece, str) and merged and isinstance(merged[-1], str):
+            merged[-1] += piece
+        elif piece != "":
+            merged.append(piece)
+    found = json_call_object(merged)
+    if found is None or found[0] != 0 or found[1].strip():
+        return tc.section_start, call, tc.section_end
+    return "", merged, ""
+
+
 def reading_tables(spec: ProtocolSpec, special_tokens: tuple[str, ...] = ()) -> dict:
     """The runtime's tables for `spec`: plain data (str, bool, list, dict, None) only."""
     boundaries = Boundaries(special_tokens)
@@ -233,22 +344,27 @@ def reading_tables(spec: ProtocolSpec, special_tokens: tuple[str, ...] = ()) -> 
         else:
             arguments = {"style": args.style.value, "argument": args.argument, "value_encoders": args.value_encoders,
                          "separator": args.separator, "quotes": list(args.quotes), "brackets": args.brackets}
+        section_start, call, section_end = one_call_object(tc)
         tables["tool_calls"] = {
             "opener": opener,
             "call_head": call_head(tc, boundaries),
-            "section_start": tc.section_start,
-            "section_end": cut_at_end(tc.section_end, end_markers),
+            "section_start": section_start,
+            "section_end": cut_at_end(section_end, end_markers),
             "section_inner": list(inner) if inner else None,
             "content_prefix": prefix,
             "inline_opener": inline,
-            "call": list(tc.call),
+            "call": call,
             "separator": tc.separator,
             "parallel": tc.parallel.value,
             "arguments": arguments,
         }
+        tables["tool_calls"]["bare"] = calls_without_opener(spec, boundaries, opener)
+        tables["tool_calls"]["self_closing"] = self_closing_call(tc.call)
+        tables["tool_calls"]["bare_list"] = list_without_wrapper(spec, boundaries)
+        tables["tool_calls"]["wrappers"] = list(tc.wrappers)
         tables["messages"] = message_format(spec, boundaries)
     return json.loads(json.dumps(tables))  # a copy that is plain data, or a TypeError here
 
 
-__all__ = ["call_head", "call_opener", "content_space_before", "content_may_follow_calls", "cut_at_end", "end_of_turn_markers",
+__all__ = ["call_head", "call_opener", "calls_without_opener", "list_without_wrapper", "self_closing_call", "content_space_before", "content_may_follow_calls", "cut_at_end", "end_of_turn_markers",
            "message_format", "reading_tables"]

@@ -34,6 +34,7 @@ from .modes import find_modes
 from .overrides import apply_overrides
 from .renders import assistant_spans, layout_of
 from .spans import Boundaries
+from .wrappers import call_wrappers
 
 
 @dataclass
@@ -242,6 +243,11 @@ def _probe(template: ChatTemplate) -> ProtocolSpec:
         evidence=evidence,
         warnings=warnings,
     )
+    if spec.tool_calls is not None:
+        spec.tool_calls.wrappers = call_wrappers(template.source, spec, boundaries)
+        if spec.tool_calls.wrappers:
+            evidence["tool_calls.wrappers"] = (f"{spec.tool_calls.wrappers!r}: the template writes it right before a "
+                                               "call's data for some calls only (its code; no standard turn renders it)")
     spec = apply_overrides(spec)
     markers.start_states(spec.modes, spec.reasoning, turns, thinking_turns)
     if spec.reasoning is None:

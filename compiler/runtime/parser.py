@@ -60,6 +60,9 @@ class StreamParser(Input, Rules, Messages, Output):
         self._invalid_calls = 0  # complete calls dropped for their arguments (they keep their index)
         self._kv_read_state = None  # where a call's key/value arguments are (rules, made on first use)
         self._open_call = None  # the call being read (its header may have gone out)
+        # the call layout being read: its steps, JSON object keys and self-closed form (the
+        # family's, or the one without its opener)
+        self._steps = self._json_call = self._self_closing = None
         self._streaming = None  # or: the argument stream of that call (see streams), once it had to wait
         self._errors = []
         self._finish = None

@@ -287,6 +287,7 @@ class Protocol:
         self.modes = tables["modes"]
         tc = self.tool_calls = tables.get("tool_calls")
         self.opener = tc["opener"] if tc else ""
+        self.bare_opener, self.bare_list, self.wrappers = "", None, ()  # (the tolerances of a format with calls)
         self.key_values = None
         if tc:
             self.call_head = tc["call_head"]
@@ -302,6 +303,21 @@ class Protocol:
             # in the layout's byte order (see Rules._call_object_by_key).
             self.json_call = json_call_object(tc["call"]) if self.object_arguments and not self.python_objects else None
             self.call_steps = call_steps(tc["call"])
+            # A call written without the marker that opens the calls, from its own marker on.
+            bare = tc.get("bare")
+            self.bare_opener = bare["opener"] if bare else ""
+            self.bare_steps = call_steps(bare["call"]) if bare else None
+            self.bare_closer = bare["closer"] if bare else ""
+            # Markers the template writes in front of some kinds of call only (`<|python_tag|>`).
+            self.wrappers = tuple(tc.get("wrappers") or ())
+            # A call element written self-closing, with no arguments (`<invoke name="f"/>`).
+            self.self_closing = tc.get("self_closing")
+            self.bare_self_closing = bare.get("self_closing") if bare else None
+            # A pythonic list of calls without the markers that wrap it: its brackets, and a
+            # match of its start up to the first call's name.
+            self.bare_list = tc.get("bare_list")
+            self.bare_list_head = re.compile(re.escape(self.bare_list["open"]) + r"\s*([A-Za-z0-9_]*)").match \
+                if self.bare_list else None
             # A call that starts with its JSON object starts with any of its keys (calls that
             # follow each other with no separator are told by their first characters).
             self.call_heads_by_key = ()
@@ -326,6 +342,11 @@ class Protocol:
         if tc:
             literals += [tc["section_start"], tc["section_end"], tc["separator"], self.content_prefix, self.inline_opener]
             literals += [p for p in tc["call"] if isinstance(p, str)]
+            if tc.get("bare"):
+                literals += [p for p in tc["bare"]["call"] if isinstance(p, str)] + [tc["bare"]["closer"]]
+            literals += list(tc.get("wrappers") or ())
+            if tc.get("self_closing"):
+                literals.append(tc["self_closing"]["written"].replace(" ", ""))
             arguments = tc["arguments"]
             if arguments["style"] != "object":
                 # (and the words a value may be: a value cut inside `false` is cut, not wrong)

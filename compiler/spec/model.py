@@ -165,6 +165,9 @@ class ToolCallFormat:
     separator: str
     arguments: ArgumentFormat
     parallel: Parallel = Parallel.ALL
+    # Markers the template writes in front of some kinds of call only (`<|python_tag|>`),
+    # which models write in front of the others too: the parser reads past them.
+    wrappers: list[str] = field(default_factory=list)
 
     def __post_init__(self):
         self.parallel = Parallel(self.parallel)
