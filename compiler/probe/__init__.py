@@ -7,6 +7,7 @@
     calls          the call layout, the section around the calls, the separator
     modes          the generation prompt's modes (thinking on / off)
     markers        reasoning, content wrapper, end of turn, start states, from the layouts
+    wrappers       tokens the template writes only before another kind of call (its code)
     overrides      declarative patches for what no render can show (family_overrides/)
     derive         both sentinel sets, agreement, the spec
     verify         the spec re-renders the standard turns with fresh values
