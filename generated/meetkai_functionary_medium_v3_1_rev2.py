@@ -21,6 +21,7 @@ or parse(text, ...) for a whole output at once (the same result).
 #   one call       <function={name}>{arguments}</function>
 #   between calls  -   (parallel calls: all)
 #   arguments      one object, json
+#   wrappers       '<|python_tag|>'   (written before some kinds of call only)
 # End of turn
 #   '<|eot_id|>'
 # Turn layouts

@@ -65,6 +65,8 @@ def protocol_sections(spec: ProtocolSpec) -> list[Section]:
             for kind, layout in args.argument.items():
                 calls.lines.append(f"  {kind:<12} {layout_text(layout)}")
             calls.lines.append("  values       " + ", ".join(f"{k}: {v}" for k, v in args.value_encoders.items()))
+        if tc.wrappers:
+            calls.lines.append(f"wrappers       {', '.join(map(repr, tc.wrappers))}   (written before some kinds of call only)")
     else:
         calls.lines.append("the template does not render tool calls")
 
