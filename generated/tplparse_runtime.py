@@ -9,6 +9,7 @@ import ast
 import codecs
 import json
 import re
+import warnings
 
 
 # --- errors (tplparse/runtime/errors.py) ----------------------------------------------
@@ -134,7 +135,7 @@ def words(literal):
 _PIECES = {}
 # Where a marker ends or begins inside a word of a literal (`<|tool_call_begin|>functions.`):
 # models write whitespace there that the template does not.
-_MARKER_BOUNDARY = re.compile(r"(?<=[>\]])(?=\S)|(?<=\S)(?=[<\[])")
+MARKER_BOUNDARY = re.compile(r"(?<=[>\]])(?=\S)|(?<=\S)(?=[<\[])")
 
 
 def marker_pieces(literal):
@@ -151,7 +152,7 @@ def marker_pieces(literal):
             if word.isspace():
                 found.append((word, False, word, after))
                 continue
-            pieces = _MARKER_BOUNDARY.split(word)
+            pieces = MARKER_BOUNDARY.split(word)
             for i, piece in enumerate(pieces):
                 found.append((piece, i > 0 or (not found and piece[:1] in "<["), "".join(pieces[i:]), after))
         _PIECES[literal] = found
@@ -1366,7 +1367,6 @@ class MessageFormat:
         self.end = messages["end"]  # ends a message the turn goes on after
         self.call_end = messages["call_end"]  # ends a call's message
         self.channels = messages["channels"]  # channel -> reasoning / content / calls
-        self.reasoning_channel = next((c for c, kind in self.channels.items() if kind == REASONING), None)
         self.recipient = messages["recipient"]
         self.namespace = messages["namespace"]
         # A recipient that names no tool: none, or the namespace alone (`functions.`, `functions`).
@@ -1378,6 +1378,11 @@ class MessageFormat:
         # start, or the next header (a model that wrote no end and no start before it).
         self.body_stops = tuple(dict.fromkeys([self.end, self.call_end, *end_of_turn, self.start, self.channel]))
         self.closing = (self.call_end, self.call_end, "")  # (where a call's arguments end: its message's end)
+        # Where a header ends: its body marker, or (a header cut off) what ends a body.
+        cut_off = [self.body, *[s for s in self.body_stops if s != self.channel]]
+        self.header_end = re.compile("|".join(re.escape(s) for s in sorted(cut_off, key=len, reverse=True))).search
+        self.header_waker = waker("".join(sorted({s[-1] for s in cut_off})))
+        self.longest = max(len(s) for s in cut_off)
         self.literals = [self.start, self.channel, self.body, self.end, self.call_end]
 
 
@@ -1460,8 +1465,9 @@ class Protocol:
             if tc.get("bare"):
                 literals += [p for p in tc["bare"]["call"] if isinstance(p, str)] + [tc["bare"]["closer"]]
             literals += list(tc.get("wrappers") or ())
-            if tc.get("self_closing"):
-                literals.append(tc["self_closing"]["written"].replace(" ", ""))
+            for closed in (tc.get("self_closing"), (tc.get("bare") or {}).get("self_closing")):
+                if closed:
+                    literals += [closed["written"], closed["written"].replace(" ", "")]
             arguments = tc["arguments"]
             if arguments["style"] != "object":
                 # (and the words a value may be: a value cut inside `false` is cut, not wrong)
@@ -1957,25 +1963,33 @@ _CUT_NUMBER = re.compile(r"-|-?\d+(?:\.\d*)?(?:[eE][-+]?)?|-?\d+\.")
 _KV_WS, _KV_SEPARATOR, _KV_BEFORE, _KV_KEY, _KV_LAYOUT, _KV_MIDDLE, _KV_LEAD, _KV_VALUE, _KV_AFTER = range(9)
 
 
-_LITERAL_NAMES = frozenset(("True", "False", "None", "true", "false", "null"))
+_LITERAL_NAMES = {"True": True, "False": False, "None": None, "true": True, "false": False, "null": None}
+_NOT_A_LITERAL = object()
 
 
-def _literal(node, depth=0):
-    """Whether a Python expression node is a literal value (JSON's true/false/null too)."""
+def _literal_value(node, depth=0):
+    """The value of a Python expression node that is a literal JSON can hold (JSON's true /
+    false / null too), else _NOT_A_LITERAL (an expression, bytes, a complex number, ...)."""
     if depth > 64:
-        return False
+        return _NOT_A_LITERAL
     if isinstance(node, ast.Constant):
-        return True
+        ok = node.value is None or isinstance(node.value, (str, bool, int, float))
+        return node.value if ok else _NOT_A_LITERAL
     if isinstance(node, ast.Name):
-        return node.id in _LITERAL_NAMES
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-        return isinstance(node.operand, ast.Constant) and isinstance(node.operand.value, (int, float))
+        return _LITERAL_NAMES.get(node.id, _NOT_A_LITERAL)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)) and isinstance(
+            node.operand, ast.Constant) and type(node.operand.value) in (int, float):
+        return -node.operand.value if isinstance(node.op, ast.USub) else node.operand.value
     if isinstance(node, (ast.List, ast.Tuple)):
-        return all(_literal(item, depth + 1) for item in node.elts)
+        items = [_literal_value(item, depth + 1) for item in node.elts]
+        return _NOT_A_LITERAL if any(item is _NOT_A_LITERAL for item in items) else items
     if isinstance(node, ast.Dict):
-        return all(key is not None and _literal(key, depth + 1) for key in node.keys) and all(
-            _literal(value, depth + 1) for value in node.values)
-    return False
+        keys = [_literal_value(key, depth + 1) if key is not None else _NOT_A_LITERAL for key in node.keys]
+        values = [_literal_value(value, depth + 1) for value in node.values]
+        if any(not isinstance(key, str) for key in keys) or any(value is _NOT_A_LITERAL for value in values):
+            return _NOT_A_LITERAL
+        return dict(zip(keys, values))
+    return _NOT_A_LITERAL
 
 
 class _KeyValueRead:
@@ -2179,9 +2193,16 @@ class Rules:
         alone = bool(p.end_of_turn) and (yield from self._peek_any_after_ws(p.end_of_turn))
         alone = alone or (yield from self._at_end_after_ws())
         self._pos = start
-        if not alone or not self._calls_of_offered_tools(self._text[scan.start:scan.end]):
+        calls = self._calls_of_offered_tools(self._text[scan.start:scan.end]) if alone else None
+        if calls is None:
             return False
-        yield from self._tool_calls(section=(opening, closing))
+        # (read as Python, the notation it is written in: each call complete at once)
+        for name, arguments in calls:
+            index = len(self._calls) + self._invalid_calls
+            call = {"name": name, "id": None, "arguments": arguments, "announced": True}
+            self._announce(index, call)
+            self._complete_call(index, call)
+        self._pos = scan.end
         return True
 
     def _at_end_after_ws(self):
@@ -2195,17 +2216,31 @@ class Rules:
             yield
 
     def _calls_of_offered_tools(self, text):
-        """Whether `text` is, as Python, a list of calls of offered tools with keyword arguments."""
+        """[(name, arguments as JSON text)] when `text` is, as Python, a list of calls of
+        offered tools with keyword arguments whose values are literals; else None."""
         try:
-            tree = ast.parse(text, mode="eval").body
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # (a model's 'C:\dir' is not this program's warning)
+                tree = ast.parse(text, mode="eval").body
         except (SyntaxError, ValueError, RecursionError, MemoryError):
-            return False
-        if not isinstance(tree, ast.List) or not tree.elts or not all(
-                isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id in self._tools and not c.args
-                for c in tree.elts):
-            return False
-        # (each value a literal, Python's or JSON's: a value that is an expression makes it no call)
-        return all(_literal(keyword.value) and keyword.arg for c in tree.elts for keyword in c.keywords)
+            return None
+        if not isinstance(tree, ast.List) or not tree.elts:
+            return None
+        calls = []
+        for c in tree.elts:
+            if not (isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id in self._tools) or c.args:
+                return None
+            arguments = {}
+            for keyword in c.keywords:
+                value = _literal_value(keyword.value)
+                if keyword.arg is None or value is _NOT_A_LITERAL or keyword.arg in arguments:
+                    return None
+                arguments[keyword.arg] = value
+            try:
+                calls.append((c.func.id, arguments_json(arguments)))
+            except BadArguments:
+                return None  # (a value JSON has no text for: 1e999)
+        return calls
 
     def _turn_without_opener(self):
         """No marker opens a call: a content turn starts with its prefix, anything else is calls."""
@@ -2283,7 +2318,7 @@ class Rules:
             yield
             self._trim_ok = False
 
-    def _tool_calls(self, bare=False, section=None):
+    def _tool_calls(self, bare=False):
         """tool-calls: section start, tool-call (separator tool-call)*, section end. `bare`:
         written without the marker that opens the calls, from the call's own marker on (a
         tolerance: the call layout from that marker, its opener's pair read if it comes)."""
@@ -2291,9 +2326,7 @@ class Rules:
         inner = p.section_inner
         self._steps, self._json_call = (p.bare_steps, None) if bare else (p.call_steps, p.json_call)
         self._self_closing = p.bare_self_closing if bare else p.self_closing
-        if section is not None:
-            yield from self._match(section[0])  # (a list without its wrapper: its bracket)
-        elif bare:
+        if bare:
             pass  # (the call's own marker opens it)
         elif inner and not (yield from self._match(p.section_start, required=False)):
             # The section holds content first: <start>content<end>, then the calls.
@@ -2318,8 +2351,8 @@ class Rules:
             if k < steps:
                 yield from self._call_steps_waiting(index, call, k)
             self._end_call(index, call)
-            if bare and p.bare_closer:
-                yield from self._match(p.bare_closer, required=False, eats=True)
+            if bare and p.bare_closer and not (yield from self._match(p.bare_closer, required=False, eats=True)):
+                self._cut_inside(p.bare_closer)
             if p.parallel_all and p.separator.strip():
                 if self._here(p.separator) or (yield from self._match(p.separator, required=False)):
                     continue
@@ -2334,10 +2367,15 @@ class Rules:
                     continue  # (a call object in another key order)
                 self._pos = start
             break
-        if section is not None:
-            yield from self._match(section[1])
-        elif p.section_end.strip():  # (its own words: as the call steps'; without an opener, if it comes)
-            yield from self._match(p.section_end, required=not bare, eats=True)
+        if p.section_end.strip():  # (its own words: as the call steps'; without an opener, if it comes)
+            if not (yield from self._match(p.section_end, required=not bare, eats=True)):
+                self._cut_inside(p.section_end)
+
+    def _cut_inside(self, marker):
+        """An optional marker the output ended inside of (after whitespace) is read: it is not content."""
+        rest = self._text[self._pos:].strip()
+        if self._eof and rest and marker.strip().startswith(rest):
+            self._pos = len(self._text)
 
     # --- tool-call: one loop over the call layout's steps ------------------------------
 
@@ -2603,7 +2641,7 @@ class Rules:
         """arguments, waiting for them as they arrive."""
         p = self._p
         if p.object_arguments:
-            if p.json_call is not None:
+            if self._json_call is not None:
                 yield from self._skip_ws()
                 if self._text.startswith('"', self._pos):
                     raise InvalidOutput("the arguments are a JSON string")  # (the call object is read by its keys)
@@ -3052,8 +3090,12 @@ class Messages:
             elif kind == _SKIPPED:
                 stop = yield from self._skipped_body()
             else:
-                stop = yield from self._text_until(m.body_stops,
-                                                   self._reasoning_text if kind == REASONING else self._content_text)
+                field = self._reasoning_text if kind == REASONING else self._content_text
+                written = len(field.parts)
+                stop = yield from self._text_until(m.body_stops, field)
+                space = p.space_before.get("" if stop is None else stop.strip())
+                if kind == CONTENT and space is not None and len(field.parts) > written:
+                    self._keep_trailing_space(field, space)  # (as in a layout's content: see Rules._content)
             if stop is None:
                 return
             if stop in p.end_of_turn:
@@ -3062,19 +3104,26 @@ class Messages:
             if stop == m.channel:
                 continue  # (the next header, with no message end or start before it)
             self._pos += len(stop)
-            if stop == m.start or (yield from self._peek_after_ws(m.start)):
-                continue  # (the message start is read with the next header)
-            if self._available():
+            if stop == m.start or (yield from self._peek_any_after_ws((m.start, m.channel, m.recipient))):
+                continue  # (the next message: its start, or its header without one)
+            end = next((e for e in self._p.end_of_turn if self._text.startswith(e, self._pos)), None)
+            if end is None and self._p.end_of_turn and (yield from self._peek_any_after_ws(self._p.end_of_turn)):
+                end = next(e for e in self._p.end_of_turn if self._text.startswith(e, self._pos))
+            if end is not None:
+                yield from self._after_end(end)  # (a message's end, then the turn's)
+            elif self._available():
                 yield from self._after_end("")  # (a message end, then text that starts no message)
             return
 
     def _header(self):
-        """header: up to its body marker; (what the body holds, a call's name, built-in)."""
+        """header: up to its body marker; (what the body holds, a call's name, built-in). A
+        header that a message's end, the turn's end or the next message cuts off before its
+        body marker is reported and left out (a call's is an invalid call)."""
         m = self._p.messages
         start = self._pos
         while True:
-            at = self._text.find(m.body, start, start + _HEADER_LIMIT + len(m.body))
-            if at != -1:
+            found = m.header_end(self._text, start, start + _HEADER_LIMIT + m.longest)
+            if found is not None:
                 break
             if len(self._text) - start > _HEADER_LIMIT:
                 raise InvalidOutput(f"a message header without {m.body!r}: {self._text[start:start + 40]!r}")
@@ -3082,14 +3131,21 @@ class Messages:
                 self._pos = len(self._text)
                 if m.recipient_field.search(self._text, start):
                     raise TruncatedOutput("the output ended inside a call's message header")
+                if self._finish in NATURAL_STOPS:  # (cut by the length limit, it was only cut)
+                    self._error("invalid_message_header", f"the output ended inside a message header, left out: "
+                                                          f"{self._text[start:start + 60]!r}", self._offset_base + start)
                 return None, None, False
-            self._quiet = waker(m.body[-1])
+            self._quiet = m.header_waker
             yield
-        header = self._text[start:at]
-        for marker in (m.end, m.call_end, m.start, *self._p.end_of_turn):
-            if marker in header:
-                raise InvalidOutput(f"a message header holds {marker!r}: {header[:60]!r}")
-        self._pos = at + len(m.body)
+        header = self._text[start:found.start()]
+        if found.group() != m.body:
+            if m.recipient_field.search(header):
+                raise InvalidOutput(f"a call's message header without {m.body!r}: {header[:60]!r}")
+            self._pos = found.start()  # (what cut it off is read next)
+            self._error("invalid_message_header", f"a message header without {m.body!r}, left out: {header[:60]!r}",
+                        self._offset_base + start)
+            return _SKIPPED, None, False
+        self._pos = found.end()
         return self._header_fields(header)
 
     def _header_fields(self, header):

@@ -632,3 +632,53 @@ def test_a_wrapper_of_another_call_kind_is_read_past_and_nothing_else_follows_it
     assert [e["kind"] for e in other["errors"]] == ["invalid_tool_call"]
     cut = _parsed_both_ways(protocol, "Running it.<|python_tag|>", WEATHER)
     assert [e["kind"] for e in cut["errors"]] == ["truncated_tool_call"]
+
+
+# --- edges of the rules above (found in review) ---------------------------------------------
+
+@needs_corpus
+@pytest.mark.parametrize("text, content, reasoning, kinds", [
+    # a header the turn's end cuts off before its body marker: reported, not content, not a guess
+    ("<|channel|>final Hello there<|return|>", None, None, ["invalid_message_header"]),
+    ("<|channel|>analysis<|message|>think<|end|><|start|>assistant<|channel|>final Hello.", None, "think",
+     ["invalid_message_header"]),
+    # a message's end, then the next header without its start; a message's end, then the turn's
+    ("<|channel|>analysis<|message|>think<|end|><|channel|>final<|message|>Hello<|return|>", "Hello", "think", []),
+    ("<|channel|>analysis<|message|>think<|end|><|return|>", None, "think", []),
+    # the content keeps its own trailing whitespace (the template writes none before <|return|>)
+    ("<|channel|>final<|message|>Hello  <|return|>", "Hello  ", None, []),
+])
+def test_message_turn_edges(text, content, reasoning, kinds):
+    _, protocol, _ = compiled(HARMONY)
+    message = _parsed_both_ways(protocol, text, WEATHER)
+    assert (message["content"], message["reasoning_content"]) == (content, reasoning)
+    assert [e["kind"] for e in message["errors"]] == kinds
+
+
+@needs_corpus
+@pytest.mark.parametrize("text, calls", [
+    (" [ get_weather(city='Paris') ]", [("get_weather", {"city": "Paris"})]),
+    ("[get_weather(city = 'Paris')\n]", [("get_weather", {"city": "Paris"})]),
+    ("[get_weather(city='a') , get_weather(city='b')]", [("get_weather", {"city": "a"}), ("get_weather", {"city": "b"})]),
+    ("[get_weather(city=b'x')]", []),  # bytes: no JSON value
+    ("[get_weather(city=-True)]", []),  # an expression
+    ("[get_weather(city=1e999)]", []),  # a number JSON has no text for
+    ("[get_weather(city='a', city='b')]", []),  # a keyword twice
+])
+def test_a_pythonic_list_without_its_wrapper_is_read_as_python(text, calls):
+    _, protocol, _ = compiled("LiquidAI-LFM2.5-8B-A1B")
+    message = _parsed_both_ways(protocol, text, WEATHER)
+    assert readable(message)["tool_calls"] == calls and not message["errors"]
+    assert message["content"] == (None if calls else text.strip())
+
+
+@needs_corpus
+def test_an_output_cut_inside_an_optional_closing_marker_is_not_content():
+    _, protocol, _ = compiled("Moonshot-Kimi-K2")
+    call = '<|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>{"city": "Paris"}<|tool_call_end|>'
+    for cut in ("<|tool_calls_sect", ""):
+        message = _parsed_both_ways(protocol, call + cut, WEATHER)
+        assert message["content"] is None and readable(message)["tool_calls"] == [("get_weather", {"city": "Paris"})]
+    _, minimax, _ = compiled("MiniMax-M2")
+    message = _parsed_both_ways(minimax, '<minimax:tool_call>\n<invoke name="get_weather" /', WEATHER)
+    assert [e["kind"] for e in message["errors"]] == ["truncated_tool_call"]

@@ -55,7 +55,7 @@ import re
 
 from ..grammar.reading import message_format
 from ..probe.spans import Boundaries
-from ..runtime import ARGUMENTS_ALIASES, CLOSES_A_VALUE, json_call_object, stoppable_word
+from ..runtime import ARGUMENTS_ALIASES, CLOSES_A_VALUE, MARKER_BOUNDARY, json_call_object, stoppable_word
 from ..spec import ArgumentStyle, ProtocolSpec, SpecError, Start, kv_parts
 
 from .outputs import ModelOutput
@@ -75,8 +75,6 @@ RULES = (OPENER_REPEATED, CLOSING_EATEN, VALUE_CLOSERS_MISSING, CALL_OBJECT_BY_K
          EMPTY_SECTION, CALLS_OPENER_LEFT_OUT, LIST_WITHOUT_WRAPPER, MESSAGE_HEADERS, WHITESPACE)
 # A marker: a tag or a bracketed token with a letter or digit in it.
 _MARKER = re.compile(r"[<\[][^\s]*[A-Za-z0-9]")
-# Where a marker ends or begins inside a literal's word (`<|tool_call_begin|>functions.`).
-_MARKER_BOUNDARY = re.compile(r"(?<=[>\]])(?=\S)|(?<=\S)(?=[<\[])")
 # The visible text a preamble message deviation writes before a call.
 PREAMBLE = "Let me look that up."
 
@@ -165,6 +163,7 @@ def deviations(output: ModelOutput, spec: ProtocolSpec) -> list[Deviation]:
     """The deviated forms of `output` that the tolerance rules apply to (none: the rules do
     not apply to this turn)."""
     found = []
+    messages = message_format(spec, Boundaries()) if spec.tool_calls is not None else None
     reasoning = spec.reasoning
     if output.start == Start.REASONING and reasoning is not None and reasoning.start.strip():
         found.append(Deviation(OPENER_REPEATED, reasoning.start + output.text, output.start, "stop", output.expected))
@@ -230,16 +229,17 @@ def deviations(output: ModelOutput, spec: ProtocolSpec) -> list[Deviation]:
     content = output.expected["content"]
     # (Not in a turn of messages with headers: its calls are messages, not a section.)
     if calls is not None and _MARKER.match(calls.section_start.strip()) and calls.section_end.strip() and not names \
-            and content and content in output.text and message_format(spec, Boundaries()) is None:
+            and content and content in output.text and messages is None:
         at = output.text.rindex(content) + len(content)
         section = calls.section_start + calls.section_end
         ends = [section.index(m.strip()) + len(m.strip()) for m in spec.end_of_turn if m.strip() and m.strip() in section]
         # (a model's turn ends at its first end-of-turn marker, as the outputs are cut)
         text = output.text[:at] + (section[: min(ends)] if ends else section + output.text[at:])
         found.append(Deviation(EMPTY_SECTION, text, output.start, "stop", output.expected, (section,)))
-    found += _message_header_variants(output, spec)
-    found += _whitespace_around_markers(output, spec)
-    found += _calls_opener_left_out(output, spec)
+    found += _message_header_variants(output, spec, messages)
+    if messages is None:  # (in a turn of messages the calls are messages: these rules are the layouts')
+        found += _whitespace_around_markers(output, spec)
+        found += _calls_opener_left_out(output, spec)
     found += _list_without_wrapper(output, spec)
     calls = spec.tool_calls
     if calls is not None and calls.wrappers and output.expected["tool_calls"]:
@@ -276,7 +276,7 @@ def _calls_opener_left_out(output: ModelOutput, spec: ProtocolSpec) -> list[Devi
     """The calls of a call turn without the marker that opens them, where what follows it
     in the layout is a marker of the call's own (not a JSON object: its keys tell a call)."""
     calls = spec.tool_calls
-    if calls is None or not output.expected["tool_calls"] or message_format(spec, Boundaries()) is not None:
+    if calls is None or not output.expected["tool_calls"]:
         return []
     first = next((p for p in calls.call if isinstance(p, str)), "").strip()
     section, end = calls.section_start.strip(), calls.section_end.strip()
@@ -317,7 +317,7 @@ def _whitespace_around_markers(output: ModelOutput, spec: ProtocolSpec) -> list[
     render writes nothing between the content and the call's opener."""
     calls = spec.tool_calls
     names = [name for name, _ in output.expected["tool_calls"]]
-    if calls is None or not names or message_format(spec, Boundaries()) is not None:
+    if calls is None or not names:
         return []
     found = []
     layout = calls.call
@@ -327,7 +327,7 @@ def _whitespace_around_markers(output: ModelOutput, spec: ProtocolSpec) -> list[
             continue
         if i > 0 and layout[i - 1] == {"slot": "arguments"} and calls.arguments.style != ArgumentStyle.OBJECT:
             continue  # (the word that ends key/value arguments is read as written: see the README)
-        loose = _MARKER_BOUNDARY.sub(" ", piece)
+        loose = MARKER_BOUNDARY.sub(" ", piece)  # (where a marker ends or begins inside a word)
         if i > 0 and not isinstance(layout[i - 1], str) and piece[:1] in "<[":
             loose = " " + loose
         if loose != piece:
@@ -361,10 +361,9 @@ def _whitespace_around_markers(output: ModelOutput, spec: ProtocolSpec) -> list[
     return found
 
 
-def _message_header_variants(output: ModelOutput, spec: ProtocolSpec) -> list[Deviation]:
+def _message_header_variants(output: ModelOutput, spec: ProtocolSpec, messages: dict | None) -> list[Deviation]:
     """A call turn written as messages with headers, its call messages written the ways
     models write them (the header's fields are read by what they are, not where they sit)."""
-    messages = message_format(spec, Boundaries())
     names = [name for name, _ in output.expected["tool_calls"]]
     if messages is None or not names:
         return []

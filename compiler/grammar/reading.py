@@ -296,7 +296,7 @@ def list_without_wrapper(spec: ProtocolSpec, boundaries: Boundaries) -> dict | N
     return {"open": inside, "close": inside_end, "call": call[1].strip()}
 
 
-def one_call_object(tc: ToolCallFormat) -> tuple[str, list, str]:
+def one_call_object(tc: ToolCallFormat, end_markers: list[str]) -> tuple[str, list, str]:
     """(section start, call layout, section end) as the runtime reads them: a section that
     holds one call (parallel calls refused or cut to the first) and opens and closes that
     call's JSON object (Llama 3.1: `{"name": "` … `}`) is read as the call's own text, so the
@@ -304,7 +304,7 @@ def one_call_object(tc: ToolCallFormat) -> tuple[str, list, str]:
     call = list(tc.call)
     if tc.parallel == Parallel.ALL or not tc.section_start.strip() or json_call_object(call) is not None:
         return tc.section_start, call, tc.section_end
-    folded = [tc.section_start, *call, tc.section_end]
+    folded = [tc.section_start, *call, cut_at_end(tc.section_end, end_markers)]
     merged = []
     for piece in folded:  # (adjacent literals as one)
         if isinstance(piece, str) and merged and isinstance(merged[-1], str):
@@ -344,7 +344,7 @@ def reading_tables(spec: ProtocolSpec, special_tokens: tuple[str, ...] = ()) -> 
         else:
             arguments = {"style": args.style.value, "argument": args.argument, "value_encoders": args.value_encoders,
                          "separator": args.separator, "quotes": list(args.quotes), "brackets": args.brackets}
-        section_start, call, section_end = one_call_object(tc)
+        section_start, call, section_end = one_call_object(tc, end_markers)
         tables["tool_calls"] = {
             "opener": opener,
             "call_head": call_head(tc, boundaries),
@@ -359,7 +359,7 @@ def reading_tables(spec: ProtocolSpec, special_tokens: tuple[str, ...] = ()) -> 
             "arguments": arguments,
         }
         tables["tool_calls"]["bare"] = calls_without_opener(spec, boundaries, opener)
-        tables["tool_calls"]["self_closing"] = self_closing_call(tc.call)
+        tables["tool_calls"]["self_closing"] = self_closing_call(call)
         tables["tool_calls"]["bare_list"] = list_without_wrapper(spec, boundaries)
         tables["tool_calls"]["wrappers"] = list(tc.wrappers)
         tables["messages"] = message_format(spec, boundaries)

@@ -19,8 +19,7 @@ of that name when such a tool is offered, reported otherwise.
 """
 
 from .errors import InvalidOutput, TruncatedOutput
-from .protocol import CONTENT, REASONING
-from .text import waker
+from .protocol import CONTENT, NATURAL_STOPS, REASONING
 
 ###{standalone
 
@@ -62,8 +61,12 @@ class Messages:
             elif kind == _SKIPPED:
                 stop = yield from self._skipped_body()
             else:
-                stop = yield from self._text_until(m.body_stops,
-                                                   self._reasoning_text if kind == REASONING else self._content_text)
+                field = self._reasoning_text if kind == REASONING else self._content_text
+                written = len(field.parts)
+                stop = yield from self._text_until(m.body_stops, field)
+                space = p.space_before.get("" if stop is None else stop.strip())
+                if kind == CONTENT and space is not None and len(field.parts) > written:
+                    self._keep_trailing_space(field, space)  # (as in a layout's content: see Rules._content)
             if stop is None:
                 return
             if stop in p.end_of_turn:
@@ -72,19 +75,26 @@ class Messages:
             if stop == m.channel:
                 continue  # (the next header, with no message end or start before it)
             self._pos += len(stop)
-            if stop == m.start or (yield from self._peek_after_ws(m.start)):
-                continue  # (the message start is read with the next header)
-            if self._available():
+            if stop == m.start or (yield from self._peek_any_after_ws((m.start, m.channel, m.recipient))):
+                continue  # (the next message: its start, or its header without one)
+            end = next((e for e in self._p.end_of_turn if self._text.startswith(e, self._pos)), None)
+            if end is None and self._p.end_of_turn and (yield from self._peek_any_after_ws(self._p.end_of_turn)):
+                end = next(e for e in self._p.end_of_turn if self._text.startswith(e, self._pos))
+            if end is not None:
+                yield from self._after_end(end)  # (a message's end, then the turn's)
+            elif self._available():
                 yield from self._after_end("")  # (a message end, then text that starts no message)
             return
 
     def _header(self):
-        """header: up to its body marker; (what the body holds, a call's name, built-in)."""
+        """header: up to its body marker; (what the body holds, a call's name, built-in). A
+        header that a message's end, the turn's end or the next message cuts off before its
+        body marker is reported and left out (a call's is an invalid call)."""
         m = self._p.messages
         start = self._pos
         while True:
-            at = self._text.find(m.body, start, start + _HEADER_LIMIT + len(m.body))
-            if at != -1:
+            found = m.header_end(self._text, start, start + _HEADER_LIMIT + m.longest)
+            if found is not None:
                 break
             if len(self._text) - start > _HEADER_LIMIT:
                 raise InvalidOutput(f"a message header without {m.body!r}: {self._text[start:start + 40]!r}")
@@ -92,14 +102,21 @@ class Messages:
                 self._pos = len(self._text)
                 if m.recipient_field.search(self._text, start):
                     raise TruncatedOutput("the output ended inside a call's message header")
+                if self._finish in NATURAL_STOPS:  # (cut by the length limit, it was only cut)
+                    self._error("invalid_message_header", f"the output ended inside a message header, left out: "
+                                                          f"{self._text[start:start + 60]!r}", self._offset_base + start)
                 return None, None, False
-            self._quiet = waker(m.body[-1])
+            self._quiet = m.header_waker
             yield
-        header = self._text[start:at]
-        for marker in (m.end, m.call_end, m.start, *self._p.end_of_turn):
-            if marker in header:
-                raise InvalidOutput(f"a message header holds {marker!r}: {header[:60]!r}")
-        self._pos = at + len(m.body)
+        header = self._text[start:found.start()]
+        if found.group() != m.body:
+            if m.recipient_field.search(header):
+                raise InvalidOutput(f"a call's message header without {m.body!r}: {header[:60]!r}")
+            self._pos = found.start()  # (what cut it off is read next)
+            self._error("invalid_message_header", f"a message header without {m.body!r}, left out: {header[:60]!r}",
+                        self._offset_base + start)
+            return _SKIPPED, None, False
+        self._pos = found.end()
         return self._header_fields(header)
 
     def _header_fields(self, header):

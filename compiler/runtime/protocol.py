@@ -8,7 +8,7 @@ cut at its slots, the markers as tuples. It is immutable and shared by every par
 family.
 """
 
-from .text import DIGITS, ID_CHARS, NAME_CHARS, class_body, run_of, words
+from .text import DIGITS, ID_CHARS, NAME_CHARS, class_body, run_of, waker, words
 from .values import JSON_DECODER, format_fillers
 
 ###{standalone
@@ -251,7 +251,6 @@ class MessageFormat:
         self.end = messages["end"]  # ends a message the turn goes on after
         self.call_end = messages["call_end"]  # ends a call's message
         self.channels = messages["channels"]  # channel -> reasoning / content / calls
-        self.reasoning_channel = next((c for c, kind in self.channels.items() if kind == REASONING), None)
         self.recipient = messages["recipient"]
         self.namespace = messages["namespace"]
         # A recipient that names no tool: none, or the namespace alone (`functions.`, `functions`).
@@ -263,6 +262,11 @@ class MessageFormat:
         # start, or the next header (a model that wrote no end and no start before it).
         self.body_stops = tuple(dict.fromkeys([self.end, self.call_end, *end_of_turn, self.start, self.channel]))
         self.closing = (self.call_end, self.call_end, "")  # (where a call's arguments end: its message's end)
+        # Where a header ends: its body marker, or (a header cut off) what ends a body.
+        cut_off = [self.body, *[s for s in self.body_stops if s != self.channel]]
+        self.header_end = re.compile("|".join(re.escape(s) for s in sorted(cut_off, key=len, reverse=True))).search
+        self.header_waker = waker("".join(sorted({s[-1] for s in cut_off})))
+        self.longest = max(len(s) for s in cut_off)
         self.literals = [self.start, self.channel, self.body, self.end, self.call_end]
 
 
@@ -345,8 +349,9 @@ class Protocol:
             if tc.get("bare"):
                 literals += [p for p in tc["bare"]["call"] if isinstance(p, str)] + [tc["bare"]["closer"]]
             literals += list(tc.get("wrappers") or ())
-            if tc.get("self_closing"):
-                literals.append(tc["self_closing"]["written"].replace(" ", ""))
+            for closed in (tc.get("self_closing"), (tc.get("bare") or {}).get("self_closing")):
+                if closed:
+                    literals += [closed["written"], closed["written"].replace(" ", "")]
             arguments = tc["arguments"]
             if arguments["style"] != "object":
                 # (and the words a value may be: a value cut inside `false` is cut, not wrong)

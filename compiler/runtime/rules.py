@@ -37,6 +37,7 @@ from .values import JSON_DECODER, arguments_json, decode_native, keeps_text, obj
 import ast
 import json
 import re
+import warnings
 
 # A number the output stopped in the middle of (1.  1e  1e-  -).
 _CUT_NUMBER = re.compile(r"-|-?\d+(?:\.\d*)?(?:[eE][-+]?)?|-?\d+\.")
@@ -45,25 +46,33 @@ _CUT_NUMBER = re.compile(r"-|-?\d+(?:\.\d*)?(?:[eE][-+]?)?|-?\d+\.")
 _KV_WS, _KV_SEPARATOR, _KV_BEFORE, _KV_KEY, _KV_LAYOUT, _KV_MIDDLE, _KV_LEAD, _KV_VALUE, _KV_AFTER = range(9)
 
 
-_LITERAL_NAMES = frozenset(("True", "False", "None", "true", "false", "null"))
+_LITERAL_NAMES = {"True": True, "False": False, "None": None, "true": True, "false": False, "null": None}
+_NOT_A_LITERAL = object()
 
 
-def _literal(node, depth=0):
-    """Whether a Python expression node is a literal value (JSON's true/false/null too)."""
+def _literal_value(node, depth=0):
+    """The value of a Python expression node that is a literal JSON can hold (JSON's true /
+    false / null too), else _NOT_A_LITERAL (an expression, bytes, a complex number, ...)."""
     if depth > 64:
-        return False
+        return _NOT_A_LITERAL
     if isinstance(node, ast.Constant):
-        return True
+        ok = node.value is None or isinstance(node.value, (str, bool, int, float))
+        return node.value if ok else _NOT_A_LITERAL
     if isinstance(node, ast.Name):
-        return node.id in _LITERAL_NAMES
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-        return isinstance(node.operand, ast.Constant) and isinstance(node.operand.value, (int, float))
+        return _LITERAL_NAMES.get(node.id, _NOT_A_LITERAL)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)) and isinstance(
+            node.operand, ast.Constant) and type(node.operand.value) in (int, float):
+        return -node.operand.value if isinstance(node.op, ast.USub) else node.operand.value
     if isinstance(node, (ast.List, ast.Tuple)):
-        return all(_literal(item, depth + 1) for item in node.elts)
+        items = [_literal_value(item, depth + 1) for item in node.elts]
+        return _NOT_A_LITERAL if any(item is _NOT_A_LITERAL for item in items) else items
     if isinstance(node, ast.Dict):
-        return all(key is not None and _literal(key, depth + 1) for key in node.keys) and all(
-            _literal(value, depth + 1) for value in node.values)
-    return False
+        keys = [_literal_value(key, depth + 1) if key is not None else _NOT_A_LITERAL for key in node.keys]
+        values = [_literal_value(value, depth + 1) for value in node.values]
+        if any(not isinstance(key, str) for key in keys) or any(value is _NOT_A_LITERAL for value in values):
+            return _NOT_A_LITERAL
+        return dict(zip(keys, values))
+    return _NOT_A_LITERAL
 
 
 class _KeyValueRead:
@@ -267,9 +276,16 @@ class Rules:
         alone = bool(p.end_of_turn) and (yield from self._peek_any_after_ws(p.end_of_turn))
         alone = alone or (yield from self._at_end_after_ws())
         self._pos = start
-        if not alone or not self._calls_of_offered_tools(self._text[scan.start:scan.end]):
+        calls = self._calls_of_offered_tools(self._text[scan.start:scan.end]) if alone else None
+        if calls is None:
             return False
-        yield from self._tool_calls(section=(opening, closing))
+        # (read as Python, the notation it is written in: each call complete at once)
+        for name, arguments in calls:
+            index = len(self._calls) + self._invalid_calls
+            call = {"name": name, "id": None, "arguments": arguments, "announced": True}
+            self._announce(index, call)
+            self._complete_call(index, call)
+        self._pos = scan.end
         return True
 
     def _at_end_after_ws(self):
@@ -283,17 +299,31 @@ class Rules:
             yield
 
     def _calls_of_offered_tools(self, text):
-        """Whether `text` is, as Python, a list of calls of offered tools with keyword arguments."""
+        """[(name, arguments as JSON text)] when `text` is, as Python, a list of calls of
+        offered tools with keyword arguments whose values are literals; else None."""
         try:
-            tree = ast.parse(text, mode="eval").body
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # (a model's 'C:\dir' is not this program's warning)
+                tree = ast.parse(text, mode="eval").body
         except (SyntaxError, ValueError, RecursionError, MemoryError):
-            return False
-        if not isinstance(tree, ast.List) or not tree.elts or not all(
-                isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id in self._tools and not c.args
-                for c in tree.elts):
-            return False
-        # (each value a literal, Python's or JSON's: a value that is an expression makes it no call)
-        return all(_literal(keyword.value) and keyword.arg for c in tree.elts for keyword in c.keywords)
+            return None
+        if not isinstance(tree, ast.List) or not tree.elts:
+            return None
+        calls = []
+        for c in tree.elts:
+            if not (isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id in self._tools) or c.args:
+                return None
+            arguments = {}
+            for keyword in c.keywords:
+                value = _literal_value(keyword.value)
+                if keyword.arg is None or value is _NOT_A_LITERAL or keyword.arg in arguments:
+                    return None
+                arguments[keyword.arg] = value
+            try:
+                calls.append((c.func.id, arguments_json(arguments)))
+            except BadArguments:
+                return None  # (a value JSON has no text for: 1e999)
+        return calls
 
     def _turn_without_opener(self):
         """No marker opens a call: a content turn starts with its prefix, anything else is calls."""
@@ -371,7 +401,7 @@ class Rules:
             yield
             self._trim_ok = False
 
-    def _tool_calls(self, bare=False, section=None):
+    def _tool_calls(self, bare=False):
         """tool-calls: section start, tool-call (separator tool-call)*, section end. `bare`:
         written without the marker that opens the calls, from the call's own marker on (a
         tolerance: the call layout from that marker, its opener's pair read if it comes)."""
@@ -379,9 +409,7 @@ class Rules:
         inner = p.section_inner
         self._steps, self._json_call = (p.bare_steps, None) if bare else (p.call_steps, p.json_call)
         self._self_closing = p.bare_self_closing if bare else p.self_closing
-        if section is not None:
-            yield from self._match(section[0])  # (a list without its wrapper: its bracket)
-        elif bare:
+        if bare:
             pass  # (the call's own marker opens it)
         elif inner and not (yield from self._match(p.section_start, required=False)):
             # The section holds content first: <start>content<end>, then the calls.
@@ -406,8 +434,8 @@ class Rules:
             if k < steps:
                 yield from self._call_steps_waiting(index, call, k)
             self._end_call(index, call)
-            if bare and p.bare_closer:
-                yield from self._match(p.bare_closer, required=False, eats=True)
+            if bare and p.bare_closer and not (yield from self._match(p.bare_closer, required=False, eats=True)):
+                self._cut_inside(p.bare_closer)
             if p.parallel_all and p.separator.strip():
                 if self._here(p.separator) or (yield from self._match(p.separator, required=False)):
                     continue
@@ -422,10 +450,15 @@ class Rules:
                     continue  # (a call object in another key order)
                 self._pos = start
             break
-        if section is not None:
-            yield from self._match(section[1])
-        elif p.section_end.strip():  # (its own words: as the call steps'; without an opener, if it comes)
-            yield from self._match(p.section_end, required=not bare, eats=True)
+        if p.section_end.strip():  # (its own words: as the call steps'; without an opener, if it comes)
+            if not (yield from self._match(p.section_end, required=not bare, eats=True)):
+                self._cut_inside(p.section_end)
+
+    def _cut_inside(self, marker):
+        """An optional marker the output ended inside of (after whitespace) is read: it is not content."""
+        rest = self._text[self._pos:].strip()
+        if self._eof and rest and marker.strip().startswith(rest):
+            self._pos = len(self._text)
 
     # --- tool-call: one loop over the call layout's steps ------------------------------
 
@@ -691,7 +724,7 @@ class Rules:
         """arguments, waiting for them as they arrive."""
         p = self._p
         if p.object_arguments:
-            if p.json_call is not None:
+            if self._json_call is not None:
                 yield from self._skip_ws()
                 if self._text.startswith('"', self._pos):
                     raise InvalidOutput("the arguments are a JSON string")  # (the call object is read by its keys)

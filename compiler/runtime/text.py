@@ -110,7 +110,7 @@ def words(literal):
 _PIECES = {}
 # Where a marker ends or begins inside a word of a literal (`<|tool_call_begin|>functions.`):
 # models write whitespace there that the template does not.
-_MARKER_BOUNDARY = re.compile(r"(?<=[>\]])(?=\S)|(?<=\S)(?=[<\[])")
+MARKER_BOUNDARY = re.compile(r"(?<=[>\]])(?=\S)|(?<=\S)(?=[<\[])")
 
 
 def marker_pieces(literal):
@@ -127,7 +127,7 @@ def marker_pieces(literal):
             if word.isspace():
                 found.append((word, False, word, after))
                 continue
-            pieces = _MARKER_BOUNDARY.split(word)
+            pieces = MARKER_BOUNDARY.split(word)
             for i, piece in enumerate(pieces):
                 found.append((piece, i > 0 or (not found and piece[:1] in "<["), "".join(pieces[i:]), after))
         _PIECES[literal] = found
