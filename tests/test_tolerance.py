@@ -682,3 +682,17 @@ def test_an_output_cut_inside_an_optional_closing_marker_is_not_content():
     _, minimax, _ = compiled("MiniMax-M2")
     message = _parsed_both_ways(minimax, '<minimax:tool_call>\n<invoke name="get_weather" /', WEATHER)
     assert [e["kind"] for e in message["errors"]] == ["truncated_tool_call"]
+
+
+@needs_corpus
+@pytest.mark.parametrize("text", [
+    '{"name": "get_weather", "arguments": {"city": "Paris"}}',  # "arguments" for the template's "parameters"
+    '{"name": "get_weather", "type": "function", "parameters": {"city": "Paris"}}',  # an extra key
+    '<|python_tag|>{"parameters": {"city": "Paris"}, "name": "get_weather"}',  # keys reversed, after the wrapper
+])
+def test_llama_3_1s_call_object_is_read_by_its_keys(text):
+    """Llama 3.1's calls section is the one call's object (`{"name": "` … `}`): read as a call
+    object by its keys, as the other JSON call formats are."""
+    _, protocol, _ = compiled("Meta-Llama-3.1-8B-Instruct")
+    message = _parsed_both_ways(protocol, text, WEATHER)
+    assert readable(message)["tool_calls"] == [("get_weather", {"city": "Paris"})] and not message["errors"]
