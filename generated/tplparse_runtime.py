@@ -3080,7 +3080,7 @@ class Messages:
                 if (yield from self._peek_any_after_ws((m.channel, m.recipient))):
                     kind, name, builtin = yield from self._header()
                     if kind is None:
-                        return  # (the output ended inside a header that addresses no tool: nothing was said)
+                        return  # (the output ended inside a header that addresses no tool: see _header)
                 else:
                     kind, name, builtin = CONTENT, None, False  # text without a header: content
             first = False

@@ -15,7 +15,8 @@ a recipient is a call, on any channel; without one it is reasoning on the reason
 channel and content on the others the template writes (a preamble on the calls' channel is
 visible content); a message on a channel the template never writes is reported and its body
 left out. A recipient outside the tools' namespace (`to=python`) is a built-in tool: a call
-of that name when such a tool is offered, reported otherwise.
+of that name when such a tool is offered, reported otherwise. A header that something
+else cuts off before its body marker is reported and left out.
 """
 
 from .errors import InvalidOutput, TruncatedOutput
@@ -51,7 +52,7 @@ class Messages:
                 if (yield from self._peek_any_after_ws((m.channel, m.recipient))):
                     kind, name, builtin = yield from self._header()
                     if kind is None:
-                        return  # (the output ended inside a header that addresses no tool: nothing was said)
+                        return  # (the output ended inside a header that addresses no tool: see _header)
                 else:
                     kind, name, builtin = CONTENT, None, False  # text without a header: content
             first = False
