@@ -29,7 +29,7 @@ call by the same steps.
 from .errors import BadArguments, InvalidOutput, TruncatedOutput
 from .protocol import (ARGUMENTS, ARGUMENTS_ALIASES, CALL_ID, CONTENT, LITERAL, NAME, NATURAL_STOPS, REASONING, UNREAD,
                        stopped_in)
-from .text import NAME_CHARS, SPACES, BalancedScan, first_of, held_back, literal_here, marker_starts, waker, words
+from .text import NAME_CHARS, SPACES, BalancedScan, first_of, held_back, literal_here, marker_starts, waker
 from .streams import KeyValueStream, ObjectStream
 from .values import JSON_DECODER, arguments_json, decode_native, keeps_text, object_value, python_value, typed_raw
 
