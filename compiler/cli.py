@@ -223,31 +223,64 @@ def probe(source, variant, as_json, bos_token, eos_token):
             click.echo(f"  {check.turn}: {check.detail}")
 
 
+def _grammar_options(command):
+    """The options every grammar command takes: what the output may be."""
+    for option in reversed([
+        click.option("--tools", "tools_path", type=_PATH, help="OpenAI-style tool definitions: names and argument schemas."),
+        click.option("--tool-choice", default="auto", show_default=True, help="auto, required, none, or a tool name."),
+        click.option("--parallel/--no-parallel", default=True, show_default=True, help="Allow several calls in one turn."),
+        click.option("--json-schema", "schema_path", type=_PATH, help="Structured output: the answer is JSON of this schema."),
+        click.option("--mode", default="default", show_default=True,
+                     help="The generation-prompt mode whose start state the output follows (default, thinking, no_thinking)."),
+        click.option("--variant", help="A named template of the source (e.g. tool_use)."),
+    ]):
+        command = option(command)
+    return _token_options(command)
+
+
 @main.command()
 @click.argument("source", type=_PATH)
-@click.option("--tools", "tools_path", type=_PATH, help="OpenAI-style tool definitions: names and argument schemas.")
-@click.option("--tool-choice", default="auto", show_default=True, help="auto, required, none, or a tool name.")
-@click.option("--parallel/--no-parallel", default=True, show_default=True, help="Allow several calls in one turn.")
-@click.option("--json-schema", "schema_path", type=_PATH, help="Structured output: the answer is JSON of this schema.")
-@click.option("--mode", default="default", show_default=True,
-              help="The generation-prompt mode whose start state the output follows (default, thinking, no_thinking).")
-@click.option("--llama-request", is_flag=True, help="Print the JSON fields llama.cpp's server takes.")
-@click.option("--variant", help="A named template of the source (e.g. tool_use).")
-@_token_options
-def gbnf(source, tools_path, tool_choice, parallel, schema_path, mode, llama_request, variant, bos_token, eos_token):
-    """Print a GBNF grammar for SOURCE's output (llama.cpp constrained decoding).
+@click.option("--format", "grammar_format", type=click.Choice(["gbnf", "lark"]), default="gbnf", show_default=True,
+              help="gbnf: llama.cpp's grammars; lark: llguidance's Lark dialect (llama.cpp's %llguidance, vLLM's "
+                   "guidance backend, SGLang, Guidance).")
+@click.option("--llama-request", is_flag=True, help="Print the JSON fields llama.cpp's server takes (GBNF only).")
+@_grammar_options
+def grammar(source, grammar_format, llama_request, tools_path, tool_choice, parallel, schema_path, mode, variant,
+            bos_token, eos_token):
+    """Print a grammar for SOURCE's output, for constrained decoding.
 
     Without --tools: any tool name, any JSON arguments. With --tools: the offered names only,
-    each call's arguments by its tool's JSON Schema. Unsupported schema keywords are reported
-    on stderr. The grammar is checked with lark, and with llama.cpp when it is installed.
+    each call's arguments by its tool's JSON Schema. Schema keywords the grammar does not
+    enforce are reported on stderr. The grammar is checked before it is printed: GBNF with
+    lark, and with llama.cpp when it is installed; Lark with llguidance when it is installed.
     """
+    _print_grammar(source, grammar_format, llama_request, tools_path, tool_choice, parallel, schema_path, mode, variant,
+                   bos_token, eos_token)
+
+
+@main.command()
+@click.argument("source", type=_PATH)
+@click.option("--llama-request", is_flag=True, help="Print the JSON fields llama.cpp's server takes.")
+@_grammar_options
+def gbnf(source, llama_request, tools_path, tool_choice, parallel, schema_path, mode, variant, bos_token, eos_token):
+    """Print a GBNF grammar for SOURCE's output (`tplparse grammar --format gbnf`)."""
+    _print_grammar(source, "gbnf", llama_request, tools_path, tool_choice, parallel, schema_path, mode, variant,
+                   bos_token, eos_token)
+
+
+def _print_grammar(source, grammar_format, llama_request, tools_path, tool_choice, parallel, schema_path, mode, variant,
+                   bos_token, eos_token):
     from .check import llama as llama_check
+    from .check import llguidance as llguidance_check
     from .check.gbnf_lark import parse_gbnf
     from .emit.gbnf import emit_gbnf
+    from .emit.lark import emit_lark, lark_warnings
     from .emit.llama_request import llama_request as make_request
     from .grammar import GrammarOptions, build
     from .probe import probe as run_probe
 
+    if llama_request and grammar_format != "gbnf":
+        raise InputError("--llama-request: llama.cpp's server fields carry a GBNF grammar; leave out --format lark")
     tools = _read_json_file(tools_path, "tools") if tools_path else None
     if tools is not None and not isinstance(tools, list):
         raise InputError(f"{tools_path}: expected a JSON list of tool definitions")
@@ -267,16 +300,27 @@ def gbnf(source, tools_path, tool_choice, parallel, schema_path, mode, llama_req
             request = make_request(spec, options, template.special_tokens)
             text = request["grammar"]
         else:
-            text = emit_gbnf(build(spec, options, template.special_tokens))
+            grammar_ir = build(spec, options, template.special_tokens)
+            if grammar_format == "lark":
+                text = emit_lark(grammar_ir, template.special_tokens)
+            else:
+                text = emit_gbnf(grammar_ir)
     except ValueError as e:
         raise InputError(str(e)) from None
-    for warning in options.warnings:
+    warnings = lark_warnings(grammar_ir, options.warnings) if grammar_format == "lark" else options.warnings
+    for warning in warnings:
         click.echo(f"tplparse: warning: {warning}", err=True)
-    parse_gbnf(text)
-    if llama_check.available():
-        ok, message = llama_check.checker().validate(text)
-        if not ok:
-            raise InputError(f"llama.cpp rejected the generated grammar (a tplparse bug, please report it): {message}")
+    if grammar_format == "lark":
+        if llguidance_check.available():
+            ok, message = llguidance_check.LarkChecker(template.special_tokens).validate(text)
+            if not ok:
+                raise InputError(f"llguidance rejected the generated grammar (a tplparse bug, please report it): {message}")
+    else:
+        parse_gbnf(text)
+        if llama_check.available():
+            ok, message = llama_check.checker().validate(text)
+            if not ok:
+                raise InputError(f"llama.cpp rejected the generated grammar (a tplparse bug, please report it): {message}")
     if llama_request:
         click.echo(json.dumps(request, ensure_ascii=False, indent=2))
     else:
@@ -297,7 +341,7 @@ def gbnf(source, tools_path, tool_choice, parallel, schema_path, mode, llama_req
                    "(the spec and the module record which); exit status 1.")
 @_token_options
 def compile_command(source, out_dir, family, variant, standalone, allow_partial, bos_token, eos_token):
-    """Write SOURCE's PEG and GBNF grammars, its spec and its streaming parser module.
+    """Write SOURCE's PEG, GBNF and Lark grammars, its spec and its streaming parser module.
 
     The compile proves the parser first: every standard turn the template renders is read
     back by the parser (one-shot and one character at a time) and accepted by the GBNF

@@ -162,6 +162,28 @@ def test_gbnf_generic_and_with_tools():
     assert '"get_weather"' in fields["grammar"]
 
 
+def test_grammar_lark_format(tmp_path):
+    lark = run_cli("grammar", CHATML_GGUF, "--format", "lark", "--tools", EXAMPLES / "tools.json")
+    assert lark.returncode == 0, lark.stderr
+    assert lark.stdout.startswith("%llguidance {}\n")
+    assert "end-of-turn: <|im_end|>" in lark.stdout and '%json {"type": "object"' in lark.stdout
+    same = run_cli("grammar", CHATML_GGUF, "--format", "gbnf").stdout
+    assert same == run_cli("gbnf", CHATML_GGUF).stdout
+    # llguidance enforces multipleOf: no warning; it does not know `not`: the IR's warning stays.
+    schema = tmp_path / "s.json"
+    schema.write_text(json.dumps({"type": "object", "properties": {"n": {"type": "number", "multipleOf": 2}}}))
+    enforced = run_cli("grammar", CHATML_GGUF, "--format", "lark", "--json-schema", schema, "--tool-choice", "none")
+    assert enforced.returncode == 0 and "warning" not in enforced.stderr
+    schema.write_text(json.dumps({"type": "object", "properties": {"n": {"not": {"const": 1}}}}))
+    left_out = run_cli("grammar", CHATML_GGUF, "--format", "lark", "--json-schema", schema, "--tool-choice", "none")
+    assert left_out.returncode == 0 and "warning: JSON Schema keyword 'not' at #/properties/n" in left_out.stderr
+
+
+def test_grammar_lark_with_llama_request_exit_2():
+    result = run_cli("grammar", CHATML_GGUF, "--format", "lark", "--llama-request")
+    assert result.returncode == 2 and "--llama-request" in result.stderr and "Traceback" not in result.stderr
+
+
 def test_gbnf_reports_unsupported_schema_keywords(tmp_path):
     schema = tmp_path / "s.json"
     schema.write_text(json.dumps({"type": "object", "properties": {"n": {"type": "number", "multipleOf": 2}}}))

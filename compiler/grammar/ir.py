@@ -178,6 +178,8 @@ class Rule:
     name: str
     body: Node
     comment: str = ""
+    json_schema: dict | bool | None = None  # the rule's text is JSON of this schema (an emitter may write it instead)
+    schema_warnings: tuple[str, ...] = ()  # what the body does not enforce of json_schema
 
 
 @dataclass
@@ -186,9 +188,10 @@ class Grammar:
     rules: dict[str, Rule] = field(default_factory=dict)
     header: list[str] = field(default_factory=list)
 
-    def add(self, name: str, body: Node, comment: str = "") -> Ref:
-        """Add (or replace) a rule; returns a reference to it."""
-        self.rules[name] = Rule(name, body, comment)
+    def add(self, name: str, body: Node, comment: str = "", json_schema: dict | None = None) -> Ref:
+        """Add (or replace) a rule; returns a reference to it. `json_schema`: the body is JSON
+        of that schema, which an emitter with a JSON Schema construct of its own may write instead."""
+        self.rules[name] = Rule(name, body, comment, json_schema)
         return Ref(name)
 
     def has(self, name: str) -> bool:

@@ -293,8 +293,14 @@ def _slug(text: str) -> str:
 
 def add_schema(g: Grammar, schema: dict, name: str, warnings: list[str], flavor: str = "json") -> Ref:
     """Add rules for values valid under `schema` (JSON, or Python literals); returns the rule."""
-    converter = _Converter(g, schema if isinstance(schema, dict) else {}, warnings, flavor)
-    return converter.rule(name, schema, "#")
+    own: list[str] = []  # (this schema's warnings: an emitter that writes the schema itself drops them)
+    converter = _Converter(g, schema if isinstance(schema, dict) else {}, own, flavor)
+    ref = converter.rule(name, schema, "#")
+    warnings.extend(w for w in own if w not in warnings)
+    if flavor == "json" and isinstance(schema, (dict, bool)):
+        g.rules[name].json_schema = schema
+        g.rules[name].schema_warnings = tuple(own)
+    return ref
 
 
 def add_string_content(g: Grammar, schema: dict, name: str, warnings: list[str]) -> Ref:

@@ -27,25 +27,25 @@ def add_json(g: Grammar) -> Ref:
             seq(Lit("\\"), alt(chars('"\\/bfnrt'), seq(Lit("u"), hexdigit, hexdigit, hexdigit, hexdigit))),
         )),
         Lit('"'),
-    ), "a JSON string: its quotes end it, markers inside it are text")
+    ), "a JSON string: its quotes end it, markers inside it are text", json_schema={"type": "string"})
     digits = Rep(chars("0-9"), 1)
     g.add("json-number", seq(
         opt(Lit("-")),
         alt(Lit("0"), seq(chars("1-9"), Rep(chars("0-9")))),
         opt(seq(Lit("."), digits)),
         opt(seq(chars("eE"), opt(chars("-+")), digits)),
-    ))
+    ), json_schema={"type": "number"})
     g.add("json-literal", alt(Lit("true"), Lit("false"), Lit("null")))
     member = seq(Ref("json-string"), ws, Lit(":"), ws, Ref("json-value"))
     g.add("json-object", seq(
         Lit("{"), ws, opt(seq(member, Rep(seq(ws, Lit(","), ws, member)))), ws, Lit("}"),
-    ))
+    ), json_schema={"type": "object"})
     g.add("json-array", seq(
         Lit("["), ws, opt(seq(Ref("json-value"), Rep(seq(ws, Lit(","), ws, Ref("json-value"))))), ws, Lit("]"),
-    ))
+    ), json_schema={"type": "array"})
     g.add("json-value", alt(
         Ref("json-object"), Ref("json-array"), Ref("json-string"), Ref("json-number"), Ref("json-literal"),
-    ), "any JSON value")
+    ), "any JSON value", json_schema={})
     return Ref("json-value")
 
 

@@ -1,0 +1,351 @@
+"""The Lark emitter: the grammar IR in llguidance's Lark dialect.
+
+llguidance (the engine behind llama.cpp's `%llguidance` grammars, vLLM's `guidance` backend,
+SGLang and Guidance) reads a Lark variant: rules of lexemes, `x{m,n}` repetition, `-` in
+names, `%json {...}` for a JSON Schema, `<token>` for a special token, and lexeme options.
+Its lexer is greedy (a lexeme runs as long as the next byte extends it, and never backs up),
+which decides three things here:
+
+- A run of one character class (`Rep(Chars)`) is one regex lexeme, never a repetition of
+  one-character lexemes (which is slow, and which the docs warn against).
+- `TextUntil(stops)` cannot be one lexeme: text that may hold a stop's first character
+  would run on into the stop and fail there. It is a repetition of two lexemes: a run of
+  characters no stop starts with, and a piece that starts with such a character and runs
+  up to the next one, which does not start with a stop (nor with another marker word of
+  the grammar) and is not a stop but for its last character. Where a stop begins, the
+  piece dies and the stop's own literal (the rule that follows) takes the bytes. Two cases
+  are read less exactly than the GBNF automaton reads them: text that ends with all of a
+  stop but its last character is refused at its end (`a</think`), and a stop that holds
+  the stops' first characters again after its start is kept out of the text only where its
+  own literal may follow.
+- A marker the source names as a special token, in the `<...>` form llguidance can name, is
+  written `<token>`: the model writes it as that token, which no text lexeme can contain,
+  so such markers need no stop.
+
+A rule whose IR says it is JSON of a schema (`Rule.json_schema`) is written `%json {...}`
+when every keyword of the schema is one llguidance enforces (`LLGUIDANCE_KEYWORDS`), so
+llguidance's own JSON lexer does the work; otherwise from the IR, which reports what it
+does not enforce. `Not` (lookahead) has no counterpart: like GBNF, the grammar then
+accepts what the lookahead would refuse.
+"""
+
+from __future__ import annotations
+
+import json
+
+from ..grammar.ir import (AnyChar, Alt, Chars, End, Grammar, Lit, Not, Ref, Rep, Rule, Seq, TextUntil, Visitor, children,
+                          quantifier)
+
+# JSON Schema keywords llguidance's converter enforces (its docs/json_schema.md), and those
+# that only describe. A schema using any other keyword is written from the IR instead.
+LLGUIDANCE_KEYWORDS = frozenset({
+    "anyOf", "oneOf", "allOf", "$ref", "const", "enum", "type", "items", "prefixItems", "minItems", "maxItems",
+    "properties", "additionalProperties", "required", "minLength", "maxLength", "pattern",
+    "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
+})
+DESCRIPTIVE = frozenset({
+    "description", "title", "default", "examples", "$schema", "$id", "$comment", "deprecated",
+    "readOnly", "writeOnly", "$defs", "definitions",
+})
+# Keywords whose value is a schema, or a list or map of schemas (walked for their keywords).
+_SUBSCHEMAS = {"items": "one", "additionalProperties": "one", "anyOf": "list", "oneOf": "list", "allOf": "list",
+               "prefixItems": "list", "properties": "map", "$defs": "map", "definitions": "map"}
+
+
+def llguidance_enforces(schema) -> bool:
+    """Whether every keyword in `schema` (and its subschemas) is one llguidance enforces."""
+    if isinstance(schema, bool):
+        return True
+    if not isinstance(schema, dict):
+        return False
+    for keyword, value in schema.items():
+        if keyword not in LLGUIDANCE_KEYWORDS and keyword not in DESCRIPTIVE:
+            return False
+        if keyword == "pattern" and isinstance(value, str) and "(?" in value:
+            return False  # (lookarounds and inline flags: not in llguidance's regex syntax)
+        if keyword == "$ref" and not (isinstance(value, str) and value.startswith("#/")):
+            return False
+        kind = _SUBSCHEMAS.get(keyword)
+        if kind == "one" and not llguidance_enforces(value):
+            return False
+        if kind == "list" and not (isinstance(value, list) and all(llguidance_enforces(v) for v in value)):
+            return False
+        if kind == "map" and not (isinstance(value, dict) and all(llguidance_enforces(v) for v in value.values())):
+            return False
+    return True
+
+
+def _string(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _regex_char(ch: str) -> str:
+    """One character inside a regex: letters and digits as they are, the rest as \\x{HH}
+    (Rust's regex syntax: safe inside and outside a class, and never `/`)."""
+    return ch if ch.isascii() and ch.isalnum() else f"\\x{{{ord(ch):X}}}"
+
+
+def _class(node: Chars) -> str:
+    body = "".join(_regex_char(a) if a == b else f"{_regex_char(a)}-{_regex_char(b)}" for a, b in node.ranges)
+    return f"[{'^' if node.negate else ''}{body}]"
+
+
+def _walk(node):
+    """The node and every node inside it."""
+    yield node
+    for child in children(node):
+        yield from _walk(child)
+
+
+def _first_word(text: str) -> str:
+    """The text's first run of non-whitespace (a literal's first lexeme: the grammar writes
+    whitespace as a rule of its own)."""
+    words = text.split()
+    return words[0] if words else ""
+
+
+def _token_split(text: str, tokens: list[str]) -> list[str]:
+    """The text as its special tokens and the strings between them."""
+    parts = []
+    i = start = 0
+    while i < len(text):
+        token = next((t for t in tokens if text.startswith(t, i)), None)
+        if token is None:
+            i += 1
+            continue
+        if i > start:
+            parts.append(text[start:i])
+        parts.append(token)
+        i = start = i + len(token)
+    if start < len(text):
+        parts.append(text[start:])
+    return parts
+
+
+def _marker_words(grammar: Grammar, tokens: list[str]) -> list[str]:
+    """The words of the grammar's literals (between special tokens) that look like markers:
+    three characters or more (shorter ones such as `</` or `{"` are punctuation that text
+    holds too); longest first."""
+    found: set[str] = set()
+
+    def walk(node) -> None:
+        if isinstance(node, Lit):
+            for part in _token_split(node.text, tokens):
+                if len(part) >= 3 and part not in tokens:
+                    found.add(part)
+        for child in children(node):
+            walk(child)
+
+    for rule in grammar.rules.values():
+        walk(rule.body)
+    return sorted(found, key=lambda w: (-len(w), w))
+
+
+def _lexemes(text: str, tokens: list[str], words: list[str]) -> list[str]:
+    """A literal as the lexemes it is written in: its special tokens, and its strings split
+    after every marker word of the grammar that starts them. A literal that another literal
+    begins (`<|end|>` and `<|end|><|start|>`) then starts with the same lexeme as it: the
+    lexer, which takes the longest match and never backs up, would otherwise follow the
+    longer literal and fail where only the shorter one fits."""
+    out = []
+    for part in _token_split(text, tokens):
+        if part in tokens:
+            out.append(part)
+            continue
+        while part:
+            word = next((w for w in words if w != part and part.startswith(w)), None)
+            if word is None:
+                out.append(part)
+                break
+            out.append(word)
+            part = part[len(word):]
+    return out
+
+
+def _regex_literal(text: str) -> str:
+    return "".join(_regex_char(c) for c in text)
+
+
+def nameable_token(token: str) -> bool:
+    """A special token llguidance's `<...>` syntax can name."""
+    return len(token) > 2 and token.startswith("<") and token.endswith(">") and "\n" not in token
+
+
+class _Emitter(Visitor):
+    """Each node as a Lark expression; TextUntil rules collected on the side."""
+
+    def __init__(self, grammar: Grammar, special_tokens: tuple[str, ...]):
+        self.grammar = grammar
+        # Longest first, so that a token that contains another is split off whole.
+        self.tokens = sorted({t for t in special_tokens if nameable_token(t)}, key=lambda t: (-len(t), t))
+        self.until_rules: dict[tuple[str, ...], str] = {}
+        self.words = _marker_words(grammar, self.tokens)
+        # The characters any text rule's stop starts with: every text rule splits its text at
+        # them, so that all of them end a run of plain text at the same place (the lexer
+        # follows the longest match across all the rules the parser may be in).
+        every_stop = [s for rule in grammar.rules.values() for node in _walk(rule.body) if isinstance(node, TextUntil)
+                      for s in node.stops]
+        # So do the first characters of the marker words that start with punctuation (`<|`,
+        # `[`, `/think`): the parser may be where such a literal or text can start, and the
+        # literal must not be read as the start of a longer run of text.
+        self.firsts = sorted({w[0] for w in self.stop_words(tuple(every_stop))}
+                             | {w[0] for w in self.words if not w[0].isalnum()} if every_stop else ())
+        self.first_class = "".join(_regex_char(c) for c in self.firsts)
+        self.extra: list[tuple[str, str, str]] = []  # (name, body, comment)
+
+    def visit_Lit(self, node: Lit, top: bool = False) -> str:
+        parts = self._split(node.text)
+        if not parts:
+            return '""'
+        text = " ".join(parts)
+        return text if top or len(parts) == 1 else f"({text})"
+
+    def _split(self, text: str) -> list[str]:
+        """A literal as string lexemes and the special tokens inside it."""
+        return [p if p in self.tokens else _string(p) for p in _lexemes(text, self.tokens, self.words)]
+
+    def visit_Chars(self, node: Chars, top: bool = False) -> str:
+        return f"/{_class(node)}/"
+
+    def visit_AnyChar(self, node: AnyChar, top: bool = False) -> str:
+        return "/(?s:.)/"
+
+    def visit_Ref(self, node: Ref, top: bool = False) -> str:
+        return node.name
+
+    def visit_End(self, node: End, top: bool = False) -> str:
+        return ""
+
+    def visit_Not(self, node: Not, top: bool = False) -> str:
+        return ""  # (no lookahead: the grammar accepts what the lookahead would refuse)
+
+    def visit_TextUntil(self, node: TextUntil, top: bool = False) -> str:
+        return self.until(node.stops)
+
+    def visit_Seq(self, node: Seq, top: bool = False) -> str:
+        items = [text for text in (self.visit(i) for i in node.items) if text]
+        text = " ".join(items) or '""'
+        return text if top or len(items) <= 1 else f"({text})"
+
+    def visit_Alt(self, node: Alt, top: bool = False) -> str:
+        text = " | ".join(self.visit(i) for i in node.items)
+        return text if top else f"({text})"
+
+    def visit_Rep(self, node: Rep, top: bool = False) -> str:
+        if isinstance(node.item, (Chars, AnyChar)):
+            # One lexeme for the whole run (llguidance: a repetition of one-character lexemes is slow).
+            inner = _class(node.item) if isinstance(node.item, Chars) else "(?s:.)"
+            return f"/{inner}{quantifier(node)}/"
+        inner = self.visit(node.item)
+        if not inner:
+            return ""
+        if not (inner.startswith("(") and inner.endswith(")")) and " " in inner:
+            inner = f"({inner})"
+        return inner + quantifier(node)
+
+    def generic_visit(self, node, top: bool = False) -> str:
+        raise TypeError(f"unknown IR node {node!r}")
+
+    def stop_words(self, stops: tuple[str, ...]) -> tuple[str, ...]:
+        """Each stop as the lexeme the grammar's literal for it starts with; none for a stop
+        that starts with a special token (text cannot hold one)."""
+        firsts_of = [_lexemes(_first_word(s), self.tokens, self.words) for s in stops]
+        return tuple(dict.fromkeys(f[0] for f in firsts_of if f and f[0] not in self.tokens))
+
+    def until(self, stops: tuple[str, ...]) -> str:
+        stops = self.stop_words(stops)
+        if not stops:
+            return "/(?s:.*)/"
+        if stops in self.until_rules:
+            return self.until_rules[stops]
+        name = f"until-{len(self.until_rules) + 1}"
+        self.until_rules[stops] = name
+        if not self.extra:
+            self.extra.append(("TEXT-PLAIN", f"/[^{self.first_class}]+/",
+                               "a run of text in which no stop of any text rule can start"))
+        # A piece never starts with a stop, nor with another marker word of the grammar: where
+        # such a literal may start in place of the text, the lexer, which takes the longest
+        # match, would otherwise read it as text.
+        words = sorted(set(stops) | {w for w in self.words if w[0] in self.firsts}, key=lambda w: (-len(w), w))
+        starts = "|".join(_regex_literal(w) for w in words)
+        # A piece that is a stop but for its last character cannot end there: the next
+        # character, which makes it the stop, would otherwise start a new piece. (A shorter
+        # piece ends only before a stop's first character, or at the end: legitimately.)
+        prefixes = sorted({s[:-1] for s in stops if len(s) > 1 and s[-1] not in self.firsts})
+        upper = name.upper()
+        comment = "text without " + ", ".join(repr(s) for s in stops)
+        self.extra.append((name, f"(TEXT-PLAIN | {upper}-PIECE)*", comment))
+        piece = f"/[{self.first_class}][^{self.first_class}]*/ & ~/({starts})(?s:.*)/"
+        if prefixes:
+            piece += " & ~/(" + "|".join(_regex_literal(p) for p in prefixes) + ")/"
+        self.extra.append((f"{upper}-PIECE", piece, ""))
+        return name
+
+
+def _as_json(rule: Rule) -> bool:
+    """Whether the rule is written as llguidance's own `%json {...}`."""
+    return rule.json_schema is not None and llguidance_enforces(rule.json_schema)
+
+
+def _reachable(grammar: Grammar) -> list[str]:
+    """Rule names reachable from the root, root first, in first-use order; the rules below
+    a rule written as `%json` are not written."""
+    order: list[str] = []
+
+    def walk(node) -> None:
+        if isinstance(node, Ref):
+            if node.name in order:
+                return
+            order.append(node.name)
+            rule = grammar.rules[node.name]
+            if not _as_json(rule):
+                walk(rule.body)
+            return
+        for child in children(node):
+            walk(child)
+
+    walk(Ref(grammar.root))
+    return order
+
+
+def _comment(text: str) -> str:
+    return "// " + " ".join(text.split())  # (one line, whatever a template or tool name holds)
+
+
+def emit_lark(grammar: Grammar, special_tokens: tuple[str, ...] = ()) -> str:
+    """The grammar in llguidance's Lark dialect; `special_tokens` are written `<token>`."""
+    emitter = _Emitter(grammar, tuple(special_tokens))
+    lines = ["%llguidance {}", ""]
+    lines += [_comment(line) for line in grammar.header]
+    lines.append("// @generated by tplparse: Lark (llguidance) — do not edit")
+    lines.append("")
+    lines.append(f"start: {grammar.root}")
+    for name in _reachable(grammar):
+        rule = grammar.rules[name]
+        if _as_json(rule):
+            body = "%json " + json.dumps(rule.json_schema, ensure_ascii=False)
+        else:
+            body = emitter.visit(rule.body, True) or '""'
+        if rule.comment:
+            lines.append(_comment(rule.comment))
+        lines.append(f"{name}: {body}")
+    if emitter.extra:
+        lines.append("")
+        for name, body, comment in emitter.extra:
+            if comment:
+                lines.append(_comment(comment))
+            lines.append(f"{name}: {body}")
+    return "\n".join(lines) + "\n"
+
+
+def lark_warnings(grammar: Grammar, warnings: list[str]) -> list[str]:
+    """Of the IR's warnings (schema keywords its rules do not enforce), those that hold for
+    the Lark grammar: the ones of a schema written as `%json` do not (llguidance enforces
+    every keyword it was given), unless another rule written from the IR has them too."""
+    written = _reachable(grammar)
+    dropped = {w for n in written if _as_json(grammar.rules[n]) for w in grammar.rules[n].schema_warnings}
+    kept = {w for n in written if not _as_json(grammar.rules[n]) for w in grammar.rules[n].schema_warnings}
+    return [w for w in warnings if w not in dropped or w in kept]
+
+
+__all__ = ["LLGUIDANCE_KEYWORDS", "emit_lark", "lark_warnings", "llguidance_enforces", "nameable_token"]
