@@ -484,11 +484,44 @@ def parse(source, tools_path, prompt_path, start, finish_reason, stream, record_
             raise InputError(f"{record_path}: cannot record: {e}") from None
 
 
+@main.command()
+@click.argument("old", type=_PATH)
+@click.argument("new", type=_PATH)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option("--old-variant", help="A named template of OLD (e.g. tool_use).")
+@click.option("--new-variant", help="A named template of NEW.")
+def diff(old, new, as_json, old_variant, new_variant):
+    """What changed in the protocol from OLD to NEW (any two sources), field by field, and
+    whether each one's parser reads the other's renders of the standard turns.
+
+    Exit status: 0 the protocols are the same, 1 they differ, 2 bad input.
+    """
+    from .check.drift import as_json as report_json
+    from .check.drift import as_text, drift
+
+    report = drift(load(old, variant=old_variant), load(new, variant=new_variant))
+    if as_json:
+        click.echo(json.dumps(report_json(report), ensure_ascii=False, indent=2))
+    else:
+        click.echo(as_text(report), nl=False)
+    sys.exit(0 if report.same else 1)
+
+
 @main.command(name="build")
-@click.option("--manifest", type=_PATH, default="families.toml", show_default=True)
-@click.option("--check", is_flag=True, help="Write nothing; exit 1 naming the files a fresh build would change.")
-def build_command(manifest, check):
-    """Regenerate grammars/ and generated/ for every family of the manifest."""
+@click.option("--manifest", type=_PATH, default="families.toml", show_default=True,
+              help="The families and their sources (paths relative to the manifest's folder).")
+@click.option("-o", "--out", "out_dir", type=_PATH,
+              help="Where grammars/ and generated/ go (default: the manifest's folder).")
+@click.option("--check", is_flag=True,
+              help="Write nothing; exit 1 naming the files a fresh build would change and the families whose "
+                   "protocol changed.")
+def build_command(manifest, out_dir, check):
+    """Regenerate grammars/ and generated/ for every family of the manifest.
+
+    Exit status: 0 everything is fresh (or was written), 1 (with --check) files are stale or a
+    family's protocol changed, 2 bad input (a manifest or source that does not load, a family
+    whose parser does not prove).
+    """
     from pathlib import Path
 
     from .pipeline import build, read_manifest
@@ -496,7 +529,10 @@ def build_command(manifest, check):
     manifest_path = Path(manifest)
     count = len(read_manifest(manifest_path))
     with click.progressbar(length=count, label="building", item_show_func=lambda f: f.name if f else "") as bar:
-        result = build(manifest_path, check=check, progress=lambda family: bar.update(1, family))
+        result = build(manifest_path, check=check, progress=lambda family: bar.update(1, family),
+                       out_dir=Path(out_dir) if out_dir else None)
+    for family, fields in result.protocol_changed.items():
+        click.echo(f"protocol changed: {family}: {', '.join(fields)} (tplparse diff shows how)", err=True)
     for family in result.skipped:
         click.echo(f"skipped {family.name}: {family.source} is not here", err=True)
     for proof in result.unproved:

@@ -4,4 +4,6 @@
     gbnf_lark      a lark reader of GBNF (syntax, with line numbers) and an Earley acceptor
     llama          the real llama.cpp (llama-cpp-python): validation and acceptance, byte by byte
     byte_vocab     the byte-level vocabulary llama.cpp is loaded with for those checks
+    llguidance     the real llguidance: Lark grammars compiled and driven one byte token at a time
+    drift          two templates' protocols compared, each one's turns read by the other's parser
 """
