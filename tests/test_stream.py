@@ -534,7 +534,7 @@ def test_build_check_passes_on_the_committed_outputs():
 
 def test_compile_and_parse_commands(tmp_path):
     result = run_cli("compile", EXAMPLES / "chatml-think-tools.gguf", "-o", tmp_path)
-    assert result.returncode == 0 and result.stdout.count("wrote ") == 6
+    assert result.returncode == 0 and result.stdout.count("wrote ") == 7
     assert sorted(p.name for p in (tmp_path / "generated").iterdir()) == [
         "__init__.py", "chatml_think_tools.py", "tplparse_runtime.py"]
     module = tmp_path / "generated" / "chatml_think_tools.py"

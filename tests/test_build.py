@@ -1,0 +1,93 @@
+"""`tplparse build` in another repository: a manifest of its own models, outside this checkout.
+
+The serving repository lists its models in a manifest (paths relative to the manifest),
+regenerates their parsers and grammars with `tplparse build --manifest PATH -o DIR`, and
+runs `tplparse build --check` in CI or as a pre-commit hook: 0 fresh, 1 stale or a
+protocol changed, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import EXAMPLES, REPO, run_cli
+
+
+@pytest.fixture
+def serving_repo(tmp_path):
+    """A repository outside the checkout: models/ beside ci/families.toml, two families."""
+    assert REPO not in tmp_path.parents
+    models = tmp_path / "models"
+    models.mkdir()
+    shutil.copy(EXAMPLES / "templates" / "chatml-think-tools.jinja", models / "chat.jinja")
+    shutil.copy(EXAMPLES / "bracket-tools.gguf", models / "bracket.gguf")
+    manifest = tmp_path / "ci" / "families.toml"
+    manifest.parent.mkdir()
+    manifest.write_text(
+        '[[family]]\nname = "chat"\nsource = "../models/chat.jinja"\neos_token = "<|im_end|>"\n\n'
+        '[[family]]\nname = "bracket"\nsource = "../models/bracket.gguf"\n', encoding="utf-8")
+    return tmp_path, manifest
+
+
+def test_build_writes_then_checks_fresh(serving_repo):
+    root, manifest = serving_repo
+    out = root / "parsers"
+    built = run_cli("build", "--manifest", manifest, "-o", out, cwd=root)
+    assert built.returncode == 0, built.stderr
+    for name in ("chat", "bracket"):
+        for ext in ("peg", "gbnf", "lark", "spec.json"):
+            assert (out / "grammars" / f"{name}.{ext}").is_file(), (name, ext)
+        assert (out / "generated" / f"{name}.py").is_file()
+    assert not (manifest.parent / "grammars").exists()  # -o, not the manifest's folder
+    fresh = run_cli("build", "--manifest", manifest, "-o", out, "--check", cwd=root)
+    assert fresh.returncode == 0 and "all 2 families are current" in fresh.stdout
+
+
+def test_check_names_the_family_whose_protocol_changed(serving_repo):
+    root, manifest = serving_repo
+    out = root / "parsers"
+    assert run_cli("build", "--manifest", manifest, "-o", out).returncode == 0
+    # The model's template is updated: a think block that another marker closes.
+    chat = root / "models" / "chat.jinja"
+    chat.write_text(chat.read_text(encoding="utf-8").replace("</think>", "</reasoning>"), encoding="utf-8")
+    stale = run_cli("build", "--manifest", manifest, "-o", out, "--check")
+    assert stale.returncode == 1
+    changed = next(line for line in stale.stderr.splitlines() if line.startswith("protocol changed: chat: "))
+    assert "reasoning.end" in changed and "tool_calls" not in changed  # (its calls did not change)
+    assert "grammars/chat.spec.json" in stale.stderr and "bracket" not in stale.stderr.split("stale")[0]
+    # A build writes the new files; the check is then fresh again.
+    assert run_cli("build", "--manifest", manifest, "-o", out).returncode == 0
+    assert run_cli("build", "--manifest", manifest, "-o", out, "--check").returncode == 0
+
+
+@pytest.mark.parametrize("entry, message", [
+    ('name = "chat"\nsource = "../models/nowhere.jinja"', "nowhere.jinja: no such file or folder"),
+    ('name = "../escape"\nsource = "../models/chat.jinja"', "name '../escape' must be lower-case"),
+    ('name = "chat"\nsource = "../models/chat.jinja"\nbos = "<s>"', "unknown key(s) 'bos'"),
+    ('name = "chat"\nsource = "../models/chat.jinja"\neos_token = 2', "eos_token must be a string"),
+    ('name = "chat"', "needs a name and a source"),
+])
+def test_bad_manifests_exit_2(serving_repo, entry, message):
+    root, manifest = serving_repo
+    manifest.write_text(f"[[family]]\n{entry}\n", encoding="utf-8")
+    result = run_cli("build", "--manifest", manifest, "-o", root / "out", "--check")
+    assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr
+
+
+def test_an_optional_family_whose_source_is_absent_is_skipped_and_said(serving_repo):
+    root, manifest = serving_repo
+    manifest.write_text(manifest.read_text() + '\n[[family]]\nname = "later"\nsource = "../models/later.gguf"\n'
+                        'optional = true\n', encoding="utf-8")
+    result = run_cli("build", "--manifest", manifest, "-o", root / "out")
+    assert result.returncode == 0, result.stderr
+    assert "skipped later" in result.stderr and "built 2 families" in result.stdout
+
+
+def test_the_pre_commit_hook_runs_the_check():
+    hooks = (REPO / ".pre-commit-hooks.yaml").read_text(encoding="utf-8")
+    assert "entry: tplparse build --check" in hooks and "pass_filenames: false" in hooks
+    workflow = (REPO / "examples" / "ci" / "tplparse-build.yml").read_text(encoding="utf-8")
+    assert "tplparse build --manifest" in workflow and "--check" in workflow
