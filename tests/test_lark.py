@@ -23,19 +23,12 @@ from tplparse.probe import probe
 from tplparse.probe.conversations import Call, Turn
 
 from conftest import EXAMPLES, corpus_ids, corpus_templates, needs_corpus
-from corpus_outputs import outputs, readable  # noqa: F401 - readable: the same renders as the GBNF tests
+from corpus_outputs import outputs
 from test_grammars import CALLS, SCHEMA_TABLE, TOOL
 
 pytestmark = pytest.mark.skipif(not llguidance_check.available(), reason="llguidance is not installed")
 
 TEMPLATES = corpus_templates()
-
-# Renders the Lark grammar is known not to read, by mechanism (see compiler/emit/lark.py):
-# a key/value value written as nested elements whose text starts with the marker that, with
-# `</`, closes the value; the Lark text rule stops at the marker's first lexeme, the GBNF one
-# at the whole closing text. Kept as a list that must still fail, so that it stays true.
-KNOWN_MISSES = {("MiniMax-M3", "typed call")}
-
 
 @pytest.fixture(scope="module")
 def corpus():
@@ -54,11 +47,7 @@ def test_corpus_lark_grammars_read_back_the_templates_renders(corpus, stem):
                                                template.special_tokens)
             ok, message = checker.validate(grammars[output.start])
             assert ok, message
-        accepted = checker.accepts(grammars[output.start], output.text)
-        if (stem, output.turn) in KNOWN_MISSES:
-            assert not accepted, f"{stem} {output.turn!r} now reads: take it off KNOWN_MISSES"
-        else:
-            assert accepted, (output.turn, output.text)
+        assert checker.accepts(grammars[output.start], output.text), (output.turn, output.text)
 
 
 def _rendered(template, spec, turns):

@@ -32,6 +32,7 @@ accepts what the lookahead would refuse.
 from __future__ import annotations
 
 import json
+from functools import lru_cache
 
 from ..grammar.ir import (AnyChar, Alt, Chars, End, Grammar, Lit, Not, Ref, Rep, Rule, Seq, TextUntil, Visitor, children,
                           quantifier)
@@ -141,24 +142,38 @@ def _marker_words(grammar: Grammar, tokens: list[str]) -> list[str]:
     return sorted(found, key=lambda w: (-len(w), w))
 
 
+@lru_cache(maxsize=64)
+def _atomic(words: tuple[str, ...]) -> tuple[str, ...]:
+    """The marker words that hold no other marker word: the lexemes every literal is split
+    into, so that a text is split the same way whichever literal it is part of."""
+    return tuple(w for w in words if not any(o != w and o in w for o in words))
+
+
 def _lexemes(text: str, tokens: list[str], words: list[str]) -> list[str]:
     """A literal as the lexemes it is written in: its special tokens, and its strings split
-    after every marker word of the grammar that starts them. A literal that another literal
-    begins (`<|end|>` and `<|end|><|start|>`) then starts with the same lexeme as it: the
-    lexer, which takes the longest match and never backs up, would otherwise follow the
-    longer literal and fail where only the shorter one fits."""
+    around every marker word of the grammar they hold. A marker is then one lexeme wherever
+    it is written (`<|end|>` alone and in `<|end|><|start|>`, `]<]x[>[` alone and after a
+    `>`): the lexer, which takes the longest match and never backs up, would otherwise
+    follow the longer literal and fail where only the shorter one fits."""
     out = []
     for part in _token_split(text, tokens):
         if part in tokens:
             out.append(part)
             continue
         while part:
-            word = next((w for w in words if w != part and part.startswith(w)), None)
-            if word is None:
+            found = None  # (position, word): the first atomic word in the part, the longest there
+            for word in _atomic(tuple(words)):
+                at = part.find(word)
+                if at != -1 and (found is None or at < found[0] or (at == found[0] and len(word) > len(found[1]))):
+                    found = (at, word)
+            if found is None:
                 out.append(part)
                 break
+            at, word = found
+            if at:
+                out.append(part[:at])
             out.append(word)
-            part = part[len(word):]
+            part = part[at + len(word):]
     return out
 
 
@@ -253,13 +268,21 @@ class _Emitter(Visitor):
         return tuple(dict.fromkeys(f[0] for f in firsts_of if f and f[0] not in self.tokens))
 
     def until(self, stops: tuple[str, ...]) -> str:
+        # A stop whose first word is written in two lexemes or more (`]<]x[>[` `</`): its
+        # first lexeme is the text's stop, and text may hold that lexeme where the second
+        # does not follow it.
+        heads = {}
+        for lexemes in (_lexemes(_first_word(s), self.tokens, self.words) for s in stops):
+            if len(lexemes) > 1 and lexemes[0] not in self.tokens:
+                heads.setdefault(lexemes[0], set()).add(lexemes[1])
         stops = self.stop_words(stops)
         if not stops:
             return "/(?s:.*)/"
-        if stops in self.until_rules:
-            return self.until_rules[stops]
+        key = (stops, tuple(sorted((h, tuple(sorted(n))) for h, n in heads.items())))
+        if key in self.until_rules:
+            return self.until_rules[key]
         name = f"until-{len(self.until_rules) + 1}"
-        self.until_rules[stops] = name
+        self.until_rules[key] = name
         if not self.extra:
             self.extra.append(("TEXT-PLAIN", f"/[^{self.first_class}]+/",
                                "a run of text in which no stop of any text rule can start"))
@@ -274,7 +297,16 @@ class _Emitter(Visitor):
         prefixes = sorted({s[:-1] for s in stops if len(s) > 1 and s[-1] not in self.firsts})
         upper = name.upper()
         comment = "text without " + ", ".join(repr(s) for s in stops)
-        self.extra.append((name, f"(TEXT-PLAIN | {upper}-PIECE)*", comment))
+        alternatives = ["TEXT-PLAIN", f"{upper}-PIECE"]
+        for number, (head, nexts) in enumerate(sorted(heads.items()), 1):
+            if head not in stops:
+                continue
+            unless = "|".join(_regex_literal(n) for n in sorted(nexts))
+            after = f"{upper}-AFTER-{number}"
+            alternatives.append(f"({_string(head)} ({after}-PLAIN | {after}-PIECE))")
+            self.extra.append((f"{after}-PLAIN", f"TEXT-PLAIN & ~/({unless})(?s:.*)/", ""))
+            self.extra.append((f"{after}-PIECE", f"{upper}-PIECE & ~/({unless})(?s:.*)/", ""))
+        self.extra.append((name, f"({' | '.join(alternatives)})*", comment))
         piece = f"/[{self.first_class}][^{self.first_class}]*/ & ~/({starts})(?s:.*)/"
         if prefixes:
             piece += " & ~/(" + "|".join(_regex_literal(p) for p in prefixes) + ")/"
