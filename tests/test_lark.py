@@ -151,6 +151,23 @@ def test_json_schema_to_lark(schema, good, bad):
         assert not checker.accepts(lark, text), text
 
 
+def test_json_escapes_of_any_character_are_read():
+    g, _ = _schema_grammar({"type": "object", "properties": {"s": {"type": "string"}}})
+    checker = llguidance_check.LarkChecker()
+    for text in ['{"s": "caf\\u00e9"}', '{"s": "\\ud83d\\ude00"}', '{"s": "a\\nb"}', '{"s": "caf\u00e9"}']:
+        assert checker.accepts(emit_lark(g), text), text
+
+
+def test_one_of_is_written_from_the_ir():
+    """llguidance refuses a oneOf it cannot prove exclusive: the IR writes it instead."""
+    schema = {"oneOf": [{"type": "integer"}, {"type": "number"}]}
+    g, _ = _schema_grammar(schema)
+    lark = emit_lark(g)
+    checker = llguidance_check.LarkChecker()
+    assert checker.validate(lark) == (True, "") and "\nvalue: %json" not in lark
+    assert checker.accepts(lark, "1.5") and not checker.accepts(lark, '"1"')
+
+
 def test_keywords_llguidance_enforces_are_not_reported():
     schema = {"type": "object", "properties": {"n": {"type": "number", "multipleOf": 3}}, "required": ["n"]}
     g, found = _schema_grammar(schema)

@@ -39,8 +39,9 @@ from ..grammar.ir import (AnyChar, Alt, Chars, End, Grammar, Lit, Not, Ref, Rep,
 
 # JSON Schema keywords llguidance's converter enforces (its docs/json_schema.md), and those
 # that only describe. A schema using any other keyword is written from the IR instead.
+# (Not oneOf and allOf: llguidance refuses the grammar for the ones it cannot prove or intersect.)
 LLGUIDANCE_KEYWORDS = frozenset({
-    "anyOf", "oneOf", "allOf", "$ref", "const", "enum", "type", "items", "prefixItems", "minItems", "maxItems",
+    "anyOf", "$ref", "const", "enum", "type", "items", "prefixItems", "minItems", "maxItems",
     "properties", "additionalProperties", "required", "minLength", "maxLength", "pattern",
     "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
 })
@@ -340,6 +341,14 @@ def _reachable(grammar: Grammar) -> list[str]:
     return order
 
 
+def _with_escapes(schema):
+    """The schema with llguidance's option to read `\\uXXXX` escapes of any character (off by
+    default: `"caf\\u00e9"`, which JSON and the other grammars read, would be refused)."""
+    if not isinstance(schema, dict) or "x-guidance" in schema:
+        return schema
+    return {"x-guidance": {"json_allow_general_unicode_escapes": True}, **schema}
+
+
 def _comment(text: str) -> str:
     return "// " + " ".join(text.split())  # (one line, whatever a template or tool name holds)
 
@@ -355,7 +364,7 @@ def emit_lark(grammar: Grammar, special_tokens: tuple[str, ...] = ()) -> str:
     for name in _reachable(grammar):
         rule = grammar.rules[name]
         if _as_json(rule):
-            body = "%json " + json.dumps(rule.json_schema, ensure_ascii=False)
+            body = "%json " + json.dumps(_with_escapes(rule.json_schema), ensure_ascii=False)
         else:
             body = emitter.visit(rule.body, True) or '""'
         if rule.comment:
