@@ -302,7 +302,7 @@ def _print_grammar(source, grammar_format, llama_request, tools_path, tool_choic
         else:
             grammar_ir = build(spec, options, template.special_tokens)
             if grammar_format == "lark":
-                text = emit_lark(grammar_ir, template.special_tokens)
+                text = emit_lark(grammar_ir, template.control_tokens)
             else:
                 text = emit_gbnf(grammar_ir)
     except ValueError as e:
@@ -310,9 +310,13 @@ def _print_grammar(source, grammar_format, llama_request, tools_path, tool_choic
     warnings = lark_warnings(grammar_ir, options.warnings) if grammar_format == "lark" else options.warnings
     for warning in warnings:
         click.echo(f"tplparse: warning: {warning}", err=True)
+    if grammar_format == "lark" and not template.control_tokens:
+        click.echo(f"tplparse: warning: {source} names no control tokens (a bare .jinja names none): the grammar "
+                   "writes every marker as text, and a model whose tokenizer keeps a marker as a control token "
+                   "writes a token this grammar refuses; give the model's GGUF or tokenizer_config.json", err=True)
     if grammar_format == "lark":
         if llguidance_check.available():
-            ok, message = llguidance_check.LarkChecker(template.special_tokens).validate(text)
+            ok, message = llguidance_check.LarkChecker(template.control_tokens).validate(text)
             if not ok:
                 raise InputError(f"llguidance rejected the generated grammar (a tplparse bug, please report it): {message}")
     else:

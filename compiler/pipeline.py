@@ -66,7 +66,7 @@ def artifacts(template: ChatTemplate, spec: ProtocolSpec, standalone: bool = Fal
     files = {
         f"grammars/{family}.peg": emit_peg(grammar),
         f"grammars/{family}.gbnf": emit_gbnf(grammar),
-        f"grammars/{family}.lark": emit_lark(grammar, template.special_tokens),
+        f"grammars/{family}.lark": emit_lark(grammar, template.control_tokens),
         f"grammars/{family}.spec.json": spec.to_json(),
     }
     module = f"generated/{module_name(family)}.py"

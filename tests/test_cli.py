@@ -166,7 +166,7 @@ def test_grammar_lark_format(tmp_path):
     lark = run_cli("grammar", CHATML_GGUF, "--format", "lark", "--tools", EXAMPLES / "tools.json")
     assert lark.returncode == 0, lark.stderr
     assert lark.stdout.startswith("%llguidance {}\n")
-    assert "end-of-turn: <|im_end|>" in lark.stdout and '%json {"type": "object"' in lark.stdout
+    assert "end-of-turn: <|im_end|>" in lark.stdout and '%json {"x-guidance"' in lark.stdout
     same = run_cli("grammar", CHATML_GGUF, "--format", "gbnf").stdout
     assert same == run_cli("gbnf", CHATML_GGUF).stdout
     # llguidance enforces multipleOf: no warning; it does not know `not`: the IR's warning stays.
@@ -177,6 +177,12 @@ def test_grammar_lark_format(tmp_path):
     schema.write_text(json.dumps({"type": "object", "properties": {"n": {"not": {"const": 1}}}}))
     left_out = run_cli("grammar", CHATML_GGUF, "--format", "lark", "--json-schema", schema, "--tool-choice", "none")
     assert left_out.returncode == 0 and "warning: JSON Schema keyword 'not' at #/properties/n" in left_out.stderr
+
+
+def test_grammar_lark_warns_when_the_source_names_no_control_tokens():
+    result = run_cli("grammar", EXAMPLES / "templates" / "chatml-think-tools.jinja", "--format", "lark")
+    assert result.returncode == 0 and "names no control tokens" in result.stderr
+    assert '"<|im_end|>"' in result.stdout  # (written as text)
 
 
 def test_grammar_lark_with_llama_request_exit_2():

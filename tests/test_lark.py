@@ -8,12 +8,14 @@ tools, refuses an unknown tool and arguments against the tool's schema.
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tplparse
+from tplparse.check import llama as llama_check
 from tplparse.check import llguidance as llguidance_check
 from tplparse.emit.lark import emit_lark, lark_warnings, llguidance_enforces
 from tplparse.grammar import GrammarOptions, build
@@ -39,12 +41,12 @@ def corpus():
 @pytest.mark.parametrize("stem", [p.stem for p in TEMPLATES], ids=corpus_ids(TEMPLATES))
 def test_corpus_lark_grammars_read_back_the_templates_renders(corpus, stem):
     template, spec = corpus[stem]
-    checker = llguidance_check.LarkChecker(template.special_tokens)
+    checker = llguidance_check.LarkChecker(template.control_tokens)
     grammars = {}
     for output in outputs(template, spec):
         if output.start not in grammars:
             grammars[output.start] = emit_lark(build(spec, GrammarOptions(start=output.start), template.special_tokens),
-                                               template.special_tokens)
+                                               template.control_tokens)
             ok, message = checker.validate(grammars[output.start])
             assert ok, message
         assert checker.accepts(grammars[output.start], output.text), (output.turn, output.text)
@@ -70,10 +72,10 @@ def test_lark_tool_grammar_rejects_unknown_tools_and_schema_violations(corpus, s
     turns["unknown tool"] = Turn(calls=(Call("drop_tables", CALLS["valid"], "a1b2c3d4e"),))
     rendered, texts = _rendered(template, spec, turns)
     start = rendered["valid"].start
-    checker = llguidance_check.LarkChecker(template.special_tokens)
+    checker = llguidance_check.LarkChecker(template.control_tokens)
     for choice in ("required", "convert_currency"):
         grammar = emit_lark(build(spec, GrammarOptions(tools=[TOOL], tool_choice=choice, start=start),
-                                  template.special_tokens), template.special_tokens)
+                                  template.special_tokens), template.control_tokens)
         ok, message = checker.validate(grammar)
         assert ok, message
         assert checker.accepts(grammar, texts["valid"]), (choice, texts["valid"])
@@ -90,21 +92,26 @@ def example():
 def _example_grammar(example, **options):
     template, spec, tools = example
     grammar = emit_lark(build(spec, GrammarOptions(tools=tools, **options), template.special_tokens),
-                        template.special_tokens)
-    return grammar, llguidance_check.LarkChecker(template.special_tokens)
+                        template.control_tokens)
+    return grammar, llguidance_check.LarkChecker(template.control_tokens)
 
 
 CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
 
 
-def test_example_special_tokens_are_written_as_tokens(example):
+def test_example_control_tokens_are_written_as_tokens(example):
+    """<|im_end|> is a control token of the example GGUF (llama.cpp keeps it apart from text);
+    <tool_call> is a user-defined token, which llama.cpp hands llguidance as text."""
     grammar, checker = _example_grammar(example)
-    assert "<tool_call> ws" in grammar and '"<tool_call>"' not in grammar
+    assert "end-of-turn: <|im_end|>" in grammar and '"<|im_end|>"' not in grammar
+    rules = [line for line in grammar.splitlines() if not line.startswith("//")]
+    assert any('"<tool_call>"' in line for line in rules)
+    assert not any(re.search(r"(^|\s)<tool_call>(\s|$)", line) for line in rules)
     assert checker.accepts(grammar, f"<think>\nhm\n</think>\n\nSure.\n{CALL}<|im_end|>")
-    # The same marker written as plain bytes is not the model's token.
-    spelled = checker.encode("Sure.\n") + list(b"<tool_call>") + checker.encode(CALL.removeprefix("<tool_call>"))
+    # The control token written as plain bytes is not the model's token.
+    spelled = checker.encode(f"Sure.\n{CALL}") + list(b"<|im_end|>")
     assert not checker.accepts_tokens(grammar, spelled)
-    assert checker.accepts_tokens(grammar, checker.encode(f"Sure.\n{CALL}"))
+    assert checker.accepts_tokens(grammar, checker.encode(f"Sure.\n{CALL}<|im_end|>"))
 
 
 def test_tool_choice_and_parallel_calls(example):
@@ -115,7 +122,7 @@ def test_tool_choice_and_parallel_calls(example):
     grammar, checker = _example_grammar(example, tool_choice="required", parallel=False)
     assert checker.accepts(grammar, f"{CALL}<|im_end|>") and not checker.accepts(grammar, two)
     grammar, checker = _example_grammar(example, tool_choice="none")
-    assert checker.accepts(grammar, "Just text.<|im_end|>") and not checker.accepts(grammar, f"{CALL}<|im_end|>")
+    assert checker.accepts(grammar, "Just text.<|im_end|>") and "tool-calls" not in grammar
     grammar, checker = _example_grammar(example, tool_choice="auto")
     assert checker.accepts(grammar, "Just text.<|im_end|>") and checker.accepts(grammar, f"Sure.\n{CALL}<|im_end|>")
 
@@ -226,3 +233,68 @@ def test_text_until_ends_where_its_stop_begins(text):
         assert accepted, text
     else:
         assert not accepted, text  # documented: all of a stop but its last character, then the stop
+
+
+# --- The tokenizer llama.cpp's %llguidance path builds -------------------------------------
+
+def _llama_cpp_tokenizer(gguf):
+    """llguidance's tokenizer as llama.cpp's common/llguidance.cpp builds it from a vocabulary:
+    a token is special (marked with byte 0xFF) when its plain detokenization is empty, which
+    is what control tokens are; user-defined tokens are their text."""
+    import ctypes
+
+    import llama_cpp
+    import llguidance
+
+    llama_cpp.llama_backend_init()
+    params = llama_cpp.llama_model_default_params()
+    params.vocab_only = True
+    model = llama_cpp.llama_model_load_from_file(str(gguf).encode(), params)
+    assert model, gguf
+    vocab = llama_cpp.llama_model_get_vocab(model)
+    buffer = ctypes.create_string_buffer(1024)
+    pieces = []
+    for token in range(llama_cpp.llama_vocab_n_tokens(vocab)):
+        one = (llama_cpp.llama_token * 1)(token)
+        size = llama_cpp.llama_detokenize(vocab, one, 1, buffer, 1024, False, False)
+        if size == 0:
+            size = llama_cpp.llama_detokenize(vocab, one, 1, buffer, 1024, False, True)
+            pieces.append(b"\xff" + buffer.raw[:size] if size > 0 else b"")
+        else:
+            pieces.append(buffer.raw[:max(size, 0)])
+    eos = llama_cpp.llama_vocab_eot(vocab)
+    if eos == -1:
+        eos = llama_cpp.llama_vocab_eos(vocab)
+    tokenize = ctypes.cast(llama_cpp.llama_cpp._lib.llama_tokenize, ctypes.c_void_p).value
+    tokenizer = llguidance.LLTokenizer.from_llamacpp(tokens=pieces, vocab_ptr=vocab, tokenize_fptr=tokenize,
+                                                     eos_token=eos, slices=None)
+
+    def encode(text: str) -> list[int]:
+        data = text.encode("utf-8")
+        ids = (llama_cpp.llama_token * (len(data) + 8))()
+        count = llama_cpp.llama_tokenize(vocab, data, len(data), ids, len(data) + 8, False, True)
+        assert count >= 0
+        return list(ids[:count])
+
+    return tokenizer, encode, model
+
+
+@pytest.mark.skipif(not llama_check.available(), reason="llama-cpp-python is not installed")
+@pytest.mark.parametrize("gguf", ["chatml-think-tools.gguf", "bracket-tools.gguf"])
+def test_example_grammars_with_the_tokenizer_llama_cpp_builds(gguf):
+    import llguidance
+
+    template = tplparse.load(EXAMPLES / gguf)
+    spec = probe(template)
+    tokenizer, encode, _model = _llama_cpp_tokenizer(EXAMPLES / gguf)
+    outputs_seen = 0
+    for output in outputs(template, spec):
+        lark = emit_lark(build(spec, GrammarOptions(start=output.start), template.special_tokens),
+                         template.control_tokens)
+        matcher = llguidance.LLMatcher(tokenizer, llguidance.LLMatcher.grammar_from_lark(lark), log_level=0)
+        assert not matcher.is_error(), matcher.get_error()
+        for token in encode(output.text):
+            assert matcher.consume_token(token), (output.turn, output.text, token)
+        assert matcher.is_accepting(), (output.turn, output.text)
+        outputs_seen += 1
+    assert outputs_seen >= 4

@@ -18,9 +18,12 @@ which decides three things here:
   stop but its last character is refused at its end (`a</think`), and a stop that holds
   the stops' first characters again after its start is kept out of the text only where its
   own literal may follow.
-- A marker the source names as a special token, in the `<...>` form llguidance can name, is
-  written `<token>`: the model writes it as that token, which no text lexeme can contain,
-  so such markers need no stop.
+- A marker the source names as a control token (`ChatTemplate.control_tokens`: GGUF token
+  type CONTROL, tokenizer_config's tokens marked special), in the `<...>` form llguidance
+  can name, is written `<token>`: the model writes it as that token, which no text lexeme
+  can contain, so such markers need no stop. Other added tokens (user-defined ones, such
+  as `<tool_call>` in many GGUFs) are text to the tokenizer llama.cpp gives llguidance, so
+  they are written as strings.
 
 A rule whose IR says it is JSON of a schema (`Rule.json_schema`) is written `%json {...}`
 when every keyword of the schema is one llguidance enforces (`LLGUIDANCE_KEYWORDS`), so
@@ -354,7 +357,8 @@ def _comment(text: str) -> str:
 
 
 def emit_lark(grammar: Grammar, special_tokens: tuple[str, ...] = ()) -> str:
-    """The grammar in llguidance's Lark dialect; `special_tokens` are written `<token>`."""
+    """The grammar in llguidance's Lark dialect; `special_tokens` (the model's control tokens)
+    are written `<token>`."""
     emitter = _Emitter(grammar, tuple(special_tokens))
     lines = ["%llguidance {}", ""]
     lines += [_comment(line) for line in grammar.header]

@@ -69,6 +69,7 @@ class GGUFMetadata:
     values: dict[str, object] = field(default_factory=dict)  # scalars and small arrays, by key
     role_tokens: dict[str, str] = field(default_factory=dict)  # "bos" -> "<s>", ...
     special_tokens: list[str] = field(default_factory=list)  # control + user-defined, by id
+    control_tokens: list[str] = field(default_factory=list)  # the control ones (never text: llama.cpp's "special")
     vocab_size: int = 0
 
     @property
@@ -266,3 +267,4 @@ def _read_tokens(cursor: _Cursor, meta: GGUFMetadata, tokens_at: tuple[int, int]
         if isinstance(token_id, int) and token_id in texts:
             meta.role_tokens[role] = texts[token_id]
     meta.special_tokens = [texts[i] for i in special_ids]
+    meta.control_tokens = [texts[i] for i in special_ids if token_types[i] == TokenType.CONTROL]

@@ -38,6 +38,7 @@ class _Found:
     named_tokens: dict[str, str] = field(default_factory=dict)
     end_of_turn: list[str] = field(default_factory=list)
     special_tokens: list[str] = field(default_factory=list)
+    control_tokens: list[str] = field(default_factory=list)
 
 
 def load(source: str | os.PathLike, *, variant: str | None = None, family: str | None = None) -> ChatTemplate:
@@ -80,6 +81,7 @@ def load(source: str | os.PathLike, *, variant: str | None = None, family: str |
         named_tokens=found.named_tokens,
         end_of_turn=tuple(_unique(found.end_of_turn)),
         special_tokens=tuple(_unique(found.special_tokens)),
+        control_tokens=tuple(_unique(found.control_tokens)),
         variant=variant,
         variants=found.templates,
     )
@@ -179,6 +181,7 @@ def _from_gguf(path: Path) -> _Found:
         named_tokens=named,
         end_of_turn=end_of_turn,
         special_tokens=meta.special_tokens,
+        control_tokens=meta.control_tokens,
     )
 
 
@@ -204,6 +207,7 @@ def _from_jinja_file(path: Path) -> _Found:
     if config_path.is_file():
         config = _from_tokenizer_config(config_path, _read_json(config_path))
         found.named_tokens, found.special_tokens = config.named_tokens, config.special_tokens
+        found.control_tokens = config.control_tokens
         found.end_of_turn = _generation_config_stops(path.parent, found)
     return found
 
@@ -266,6 +270,7 @@ def _from_tokenizer_config(path: Path, config) -> _Found:
         origin=str(path),
         named_tokens=named,
         special_tokens=[text for _, text in special] + extra,
+        control_tokens=[text for _, text in special] + extra,  # (all of them are marked special)
     )
 
 

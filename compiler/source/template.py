@@ -24,6 +24,9 @@ class ChatTemplate:
                     transformers does: {"bos_token": "<s>", "eos_token": "</s>", ...}
     end_of_turn     token strings besides eos that end an assistant turn (eot, eom)
     special_tokens  the model's control / user-defined tokens (never produced from plain text)
+    control_tokens  of those, the control tokens: the ones a tokenizer keeps apart from text
+                    (GGUF token type CONTROL; tokenizer_config's tokens marked special), which a
+                    constrained-decoding grammar must name as tokens
     variant         which of the source's templates this is ("default", "tool_use", ...)
     variants        every template the source holds, by name
     compat_notes    why a render needed the own-containers sandbox (transformers' sandbox
@@ -38,6 +41,7 @@ class ChatTemplate:
     named_tokens: Mapping[str, str] = field(default_factory=dict)
     end_of_turn: tuple[str, ...] = ()
     special_tokens: tuple[str, ...] = ()
+    control_tokens: tuple[str, ...] = ()
     variant: str = "default"
     variants: Mapping[str, str] = field(default_factory=dict)
     limits: RenderLimits = DEFAULT_LIMITS
@@ -53,6 +57,7 @@ class ChatTemplate:
         object.__setattr__(self, "variants", MappingProxyType(variants))
         object.__setattr__(self, "end_of_turn", tuple(self.end_of_turn))
         object.__setattr__(self, "special_tokens", tuple(self.special_tokens))
+        object.__setattr__(self, "control_tokens", tuple(self.control_tokens))
 
     @property
     def bos_token(self) -> str | None:
