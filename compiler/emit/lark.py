@@ -9,15 +9,26 @@ which decides three things here:
 - A run of one character class (`Rep(Chars)`) is one regex lexeme, never a repetition of
   one-character lexemes (which is slow, and which the docs warn against).
 - `TextUntil(stops)` cannot be one lexeme: text that may hold a stop's first character
-  would run on into the stop and fail there. It is a repetition of two lexemes: a run of
-  characters no stop starts with, and a piece that starts with such a character and runs
-  up to the next one, which does not start with a stop (nor with another marker word of
-  the grammar) and is not a stop but for its last character. Where a stop begins, the
-  piece dies and the stop's own literal (the rule that follows) takes the bytes. Two cases
-  are read less exactly than the GBNF automaton reads them: text that ends with all of a
-  stop but its last character is refused at its end (`a</think`), and a stop that holds
-  the stops' first characters again after its start is kept out of the text only where its
-  own literal may follow.
+  would run on into the stop and fail there. Text is a repetition of lexemes that all text
+  rules share the boundaries of: a run of plain characters (none of the split characters:
+  the stops' first characters, and the punctuation a turn's first literal starts with), and
+  a piece that starts with a split character and runs up to the next one. A piece does not
+  start with a stop nor with another marker word of the grammar: where a stop begins, the
+  piece dies and the stop's own literal (the rule that follows) takes the bytes. A piece
+  that is a stop but for its last character may end there only where that character does
+  not follow; a stop written in several lexemes (`]<]x[>[` `</`) may have its first
+  lexeme in the text where the second does not follow.
+- Literals are split around every marker word of the grammar they hold, so that a marker
+  is one lexeme wherever it is written.
+
+  What is read less exactly than the GBNF automaton reads it (found by a differential run
+  against llama.cpp on the corpus; content models write is checked in tests/test_lark.py):
+  where a marker's literal may follow text and the text
+  holds that marker (reasoning that mentions `<tool_call>`), the lexer takes the literal
+  and the reading as text is lost; a one-lexeme marker that holds a split character
+  (`<|channel|>final<|message|>`) is refused when text starts the same way and then
+  differs; and a stop of several words is cut at its first word, which text may then not
+  hold (`[BEGIN` for `[BEGIN FINAL RESPONSE]`).
 - A marker the source names as a control token (`ChatTemplate.control_tokens`: GGUF token
   type CONTROL, tokenizer_config's tokens marked special), in the `<...>` form llguidance
   can name, is written `<token>`: the model writes it as that token, which no text lexeme
@@ -100,6 +111,43 @@ def _walk(node):
     yield node
     for child in children(node):
         yield from _walk(child)
+
+
+def _first_characters(grammar: Grammar) -> set[str]:
+    """The first characters of the literals the grammar's text can start with (through
+    what may be empty: whitespace, optional parts, text)."""
+    memo: dict[str, tuple[frozenset, bool]] = {}
+
+    def first(node) -> tuple[frozenset, bool]:
+        """(first characters of literals, whether the node can match nothing)"""
+        if isinstance(node, Lit):
+            return (frozenset(node.text[:1]), not node.text)
+        if isinstance(node, (TextUntil, End, Not)):
+            return frozenset(), True
+        if isinstance(node, (Chars, AnyChar)):
+            return frozenset(), False
+        if isinstance(node, Rep):
+            found, empty = first(node.item)
+            return found, empty or node.min == 0
+        if isinstance(node, Alt):
+            parts = [first(item) for item in node.items]
+            return frozenset().union(*(p[0] for p in parts)), any(p[1] for p in parts)
+        if isinstance(node, Seq):
+            found: frozenset = frozenset()
+            for item in node.items:
+                more, empty = first(item)
+                found |= more
+                if not empty:
+                    return found, False
+            return found, True
+        if isinstance(node, Ref):
+            if node.name not in memo:
+                memo[node.name] = (frozenset(), False)  # (a rule in progress: a cycle adds nothing)
+                memo[node.name] = first(grammar.rules[node.name].body)
+            return memo[node.name]
+        return frozenset(), False
+
+    return set(first(Ref(grammar.root))[0])
 
 
 def _first_word(text: str) -> str:
@@ -204,11 +252,11 @@ class _Emitter(Visitor):
         # follows the longest match across all the rules the parser may be in).
         every_stop = [s for rule in grammar.rules.values() for node in _walk(rule.body) if isinstance(node, TextUntil)
                       for s in node.stops]
-        # So do the first characters of the marker words that start with punctuation (`<|`,
-        # `[`, `/think`): the parser may be where such a literal or text can start, and the
-        # literal must not be read as the start of a longer run of text.
+        # So do the first characters (punctuation) of the literals a turn can start with
+        # (`/think`, `<|START_RESPONSE|>`): there the parser is where such a literal or text can
+        # start, and the literal must not be read as the start of a longer run of text.
         self.firsts = sorted({w[0] for w in self.stop_words(tuple(every_stop))}
-                             | {w[0] for w in self.words if not w[0].isalnum()} if every_stop else ())
+                             | {c for c in _first_characters(grammar) if not c.isalnum()} if every_stop else ())
         self.first_class = "".join(_regex_char(c) for c in self.firsts)
         self.extra: list[tuple[str, str, str]] = []  # (name, body, comment)
 
@@ -272,16 +320,22 @@ class _Emitter(Visitor):
         return tuple(dict.fromkeys(f[0] for f in firsts_of if f and f[0] not in self.tokens))
 
     def until(self, stops: tuple[str, ...]) -> str:
-        # A stop whose first word is written in two lexemes or more (`]<]x[>[` `</`): its
-        # first lexeme is the text's stop, and text may hold that lexeme where the second
-        # does not follow it.
-        heads = {}
-        for lexemes in (_lexemes(_first_word(s), self.tokens, self.words) for s in stops):
-            if len(lexemes) > 1 and lexemes[0] not in self.tokens:
-                heads.setdefault(lexemes[0], set()).add(lexemes[1])
+        """Text in which no stop occurs, as the rules and lexemes llguidance's greedy lexer
+        reads it (see the module docstring)."""
+        lexed = [_lexemes(_first_word(s), self.tokens, self.words) for s in stops]
         stops = self.stop_words(stops)
         if not stops:
             return "/(?s:.*)/"
+        # A stop written in two lexemes or more (`]<]x[>[` `</`): text may hold its first
+        # lexeme where the second does not follow, unless that lexeme is a whole stop too.
+        whole = {lexemes[0] for lexemes in lexed if len(lexemes) == 1}
+        heads: dict[str, set[str]] = {}
+        for lexemes in lexed:
+            if len(lexemes) > 1 and lexemes[0] not in self.tokens and lexemes[0] not in whole:
+                heads.setdefault(lexemes[0], set()).add(lexemes[1])
+        # A piece that is a stop but for its last character: text may hold it where that
+        # character does not follow (it would make the stop), and at the end.
+        almost = {w[:-1]: w[-1] for w in sorted(stops) if len(w) > 1 and w[-1] not in self.firsts}
         key = (stops, tuple(sorted((h, tuple(sorted(n))) for h, n in heads.items())))
         if key in self.until_rules:
             return self.until_rules[key]
@@ -295,25 +349,31 @@ class _Emitter(Visitor):
         # match, would otherwise read it as text.
         words = sorted(set(stops) | {w for w in self.words if w[0] in self.firsts}, key=lambda w: (-len(w), w))
         starts = "|".join(_regex_literal(w) for w in words)
-        # A piece that is a stop but for its last character cannot end there: the next
-        # character, which makes it the stop, would otherwise start a new piece. (A shorter
-        # piece ends only before a stop's first character, or at the end: legitimately.)
-        prefixes = sorted({s[:-1] for s in stops if len(s) > 1 and s[-1] not in self.firsts})
         upper = name.upper()
         comment = "text without " + ", ".join(repr(s) for s in stops)
-        alternatives = ["TEXT-PLAIN", f"{upper}-PIECE"]
+        items = ["TEXT-PLAIN", f"{upper}-PIECE"]
         for number, (head, nexts) in enumerate(sorted(heads.items()), 1):
-            if head not in stops:
-                continue
             unless = "|".join(_regex_literal(n) for n in sorted(nexts))
             after = f"{upper}-AFTER-{number}"
-            alternatives.append(f"({_string(head)} ({after}-PLAIN | {after}-PIECE))")
+            items.append(f"({_string(head)} ({after}-PLAIN | {after}-PIECE))")
             self.extra.append((f"{after}-PLAIN", f"TEXT-PLAIN & ~/({unless})(?s:.*)/", ""))
             self.extra.append((f"{after}-PIECE", f"{upper}-PIECE & ~/({unless})(?s:.*)/", ""))
-        self.extra.append((name, f"({' | '.join(alternatives)})*", comment))
+        tail = ""
+        if almost:
+            items.append(f"{name}-almost")
+            options = []
+            for number, (prefix, last) in enumerate(almost.items(), 1):
+                lexeme = f"{upper}-ALMOST-{number}"
+                self.extra.append((lexeme, f"/{_regex_literal(prefix)}/", ""))
+                self.extra.append((f"{upper}-NOT-{number}-PLAIN", f"TEXT-PLAIN & ~/{_regex_literal(last)}(?s:.*)/", ""))
+                options.append(f"({lexeme} ({upper}-NOT-{number}-PLAIN | {upper}-PIECE | {name}-almost))")
+            self.extra.append((f"{name}-almost", " | ".join(options),
+                               "all of a stop but its last character, not followed by that character"))
+            tail = " (" + " | ".join(f"{upper}-ALMOST-{n}" for n in range(1, len(almost) + 1)) + ")*"
+        self.extra.append((name, f"({' | '.join(items)})*{tail}", comment))
         piece = f"/[{self.first_class}][^{self.first_class}]*/ & ~/({starts})(?s:.*)/"
-        if prefixes:
-            piece += " & ~/(" + "|".join(_regex_literal(p) for p in prefixes) + ")/"
+        if almost:
+            piece += " & ~/(" + "|".join(_regex_literal(p) for p in almost) + ")/"
         self.extra.append((f"{upper}-PIECE", piece, ""))
         return name
 
