@@ -268,6 +268,25 @@ def gbnf(source, llama_request, tools_path, tool_choice, parallel, schema_path, 
                    bos_token, eos_token)
 
 
+def _check_tools(tools, path) -> None:
+    """A list of tool definitions, each with a name (OpenAI's shape, or the function alone)."""
+    if not isinstance(tools, list):
+        raise InputError(f"{path}: expected a JSON list of tool definitions, not a {_json_kind(tools)}")
+    for number, tool in enumerate(tools, 1):
+        function = tool.get("function", tool) if isinstance(tool, dict) else None
+        name = function.get("name") if isinstance(function, dict) else None
+        if not isinstance(name, str) or not name:
+            raise InputError(f"{path}: tool {number} has no name (expected {{\"type\": \"function\", "
+                             "\"function\": {\"name\": ..., \"parameters\": {...}}}})")
+        try:
+            name.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InputError(f"{path}: tool {number}'s name is not valid Unicode (a lone surrogate)") from None
+        parameters = function.get("parameters")
+        if parameters is not None and not isinstance(parameters, (dict, bool)):
+            raise InputError(f"{path}: tool {name!r}: parameters must be a JSON Schema object")
+
+
 def _print_grammar(source, grammar_format, llama_request, tools_path, tool_choice, parallel, schema_path, mode, variant,
                    bos_token, eos_token):
     from .check import llama as llama_check
@@ -282,8 +301,8 @@ def _print_grammar(source, grammar_format, llama_request, tools_path, tool_choic
     if llama_request and grammar_format != "gbnf":
         raise InputError("--llama-request: llama.cpp's server fields carry a GBNF grammar; leave out --format lark")
     tools = _read_json_file(tools_path, "tools") if tools_path else None
-    if tools is not None and not isinstance(tools, list):
-        raise InputError(f"{tools_path}: expected a JSON list of tool definitions")
+    if tools is not None:
+        _check_tools(tools, tools_path)
     schema = _read_json_file(schema_path, "JSON schema") if schema_path else None
     if tool_choice not in ("auto", "required", "none") and not any(
             (t.get("function") or t).get("name") == tool_choice for t in tools or []):
@@ -318,7 +337,9 @@ def _print_grammar(source, grammar_format, llama_request, tools_path, tool_choic
         if llguidance_check.available():
             ok, message = llguidance_check.LarkChecker(template.control_tokens).validate(text)
             if not ok:
-                raise InputError(f"llguidance rejected the generated grammar (a tplparse bug, please report it): {message}")
+                raise InputError(f"llguidance rejects the grammar: {message} (a JSON Schema llguidance cannot "
+                                 "compile, such as a dangling $ref or an unsupported pattern, is one cause; "
+                                 "else a tplparse bug, please report it)")
     else:
         parse_gbnf(text)
         if llama_check.available():
@@ -494,7 +515,8 @@ def parse(source, tools_path, prompt_path, start, finish_reason, stream, record_
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--old-variant", help="A named template of OLD (e.g. tool_use).")
 @click.option("--new-variant", help="A named template of NEW.")
-def diff(old, new, as_json, old_variant, new_variant):
+@_token_options
+def diff(old, new, as_json, old_variant, new_variant, bos_token, eos_token):
     """What changed in the protocol from OLD to NEW (any two sources), field by field, and
     whether each one's parser reads the other's renders of the standard turns.
 
@@ -503,7 +525,14 @@ def diff(old, new, as_json, old_variant, new_variant):
     from .check.drift import as_json as report_json
     from .check.drift import as_text, drift
 
-    report = drift(load(old, variant=old_variant), load(new, variant=new_variant))
+    def side(source, variant):
+        # (--bos-token / --eos-token: for a source that names none, as a bare .jinja)
+        template = load(source, variant=variant)
+        given = {k: v for k, v in (("bos_token", bos_token), ("eos_token", eos_token))
+                 if v is not None and k not in template.named_tokens}
+        return template.with_tokens(**given) if given else template
+
+    report = drift(side(old, old_variant), side(new, new_variant))
     if as_json:
         click.echo(json.dumps(report_json(report), ensure_ascii=False, indent=2))
     else:

@@ -22,12 +22,13 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .check import llguidance as llguidance_check
 from .check.proof import Proof, prove
 from .emit.gbnf import emit_gbnf
 from .emit.lark import emit_lark
 from .emit.module import RUNTIME_MODULE, family_module, module_name, package_init, runtime_source, standalone_module
 from .emit.peg import emit_peg
-from .errors import InputError
+from .errors import InputError, TplparseError
 from .grammar import build as build_grammar
 from .grammar.reading import reading_tables
 from .probe import probe
@@ -66,7 +67,7 @@ def artifacts(template: ChatTemplate, spec: ProtocolSpec, standalone: bool = Fal
     files = {
         f"grammars/{family}.peg": emit_peg(grammar),
         f"grammars/{family}.gbnf": emit_gbnf(grammar),
-        f"grammars/{family}.lark": emit_lark(grammar, template.control_tokens),
+        f"grammars/{family}.lark": _checked_lark(emit_lark(grammar, template.control_tokens), template, family),
         f"grammars/{family}.spec.json": spec.to_json(),
     }
     module = f"generated/{module_name(family)}.py"
@@ -77,6 +78,16 @@ def artifacts(template: ChatTemplate, spec: ProtocolSpec, standalone: bool = Fal
         files[f"generated/{RUNTIME_MODULE}.py"] = runtime_source()
         files["generated/__init__.py"] = package_init()
     return files
+
+
+def _checked_lark(text: str, template: ChatTemplate, family: str) -> str:
+    """The Lark grammar, compiled by llguidance when it is installed (the proof checks the
+    GBNF grammar; this keeps a Lark grammar llguidance refuses from being written)."""
+    if llguidance_check.available():
+        ok, message = llguidance_check.LarkChecker(template.control_tokens).validate(text)
+        if not ok:
+            raise InputError(f"{family}: llguidance rejects the Lark grammar (a tplparse bug, please report it): {message}")
+    return text
 
 
 def write_text_atomically(path: Path, text: str) -> None:
@@ -130,8 +141,10 @@ class Family:
     optional: bool = False  # a source that may be absent (skipped, said): data that is not always checked out
 
 
-# A family name becomes file names (grammars/<name>.gbnf, generated/<module>.py).
-FAMILY_NAME = re.compile(r"[a-z0-9][a-z0-9._-]*")
+# A family name becomes file names (grammars/<name>.gbnf, generated/<module>.py): lower-case
+# words joined by "-", as the loader names a family it is given.
+FAMILY_NAME = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")
+RESERVED_MODULES = {RUNTIME_MODULE, "__init__"}
 MANIFEST_KEYS = {"name", "source", "optional"}
 
 
@@ -139,6 +152,8 @@ def read_manifest(path: Path) -> list[Family]:
     """The [[family]] entries of a manifest: name, source (relative to the manifest's
     folder: a .jinja, a tokenizer_config.json, a model folder or a GGUF), bos_token /
     eos_token (for a source that names none), optional."""
+    if path.is_dir():
+        raise InputError(f"{path}: is a folder, not a manifest")
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -159,8 +174,10 @@ def read_manifest(path: Path) -> list[Family]:
             raise InputError(f"{where}: needs a name and a source")
         name, source = entry["name"], entry["source"]
         if not isinstance(name, str) or not FAMILY_NAME.fullmatch(name):
-            raise InputError(f"{where}: name {name!r} must be lower-case letters, digits, '.', '_' or '-' "
+            raise InputError(f"{where}: name {name!r} must be lower-case letters and digits in words joined by '-' "
                              "(it names the family's files)")
+        if module_name(name) in RESERVED_MODULES:
+            raise InputError(f"{where}: name {name!r} is taken by a file every build writes")
         if not isinstance(source, str) or not source:
             raise InputError(f"{where} ({name}): source must be a path")
         unknown = [k for k in entry if k not in MANIFEST_KEYS and not k.endswith("_token")]
@@ -224,7 +241,7 @@ def _protocol_changes(written: str, spec: ProtocolSpec) -> list[str]:
     file that is not a spec of this version says so as its one change."""
     try:
         before = ProtocolSpec.from_json(written)
-    except (ValueError, TypeError, KeyError, SpecError) as e:
+    except (ValueError, TypeError, KeyError, AttributeError, SpecError) as e:
         return [f"(the spec file written before does not read: {e})"]
     return [d.field for d in protocol_differences(before, spec)]
 
@@ -245,7 +262,10 @@ def build(manifest: Path, check: bool = False, progress=lambda family: None, out
             result.skipped.append(family)
             kept |= _family_files(family)
             continue
-        compiled = compile_template(family_template(family))
+        try:
+            compiled = compile_template(family_template(family))
+        except TplparseError as e:
+            raise InputError(f"{manifest}: family {family.name}: {e}") from None
         if not compiled.proof.ok:
             result.unproved.append(compiled.proof)
             kept |= _family_files(family)
@@ -255,9 +275,10 @@ def build(manifest: Path, check: bool = False, progress=lambda family: None, out
                 continue
             done[relative] = text
             path = root / relative
-            current = path.read_text(encoding="utf-8") if path.is_file() else None
-            if current == text:
+            current = path.read_bytes() if path.is_file() else None
+            if current == text.encode("utf-8"):
                 continue
+            current = current.decode("utf-8", errors="replace") if current is not None else None
             if relative.endswith(".spec.json") and current is not None:
                 changed = _protocol_changes(current, compiled.spec)
                 if changed:

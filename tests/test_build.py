@@ -69,6 +69,9 @@ def test_check_names_the_family_whose_protocol_changed(serving_repo):
     ('name = "chat"\nsource = "../models/chat.jinja"\nbos = "<s>"', "unknown key(s) 'bos'"),
     ('name = "chat"\nsource = "../models/chat.jinja"\neos_token = 2', "eos_token must be a string"),
     ('name = "chat"', "needs a name and a source"),
+    ('name = "x_y"\nsource = "../models/chat.jinja"', "name 'x_y' must be lower-case letters and digits"),
+    ('name = "tplparse-runtime"\nsource = "../models/chat.jinja"', "is taken by a file every build writes"),
+    ('name = "chat"\nsource = "../models"', "family chat: "),
 ])
 def test_bad_manifests_exit_2(serving_repo, entry, message):
     root, manifest = serving_repo
@@ -84,6 +87,19 @@ def test_an_optional_family_whose_source_is_absent_is_skipped_and_said(serving_r
     result = run_cli("build", "--manifest", manifest, "-o", root / "out")
     assert result.returncode == 0, result.stderr
     assert "skipped later" in result.stderr and "built 2 families" in result.stdout
+
+
+def test_an_output_file_that_is_not_utf8_is_rewritten(serving_repo):
+    root, manifest = serving_repo
+    out = root / "parsers"
+    assert run_cli("build", "--manifest", manifest, "-o", out).returncode == 0
+    (out / "grammars" / "chat.lark").write_bytes(b"\xff\xfe not a grammar")
+    (out / "grammars" / "chat.spec.json").write_text("[1, 2]", encoding="utf-8")
+    stale = run_cli("build", "--manifest", manifest, "-o", out, "--check")
+    assert stale.returncode == 1 and "Traceback" not in stale.stderr
+    assert "grammars/chat.lark" in stale.stderr and "the spec file written before does not read" in stale.stderr
+    assert run_cli("build", "--manifest", manifest, "-o", out).returncode == 0
+    assert run_cli("build", "--manifest", manifest, "-o", out, "--check").returncode == 0
 
 
 def test_the_pre_commit_hook_runs_the_check():

@@ -166,7 +166,7 @@ def test_grammar_lark_format(tmp_path):
     lark = run_cli("grammar", CHATML_GGUF, "--format", "lark", "--tools", EXAMPLES / "tools.json")
     assert lark.returncode == 0, lark.stderr
     assert lark.stdout.startswith("%llguidance {}\n")
-    assert "end-of-turn: <|im_end|>" in lark.stdout and '%json {"x-guidance"' in lark.stdout
+    assert "end-of-turn: <|im_end|>" in lark.stdout and '%json {"type": "object"' in lark.stdout
     same = run_cli("grammar", CHATML_GGUF, "--format", "gbnf").stdout
     assert same == run_cli("gbnf", CHATML_GGUF).stdout
     # llguidance enforces multipleOf: no warning; it does not know `not`: the IR's warning stays.
@@ -183,6 +183,27 @@ def test_grammar_lark_warns_when_the_source_names_no_control_tokens():
     result = run_cli("grammar", EXAMPLES / "templates" / "chatml-think-tools.jinja", "--format", "lark")
     assert result.returncode == 0 and "names no control tokens" in result.stderr
     assert '"<|im_end|>"' in result.stdout  # (written as text)
+
+
+@pytest.mark.parametrize("tools, message", [
+    ([{"type": "function", "function": {"description": "no name"}}], "tool 1 has no name"),
+    ([3], "tool 1 has no name"),
+    ({"name": "f"}, "expected a JSON list of tool definitions, not a JSON object"),
+    ([{"name": "f", "parameters": "x"}], "parameters must be a JSON Schema object"),
+])
+def test_grammar_bad_tools_exit_2(tmp_path, tools, message):
+    path = tmp_path / "tools.json"
+    path.write_text(json.dumps(tools), encoding="utf-8")
+    result = run_cli("grammar", CHATML_GGUF, "--tools", path)
+    assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr
+
+
+def test_grammar_lark_with_odd_tool_names(tmp_path):
+    path = tmp_path / "tools.json"
+    names = ['quo"te', "new\nline", "del\x7fete", "sla/sh\\"]
+    path.write_text(json.dumps([{"name": n, "parameters": {"type": "object"}} for n in names]), encoding="utf-8")
+    result = run_cli("grammar", CHATML_GGUF, "--format", "lark", "--tools", path)
+    assert result.returncode == 0, result.stderr  # (the grammar compiled in llguidance before it was printed)
 
 
 def test_grammar_lark_with_llama_request_exit_2():

@@ -101,6 +101,21 @@ def test_diff_bad_input_exit_2(tmp_path):
     assert result.returncode == 2 and "Traceback" not in result.stderr
 
 
+def test_diff_of_a_template_that_renders_no_assistant_turn_exit_2(tmp_path):
+    constant = tmp_path / "hello.jinja"
+    constant.write_text("hello", encoding="utf-8")
+    result = run_cli("diff", EXAMPLES / "chatml-think-tools.gguf", constant)
+    assert result.returncode == 2 and "renders no assistant turn" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_diff_gives_a_bare_template_the_tokens_its_model_names():
+    gguf, jinja = EXAMPLES / "bracket-tools.gguf", EXAMPLES / "templates" / "bracket-tools.jinja"
+    bare = run_cli("diff", gguf, jinja)
+    assert bare.returncode == 1 and "the same template text" in bare.stdout  # (the stand-in eos differs)
+    given = run_cli("diff", gguf, jinja, "--bos-token", "<s>", "--eos-token", "</s>")
+    assert given.returncode == 0 and "protocol: the same" in given.stdout
+
+
 def test_diff_of_the_example_against_its_own_template_file():
     result = run_cli("diff", EXAMPLES / "chatml-think-tools.gguf", EXAMPLES / "templates" / "chatml-think-tools.jinja")
     assert result.returncode == 0 and "old's parser reads 6 of 6" in result.stdout

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .. import runtime
+from ..errors import InputError
 from ..grammar.reading import reading_tables
 from ..probe import probe
 from ..source.template import ChatTemplate
@@ -70,6 +71,9 @@ def cross_read(parser: tuple[ChatTemplate, ProtocolSpec], renders: tuple[ChatTem
 
 def drift(old: ChatTemplate, new: ChatTemplate) -> Drift:
     old_spec, new_spec = probe(old), probe(new)
+    for template, spec in ((old, old_spec), (new, new_spec)):
+        if not any(o.text.strip() for o in model_outputs(template, spec)):
+            raise InputError(f"{template.origin}: the template renders no assistant turn: no protocol to compare")
     return Drift(
         old_spec, new_spec, protocol_differences(old_spec, new_spec),
         cross_read((old, old_spec), (new, new_spec), ("old", "new")),
@@ -81,6 +85,8 @@ def as_text(report: Drift) -> str:
     old, new = report.old, report.new
     lines = [f"old: {old.template_name} (family {old.family}, sha256 {old.template_sha256[:16]}…)",
              f"new: {new.template_name} (family {new.family}, sha256 {new.template_sha256[:16]}…)"]
+    if old.template_sha256 == new.template_sha256:
+        lines.append("(the same template text: any difference comes from the tokens each source names)")
     if report.same:
         lines.append("protocol: the same")
     else:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from ..emit.lark import nameable_token
+from ..emit.lark import nameable_token, token_split
 
 
 def available() -> bool:
@@ -41,17 +41,10 @@ class _ByteTokens:
         return list(text if isinstance(text, bytes) else text.encode("utf-8"))
 
     def encode(self, text: str) -> list[int]:
-        order = sorted(self.special, key=len, reverse=True)
+        order = sorted(self.special, key=lambda t: (-len(t), t))
         ids: list[int] = []
-        i = 0
-        while i < len(text):
-            token = next((t for t in order if text.startswith(t, i)), None)
-            if token is not None:
-                ids.append(self.special[token])
-                i += len(token)
-            else:
-                ids.extend(text[i].encode("utf-8"))
-                i += 1
+        for part in token_split(text, order):
+            ids.extend([self.special[part]] if part in self.special else part.encode("utf-8"))
         return ids
 
 

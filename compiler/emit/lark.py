@@ -27,8 +27,10 @@ which decides three things here:
   holds that marker (reasoning that mentions `<tool_call>`), the lexer takes the literal
   and the reading as text is lost; a one-lexeme marker that holds a split character
   (`<|channel|>final<|message|>`) is refused when text starts the same way and then
-  differs; and a stop of several words is cut at its first word, which text may then not
-  hold (`[BEGIN` for `[BEGIN FINAL RESPONSE]`).
+  differs; a stop of several words is cut at its first word, which text may then not
+  hold (`[BEGIN` for `[BEGIN FINAL RESPONSE]`); and a stop that holds a split character
+  after its first (`>>`, `]<]x[>[`) spans pieces, so it is kept out of the text only where
+  its own literal may follow.
 - A marker the source names as a control token (`ChatTemplate.control_tokens`: GGUF token
   type CONTROL, tokenizer_config's tokens marked special), in the `<...>` form llguidance
   can name, is written `<token>`: the model writes it as that token, which no text lexeme
@@ -39,13 +41,16 @@ which decides three things here:
 A rule whose IR says it is JSON of a schema (`Rule.json_schema`) is written `%json {...}`
 when every keyword of the schema is one llguidance enforces (`LLGUIDANCE_KEYWORDS`), so
 llguidance's own JSON lexer does the work; otherwise from the IR, which reports what it
-does not enforce. `Not` (lookahead) has no counterpart: like GBNF, the grammar then
+does not enforce. (llguidance's JSON refuses a `\\uXXXX` escape of a printable character
+unless told otherwise; the option that tells it, `json_allow_general_unicode_escapes`, is
+not set: llguidance before 1.8, which vLLM pins, refuses the grammar that names it.) `Not` (lookahead) has no counterpart: like GBNF, the grammar then
 accepts what the lookahead would refuse.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from functools import lru_cache
 
 from ..grammar.ir import (AnyChar, Alt, Chars, End, Grammar, Lit, Not, Ref, Rep, Rule, Seq, TextUntil, Visitor, children,
@@ -92,7 +97,9 @@ def llguidance_enforces(schema) -> bool:
 
 
 def _string(text: str) -> str:
-    return json.dumps(text, ensure_ascii=False)
+    """A Lark string: JSON's escapes (control characters included), and DEL escaped too
+    (llguidance's string lexeme refuses it raw)."""
+    return json.dumps(text, ensure_ascii=False).replace("\x7f", "\\u007f")
 
 
 def _regex_char(ch: str) -> str:
@@ -111,6 +118,31 @@ def _walk(node):
     yield node
     for child in children(node):
         yield from _walk(child)
+
+
+def _lead_byte_ranges(chars) -> list[tuple[str, str]]:
+    """The split characters as ranges of characters: an ASCII one alone, a non-ASCII one with
+    every character whose UTF-8 encoding starts with the same byte. llguidance's lexer reads
+    bytes and never backs up: a run of plain text must stop before the lead byte, not after
+    it, or `é` before `ê` (both C3 ..) would be half read when the run has to end."""
+    ranges = set()
+    for ch in chars:
+        code = ord(ch)
+        if code < 0x80:
+            ranges.add((code, code))
+            continue
+        lead = ch.encode("utf-8")[0]
+        if lead < 0xE0:
+            low = (lead & 0x1F) << 6
+            ranges.add((low, low + 0x3F))
+        elif lead < 0xF0:
+            low = max((lead & 0x0F) << 12, 0x800)
+            high = ((lead & 0x0F) << 12) + 0xFFF
+            ranges.add((low, 0xD7FF if lead == 0xED else high))
+        else:
+            low = max((lead & 0x07) << 18, 0x10000)
+            ranges.add((low, min(low + 0x3FFFF if lead != 0xF0 else 0x3FFFF, 0x10FFFF)))
+    return [(chr(a), chr(b)) for a, b in sorted(ranges)]
 
 
 def _first_characters(grammar: Grammar) -> set[str]:
@@ -157,7 +189,7 @@ def _first_word(text: str) -> str:
     return words[0] if words else ""
 
 
-def _token_split(text: str, tokens: list[str]) -> list[str]:
+def token_split(text: str, tokens: list[str]) -> list[str]:
     """The text as its special tokens and the strings between them."""
     parts = []
     i = start = 0
@@ -183,7 +215,7 @@ def _marker_words(grammar: Grammar, tokens: list[str]) -> list[str]:
 
     def walk(node) -> None:
         if isinstance(node, Lit):
-            for part in _token_split(node.text, tokens):
+            for part in token_split(node.text, tokens):
                 if len(part) >= 3 and part not in tokens:
                     found.add(part)
         for child in children(node):
@@ -208,7 +240,7 @@ def _lexemes(text: str, tokens: list[str], words: list[str]) -> list[str]:
     `>`): the lexer, which takes the longest match and never backs up, would otherwise
     follow the longer literal and fail where only the shorter one fits."""
     out = []
-    for part in _token_split(text, tokens):
+    for part in token_split(text, tokens):
         if part in tokens:
             out.append(part)
             continue
@@ -233,9 +265,13 @@ def _regex_literal(text: str) -> str:
     return "".join(_regex_char(c) for c in text)
 
 
+_NAMEABLE = re.compile(r"<[^<>\s]+>")
+
+
 def nameable_token(token: str) -> bool:
-    """A special token llguidance's `<...>` syntax can name."""
-    return len(token) > 2 and token.startswith("<") and token.endswith(">") and "\n" not in token
+    """A special token llguidance's `<...>` syntax can name (`<` and `>` around a name that
+    holds neither, nor whitespace)."""
+    return bool(_NAMEABLE.fullmatch(token))
 
 
 class _Emitter(Visitor):
@@ -257,7 +293,9 @@ class _Emitter(Visitor):
         # start, and the literal must not be read as the start of a longer run of text.
         self.firsts = sorted({w[0] for w in self.stop_words(tuple(every_stop))}
                              | {c for c in _first_characters(grammar) if not c.isalnum()} if every_stop else ())
-        self.first_class = "".join(_regex_char(c) for c in self.firsts)
+        self.split_ranges = _lead_byte_ranges(self.firsts)
+        self.first_class = "".join(_regex_char(a) if a == b else f"{_regex_char(a)}-{_regex_char(b)}"
+                                   for a, b in self.split_ranges)
         self.extra: list[tuple[str, str, str]] = []  # (name, body, comment)
 
     def visit_Lit(self, node: Lit, top: bool = False) -> str:
@@ -313,6 +351,10 @@ class _Emitter(Visitor):
     def generic_visit(self, node, top: bool = False) -> str:
         raise TypeError(f"unknown IR node {node!r}")
 
+    def splits_at(self, ch: str) -> bool:
+        """Whether text is split before `ch` (a piece starts there)."""
+        return any(a <= ch <= b for a, b in self.split_ranges)
+
     def stop_words(self, stops: tuple[str, ...]) -> tuple[str, ...]:
         """Each stop as the lexeme the grammar's literal for it starts with; none for a stop
         that starts with a special token (text cannot hold one)."""
@@ -335,7 +377,7 @@ class _Emitter(Visitor):
                 heads.setdefault(lexemes[0], set()).add(lexemes[1])
         # A piece that is a stop but for its last character: text may hold it where that
         # character does not follow (it would make the stop), and at the end.
-        almost = {w[:-1]: w[-1] for w in sorted(stops) if len(w) > 1 and w[-1] not in self.firsts}
+        almost = {w[:-1]: w[-1] for w in sorted(stops) if len(w) > 1 and not self.splits_at(w[-1])}
         key = (stops, tuple(sorted((h, tuple(sorted(n))) for h, n in heads.items())))
         if key in self.until_rules:
             return self.until_rules[key]
@@ -347,7 +389,7 @@ class _Emitter(Visitor):
         # A piece never starts with a stop, nor with another marker word of the grammar: where
         # such a literal may start in place of the text, the lexer, which takes the longest
         # match, would otherwise read it as text.
-        words = sorted(set(stops) | {w for w in self.words if w[0] in self.firsts}, key=lambda w: (-len(w), w))
+        words = sorted(set(stops) | {w for w in self.words if self.splits_at(w[0])}, key=lambda w: (-len(w), w))
         starts = "|".join(_regex_literal(w) for w in words)
         upper = name.upper()
         comment = "text without " + ", ".join(repr(s) for s in stops)
@@ -404,14 +446,6 @@ def _reachable(grammar: Grammar) -> list[str]:
     return order
 
 
-def _with_escapes(schema):
-    """The schema with llguidance's option to read `\\uXXXX` escapes of any character (off by
-    default: `"caf\\u00e9"`, which JSON and the other grammars read, would be refused)."""
-    if not isinstance(schema, dict) or "x-guidance" in schema:
-        return schema
-    return {"x-guidance": {"json_allow_general_unicode_escapes": True}, **schema}
-
-
 def _comment(text: str) -> str:
     return "// " + " ".join(text.split())  # (one line, whatever a template or tool name holds)
 
@@ -428,7 +462,7 @@ def emit_lark(grammar: Grammar, special_tokens: tuple[str, ...] = ()) -> str:
     for name in _reachable(grammar):
         rule = grammar.rules[name]
         if _as_json(rule):
-            body = "%json " + json.dumps(_with_escapes(rule.json_schema), ensure_ascii=False)
+            body = "%json " + json.dumps(rule.json_schema, ensure_ascii=False)
         else:
             body = emitter.visit(rule.body, True) or '""'
         if rule.comment:
@@ -453,4 +487,4 @@ def lark_warnings(grammar: Grammar, warnings: list[str]) -> list[str]:
     return [w for w in warnings if w not in dropped or w in kept]
 
 
-__all__ = ["LLGUIDANCE_KEYWORDS", "emit_lark", "lark_warnings", "llguidance_enforces", "nameable_token"]
+__all__ = ["LLGUIDANCE_KEYWORDS", "emit_lark", "lark_warnings", "llguidance_enforces", "nameable_token", "token_split"]
