@@ -292,7 +292,8 @@ class _Emitter(Visitor):
         # (`/think`, `<|START_RESPONSE|>`): there the parser is where such a literal or text can
         # start, and the literal must not be read as the start of a longer run of text.
         self.firsts = sorted({w[0] for w in self.stop_words(tuple(every_stop))}
-                             | {c for c in _first_characters(grammar) if not c.isalnum()} if every_stop else ())
+                             | {c for c in _first_characters(grammar) if not (c.isalnum() or c.isspace())}
+                             if every_stop else ())
         self.split_ranges = _lead_byte_ranges(self.firsts)
         self.first_class = "".join(_regex_char(a) if a == b else f"{_regex_char(a)}-{_regex_char(b)}"
                                    for a, b in self.split_ranges)
