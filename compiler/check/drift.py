@@ -18,7 +18,7 @@ from ..probe import probe
 from ..source.template import ChatTemplate
 from ..spec import ProtocolSpec
 from ..spec.diff import Difference, protocol_differences, show
-from .outputs import STANDARD_TOOLS, model_outputs, readable
+from .outputs import STANDARD_TOOLS, ModelOutput, difference, model_outputs, readable
 
 
 @dataclass
@@ -48,22 +48,19 @@ class Drift:
         return not self.differences
 
 
-def cross_read(parser: tuple[ChatTemplate, ProtocolSpec], renders: tuple[ChatTemplate, ProtocolSpec],
+def cross_read(parser: tuple[ChatTemplate, ProtocolSpec], renders: list[ModelOutput],
                names: tuple[str, str]) -> CrossRead:
-    """The standard turns `renders` writes, read by the parser of `parser`."""
+    """The standard turns another template wrote (`renders`), read by the parser of `parser`."""
     template, spec = parser
     protocol = runtime.Protocol(reading_tables(spec, template.special_tokens))
     result = CrossRead(*names)
-    for output in model_outputs(*renders):
+    for output in renders:
         message = runtime.parse(protocol, output.text, tools=STANDARD_TOOLS, start=output.start)
         if message["errors"]:
             error = message["errors"][0]
             result.failed.append((output.turn, f"{error['kind']}: {error['message']}"))
         elif readable(message) != output.expected:
-            got = readable(message)
-            keys = [k for k in output.expected if output.expected[k] != got.get(k)]
-            result.failed.append((output.turn, "; ".join(f"{k}: expected {output.expected[k]!r}, got {got.get(k)!r}"
-                                                         for k in keys)))
+            result.failed.append((output.turn, difference(output.expected, readable(message))))
         else:
             result.read.append(output.turn)
     return result
@@ -71,13 +68,15 @@ def cross_read(parser: tuple[ChatTemplate, ProtocolSpec], renders: tuple[ChatTem
 
 def drift(old: ChatTemplate, new: ChatTemplate) -> Drift:
     old_spec, new_spec = probe(old), probe(new)
-    for template, spec in ((old, old_spec), (new, new_spec)):
-        if not any(o.text.strip() for o in model_outputs(template, spec)):
+    renders = {}
+    for side, template, spec in (("old", old, old_spec), ("new", new, new_spec)):
+        renders[side] = model_outputs(template, spec)
+        if not any(o.text.strip() for o in renders[side]):
             raise InputError(f"{template.origin}: the template renders no assistant turn: no protocol to compare")
     return Drift(
         old_spec, new_spec, protocol_differences(old_spec, new_spec),
-        cross_read((old, old_spec), (new, new_spec), ("old", "new")),
-        cross_read((new, new_spec), (old, old_spec), ("new", "old")),
+        cross_read((old, old_spec), renders["new"], ("old", "new")),
+        cross_read((new, new_spec), renders["old"], ("new", "old")),
     )
 
 

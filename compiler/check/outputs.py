@@ -147,6 +147,12 @@ def _inside(text: str, value: str, reasoning) -> bool:
     return text[:at].rstrip().endswith(reasoning.start) and text[at + len(value):].lstrip().startswith(reasoning.end)
 
 
+def difference(expected: dict, got: dict) -> str:
+    """Where a message read back (readable form) differs from the one expected."""
+    keys = [k for k in expected if expected[k] != got.get(k)]
+    return "; ".join(f"{k}: expected {expected[k]!r}, got {got.get(k)!r}" for k in keys)
+
+
 def readable(message: dict) -> dict:
     """A parsed message in the shape of ModelOutput.expected."""
     calls = []

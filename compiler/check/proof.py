@@ -21,7 +21,7 @@ from ..spec import ProtocolSpec
 from . import gbnf_lark
 from . import llama as llama_check
 from .deviations import deviations
-from .outputs import STANDARD_TOOLS, ModelOutput, model_outputs, readable
+from .outputs import STANDARD_TOOLS, ModelOutput, difference, model_outputs, readable
 
 # --- the proof --------------------------------------------------------------------------
 
@@ -91,11 +91,6 @@ def _stream_one_character(protocol, text: str, start, finish_reason: str = "stop
     return parser.message
 
 
-def _difference(expected: dict, got: dict) -> str:
-    keys = [k for k in expected if expected[k] != got.get(k)]
-    return "; ".join(f"{k}: expected {expected[k]!r}, got {got.get(k)!r}" for k in keys)
-
-
 def prove(template: ChatTemplate, spec: ProtocolSpec, grammars: bool = True) -> Proof:
     """Render the standard turns and read each back (see the module docstring)."""
     protocol = runtime.Protocol(reading_tables(spec, template.special_tokens))
@@ -114,7 +109,7 @@ def prove(template: ChatTemplate, spec: ProtocolSpec, grammars: bool = True) -> 
         if one_shot["errors"]:
             problems.append("the parser reports " + "; ".join(f"{e['kind']}: {e['message']}" for e in one_shot["errors"]))
         elif readable(one_shot) != output.expected:
-            problems.append("the parser reads " + _difference(output.expected, readable(one_shot)))
+            problems.append("the parser reads " + difference(output.expected, readable(one_shot)))
         if not problems and _stream_one_character(protocol, output.text, output.start) != one_shot:
             problems.append("fed one character at a time, the parser reads a different message")
         if not problems and accepts is not None:
@@ -143,7 +138,7 @@ def _deviations_read_back(protocol, output: ModelOutput, spec: ProtocolSpec, can
         what = f"{deviation.rule} ({', '.join(deviation.eaten)}), {output.turn}"
         if got != want:
             errors = "; ".join(f"{e['kind']}: {e['message']}" for e in message["errors"])
-            found.append(f"{what}: " + (errors or _difference(readable(canonical), readable(message))))
+            found.append(f"{what}: " + (errors or difference(readable(canonical), readable(message))))
         elif _stream_one_character(protocol, deviation.text, deviation.start, deviation.finish_reason) != message:
             found.append(f"{what}: fed one character at a time, the parser reads a different message")
         else:

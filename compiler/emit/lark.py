@@ -291,7 +291,7 @@ class _Emitter(Visitor):
         # So do the first characters (punctuation) of the literals a turn can start with
         # (`/think`, `<|START_RESPONSE|>`): there the parser is where such a literal or text can
         # start, and the literal must not be read as the start of a longer run of text.
-        self.firsts = sorted({w[0] for w in self.stop_words(tuple(every_stop))}
+        self.firsts = sorted({w[0] for w in self.stop_words(self.stop_lexemes(tuple(every_stop)))}
                              | {c for c in _first_characters(grammar) if not (c.isalnum() or c.isspace())}
                              if every_stop else ())
         self.split_ranges = _lead_byte_ranges(self.firsts)
@@ -356,17 +356,20 @@ class _Emitter(Visitor):
         """Whether text is split before `ch` (a piece starts there)."""
         return any(a <= ch <= b for a, b in self.split_ranges)
 
-    def stop_words(self, stops: tuple[str, ...]) -> tuple[str, ...]:
-        """Each stop as the lexeme the grammar's literal for it starts with; none for a stop
-        that starts with a special token (text cannot hold one)."""
-        firsts_of = [_lexemes(_first_word(s), self.tokens, self.words) for s in stops]
-        return tuple(dict.fromkeys(f[0] for f in firsts_of if f and f[0] not in self.tokens))
+    def stop_lexemes(self, stops: tuple[str, ...]) -> list[list[str]]:
+        """Each stop's first word as the lexemes the grammar's literal writes it in."""
+        return [_lexemes(_first_word(s), self.tokens, self.words) for s in stops]
+
+    def stop_words(self, lexed: list[list[str]]) -> tuple[str, ...]:
+        """Each stop as the lexeme its literal starts with; none for a stop that starts with
+        a special token (text cannot hold one)."""
+        return tuple(dict.fromkeys(f[0] for f in lexed if f and f[0] not in self.tokens))
 
     def until(self, stops: tuple[str, ...]) -> str:
         """Text in which no stop occurs, as the rules and lexemes llguidance's greedy lexer
         reads it (see the module docstring)."""
-        lexed = [_lexemes(_first_word(s), self.tokens, self.words) for s in stops]
-        stops = self.stop_words(stops)
+        lexed = self.stop_lexemes(stops)
+        stops = self.stop_words(lexed)
         if not stops:
             return "/(?s:.*)/"
         # A stop written in two lexemes or more (`]<]x[>[` `</`): text may hold its first
