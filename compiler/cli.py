@@ -230,6 +230,11 @@ def _grammar_options(command):
         click.option("--tool-choice", default="auto", show_default=True, help="auto, required, none, or a tool name."),
         click.option("--parallel/--no-parallel", default=True, show_default=True, help="Allow several calls in one turn."),
         click.option("--json-schema", "schema_path", type=_PATH, help="Structured output: the answer is JSON of this schema."),
+        click.option("--open-objects", is_flag=True,
+                     help="Let an object take properties its schema does not list unless additionalProperties is "
+                          "false (JSON Schema's own rule). Default: llama.cpp's and OpenAI strict mode's convention, "
+                          "no unlisted property where the schema lists properties, unless additionalProperties "
+                          "allows them."),
         click.option("--mode", default="default", show_default=True,
                      help="The generation-prompt mode whose start state the output follows (default, thinking, no_thinking)."),
         click.option("--variant", help="A named template of the source (e.g. tool_use)."),
@@ -245,27 +250,30 @@ def _grammar_options(command):
                    "guidance backend, SGLang, Guidance).")
 @click.option("--llama-request", is_flag=True, help="Print the JSON fields llama.cpp's server takes (GBNF only).")
 @_grammar_options
-def grammar(source, grammar_format, llama_request, tools_path, tool_choice, parallel, schema_path, mode, variant,
-            bos_token, eos_token):
+def grammar(source, grammar_format, llama_request, tools_path, tool_choice, parallel, schema_path, open_objects, mode,
+            variant, bos_token, eos_token):
     """Print a grammar for SOURCE's output, for constrained decoding.
 
     Without --tools: any tool name, any JSON arguments. With --tools: the offered names only,
-    each call's arguments by its tool's JSON Schema. Schema keywords the grammar does not
+    each call's arguments by its tool's JSON Schema. An object whose schema lists properties
+    takes no other unless additionalProperties allows it (llama.cpp's and OpenAI strict mode's
+    convention; --open-objects: JSON Schema's own rule). Schema keywords the grammar does not
     enforce are reported on stderr. The grammar is checked before it is printed: GBNF with
     lark, and with llama.cpp when it is installed; Lark with llguidance when it is installed.
     """
-    _print_grammar(source, grammar_format, llama_request, tools_path, tool_choice, parallel, schema_path, mode, variant,
-                   bos_token, eos_token)
+    _print_grammar(source, grammar_format, llama_request, tools_path, tool_choice, parallel, schema_path, open_objects,
+                   mode, variant, bos_token, eos_token)
 
 
 @main.command()
 @click.argument("source", type=_PATH)
 @click.option("--llama-request", is_flag=True, help="Print the JSON fields llama.cpp's server takes.")
 @_grammar_options
-def gbnf(source, llama_request, tools_path, tool_choice, parallel, schema_path, mode, variant, bos_token, eos_token):
+def gbnf(source, llama_request, tools_path, tool_choice, parallel, schema_path, open_objects, mode, variant, bos_token,
+         eos_token):
     """Print a GBNF grammar for SOURCE's output (`tplparse grammar --format gbnf`)."""
-    _print_grammar(source, "gbnf", llama_request, tools_path, tool_choice, parallel, schema_path, mode, variant,
-                   bos_token, eos_token)
+    _print_grammar(source, "gbnf", llama_request, tools_path, tool_choice, parallel, schema_path, open_objects, mode,
+                   variant, bos_token, eos_token)
 
 
 def _check_tools(tools, path) -> None:
@@ -287,8 +295,8 @@ def _check_tools(tools, path) -> None:
             raise InputError(f"{path}: tool {name!r}: parameters must be a JSON Schema object")
 
 
-def _print_grammar(source, grammar_format, llama_request, tools_path, tool_choice, parallel, schema_path, mode, variant,
-                   bos_token, eos_token):
+def _print_grammar(source, grammar_format, llama_request, tools_path, tool_choice, parallel, schema_path, open_objects,
+                   mode, variant, bos_token, eos_token):
     from .check import llama as llama_check
     from .check import llguidance as llguidance_check
     from .check.gbnf_lark import parse_gbnf
@@ -313,7 +321,8 @@ def _print_grammar(source, grammar_format, llama_request, tools_path, tool_choic
         raise InputError(f"--mode {mode!r}: this template has the modes {', '.join(spec.modes)}")
     if spec.tool_calls is None and tool_choice == "required":
         raise InputError("--tool-choice required: this template does not render tool calls")
-    options = GrammarOptions(tools=tools, tool_choice=tool_choice, parallel=parallel, mode=mode, content_schema=schema)
+    options = GrammarOptions(tools=tools, tool_choice=tool_choice, parallel=parallel, mode=mode, content_schema=schema,
+                             open_objects=open_objects)
     try:
         if llama_request:
             request = make_request(spec, options, template.special_tokens)
@@ -585,3 +594,4 @@ def build_command(manifest, out_dir, check):
     else:
         removed = f", {len(result.removed)} removed" if result.removed else ""
         click.echo(f"built {len(result.built)} families, {len(result.changed)} files changed{removed}")
+

@@ -33,7 +33,7 @@ from llama_cpp import Llama, LlamaGrammar
 import tplparse
 from tplparse.emit.gbnf import emit_gbnf
 from tplparse.grammar import GrammarOptions, build
-from tplparse.emit.llama_request import llama_request
+from tplparse.emit.llama_request import TRIGGER_WORD, llama_request
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_MODEL = HERE.parent / "tests" / ".fixtures" / "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -81,7 +81,7 @@ def lazy_pieces(llm: Llama, prompt, request: dict, max_tokens: int):
     vocab = llama_cpp.llama_model_get_vocab(llm._model.model)
     patterns = []
     for trigger in request["grammar_triggers"]:
-        start = re.escape(trigger["value"]) if trigger["type"] == "word" else trigger["value"]
+        start = re.escape(trigger["value"]) if trigger["type"] == TRIGGER_WORD else trigger["value"]
         patterns.append(f"[\\s\\S]*?({start})[\\s\\S]*".encode())
     array = (ctypes.c_char_p * len(patterns))(*patterns)
     grammar = llama_cpp.llama_sampler_init_grammar_lazy_patterns(

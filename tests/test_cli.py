@@ -158,7 +158,7 @@ def test_gbnf_generic_and_with_tools():
     assert "root ::= " in generic.stdout
     request = run_cli("gbnf", CHATML_GGUF, "--tools", EXAMPLES / "tools.json", "--llama-request")
     fields = json.loads(request.stdout)
-    assert fields["grammar_lazy"] is True and fields["grammar_triggers"] == [{"type": "word", "value": "<tool_call>"}]
+    assert fields["grammar_lazy"] is True and fields["grammar_triggers"] == [{"type": 1, "value": "<tool_call>"}]
     assert '"get_weather"' in fields["grammar"]
 
 
@@ -177,6 +177,33 @@ def test_grammar_lark_format(tmp_path):
     schema.write_text(json.dumps({"type": "object", "properties": {"n": {"not": {"const": 1}}}}))
     left_out = run_cli("grammar", CHATML_GGUF, "--format", "lark", "--json-schema", schema, "--tool-choice", "none")
     assert left_out.returncode == 0 and "warning: JSON Schema keyword 'not' at #/properties/n" in left_out.stderr
+
+
+@pytest.mark.parametrize("command", [["gbnf"], ["grammar", "--format", "gbnf"], ["grammar", "--format", "lark"]],
+                         ids=["gbnf", "grammar-gbnf", "grammar-lark"])
+def test_open_objects_flag(command):
+    """Default: a schema that lists properties takes no other (llama.cpp's, OpenAI strict
+    mode's convention); --open-objects: JSON Schema's own rule, extras allowed."""
+    args = [*command, CHATML_GGUF, "--tools", EXAMPLES / "tools.json", "--tool-choice", "required"]
+    closed, opened = run_cli(*args), run_cli(*args, "--open-objects")
+    assert closed.returncode == 0 and opened.returncode == 0, (closed.stderr, opened.stderr)
+    assert closed.stdout != opened.stdout
+    if "lark" in command:
+        assert '"required": ["city"], "additionalProperties": false}' in closed.stdout
+        assert '"required": ["city"]}' in opened.stdout and '"additionalProperties"' not in opened.stdout
+    else:
+        assert "extra-key" not in closed.stdout and "arguments-get-weather-json-extra-key ::=" in opened.stdout
+
+
+def test_open_objects_flag_for_structured_output_and_llama_request(tmp_path):
+    schema = tmp_path / "s.json"
+    schema.write_text(json.dumps({"type": "object", "properties": {"answer": {"type": "integer"}}}))
+    args = ["gbnf", CHATML_GGUF, "--json-schema", schema, "--tool-choice", "none", "--llama-request"]
+    closed, opened = run_cli(*args), run_cli(*args, "--open-objects")
+    assert closed.returncode == 0 and opened.returncode == 0, (closed.stderr, opened.stderr)
+    assert "content-json-extra-key" not in json.loads(closed.stdout)["grammar"]
+    assert "content-json-extra-key ::=" in json.loads(opened.stdout)["grammar"]
+    assert "--open-objects" in run_cli("grammar", "--help").stdout
 
 
 def test_grammar_lark_warns_when_the_source_names_no_control_tokens():

@@ -18,7 +18,7 @@ from tplparse.check.gbnf_lark import GbnfAcceptor, GbnfSyntaxError, parse_gbnf
 from tplparse.grammar import GrammarOptions, build
 from tplparse.grammar.ir import Grammar, TextUntil
 from tplparse.grammar.json_schema import add_schema
-from tplparse.emit.llama_request import lazy_grammar, llama_request
+from tplparse.emit.llama_request import TRIGGER_WORD, lazy_grammar, llama_request
 from tplparse.check.reference import ReferenceParser
 from tplparse.emit.peg import emit_peg
 from tplparse.probe import probe
@@ -131,7 +131,7 @@ def test_lazy_grammar_accepts_from_the_trigger_on(corpus, stem, accepts):
     for output in outputs(template, spec):
         if not output.expected["tool_calls"] or output.start == "reasoning" and output.turn.startswith("reasoning"):
             continue
-        if trigger["type"] == "word":
+        if trigger["type"] == TRIGGER_WORD:
             at = output.text.find(trigger["value"])
         else:
             match = re.search(trigger["value"], output.text)
@@ -144,7 +144,8 @@ def test_example_request_fields():
     template = tplparse.load(EXAMPLES / "chatml-think-tools.gguf")
     tools = json.loads((EXAMPLES / "tools.json").read_text())
     request = llama_request(probe(template), GrammarOptions(tools=tools), template.special_tokens)
-    assert request["grammar_triggers"] == [{"type": "word", "value": "<tool_call>"}]
+    # llama-server's numbers for the trigger type (WORD is 1), and the word is preserved
+    assert request["grammar_triggers"] == [{"type": 1, "value": "<tool_call>"}]
     assert {"<tool_call>", "</tool_call>", "<think>", "</think>"} <= set(request["preserved_tokens"])
     strict = llama_request(probe(template), GrammarOptions(tools=tools, tool_choice="required"), template.special_tokens)
     assert strict["grammar_lazy"] is False and "grammar_triggers" not in strict
@@ -187,8 +188,10 @@ SCHEMA_TABLE = [
     ({"type": "string", "minLength": 2, "maxLength": 3}, ['"ab"', '"abc"'], ['"a"', '"abcd"']),
     ({"type": "integer", "minimum": 1, "maximum": 5}, ["1", "5"], ["0", "6", "-1"]),
     ({"type": "string", "pattern": "^[A-Z]{2}-[0-9]+$"}, ['"AB-12"'], ['"ab-12"', '"AB-"', '"AB-12x"']),
-    ({"type": "object", "properties": {"x": {"type": "boolean"}}}, ["{}", '{"x": true}', '{"x": true, "y": [1]}'],
-     ['{"x": 1}']),
+    ({"type": "object", "properties": {"x": {"type": "boolean"}}}, ["{}", '{"x": true}'],
+     ['{"x": 1}', '{"x": true, "y": [1]}', '{"x": true, "x": false}']),
+    ({"type": "object", "properties": {"x": {"type": "boolean"}}, "additionalProperties": True},
+     ["{}", '{"x": true, "y": [1]}', '{"y": 1}'], ['{"x": 1}', '{"x": true, "x": false}', '{"y": 1, "x": true}']),
     ({"const": {"k": [1, 2]}}, ['{"k": [1, 2]}'], ['{"k": [1]}']),
 ]
 

@@ -41,7 +41,12 @@ which decides three things here:
 A rule whose IR says it is JSON of a schema (`Rule.json_schema`) is written `%json {...}`
 when every keyword of the schema is one llguidance enforces (`LLGUIDANCE_KEYWORDS`), so
 llguidance's own JSON lexer does the work; otherwise from the IR, which reports what it
-does not enforce. (llguidance's JSON refuses a `\\uXXXX` escape of a printable character
+does not enforce. The schema a rule records is the one its IR follows: llguidance (1.9.1)
+reads a missing `additionalProperties` as JSON Schema does (any other key, even one that
+spells a declared name with an escape), so a schema that lists `properties` is recorded
+with `"additionalProperties": false` added where it says nothing (`json_schema.closed_objects`),
+unless `GrammarOptions.open_objects` asked for JSON Schema's rule; a bare `{"type": "object"}`
+stays open. (llguidance's JSON refuses a `\\uXXXX` escape of a printable character
 unless told otherwise; the option that tells it, `json_allow_general_unicode_escapes`, is
 not set: llguidance before 1.8, which vLLM pins, refuses the grammar that names it.) `Not` (lookahead) has no counterpart: like GBNF, the grammar then
 accepts what the lookahead would refuse.

@@ -4,6 +4,11 @@ With `tool_choice="auto"` the grammar is lazy: the model writes freely until it 
 call opener (the trigger), and from there on the grammar holds it to the calls section.
 A format without an opener marker (bare JSON calls) gets a pattern trigger on the start of
 a call instead. With "required" or a tool name, the grammar is strict from the first token.
+
+The fields are in llama-server's own format, to be posted unchanged: a trigger's type is the
+number of llama.cpp's `common_grammar_trigger_type` (the server refuses a name), and a trigger
+word is among `preserved_tokens` (the server refuses a word that is one token of the model's
+vocabulary and not preserved; an ordinary token there only changes how it is detokenized).
 """
 
 from __future__ import annotations
@@ -17,6 +22,12 @@ from ..grammar.reading import call_opener, content_may_follow_calls
 from ..probe.spans import Boundaries
 from ..spec import ProtocolSpec
 from .gbnf import emit_gbnf
+
+# llama.cpp's common_grammar_trigger_type (common/common.h): TOKEN 0, WORD 1, PATTERN 2,
+# PATTERN_FULL 3. A word or a pattern (searched anywhere in the output) is what a lazy
+# grammar takes over at; the grammar then reads from the start of the match.
+TRIGGER_WORD = 1
+TRIGGER_PATTERN = 2
 
 
 def lazy_grammar(spec: ProtocolSpec, options: GrammarOptions, special_tokens: tuple[str, ...] = ()):
@@ -54,17 +65,19 @@ def llama_request(spec: ProtocolSpec, options: GrammarOptions, special_tokens: t
     boundaries = Boundaries(special_tokens)
     request: dict = {}
     lazy = spec.tool_calls is not None and options.tool_choice == "auto" and options.content_schema is None
+    preserved = preserved_tokens(spec, special_tokens)
     if lazy:
         grammar = lazy_grammar(spec, options, special_tokens)
         triggers = [_trigger(spec, options, boundaries)]
         request["grammar_triggers"] = triggers
+        preserved += [t["value"] for t in triggers if t["type"] == TRIGGER_WORD and t["value"] not in preserved]
     else:
         grammar = build(spec, options, special_tokens)
     return {
         "grammar": emit_gbnf(grammar),
         "grammar_lazy": lazy,
         **request,
-        "preserved_tokens": preserved_tokens(spec, special_tokens),
+        "preserved_tokens": preserved,
     }
 
 
@@ -74,19 +87,19 @@ def _trigger(spec: ProtocolSpec, options: GrammarOptions, boundaries: Boundaries
     if tc.section_start.strip():
         opener = call_opener(spec, boundaries)
         if not opener.lstrip().startswith(("{", "[")):
-            return {"type": "word", "value": opener}
-        return {"type": "pattern", "value": re.escape(tc.section_start.lstrip())}
+            return {"type": TRIGGER_WORD, "value": opener}
+        return {"type": TRIGGER_PATTERN, "value": re.escape(tc.section_start.lstrip())}
     first = tc.call[0] if tc.call else ""
     if isinstance(first, str) and first.strip():
         opener = call_opener(spec, boundaries)
         if not opener.lstrip().startswith(("{", "[")):
-            return {"type": "word", "value": opener}
-        return {"type": "pattern", "value": re.escape(first.lstrip())}
+            return {"type": TRIGGER_WORD, "value": opener}
+        return {"type": TRIGGER_PATTERN, "value": re.escape(first.lstrip())}
     # The call starts with the tool's name: trigger on an offered name and what follows it.
     names = [(t.get("function") or t)["name"] for t in options.tools or []]
     following = next((p for p in tc.call[1:] if isinstance(p, str)), "")
     names_pattern = "|".join(re.escape(n) for n in names) if names else "[A-Za-z0-9_.-]+"
-    return {"type": "pattern", "value": f"(?:{names_pattern}){re.escape(following)}"}
+    return {"type": TRIGGER_PATTERN, "value": f"(?:{names_pattern}){re.escape(following)}"}
 
 
 def preserved_tokens(spec: ProtocolSpec, special_tokens: tuple[str, ...]) -> list[str]:
@@ -104,4 +117,4 @@ def preserved_tokens(spec: ProtocolSpec, special_tokens: tuple[str, ...]) -> lis
     return found
 
 
-__all__ = ["llama_request", "lazy_grammar", "preserved_tokens"]
+__all__ = ["TRIGGER_PATTERN", "TRIGGER_WORD", "llama_request", "lazy_grammar", "preserved_tokens"]

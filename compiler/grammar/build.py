@@ -15,7 +15,9 @@ The grammar says what the model may write after the generation prompt:
 Literals tolerate whitespace differences (a run of whitespace in the template matches
 any whitespace, or none), since models and templates disagree on it. With `tools`, tool
 names are exactly the offered names and arguments follow each tool's JSON Schema (kv
-formats type each value by its schema); without, any name and any JSON.
+formats type each value by its schema); without, any name and any JSON. An object whose
+schema lists `properties` takes no other unless `additionalProperties` allows it (llama.cpp's
+and OpenAI strict mode's convention; `open_objects`: JSON Schema's, see json_schema).
 """
 
 from __future__ import annotations
@@ -43,6 +45,9 @@ class GrammarOptions:
     start: Start | str | None = None  # override the mode's start state
     content_schema: dict | None = None  # structured output: the content is JSON of this schema
     trailing_text: bool = False  # accept (and mark) text after the end of turn: for parsing
+    # JSON Schema's own rule for undeclared properties (allowed unless additionalProperties is
+    # false) instead of llama.cpp's / OpenAI strict mode's (none where `properties` are listed)
+    open_objects: bool = False
     warnings: list[str] = field(default_factory=list)
 
 
@@ -93,7 +98,8 @@ def build(spec: ProtocolSpec, options: GrammarOptions | None = None, special_tok
     # Content.
     content_stops = [m for m in ([opener] if opener else []) + end_markers + [spec.content_end] if m]
     if options.content_schema is not None:
-        value = json_schema.add_schema(g, options.content_schema, "content-json", options.warnings)
+        value = json_schema.add_schema(g, options.content_schema, "content-json", options.warnings,
+                                       open_objects=_objects_open(options))
         content = g.add("content-text", seq(ws, value, ws), "the answer: JSON of the requested schema")
     else:
         content = g.add("content-text", TextUntil(tuple(content_stops)), "visible text, up to a call or the end")
@@ -216,7 +222,8 @@ def _add_tool_calls(g: Grammar, tc: ToolCallFormat, options: GrammarOptions, ws:
             name = _tool_name(tool)
             rule = _rule_name(name)
             schema = _tool_schema(tool)
-            args = _add_arguments(g, tc.arguments, f"arguments-{rule}", schema, ws, options.warnings, _after_arguments(tc))
+            args = _add_arguments(g, tc.arguments, f"arguments-{rule}", schema, ws, options.warnings, _after_arguments(tc),
+                                  open_objects=_objects_open(options))
             tool_name = g.add(f"tool-name-{rule}", Lit(name), f"the name {name}")
             alternatives.append(g.add(f"call-{rule}", _call_body(tc, tool_name, args, ws), f"a call of {name}"))
         call = g.add("tool-call", alt(*alternatives), "one tool call, of an offered tool")
@@ -227,6 +234,13 @@ def _add_tool_calls(g: Grammar, tc: ToolCallFormat, options: GrammarOptions, ws:
     listed = g.add("call-list", calls, "the calls, without the section's markers")
     body = seq(tolerant(tc.section_start, ws), listed, tolerant(section_end, ws))
     return g.add("tool-calls", body, "the calls section")
+
+
+def _objects_open(options: GrammarOptions) -> bool:
+    """Whether objects of a schema take properties it does not list (`extra_properties`):
+    when asked, and in a grammar for parsing (trailing_text), which reads what the model
+    wrote, as the runtime parser does, and leaves the schema to validation."""
+    return options.open_objects or options.trailing_text
 
 
 def _call_body(tc: ToolCallFormat, name: Node, arguments: Ref, ws: Ref) -> Node:
@@ -265,7 +279,7 @@ def _after_arguments(tc: ToolCallFormat) -> str:
 
 
 def _add_arguments(g: Grammar, fmt: ArgumentFormat, name: str, schema: dict | None, ws: Ref, warnings,
-                   closing: str = "", parsing: bool = False) -> Ref:
+                   closing: str = "", parsing: bool = False, open_objects: bool = False) -> Ref:
     if fmt.style == ArgumentStyle.OBJECT:
         if fmt.encoder == "python":
             if schema is None:
@@ -274,17 +288,18 @@ def _add_arguments(g: Grammar, fmt: ArgumentFormat, name: str, schema: dict | No
                     add_json(g)
                     return g.add(name, alt(Ref("py-dict"), Ref("json-object")), "arguments, a Python dict or JSON")
                 return g.add(name, Ref("py-dict"), "arguments, as a Python dict")
-            value = json_schema.add_schema(g, schema, name + "-py", warnings, flavor="python")
+            value = json_schema.add_schema(g, schema, name + "-py", warnings, flavor="python", open_objects=open_objects)
             return g.add(name, value, "arguments, a Python dict by the tool's schema")
         if schema is not None:
-            return g.add(name, json_schema.add_schema(g, schema, name + "-json", warnings), "arguments, by the tool's schema")
+            value = json_schema.add_schema(g, schema, name + "-json", warnings, open_objects=open_objects)
+            return g.add(name, value, "arguments, by the tool's schema")
         add_json(g)
         return g.add(name, Ref("json-object"), "arguments, a JSON object")
-    return g.add(name, _kv_arguments(g, fmt, name, schema, ws, warnings, closing), "arguments, one per key")
+    return g.add(name, _kv_arguments(g, fmt, name, schema, ws, warnings, closing, open_objects), "arguments, one per key")
 
 
 def _kv_arguments(g: Grammar, fmt: ArgumentFormat, name: str, schema: dict | None, ws: Ref, warnings,
-                  closing: str = "") -> Node:
+                  closing: str = "", open_objects: bool = False) -> Node:
     """argument (separator argument)*, each argument by the layout of its value's type."""
     properties = (schema or {}).get("properties") or {}
     if schema is None or not properties:
@@ -298,7 +313,8 @@ def _kv_arguments(g: Grammar, fmt: ArgumentFormat, name: str, schema: dict | Non
     for prop, prop_schema in items:
         kind = json_schema.primary_type(prop_schema)
         rule = f"argument-{name.removeprefix('arguments-')}-{_rule_name(prop)}"  # (argument-TOOL-KEY)
-        members.append((_kv_argument_typed(g, fmt, prop, kind, prop_schema, ws, warnings, rule), prop in required))
+        members.append((_kv_argument_typed(g, fmt, prop, kind, prop_schema, ws, warnings, rule, open_objects),
+                        prop in required))
     separator = tolerant(fmt.separator, ws)
     after: Node = Lit("")
     for i in range(len(members) - 1, -1, -1):
@@ -375,8 +391,10 @@ def _kv_argument_any(g: Grammar, fmt: ArgumentFormat, ws: Ref, closing: str = ""
     return g.add("argument", alt(*alternatives), "one argument")
 
 
-def _kv_argument_typed(g, fmt: ArgumentFormat, prop: str, kind: str, schema: dict, ws, warnings, name: str) -> Ref:
-    """One argument of a known property: its name, and a value its schema allows."""
+def _kv_argument_typed(g, fmt: ArgumentFormat, prop: str, kind: str, schema: dict, ws, warnings, name: str,
+                       open_objects: bool = False) -> Ref:
+    """One argument of a known property: its name, and a value its schema allows (an object
+    value's undeclared properties as `json_schema.extra_properties` says)."""
     layout_kind = kind if kind in fmt.argument else "string"
     encoder = fmt.value_encoders.get(kind) or fmt.value_encoders.get("string", "json")
     strings = fmt.value_encoders.get("string")
@@ -392,7 +410,7 @@ def _kv_argument_typed(g, fmt: ArgumentFormat, prop: str, kind: str, schema: dic
         if kind != "string" or _constrains_string(schema):
             # typed by the schema; an object or array may also be XML elements (any text, here)
             flavor = "python" if fmt.value_encoders.get(kind) in ("python", "jinja") else "json"
-            typed = json_schema.add_raw_value(g, schema, name, warnings, flavor)
+            typed = json_schema.add_raw_value(g, schema, name, warnings, flavor, open_objects)
             text = alt(typed, text) if kind in ("object", "array") else typed
         value = g.add(f"value-raw-{name}", text, f"the value of {prop}, up to its closing")
         key = g.add(f"argument-key-{name.removeprefix('argument-')}", Lit(prop), "the argument's name")
@@ -402,7 +420,7 @@ def _kv_argument_typed(g, fmt: ArgumentFormat, prop: str, kind: str, schema: dic
             value = _value_rule(g, fmt, layout_kind, strings if strings == "raw-or-quoted" else "raw")
         else:
             flavor = "python" if fmt.value_encoders.get(kind) in ("python", "jinja") else "json"
-            value = g.add(f"{name}-raw", json_schema.add_raw_value(g, schema, name, warnings, flavor),
+            value = g.add(f"{name}-raw", json_schema.add_raw_value(g, schema, name, warnings, flavor, open_objects),
                           "raw text that reads as a value of the schema")
     elif encoder == "quoted" and kind == "string":
         inner = json_schema.add_string_content(g, schema, name + "-text", warnings) if _constrains_string(schema) \
@@ -410,7 +428,8 @@ def _kv_argument_typed(g, fmt: ArgumentFormat, prop: str, kind: str, schema: dic
         value = g.add("value-quoted" if not _constrains_string(schema) else f"{name}-quoted",
                       seq(Lit(fmt.quotes[0]), inner, Lit(fmt.quotes[1])), "a string between the format's quotes")
     elif encoder.startswith("json"):
-        value = g.add(f"{name}-json", json_schema.add_schema(g, schema, name + "-schema", warnings), "a JSON value of the schema")
+        value = g.add(f"{name}-json", json_schema.add_schema(g, schema, name + "-schema", warnings, open_objects=open_objects),
+                      "a JSON value of the schema")
     else:
         value = _value_rule(g, fmt, layout_kind, encoder)
     key = g.add(f"argument-key-{name.removeprefix('argument-')}", Lit(prop), "the argument's name")

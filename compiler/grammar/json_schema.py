@@ -1,7 +1,7 @@
 """JSON Schema to grammar IR (for tool arguments and structured output).
 
 Supported: `type` (and unions), `enum`, `const`, `properties` + `required`,
-`additionalProperties` (allowed unless false, or a schema), nested objects, `items`,
+`additionalProperties` (see below), nested objects, `items`,
 `minItems` / `maxItems`, `anyOf` / `oneOf`, local `$ref` into `$defs` / `definitions`,
 string `minLength` / `maxLength`, integer / number bounds where expressible (the sign, and
 small integer ranges exactly), `pattern` (an anchored regular-expression subset).
@@ -10,6 +10,23 @@ Properties are accepted in the schema's order, each required one present, each o
 one present or not; extra properties follow when allowed. Any keyword that constrains
 values and is not supported is reported as a warning naming the keyword and its path,
 never dropped silently.
+
+Extra (undeclared) properties follow llama.cpp's converter (common/json-schema-to-grammar.cpp)
+and OpenAI's strict mode, not JSON Schema's own default: a schema that lists `properties`
+allows no other unless `additionalProperties` is true or a schema; one that lists none (a
+bare {"type": "object"}) allows any object unless `additionalProperties` is false. A model
+given JSON Schema's default wanders into keys nobody asked for (SmolLM2 wrote `"type":
+"object", "properties": {...}` into a weather call's arguments, and repeated keys up to the
+token limit). `open_objects` restores JSON Schema's rule: extras unless false.
+`closed_objects` writes a schema so that an engine that follows JSON Schema's rule
+(llguidance's `%json`) follows this convention too.
+
+No key is written twice by the grammar: declared properties come in order, each at most
+once, and an extra key is none of the declared names, however it is spelled (a JSON escape
+such as `c\\u0069ty` is the name `city`). Two extra keys cannot be told apart by a
+context-free grammar (that would take a rule per set of names written so far), so
+`{"x": 1, "x": 2}` is accepted where extras are; the parser refuses duplicate keys on read
+(`invalid_arguments`).
 """
 
 from __future__ import annotations
@@ -52,15 +69,66 @@ def primary_type(schema: dict) -> str:
     return "string"
 
 
+def extra_properties(schema: dict, open_objects: bool = False):
+    """What an undeclared property of `schema`'s objects may hold: a schema (True: any value),
+    or False: no undeclared property at all.
+
+    `additionalProperties` decides when the schema has it. Without it, llama.cpp's and OpenAI
+    strict mode's convention: a schema that lists `properties` (even none, `{}`) is closed,
+    one that does not is open; `open_objects` keeps every such object open, as JSON Schema
+    itself does."""
+    if "additionalProperties" in schema:
+        return schema["additionalProperties"]
+    return open_objects or "properties" not in schema
+
+
+# Where a schema holds subschemas: one, a list of them (`items` too, in drafts before
+# 2020-12), or a map of names to them. (`enum`, `const`, `default`, ... hold values, never
+# walked: a value may look like a schema.)
+_ONE_SUBSCHEMA = frozenset({
+    "additionalProperties", "items", "additionalItems", "contains", "not", "if", "then", "else",
+    "propertyNames", "unevaluatedProperties", "unevaluatedItems",
+})
+_SUBSCHEMA_LIST = frozenset({"anyOf", "oneOf", "allOf", "prefixItems", "items"})
+_SUBSCHEMA_MAP = frozenset({"properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "dependencies"})
+
+
+def closed_objects(schema):
+    """A copy of `schema` in which every schema that lists `properties` and says nothing of
+    `additionalProperties` says `false`: the convention of `extra_properties`, written for an
+    engine that follows JSON Schema's own rule (llguidance, given `%json`, lets such an object
+    take any other key). Keys keep their order; the user's schema is not changed (values that
+    are not schemas are shared, not copied)."""
+    if not isinstance(schema, dict):
+        return schema
+    out = {keyword: _closed_at(keyword, value) for keyword, value in schema.items()}
+    if "properties" in schema and "additionalProperties" not in schema:
+        out["additionalProperties"] = False
+    return out
+
+
+def _closed_at(keyword: str, value):
+    """The value of `keyword` with the schemas it holds closed (`closed_objects`)."""
+    if keyword in _SUBSCHEMA_MAP and isinstance(value, dict):
+        return {name: closed_objects(sub) for name, sub in value.items()}
+    if keyword in _SUBSCHEMA_LIST and isinstance(value, list):
+        return [closed_objects(sub) for sub in value]
+    if keyword in _ONE_SUBSCHEMA:
+        return closed_objects(value)
+    return value
+
+
 class _Converter:
     """Schema -> IR. flavor "json" writes JSON; "python" writes Python literals as repr() does
     (strings in single quotes, True / False / None), for templates that print arguments so."""
 
-    def __init__(self, g: Grammar, root_schema: dict, warnings: list[str], flavor: str = "json"):
+    def __init__(self, g: Grammar, root_schema: dict, warnings: list[str], flavor: str = "json",
+                 open_objects: bool = False):
         self.g = g
         self.root_schema = root_schema
         self.warnings = warnings
         self.flavor = flavor
+        self.open_objects = open_objects
         self.ws = add_ws(g)
         self.refs: dict[str, Ref] = {}
 
@@ -169,7 +237,7 @@ class _Converter:
         required = [k for k in schema.get("required", []) if k in properties]
         for missing in set(schema.get("required", [])) - set(properties):
             self.warn("required", path, f"{missing!r} is required but has no schema in properties")
-        extra = schema.get("additionalProperties", True)
+        extra = extra_properties(schema, self.open_objects)
         add_json(self.g)
         members = []
         for key, sub in properties.items():
@@ -179,12 +247,14 @@ class _Converter:
         if extra is not False:
             value = self.any_value() if extra is True else self.rule(f"{name}-extra", extra, f"{path}/additionalProperties")
             # An extra property's name is none of the declared ones (a declared name must
-            # be written as the declared property, by its own schema).
+            # be written as the declared property, by its own schema, and at most once). Two
+            # extras may still share a name: a context-free grammar cannot remember the set
+            # of names written so far; the parser refuses the duplicate when it reads it.
             if not properties:
                 key = Ref("py-string") if self.flavor == "python" else Ref("json-string")
             else:
                 quote = "'" if self.flavor == "python" else '"'
-                key = self.g.add(f"{name}-extra-key", _string_not_in(list(properties), quote), "a name not declared")
+                key = self.g.add(f"{name}-extra-key", _string_not_in(self.g, list(properties), quote), "a name not declared")
             pair = seq(key, ws, Lit(":"), ws, value)
         extras = Rep(seq(ws, Lit(","), ws, pair)) if pair is not None else Lit("")
         if not members:
@@ -256,15 +326,25 @@ class _Converter:
         return Rep(char, low, high)
 
 
-def _string_not_in(names: list[str], quote: str = '"') -> Node:
-    """A string literal (JSON, or Python in single quotes) whose text is none of `names`."""
-    if quote == '"':
-        plain = '"\\\x00-\x1f'
-        escape = seq(Lit("\\"), alt(chars('"\\/bfnrt'), seq(Lit("u"), *[chars("0-9a-fA-F")] * 4)))
-    else:
-        plain = "'\\\n"
-        escape = seq(Lit("\\"), AnyChar())
-    any_char = alt(chars(plain, negate=True), escape)
+# What a string literal must escape, per quote: JSON's, and Python's in single quotes.
+_MUST_ESCAPE = {'"': (('"', '"'), ("\\", "\\"), ("\x00", "\x1f")), "'": (("'", "'"), ("\\", "\\"), ("\n", "\n"))}
+_HEX = chars("0-9a-fA-F")
+_ANY_ESCAPE = {'"': alt(chars('"\\/bfnrt'), seq(Lit("u"), _HEX, _HEX, _HEX, _HEX)), "'": AnyChar()}
+# The one-letter escapes, and the character each writes.
+_SHORT_ESCAPES = {
+    '"': {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"},
+    "'": {"\\": "\\", "'": "'", '"': '"', "a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v"},
+}
+# Python's escapes that write a character by its number or name (\x63 \u0063 \143 \N{...}),
+# and the line continuation (a backslash before a newline writes nothing).
+_PYTHON_NUMBERED = "xuUN01234567\n"
+
+
+def _string_not_in(g: Grammar, names: list[str], quote: str = '"') -> Node:
+    """A string literal (JSON, or Python in single quotes) whose text is none of `names`,
+    however it is spelled: `"c\\u0069ty"` is the name `city` (the parser decodes keys before
+    it compares them), so it is refused where `city` is."""
+    rest = _string_rest(g, quote)
     trie: dict = {}
     for name in names:
         node = trie
@@ -278,12 +358,118 @@ def _string_not_in(names: list[str], quote: str = '"') -> Node:
             options.append(Lit(""))  # the text may end here: it is no name
         children = sorted(k for k in node if k)
         for ch in children:
-            options.append(seq(Lit(ch), visit(node[ch])))
-        # any other character (or an escape) leaves every name behind
-        options.append(seq(alt(chars(plain + "".join(children), negate=True), escape), Rep(any_char)))
+            options.append(seq(_spellings(ch, quote), visit(node[ch])))
+        # any other character (or an escape of one) leaves every name behind
+        options.append(seq(_leaving(children, quote), rest))
         return alt(*options)
 
     return seq(Lit(quote), visit(trie), Lit(quote))
+
+
+def _string_rest(g: Grammar, quote: str) -> Ref:
+    """The rest of a string literal, any characters and escapes (one rule: every way out of a
+    name's prefix ends in it)."""
+    name = "json-string-rest" if quote == '"' else "py-string-rest"
+    if g.has(name):
+        return Ref(name)
+    any_char = alt(Chars(_MUST_ESCAPE[quote], negate=True), seq(Lit("\\"), _ANY_ESCAPE[quote]))
+    return g.add(name, Rep(any_char), "the rest of a string")
+
+
+def _plain(ch: str, quote: str) -> bool:
+    """Whether the literal may hold `ch` unescaped."""
+    return not any(a <= ch <= b for a, b in _MUST_ESCAPE[quote])
+
+
+def _utf16(ch: str) -> list[int]:
+    """The code units JSON's \\u escapes write `ch` in (two, a surrogate pair, above U+FFFF)."""
+    code = ord(ch)
+    if code < 0x10000:
+        return [code]
+    return [0xD800 + ((code - 0x10000) >> 10), 0xDC00 + ((code - 0x10000) & 0x3FF)]
+
+
+def _hex_digit(digit: str) -> Node:
+    return chars(digit + digit.upper()) if digit.isalpha() else Lit(digit)
+
+
+def _u_escape(unit: int) -> Node:
+    """\\uXXXX of one code unit, its hex digits in either case. (The backslash a literal of
+    its own, as in every escape here: llguidance's lexer, which takes the longest match,
+    would otherwise read `\\u` where `\\` then `u` was meant.)"""
+    return seq(Lit("\\"), Lit("u"), *[_hex_digit(d) for d in f"{unit:04x}"])
+
+
+def _spellings(ch: str, quote: str) -> Node:
+    """Every way the literal writes `ch`: as it is, by a one-letter escape, and (JSON) by its
+    \\u escape."""
+    forms = [Lit(ch)] if _plain(ch, quote) else []
+    forms += [seq(Lit("\\"), Lit(letter)) for letter, written in _SHORT_ESCAPES[quote].items() if written == ch]
+    if quote == '"':
+        forms.append(seq(*[_u_escape(unit) for unit in _utf16(ch)]))
+    return alt(*forms)
+
+
+def _leaving(children: list[str], quote: str) -> Node:
+    """One character, or one escape, that writes none of `children`: the text is then none of
+    the names. Two spellings are refused here rather than followed, so that no name gets
+    through in them: JSON's high surrogate of a child above U+FFFF not followed by a \\u
+    escape, and Python's numbered and named escapes (\\x63 for `c`)."""
+    plain = Chars(_MUST_ESCAPE[quote] + _char_set(children).ranges, negate=True)
+    letters = [letter for letter, written in _SHORT_ESCAPES[quote].items() if written not in children]
+    escapes = [_char_set(letters)] if letters else []
+    options = [plain]
+    if quote == '"':
+        taken = {_utf16(c)[0] for c in children}  # a child's code, or its high surrogate
+        escapes.append(seq(Lit("u"), _hex_not_in(taken)))
+        lows: dict[int, set[int]] = {}
+        for c in children:
+            if len(_utf16(c)) == 2:
+                lows.setdefault(_utf16(c)[0], set()).add(_utf16(c)[1])
+        options += [seq(_u_escape(high), Lit("\\"), Lit("u"), _hex_not_in(low)) for high, low in sorted(lows.items())]
+    elif "\\" not in children:
+        # an escape Python does not know (\\q) writes the backslash itself, then the letter
+        escapes.append(_char_set(list(_SHORT_ESCAPES[quote]) + list(_PYTHON_NUMBERED), negate=True))
+    if escapes:
+        options.append(seq(Lit("\\"), alt(*escapes)))
+    return alt(*options)
+
+
+def _hex_not_in(units: set[int]) -> Node:
+    """Four hex digits (either case) that are none of `units`."""
+    trie: dict = {}
+    for unit in units:
+        node = trie
+        for digit in f"{unit:04x}":
+            node = node.setdefault(digit, {})
+
+    def visit(node: dict, depth: int) -> Node | None:
+        if depth == 4:
+            return None  # all four digits of an excluded unit
+        options = []
+        for digit in sorted(node):
+            rest = visit(node[digit], depth + 1)
+            if rest is not None:
+                options.append(seq(_hex_digit(digit), rest))
+        others = [d for d in "0123456789abcdef" if d not in node]
+        if others:
+            other = _char_set(others + [d.upper() for d in others])
+            options.append(seq(other, Rep(_HEX, 3 - depth, 3 - depth) if depth < 3 else None))
+        return alt(*options) if options else None
+
+    return visit(trie, 0)
+
+
+def _char_set(characters, negate: bool = False) -> Chars:
+    """A class of the characters, runs of consecutive ones as ranges (never read back from a
+    spec, where a `-` among them would make a range)."""
+    ranges: list[list[int]] = []
+    for code in sorted({ord(c) for c in characters}):
+        if ranges and ranges[-1][1] == code - 1:
+            ranges[-1][1] = code
+        else:
+            ranges.append([code, code])
+    return Chars(tuple((chr(a), chr(b)) for a, b in ranges), negate)
 
 
 def _slug(text: str) -> str:
@@ -291,14 +477,18 @@ def _slug(text: str) -> str:
     return "-".join(p for p in out.split("-") if p) or "x"
 
 
-def add_schema(g: Grammar, schema: dict, name: str, warnings: list[str], flavor: str = "json") -> Ref:
-    """Add rules for values valid under `schema` (JSON, or Python literals); returns the rule."""
+def add_schema(g: Grammar, schema: dict, name: str, warnings: list[str], flavor: str = "json",
+               open_objects: bool = False) -> Ref:
+    """Add rules for values valid under `schema` (JSON, or Python literals); returns the rule.
+
+    The rule records the schema its text is JSON of, for an emitter that hands the schema to
+    an engine instead: closed as the rule is (`closed_objects`) unless `open_objects`."""
     own: list[str] = []  # (this schema's warnings: an emitter that writes the schema itself drops them)
-    converter = _Converter(g, schema if isinstance(schema, dict) else {}, own, flavor)
+    converter = _Converter(g, schema if isinstance(schema, dict) else {}, own, flavor, open_objects)
     ref = converter.rule(name, schema, "#")
     warnings.extend(w for w in own if w not in warnings)
     if flavor == "json" and isinstance(schema, (dict, bool)):
-        g.rules[name].json_schema = schema
+        g.rules[name].json_schema = schema if open_objects else closed_objects(schema)
         g.rules[name].schema_warnings = tuple(own)
     return ref
 
@@ -313,13 +503,14 @@ def add_string_content(g: Grammar, schema: dict, name: str, warnings: list[str])
     return g.add(name, converter.string_content(schema, name, "#", json_escapes=False))
 
 
-def add_raw_value(g: Grammar, schema: dict, name: str, warnings: list[str], flavor: str = "json") -> Node:
+def add_raw_value(g: Grammar, schema: dict, name: str, warnings: list[str], flavor: str = "json",
+                  open_objects: bool = False) -> Node:
     """A value written as raw text (a template printed it with {{ value }}): its schema's type.
 
     Objects and arrays are written as JSON or, by templates that print them as they are, as
-    Python literals (`flavor`)."""
+    Python literals (`flavor`); their undeclared properties as `extra_properties` says."""
     kind = primary_type(schema)
-    converter = _Converter(g, schema, warnings, flavor if kind in ("object", "array") else "json")
+    converter = _Converter(g, schema, warnings, flavor if kind in ("object", "array") else "json", open_objects)
     if "enum" in schema:
         return alt(*[Lit(v if isinstance(v, str) else json.dumps(v)) for v in schema["enum"]])
     if kind == "integer":
@@ -474,4 +665,5 @@ class _PatternParser:
         return node
 
 
-__all__ = ["add_schema", "add_string_content", "add_raw_value", "primary_type", "pattern_to_ir", "TextUntil"]
+__all__ = ["add_schema", "add_string_content", "add_raw_value", "closed_objects", "extra_properties", "primary_type",
+           "pattern_to_ir", "TextUntil"]
