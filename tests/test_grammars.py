@@ -280,3 +280,27 @@ def test_the_lark_check_reads_class_escapes_as_llama_cpp_does(gbnf, texts):
     """The lark fallback must not let Lark's own escape handling turn \\x5B into a bare '['."""
     acceptor = GbnfAcceptor(gbnf)
     assert {text: acceptor.accepts(text) for text in texts} == texts
+
+
+def test_a_structured_answer_without_tools_is_the_answer_alone(accepts):
+    """--json-schema without --tools: JSON of the schema, not JSON followed by calls of any
+    tool (SmolLM2 on llama-server wrote three made-up calls after its answer)."""
+    template = tplparse.load(EXAMPLES / "chatml-think-tools.gguf")
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    gbnf = emit_gbnf(build(probe(template), GrammarOptions(content_schema=schema), template.special_tokens))
+    assert accepts(gbnf, '{"city": "Paris"}<|im_end|>')
+    assert not accepts(gbnf, '{"city": "Paris"}\n\n<tool_call>\n{"name": "x", "arguments": {}}\n</tool_call>')
+
+
+@pytest.mark.parametrize("how", ["mode", "prefill"])
+def test_a_prompt_that_closed_reasoning_leaves_none_to_generate(accepts, how):
+    """Thinking off (the template's switch, or an empty block the prompt ends with): the
+    generation grammar has no reasoning block, so a model cannot spend its budget in one."""
+    template = tplparse.load(EXAMPLES / "chatml-think-tools.gguf")
+    spec = probe(template)
+    options = GrammarOptions(mode="no_thinking") if how == "mode" else GrammarOptions(reasoning_closed=True)
+    gbnf = emit_gbnf(build(spec, options, template.special_tokens))
+    assert accepts(gbnf, "Sunny.<|im_end|>")
+    assert not accepts(gbnf, "<think>\nhm\n</think>\n\nSunny.<|im_end|>")
+    default = emit_gbnf(build(spec, GrammarOptions(), template.special_tokens))
+    assert accepts(default, "<think>\nhm\n</think>\n\nSunny.<|im_end|>")  # the default mode may think

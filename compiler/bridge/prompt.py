@@ -48,6 +48,8 @@ class Prompt:
     spec: ProtocolSpec
     tools: list[dict] | None = None
     notes: list[str] = field(default_factory=list)  # how thinking was switched
+    mode: str = "default"  # the spec's mode the prompt is in (default, thinking, no_thinking)
+    reasoning_closed: bool = False  # the prompt ends with an empty reasoning block it wrote (no switch)
     protocol: runtime.Protocol | None = field(default=None, repr=False)  # the family's reading tables
 
     def parser(self) -> runtime.StreamParser:
@@ -79,6 +81,7 @@ def prompt_for(template: ChatTemplate, messages: list, tools: list | None = None
         i += 1
     generation_prompt = text[i:]
     start = mode.start
+    closed = False
     if thinking is False and mode_name != "no_thinking" and spec.reasoning and spec.reasoning.end:
         # No switch: open (if needed) and close the reasoning block, so the model answers
         # directly and the parser starts in content (no closing tag will come).
@@ -87,12 +90,13 @@ def prompt_for(template: ChatTemplate, messages: list, tools: list | None = None
         text += prefill
         generation_prompt += prefill
         start = Start.CONTENT
+        closed = True
         notes.append(f"no thinking switch: the prompt ends with an empty reasoning block {prefill!r}")
     elif thinking is False and mode_name != "no_thinking":
         notes.append("no thinking switch and no reasoning markers: the prompt is unchanged")
     stop = list(dict.fromkeys(spec.end_of_turn + ([template.eos_token] if template.eos_token else [])))
     return Prompt(text=text, generation_prompt=generation_prompt, stop=stop, start=start, spec=spec,
-                  tools=tools, notes=notes, protocol=protocol)
+                  tools=tools, notes=notes, mode=mode_name, reasoning_closed=closed, protocol=protocol)
 
 
 def _with_system_flag(messages: list, flag: str) -> list:

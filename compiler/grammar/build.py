@@ -45,6 +45,11 @@ class GrammarOptions:
     start: Start | str | None = None  # override the mode's start state
     content_schema: dict | None = None  # structured output: the content is JSON of this schema
     trailing_text: bool = False  # accept (and mark) text after the end of turn: for parsing
+    # The prompt ends with a closed reasoning block (thinking off, by the template's switch or
+    # by a prefill): the turn has no reasoning, and the block's opener is not text. (Also
+    # for mode "no_thinking" when its prompt closes the block.) Only for generation: a
+    # parsing grammar still reads a block the model opens anyway.
+    reasoning_closed: bool = False
     # JSON Schema's own rule for undeclared properties (allowed unless additionalProperties is
     # false) instead of llama.cpp's / OpenAI strict mode's (none where `properties` are listed)
     open_objects: bool = False
@@ -81,7 +86,10 @@ def build(spec: ProtocolSpec, options: GrammarOptions | None = None, special_tok
         f"template sha256 {spec.template_sha256}",
     ]
     ws = add_ws(g)
-    tools_allowed = spec.tool_calls is not None and options.tool_choice != "none"
+    # Calls of any tool (tools None) are the generic grammar's; a structured answer (a content
+    # schema) without tools offered is that answer alone, not JSON followed by made-up calls.
+    tools_allowed = (spec.tool_calls is not None and options.tool_choice != "none"
+                     and not (options.content_schema is not None and options.tools is None))
     opener = reading["tool_calls"]["opener"] if tools_allowed else ""
 
     # End of turn.
@@ -97,6 +105,12 @@ def build(spec: ProtocolSpec, options: GrammarOptions | None = None, special_tok
 
     # Content.
     content_stops = [m for m in ([opener] if opener else []) + end_markers + [spec.content_end] if m]
+    start_state = options.start or spec.modes.get(options.mode, spec.modes["default"]).start
+    closed = _reasoning_closed(spec, options, start_state)
+    if closed and spec.reasoning.start:
+        # After a closed block, the block's opener is not text either: a model that writes it
+        # anyway is thinking again, as content, until its budget is gone.
+        content_stops.append(spec.reasoning.start)
     if options.content_schema is not None:
         value = json_schema.add_schema(g, options.content_schema, "content-json", options.warnings,
                                        open_objects=_objects_open(options))
@@ -117,7 +131,6 @@ def build(spec: ProtocolSpec, options: GrammarOptions | None = None, special_tok
     g.add("body", body, "what follows the reasoning")
 
     # Reasoning.
-    start_state = options.start or spec.modes.get(options.mode, spec.modes["default"]).start
     turn = Ref("body")
     r = spec.reasoning
     if r is not None and r.end:
@@ -130,6 +143,8 @@ def build(spec: ProtocolSpec, options: GrammarOptions | None = None, special_tok
             ended = alt(ended, seq(text, calls, ws))
         if start_state == Start.REASONING:
             turn = g.add("reasoning", ended, "the prompt left reasoning open")
+        elif closed:
+            pass  # the prompt closed the block: the body alone
         elif r.start:
             opened = seq(ws, Lit(r.start), ws, ended)
             turn = g.add("reasoning", alt(opened, Ref("body")), "optional reasoning, then the body")
@@ -142,6 +157,8 @@ def build(spec: ProtocolSpec, options: GrammarOptions | None = None, special_tok
         layouts = sorted(spec.turns.items(), key=lambda item: -sum(isinstance(p, dict) for p in item[1]))
         for number, (kind, layout) in enumerate(layouts, 1):
             slots = {p["slot"] for p in layout if isinstance(p, dict)}
+            if closed and "reasoning" in slots:
+                continue  # the prompt closed the reasoning block
             if options.tool_choice != "auto" and ("content" in slots or not slots & {"calls", "call_list"}):
                 continue  # a required call: only layouts that are calls
             if any(isinstance(p, str) and any(m in p for m in end_markers) for p in layout[:-1]):
@@ -159,6 +176,21 @@ def build(spec: ProtocolSpec, options: GrammarOptions | None = None, special_tok
         alternatives.append(seq(turn, end, after, End()))
     g.add("root", alt(*alternatives), "a whole assistant turn")
     return g
+
+
+def _reasoning_closed(spec: ProtocolSpec, options: GrammarOptions, start_state) -> bool:
+    """Whether the prompt left the model after a closed reasoning block (a generation grammar
+    then has no reasoning: a model that opens a second block spends its budget there)."""
+    r = spec.reasoning
+    if options.trailing_text or start_state == Start.REASONING or r is None or not r.end:
+        return False
+    if options.reasoning_closed:
+        return True
+    # The thinking switch asked for by name, and its prompt closes the block. (Not the default
+    # mode's prompt, even when it ends with a closed block: templates that do so still render
+    # reasoning in their turns, and a model may think there.)
+    mode = spec.modes.get(options.mode)
+    return options.mode == "no_thinking" and mode is not None and r.end in mode.tail
 
 
 def _layout_form(g: Grammar, spec: ProtocolSpec, layout, number: int, start_state: str, options: GrammarOptions,
