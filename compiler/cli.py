@@ -595,3 +595,40 @@ def build_command(manifest, out_dir, check):
         removed = f", {len(result.removed)} removed" if result.removed else ""
         click.echo(f"built {len(result.built)} families, {len(result.changed)} files changed{removed}")
 
+
+@main.command()
+@click.argument("source", type=_PATH)
+@click.option("--upstream", required=True, metavar="URL",
+              help="The engine's base URL: a llama-server (its /completion endpoint; it applies no template).")
+@click.option("--host", default="127.0.0.1", show_default=True, help="The address to listen on.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True, help="The port to listen on.")
+@click.option("--model-name", help="The model's name in /v1/models and in answers (default: the source's file name).")
+@click.option("--timeout", type=click.FloatRange(min=0.1), default=120.0, show_default=True,
+              help="Seconds the upstream may go without sending a token before the request fails (504).")
+@click.option("--variant", help="A named template of the source (e.g. tool_use).")
+@_token_options
+def serve(source, upstream, host, port, model_name, timeout, variant, bos_token, eos_token):
+    """An OpenAI-compatible /v1/chat/completions in front of an engine that only completes text."""
+    try:
+        import uvicorn
+
+        from .serve import LlamaServer, create_app
+    except ImportError as e:
+        raise InputError(f"tplparse serve needs its extra ({e.name} is missing): pip install 'tplparse[serve]'") from e
+    if not upstream.startswith(("http://", "https://")):
+        raise InputError(f"--upstream must be an http:// or https:// URL, not {upstream!r}")
+    template = _load(source, variant=variant, bos_token=bos_token, eos_token=eos_token)
+    from .bridge import compile_in_memory
+
+    spec, _ = compile_in_memory(template)  # a template that cannot be probed fails here, before listening
+    name = model_name or os.path.basename(str(source).rstrip("/"))
+    click.echo(f"tplparse serve: {name} (family {spec.family}) at http://{host}:{port}/v1, upstream {upstream}", err=True)
+    app = create_app(template, LlamaServer(upstream, timeout=timeout), name)
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5)
+    server = uvicorn.Server(config)
+    try:
+        server.run()
+    except SystemExit as e:  # uvicorn exits when it cannot bind
+        raise InputError(f"cannot listen on {host}:{port} (in use, or not an address of this machine)") from e
+    if not server.started:
+        raise InputError(f"cannot listen on {host}:{port} (in use, or not an address of this machine)")

@@ -66,3 +66,21 @@ def run_cli(*args: str, stdin: str | bytes | None = None, cwd: Path = REPO,
 
 def corpus_ids(paths):
     return [p.stem for p in paths]
+
+
+# --- real servers (tests/servers.py) ---------------------------------------------------
+
+@pytest.fixture(scope="session")
+def llama_server(tmp_path_factory):
+    """llama-server with SmolLM2, for the whole session (its URL)."""
+    from servers import llama_server_binary, start_llama_server
+
+    binary = llama_server_binary()
+    if binary is None:
+        pytest.skip("llama-server is not built (bash .ci/llama-server.sh .venv/bin/python builds it, or set "
+                    "TPLPARSE_LLAMA_SERVER)")
+    if not SMOLLM2.is_file():
+        pytest.skip(f"{SMOLLM2.name} not fetched into {FIXTURES} (run tests/fetch_fixtures.py)")
+    server = start_llama_server(binary, SMOLLM2, tmp_path_factory.mktemp("llama-server") / "log")
+    yield server
+    server.stop()

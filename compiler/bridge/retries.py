@@ -24,6 +24,19 @@ def feedback_messages(message: dict, errors: list[ToolCallError]) -> list[dict]:
     return [turn, {"role": "user", "content": "\n".join(lines)}]
 
 
+def reply_errors(message: dict, tools: list | None = None, schema: dict | None = None) -> list[ToolCallError]:
+    """What keeps a parsed reply from being used: parse errors, calls that do not validate
+    against the offered tools, content that does not validate against `schema`."""
+    errors: list[ToolCallError] = []
+    if tools is not None and message.get("tool_calls"):
+        errors += validate_tool_calls(message, tools)
+    elif message.get("errors"):
+        errors += [ToolCallError(None, "parse", "$", f"{e['kind']}: {e['message']}") for e in message["errors"]]
+    if schema is not None and not message.get("tool_calls"):
+        errors += validate_content(message, schema)
+    return errors
+
+
 @dataclass
 class Attempt:
     raw: str
@@ -60,13 +73,7 @@ def with_retries(generate: Callable[[list], tuple[str, dict]], messages: list, *
     attempts: list[Attempt] = []
     for _ in range(max_attempts):
         raw, message = generate(conversation)
-        errors: list[ToolCallError] = []
-        if tools is not None and message.get("tool_calls"):
-            errors += validate_tool_calls(message, tools)
-        elif message.get("errors"):
-            errors += [ToolCallError(None, "parse", "$", f"{e['kind']}: {e['message']}") for e in message["errors"]]
-        if schema is not None and not message.get("tool_calls"):
-            errors += validate_content(message, schema)
+        errors = reply_errors(message, tools, schema)
         attempts.append(Attempt(raw, message, errors))
         if not errors:
             return Success(message, attempts)

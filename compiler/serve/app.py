@@ -1,0 +1,228 @@
+"""`tplparse serve`: an OpenAI-compatible chat endpoint in front of an engine that only
+completes text (an ASGI app: Starlette, run by uvicorn).
+
+Per request: check the body (`requests`), plan the prompt, grammar and parser in a worker
+thread (`plan`), cap max_tokens to what the upstream's context leaves, generate (`upstream`),
+feed each piece to the family's streaming parser, and answer in OpenAI's shapes
+(`responses`): SSE chunks ending in `data: [DONE]`, or one completion, after validation (and
+retries with the errors fed back, when the request asks for them). A client that goes away
+cancels its upstream generation; an upstream that fails is a 502 / 504, or an error event in
+a stream that already started; the server goes on serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from contextlib import aclosing
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, StreamingResponse
+from starlette.routing import Route
+
+from ..bridge import Attempt, feedback_messages, reply_errors
+from ..errors import TplparseError
+from ..source import ChatTemplate
+from . import responses
+from .plan import Plan, plan
+from .requests import ChatRequest, RequestError, parse_request
+from .upstream import Completion, Finished, Upstream, UpstreamError
+
+log = logging.getLogger("tplparse.serve")
+
+
+def create_app(template: ChatTemplate, upstream: Upstream, model_name: str) -> Starlette:
+    """The app serving `template`'s model through `upstream` under the name `model_name`."""
+
+    async def chat_completions(request: Request):
+        try:
+            body = json.loads(await request.body())
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            return _error(400, f"the request body is not JSON: {e}")
+        try:
+            chat = parse_request(body)
+            if chat.model is not None and chat.model != model_name:
+                return _error(404, f"model {chat.model!r} is not served here (this is {model_name!r})", "model")
+            first, completion = await _prepared(template, upstream, chat, chat.messages)
+        except RequestError as e:
+            return _error(400, e.message, e.param)
+        except UpstreamError as e:
+            return _error(e.status, e.message)
+        if chat.stream:
+            return StreamingResponse(_events(upstream, model_name, first, completion), media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-cache"})
+        try:
+            answer = await _cancelled_on_disconnect(request, _answer(template, upstream, model_name, chat, first, completion))
+        except RequestError as e:
+            return _error(400, e.message, e.param)
+        except UpstreamError as e:
+            return _error(e.status, e.message)
+        if answer is None:  # the client went away: its generation was cancelled, nobody reads this
+            return _error(499, "the client closed the request")
+        return JSONResponse(answer)
+
+    async def models(request: Request):
+        return JSONResponse({"object": "list", "data": [{"id": model_name, "object": "model", "created": 0,
+                                                         "owned_by": "tplparse"}]})
+
+    async def health(request: Request):
+        if await upstream.healthy():
+            return JSONResponse({"status": "ok"})
+        return JSONResponse({"status": "upstream unavailable"}, status_code=503)
+
+    async def unexpected(request: Request, exc: Exception):
+        log.exception("unexpected error")
+        return _error(500, f"internal error: {type(exc).__name__}: {exc}")
+
+    app = Starlette(routes=[Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+                            Route("/v1/models", models, methods=["GET"]),
+                            Route("/health", health, methods=["GET"])],
+                    exception_handlers={Exception: unexpected})
+    app.state.upstream = upstream
+    return app
+
+
+def _error(status: int, message: str, param: str | None = None) -> JSONResponse:
+    return JSONResponse(responses.error_body(status, message, param), status_code=status)
+
+
+async def _prepared(template: ChatTemplate, upstream: Upstream, chat: ChatRequest, messages: list) -> tuple[Plan, Completion]:
+    """The plan (in a worker thread) and the upstream request, max_tokens capped to what the
+    context leaves after the prompt (a shorter answer beats an engine error)."""
+    try:
+        planned = await run_in_threadpool(plan, template, chat, messages)
+    except TplparseError as e:  # the template refused the conversation (roles, content, ...)
+        raise RequestError("messages", f"the chat template cannot render this conversation: {e}") from e
+    limits = await upstream.limits()
+    prompt_tokens = await upstream.count_tokens(planned.prompt.text)
+    room = limits.context - prompt_tokens
+    if room < 1:
+        raise RequestError("messages", f"the prompt is {prompt_tokens} tokens and the upstream's context is "
+                                       f"{limits.context}: no room for an answer")
+    max_tokens = room if chat.max_tokens is None else min(chat.max_tokens, room)
+    if chat.max_tokens is not None and chat.max_tokens > room:
+        planned.notes.append(f"max_tokens {chat.max_tokens} capped to {room}: the upstream's context is {limits.context} "
+                             f"tokens and the prompt takes {prompt_tokens}")
+    planned.prompt_tokens = prompt_tokens
+    return planned, Completion(planned.prompt.text, max_tokens, planned.stop, planned.constraint, chat.sampling)
+
+
+def _extra(planned: Plan, raw: str, message: dict, errors: list, dropped: list | None = None) -> dict:
+    """What OpenAI's shapes have no field for: how the prompt was made, the parser's errors,
+    the validation's, the model's raw output (what the message was read from)."""
+    extra = {"notes": planned.notes, "errors": message.get("errors") or [],
+             "validation": [e.describe() for e in errors], "raw": raw}
+    if planned.warnings:
+        extra["grammar_warnings"] = planned.warnings
+    if dropped:
+        extra["dropped_tool_calls"] = dropped
+    return extra
+
+
+async def _events(upstream: Upstream, model: str, planned: Plan, completion: Completion):
+    """The SSE stream: a role chunk, a chunk per parser delta, a last chunk with the finish
+    reason (and what OpenAI has no field for), `data: [DONE]`."""
+    cid, created = responses.completion_id(), int(time.time())
+    parser = planned.prompt.parser()
+    yield responses.sse(responses.chunk(cid, model, created, {"role": "assistant", "content": ""}))
+    finished, dropped, raw = None, [], []
+    try:
+        async with aclosing(upstream.generate(completion)) as pieces:
+            async for piece in pieces:
+                if isinstance(piece, Finished):
+                    finished = piece
+                    break
+                raw.append(piece)
+                for delta in parser.feed(piece):
+                    yield _chunk_of(delta, cid, model, created, dropped)
+    except UpstreamError as e:
+        # The stream has started (HTTP 200 is sent): what the parser held goes out (a call
+        # not complete stays out: the parser drops a cut call), then the error as an event,
+        # as OpenAI sends one.
+        for delta in parser.end("error"):
+            yield _chunk_of(delta, cid, model, created, dropped)
+        yield responses.sse(responses.error_body(e.status, e.message))
+        yield responses.sse("[DONE]")
+        return
+    for delta in parser.end(finished.reason):
+        yield _chunk_of(delta, cid, model, created, dropped)
+    message = parser.message
+    errors = reply_errors(message, planned.tools, planned.schema)
+    last = responses.chunk(cid, model, created, {}, responses.finish_reason(message, finished.reason),
+                           _extra(planned, "".join(raw), message, errors, dropped))
+    last["usage"] = responses.usage(planned.prompt_tokens, finished.completion_tokens)
+    yield responses.sse(last)
+    yield responses.sse("[DONE]")
+
+
+def _chunk_of(delta: dict, cid: str, model: str, created: int, dropped: list) -> bytes:
+    """A parser delta as an SSE chunk. A call dropped after its header went out (its
+    arguments turned out invalid, or it was cut) is said at once, in the chunk's `tplparse`
+    field (`tool_call_error`: index, kind, message), and again on the last chunk."""
+    out, drop = responses.stream_delta(delta)
+    if drop is not None:
+        dropped.append(drop)
+        return responses.sse(responses.chunk(cid, model, created, {}, extra={"tool_call_error": drop}))
+    return responses.sse(responses.chunk(cid, model, created, out))
+
+
+async def _generated(upstream: Upstream, planned: Plan, completion: Completion) -> tuple[str, dict, Finished]:
+    """One whole generation, read by the family's parser as it streams."""
+    parser = planned.prompt.parser()
+    raw: list[str] = []
+    finished = None
+    async with aclosing(upstream.generate(completion)) as pieces:
+        async for piece in pieces:
+            if isinstance(piece, Finished):
+                finished = piece
+                break
+            raw.append(piece)
+            parser.feed(piece)
+    parser.end(finished.reason)
+    return "".join(raw), parser.message, finished
+
+
+async def _answer(template: ChatTemplate, upstream: Upstream, model: str, chat: ChatRequest, planned: Plan,
+                  completion: Completion) -> dict:
+    """A non-streamed completion: attempt -> parse -> validate, and, when the request allows
+    more attempts, again with the errors fed back; the attempts come back when it gives up."""
+    attempts: list[Attempt] = []
+    conversation = chat.messages
+    completion_tokens = 0
+    while True:
+        raw, message, finished = await _generated(upstream, planned, completion)
+        completion_tokens += finished.completion_tokens
+        errors = reply_errors(message, planned.tools, planned.schema)
+        attempts.append(Attempt(raw, message, errors))
+        if not errors or len(attempts) >= chat.max_attempts:
+            break
+        conversation = conversation + feedback_messages(message, errors)
+        planned, completion = await _prepared(template, upstream, chat, conversation)
+    extra = _extra(planned, raw, message, errors)
+    if chat.max_attempts > 1:
+        extra["attempts"] = [{"raw": a.raw, "message": responses.assistant_message(a.message),
+                              "errors": [e.describe() for e in a.errors]} for a in attempts]
+        extra["gave_up"] = bool(errors)
+    return responses.completion(responses.completion_id(), model, message, responses.finish_reason(message, finished.reason),
+                                responses.usage(planned.prompt_tokens, completion_tokens), extra)
+
+
+async def _cancelled_on_disconnect(request: Request, work):
+    """Run `work`; cancel it (and with it the upstream generation) if the client goes away
+    (then None)."""
+    task = asyncio.ensure_future(work)
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=0.25)
+            if done:
+                return task.result()
+            if await request.is_disconnected():
+                task.cancel()
+                return None
+    finally:
+        if not task.done():
+            task.cancel()

@@ -1,0 +1,90 @@
+"""Real servers for the tests: llama-server (built by .ci/llama-server.sh from the llama.cpp
+that the installed llama-cpp-python vendors) with SmolLM2, and `tplparse serve` in front of
+it, each a subprocess on a free port of 127.0.0.1, stopped when the test is done."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def llama_server_binary() -> Path | None:
+    """$TPLPARSE_LLAMA_SERVER, or the binary .ci/llama-server.sh caches for this version."""
+    given = os.environ.get("TPLPARSE_LLAMA_SERVER")
+    if given:
+        return Path(given) if Path(given).is_file() else None
+    try:
+        version = importlib.metadata.version("llama-cpp-python")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    binary = cache / "tplparse" / f"llama-server-{version}" / "llama-server"
+    return binary if binary.is_file() else None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """A subprocess serving HTTP on 127.0.0.1:port; `url`, `stop()`."""
+
+    def __init__(self, argv: list[str], port: int, log: Path, ready: str = "/health", timeout: float = 90.0):
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        self.log = log
+        self._log_file = open(log, "wb")
+        self.process = subprocess.Popen(argv, stdout=self._log_file, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                self.stop()
+                raise RuntimeError(f"{argv[0]} exited with {self.process.returncode}: {log.read_text()[-2000:]}")
+            try:
+                if httpx.get(self.url + ready, timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        self.stop()
+        raise RuntimeError(f"{argv[0]} did not come up in {timeout} s: {log.read_text()[-2000:]}")
+
+    def kill(self) -> None:
+        """Gone at once, as a crashed engine is (no graceful shutdown)."""
+        self.process.kill()
+        self.process.wait()
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._log_file.close()
+
+
+def start_llama_server(binary: Path, model: Path, log: Path, port: int | None = None) -> Server:
+    # 4 slots of 2048 tokens: concurrent requests are batched, the rest wait their turn.
+    port = port or free_port()
+    return Server([str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-c", "8192",
+                   "-np", "4", "-t", "2", "--no-webui"], port, log)
+
+
+def start_tplparse_serve(source: Path, upstream: str, log: Path, *extra: str) -> Server:
+    port = free_port()
+    tplparse = Path(sys.executable).with_name("tplparse")
+    return Server([str(tplparse), "serve", str(source), "--upstream", upstream, "--port", str(port), *extra], port, log,
+                  ready="/v1/models")

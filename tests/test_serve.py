@@ -1,0 +1,341 @@
+"""`tplparse serve` without a real engine: the app in process, with a scripted upstream (the
+`Upstream` interface), and `LlamaServer` against scripted HTTP answers (httpx's mock
+transport). What is checked: requests refused by field (400), the answer's shapes, finish
+reasons, a token limit inside reasoning reported, max_tokens capped to the context, retries,
+and every way an upstream fails (502 / 504, or an error event once the stream started).
+The end-to-end run against the real llama-server is tests/test_serve_e2e.py."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+httpx = pytest.importorskip("httpx", reason="tplparse serve's extra is not installed: pip install 'tplparse[serve]'")
+pytest.importorskip("starlette", reason="tplparse serve's extra is not installed: pip install 'tplparse[serve]'")
+
+import tplparse  # noqa: E402
+from conftest import EXAMPLES, run_cli  # noqa: E402
+from tplparse.serve import Completion, Finished, Limits, LlamaServer, Upstream, UpstreamError, create_app  # noqa: E402
+
+TOOLS = json.loads((EXAMPLES / "tools.json").read_text())
+TEMPLATE = tplparse.load(EXAMPLES / "chatml-think-tools.gguf")
+MODEL = "example"
+ASK = [{"role": "user", "content": "Weather in Paris?"}]
+CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}\n</tool_call>'
+
+
+class Scripted(Upstream):
+    """Answers each generation with the next script: a list of text pieces and a Finished
+    (or an UpstreamError, raised where it stands). Records what it was asked."""
+
+    def __init__(self, *scripts, context=2048, prompt_tokens=20):
+        self.scripts = list(scripts)
+        self.context, self.prompt_tokens = context, prompt_tokens
+        self.asked: list[Completion] = []
+
+    async def limits(self):
+        return Limits(self.context, "scripted")
+
+    async def count_tokens(self, prompt):
+        return self.prompt_tokens
+
+    async def healthy(self):
+        return True
+
+    async def generate(self, completion):
+        self.asked.append(completion)
+        for step in self.scripts.pop(0):
+            if isinstance(step, Exception):
+                raise step
+            yield step
+            await asyncio.sleep(0)
+
+
+def post(upstream: Upstream, body: dict):
+    """POST /v1/chat/completions to the app in process: (status, JSON body or SSE events)."""
+
+    async def run():
+        transport = httpx.ASGITransport(app=create_app(TEMPLATE, upstream, MODEL))
+        async with httpx.AsyncClient(transport=transport, base_url="http://tplparse") as client:
+            response = await client.post("/v1/chat/completions", json=body)
+        if response.headers["content-type"].startswith("text/event-stream"):
+            events = [line[6:] for line in response.text.split("\n") if line.startswith("data: ")]
+            return response.status_code, [e if e == "[DONE]" else json.loads(e) for e in events]
+        return response.status_code, response.json()
+
+    return asyncio.run(run())
+
+
+def assembled(events: list) -> dict:
+    """A client's view of a stream: content, reasoning and calls added up from the deltas."""
+    message = {"content": "", "reasoning_content": "", "tool_calls": {}}
+    for event in events:
+        if event == "[DONE]" or "choices" not in event:
+            continue
+        delta = event["choices"][0]["delta"]
+        for key in ("content", "reasoning_content"):
+            message[key] += delta.get(key) or ""
+        for call in delta.get("tool_calls", []):
+            entry = message["tool_calls"].setdefault(call["index"], {"name": "", "arguments": ""})
+            entry["name"] += call.get("function", {}).get("name") or ""
+            entry["arguments"] += call.get("function", {}).get("arguments") or ""
+    return message
+
+
+@pytest.mark.parametrize("body, param", [
+    ({}, "messages"),
+    ({"messages": []}, "messages"),
+    ({"messages": [{"role": "wizard", "content": "hi"}]}, "messages[0].role"),
+    ({"messages": ASK, "tool_choice": "required"}, "tool_choice"),
+    ({"messages": ASK, "tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice"),
+    ({"messages": ASK, "tools": [{"type": "function", "function": {}}]}, "tools[0]"),
+    ({"messages": ASK, "temperature": 9}, "temperature"),
+    ({"messages": ASK, "max_tokens": 0}, "max_tokens"),
+    ({"messages": ASK, "max_tokens": True}, "max_tokens"),
+    ({"messages": ASK, "logprobs": True}, "logprobs"),
+    ({"messages": ASK, "stream": True, "max_attempts": 2}, "max_attempts"),
+    ({"messages": ASK, "response_format": {"type": "json_schema", "json_schema": {"schema": 3}}},
+     "response_format.json_schema.schema"),
+    ({"messages": ASK, "thinking": False, "chat_template_kwargs": {"enable_thinking": True}}, "thinking"),
+])
+def test_bad_requests_are_400_naming_the_field(body, param):
+    upstream = Scripted()
+    status, answer = post(upstream, body)
+    assert status == 400, answer
+    assert answer["error"]["param"] == param and answer["error"]["type"] == "invalid_request_error"
+    assert upstream.asked == []  # nothing went upstream
+
+
+def test_a_body_that_is_not_json_and_a_model_not_served():
+    async def run():
+        transport = httpx.ASGITransport(app=create_app(TEMPLATE, Scripted(), MODEL))
+        async with httpx.AsyncClient(transport=transport, base_url="http://tplparse") as client:
+            garbled = await client.post("/v1/chat/completions", content=b"{not json")
+            other = await client.post("/v1/chat/completions", json={"model": "gpt-9", "messages": ASK})
+            models = await client.get("/v1/models")
+        return garbled, other, models
+
+    garbled, other, models = asyncio.run(run())
+    assert garbled.status_code == 400 and "not JSON" in garbled.json()["error"]["message"]
+    assert other.status_code == 404 and other.json()["error"]["param"] == "model"
+    assert [m["id"] for m in models.json()["data"]] == [MODEL]
+
+
+def test_a_tool_call_non_streamed_and_streamed():
+    request = {"model": MODEL, "messages": ASK, "tools": TOOLS, "tool_choice": "required"}
+    upstream = Scripted([CALL, Finished("stop", 20, 30)], [CALL[:9], CALL[9:40], CALL[40:], Finished("stop", 20, 30)])
+    status, answer = post(upstream, request)
+    assert status == 200
+    choice = answer["choices"][0]
+    assert choice["finish_reason"] == "tool_calls" and choice["message"]["content"] is None
+    call = choice["message"]["tool_calls"][0]
+    assert call["function"] == {"name": "get_weather", "arguments": '{"city": "Paris", "unit": "celsius"}'}
+    assert answer["usage"] == {"prompt_tokens": 20, "completion_tokens": 30, "total_tokens": 50}
+    assert answer["tplparse"]["raw"] == CALL and answer["tplparse"]["validation"] == []
+    # what went upstream: the rendered prompt, the family's stop, a strict grammar
+    asked = upstream.asked[0]
+    assert asked.prompt == tplparse.prompt(TEMPLATE, ASK, tools=TOOLS).text
+    assert "<|im_end|>" in asked.stop and asked.constraint["grammar_lazy"] is False
+    status, events = post(upstream, {**request, "stream": True})
+    assert status == 200 and events[-1] == "[DONE]"
+    assert events[0]["choices"][0]["delta"]["role"] == "assistant"
+    assert events[-2]["choices"][0]["finish_reason"] == "tool_calls"
+    streamed = assembled(events)
+    assert streamed["tool_calls"] == {0: {"name": "get_weather", "arguments": call["function"]["arguments"]}}
+
+
+def test_lazy_grammar_for_auto_and_the_text_answer():
+    upstream = Scripted(["It is sunny.", Finished("stop")])
+    status, answer = post(upstream, {"messages": ASK, "tools": TOOLS})
+    assert status == 200 and answer["choices"][0]["finish_reason"] == "stop"
+    assert answer["choices"][0]["message"] == {"role": "assistant", "content": "It is sunny."}
+    constraint = upstream.asked[0].constraint
+    assert constraint["grammar_lazy"] is True and constraint["grammar_triggers"] == [{"type": 1, "value": "<tool_call>"}]
+
+
+def test_length_inside_reasoning_is_reported():
+    upstream = Scripted(["<think>\nLet me think about Par", Finished("length", 20, 8)])
+    status, answer = post(upstream, {"messages": ASK, "max_tokens": 8})
+    assert status == 200
+    assert answer["choices"][0]["finish_reason"] == "length"
+    assert answer["choices"][0]["message"]["content"] is None
+    assert answer["choices"][0]["message"]["reasoning_content"] == "Let me think about Par"
+    assert [e["kind"] for e in answer["tplparse"]["errors"]] == ["reasoning_truncated"]
+    assert upstream.asked[0].max_tokens == 8
+
+
+def test_max_tokens_capped_to_the_context_and_a_prompt_too_long():
+    upstream = Scripted(["Sunny.", Finished("stop")], context=100, prompt_tokens=90)
+    status, answer = post(upstream, {"messages": ASK, "max_tokens": 50})
+    assert status == 200 and upstream.asked[0].max_tokens == 10
+    assert any("capped to 10" in note for note in answer["tplparse"]["notes"])
+    status, answer = post(Scripted(context=100, prompt_tokens=100), {"messages": ASK})
+    assert status == 400 and "no room" in answer["error"]["message"]
+
+
+def test_thinking_off_by_the_templates_switch():
+    upstream = Scripted(["Sunny.", Finished("stop")])
+    status, answer = post(upstream, {"messages": ASK, "chat_template_kwargs": {"enable_thinking": False}})
+    assert status == 200
+    assert upstream.asked[0].prompt.endswith("<think>\n\n</think>\n\n")
+    assert any("enable_thinking=False" in note for note in answer["tplparse"]["notes"])
+
+
+def test_structured_answer_validated_and_retried():
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    request = {"messages": ASK, "response_format": {"type": "json_schema", "json_schema": {"name": "w", "schema": schema}}}
+    upstream = Scripted(['{"town": "Paris"}', Finished("stop")], ['{"city": "Paris"}', Finished("stop")])
+    status, answer = post(upstream, {**request, "max_attempts": 3})
+    assert status == 200 and answer["choices"][0]["message"]["content"] == '{"city": "Paris"}'
+    attempts = answer["tplparse"]["attempts"]
+    assert len(attempts) == 2 and attempts[0]["errors"] and attempts[1]["errors"] == []
+    assert answer["tplparse"]["gave_up"] is False
+    # the second prompt carries the first answer and the errors fed back
+    assert '{"town": "Paris"}' in upstream.asked[1].prompt and "could not be used" in upstream.asked[1].prompt
+    upstream = Scripted(['{"town": "Paris"}', Finished("stop")], ['{"town": "Lyon"}', Finished("stop")])
+    status, answer = post(upstream, {**request, "max_attempts": 2})
+    assert status == 200 and answer["tplparse"]["gave_up"] is True and len(answer["tplparse"]["attempts"]) == 2
+    assert answer["tplparse"]["validation"], answer  # the last attempt's errors, said
+
+
+def test_a_call_dropped_after_its_header_is_said_in_the_stream():
+    broken = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "city": "Lyon"}}\n</tool_call>'
+    upstream = Scripted([broken[:40], broken[40:], Finished("stop")])
+    status, events = post(upstream, {"messages": ASK, "tools": TOOLS, "tool_choice": "required", "stream": True})
+    last = events[-2]
+    # said at once, in its own chunk, after the header and some arguments went out
+    said = [i for i, e in enumerate(events[:-2]) if "tool_call_error" in e.get("tplparse", {})]
+    header = next(i for i, e in enumerate(events) if e["choices"][0]["delta"].get("tool_calls"))
+    assert len(said) == 1 and said[0] > header
+    assert last["choices"][0]["finish_reason"] == "stop"  # no call came through
+    assert [d["kind"] for d in last["tplparse"]["dropped_tool_calls"]] == ["invalid_arguments"]
+    assert [e["kind"] for e in last["tplparse"]["errors"]] == ["invalid_arguments"]
+
+
+def test_upstream_failure_before_and_during_the_stream():
+    status, answer = post(Scripted([UpstreamError(502, "the upstream cannot be reached")]), {"messages": ASK})
+    assert status == 502 and answer["error"]["type"] == "upstream_error"
+    upstream = Scripted(["Sunny ", UpstreamError(504, "the upstream stopped sending tokens")])
+    status, events = post(upstream, {"messages": ASK, "stream": True})
+    assert status == 200  # the stream had started
+    assert events[-2]["error"]["code"] == 504 and events[-1] == "[DONE]"
+    assert assembled(events)["content"] == "Sunny "  # what the model wrote before the upstream failed
+
+
+# --- LlamaServer against scripted HTTP answers -------------------------------------------
+
+def llama(handler) -> LlamaServer:
+    client = httpx.AsyncClient(transport=httpx.MockTransport(handler), base_url="http://llama")
+    return LlamaServer("http://llama", client=client)
+
+
+async def _drain(upstream: Upstream):
+    return [piece async for piece in upstream.generate(Completion("p", 5))]
+
+
+def sse_body(*events) -> bytes:
+    return b"".join(b"data: " + (e if isinstance(e, bytes) else json.dumps(e).encode()) + b"\n\n" for e in events)
+
+
+def test_llama_server_protocol_read():
+    def handler(request):
+        if request.url.path == "/completion":
+            body = json.loads(request.content)
+            assert body["stream"] is True and body["n_predict"] == 5 and body["prompt"] == "p"
+            return httpx.Response(200, content=sse_body({"content": "Hi", "stop": False},
+                                                         {"content": "", "stop": True, "stop_type": "limit",
+                                                          "tokens_evaluated": 3, "tokens_predicted": 5}))
+        if request.url.path == "/props":
+            return httpx.Response(200, json={"default_generation_settings": {"n_ctx": 2048}, "model_path": "/m/x.gguf"})
+        return httpx.Response(200, json={"tokens": [1, 2, 3]})
+
+    upstream = llama(handler)
+    assert asyncio.run(_drain(upstream)) == ["Hi", Finished("length", 3, 5)]
+    assert asyncio.run(upstream.limits()) == Limits(2048, "x.gguf")
+    assert asyncio.run(upstream.count_tokens("abc")) == 3
+
+
+@pytest.mark.parametrize("answer, status, words", [
+    (httpx.Response(200, content=b"data: {not json\n\n"), 502, "not JSON"),
+    (httpx.Response(200, content=sse_body([1, 2])), 502, "not a JSON object"),
+    (httpx.Response(200, content=sse_body({"content": "Hi", "stop": False})), 502, "before it said why"),
+    (httpx.Response(200, content=sse_body({"content": "", "stop": True, "stop_type": "sideways"})), 502, "unknown reason"),
+    (httpx.Response(400, json={"error": {"message": "failed to parse grammar"}}), 502, "failed to parse grammar"),
+    (httpx.Response(500, content=b"<html>oops</html>"), 502, "HTTP 500"),
+    (httpx.Response(200, content=sse_body({"error": {"message": "slot crashed"}})), 502, "slot crashed"),
+    (httpx.ReadTimeout("slow"), 504, "stopped sending tokens"),
+    (httpx.ConnectError("refused"), 502, "failed mid-answer"),
+])
+def test_llama_server_failures_are_upstream_errors(answer, status, words):
+    def handler(request):
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    with pytest.raises(UpstreamError) as caught:
+        asyncio.run(_drain(llama(handler)))
+    assert caught.value.status == status and words in caught.value.message
+
+
+def test_an_upstream_that_is_down():
+    upstream = LlamaServer("http://127.0.0.1:9", timeout=2)  # port 9 (discard): nothing listens
+    with pytest.raises(UpstreamError) as caught:
+        asyncio.run(upstream.limits())
+    assert caught.value.status == 502 and "cannot be reached" in caught.value.message
+    assert asyncio.run(upstream.healthy()) is False
+
+
+def test_cli_serve_refuses_bad_arguments_cleanly(tmp_path):
+    bad = run_cli("serve", EXAMPLES / "chatml-think-tools.gguf", "--upstream", "llama:8080")
+    assert bad.returncode == 2 and "--upstream must be an http" in bad.stderr and "Traceback" not in bad.stderr
+    missing = run_cli("serve", tmp_path / "none.gguf", "--upstream", "http://127.0.0.1:9")
+    assert missing.returncode == 2 and "Traceback" not in missing.stderr
+
+
+class Endless(Scripted):
+    """Generates until it is cancelled, and says when it was."""
+
+    closed = False
+
+    async def generate(self, completion):
+        self.asked.append(completion)
+        try:
+            while True:
+                yield "and on "
+                await asyncio.sleep(0.01)
+        finally:
+            self.closed = True
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_client_that_goes_away_cancels_the_generation(stream):
+    import threading
+    import time
+
+    import uvicorn
+    from servers import free_port
+
+    upstream = Endless()
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(TEMPLATE, upstream, MODEL), port=port, log_level="error"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        while not server.started:
+            time.sleep(0.05)
+        url = f"http://127.0.0.1:{port}/v1/chat/completions"
+        if stream:  # a client that reads the first chunk and hangs up
+            with httpx.stream("POST", url, json={"messages": ASK, "stream": True}, timeout=5) as response:
+                next(response.iter_bytes())
+        else:  # a client that gives up waiting for the whole answer
+            with pytest.raises(httpx.ReadTimeout):
+                httpx.post(url, json={"messages": ASK}, timeout=httpx.Timeout(1.0))
+        deadline = time.monotonic() + 5
+        while not upstream.closed and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert upstream.asked and upstream.closed
+    finally:
+        server.should_exit = True
+        thread.join(10)
