@@ -292,6 +292,14 @@ def test_cli_serve_refuses_bad_arguments_cleanly(tmp_path):
     assert bad.returncode == 2 and "--upstream must be an http" in bad.stderr and "Traceback" not in bad.stderr
     missing = run_cli("serve", tmp_path / "none.gguf", "--upstream", "http://127.0.0.1:9")
     assert missing.returncode == 2 and "Traceback" not in missing.stderr
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = run_cli("serve", EXAMPLES / "chatml-think-tools.gguf", "--upstream", "http://127.0.0.1:9",
+                       "--port", str(taken.getsockname()[1]))
+    assert busy.returncode == 2 and "cannot listen on" in busy.stderr and "Traceback" not in busy.stderr
 
 
 class Endless(Scripted):
