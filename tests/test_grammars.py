@@ -304,3 +304,18 @@ def test_a_prompt_that_closed_reasoning_leaves_none_to_generate(accepts, how):
     assert not accepts(gbnf, "<think>\nhm\n</think>\n\nSunny.<|im_end|>")
     default = emit_gbnf(build(spec, GrammarOptions(), template.special_tokens))
     assert accepts(default, "<think>\nhm\n</think>\n\nSunny.<|im_end|>")  # the default mode may think
+
+
+def test_names_that_slug_alike_keep_their_own_rules(accepts):
+    """get-weather, get_weather and get.weather are three tools; a-b and a_b two properties
+    with their own types (found by review: the last one's rule replaced the others)."""
+    template = tplparse.load(EXAMPLES / "chatml-think-tools.gguf")
+    schema = {"type": "object", "properties": {"a-b": {"type": "integer"}, "a_b": {"type": "boolean"}},
+              "required": ["a-b", "a_b"]}
+    names = ["get-weather", "get_weather", "get.weather"]
+    tools = [{"type": "function", "function": {"name": n, "parameters": schema}} for n in names]
+    gbnf = emit_gbnf(build(probe(template), GrammarOptions(tools=tools, tool_choice="required"), template.special_tokens))
+    call = '<tool_call>\n{"name": "%s", "arguments": %s}\n</tool_call>'
+    for name in names:
+        assert accepts(gbnf, call % (name, '{"a-b": 3, "a_b": true}')), name
+    assert not accepts(gbnf, call % ("get_weather", '{"a-b": true, "a_b": true}'))

@@ -99,6 +99,15 @@ def assembled(events: list) -> dict:
     ({"messages": ASK, "response_format": {"type": "json_schema", "json_schema": {"schema": 3}}},
      "response_format.json_schema.schema"),
     ({"messages": ASK, "thinking": False, "chat_template_kwargs": {"enable_thinking": True}}, "thinking"),
+    # (found by review: each was a 500, or a schema error only after a whole generation)
+    ({"messages": [{"role": "assistant", "content": "", "tool_calls": 5}]}, "messages[0].tool_calls"),
+    ({"messages": ASK, "response_format": {"type": "json_schema", "json_schema": "x"}}, "response_format.json_schema.schema"),
+    ({"messages": ASK, "response_format": {"type": "json_schema", "json_schema": {"schema": {"minLength": "3"}}}},
+     "response_format.json_schema.schema"),
+    ({"messages": ASK, "tools": [{"type": "function", "function": {"name": "f", "parameters": {"properties": []}}}]},
+     "tools[0].function.parameters"),
+    ({"messages": ASK, "tools": TOOLS, "tool_choice": {"function": "get_weather"}}, "tool_choice"),
+    ({"messages": ASK, "max_completion_tokens": 0}, "max_completion_tokens"),
 ])
 def test_bad_requests_are_400_naming_the_field(body, param):
     upstream = Scripted()
@@ -347,3 +356,30 @@ def test_a_client_that_goes_away_cancels_the_generation(stream):
     finally:
         server.should_exit = True
         thread.join(10)
+
+
+def test_nulls_are_absent_and_text_parts_are_one_text():
+    upstream = Scripted(["Sunny.", Finished("stop")])
+    parts = [{"role": "user", "content": [{"type": "text", "text": "Weather in "}, {"type": "text", "text": "Paris?"}]}]
+    status, answer = post(upstream, {"messages": parts, "top_logprobs": None, "logprobs": False, "tools": None,
+                                     "temperature": None})
+    assert status == 200, answer
+    assert upstream.asked[0].prompt == tplparse.prompt(TEMPLATE, ASK).text  # the parts, as one text
+
+
+def test_llama_server_events_holding_unicode_line_separators():
+    """llama-server writes U+2028 raw in its JSON: a split at every Unicode line break cut the
+    event in two (a 502 mid-answer); and the bridge's own events carry it escaped."""
+    text = "a\u2028b\u2029c\u0085d"
+
+    def handler(request):
+        raw = json.dumps({"content": text, "stop": False}, ensure_ascii=False).encode()  # as llama-server writes it
+        return httpx.Response(200, content=sse_body(raw, {"content": "", "stop": True, "stop_type": "eos"}))
+
+    assert asyncio.run(_drain(llama(handler))) == [text, Finished("stop")]
+    status, events = post(Scripted([text, Finished("stop")]), {"messages": ASK, "stream": True})
+    assert assembled(events)["content"] == text
+    from tplparse.serve import responses
+
+    written = responses.sse({"content": text}).decode()
+    assert not any(ch in written for ch in "\u2028\u2029\u0085") and json.loads(written[6:])["content"] == text

@@ -250,9 +250,10 @@ def _add_tool_calls(g: Grammar, tc: ToolCallFormat, options: GrammarOptions, ws:
         call = g.add("tool-call", _call_body(tc, Ref("tool-name"), args, ws), "one tool call")
     else:
         alternatives = []
+        rules: list[str] = []
         for tool in tools:
             name = _tool_name(tool)
-            rule = _rule_name(name)
+            rule = _unique(_rule_name(name), rules)  # (get-weather and get_weather are two tools)
             schema = _tool_schema(tool)
             args = _add_arguments(g, tc.arguments, f"arguments-{rule}", schema, ws, options.warnings, _after_arguments(tc),
                                   open_objects=_objects_open(options))
@@ -297,6 +298,16 @@ def _tool_name(tool: dict) -> str:
 
 def _tool_schema(tool: dict) -> dict:
     return (tool.get("function") or tool).get("parameters") or {"type": "object"}
+
+
+def _unique(rule: str, taken: list[str]) -> str:
+    """`rule`, or `rule-2`, `rule-3`, ... when names that differ slug to the same rule; added to `taken`."""
+    unique, n = rule, 1
+    while unique in taken:
+        n += 1
+        unique = f"{rule}-{n}"
+    taken.append(unique)
+    return unique
 
 
 def _rule_name(name: str) -> str:

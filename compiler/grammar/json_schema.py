@@ -241,7 +241,8 @@ class _Converter:
         add_json(self.g)
         members = []
         for key, sub in properties.items():
-            value = self.rule(f"{name}-{_slug(key)}", sub, f"{path}/properties/{key}")
+            # (properties a-b and a_b slug alike: each gets its own rule)
+            value = self.rule(_unique_rule(self.g, f"{name}-{_slug(key)}"), sub, f"{path}/properties/{key}")
             members.append((key, seq(Lit(self.dump(key)), ws, Lit(":"), ws, value), key in required))
         pair = None
         if extra is not False:
@@ -470,6 +471,15 @@ def _char_set(characters, negate: bool = False) -> Chars:
         else:
             ranges.append([code, code])
     return Chars(tuple((chr(a), chr(b)) for a, b in ranges), negate)
+
+
+def _unique_rule(g: Grammar, name: str) -> str:
+    """`name`, or `name-2`, ... when the grammar already has a rule of that name."""
+    unique, n = name, 1
+    while g.has(unique):
+        n += 1
+        unique = f"{name}-{n}"
+    return unique
 
 
 def _slug(text: str) -> str:

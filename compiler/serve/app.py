@@ -43,6 +43,8 @@ def create_app(template: ChatTemplate, upstream: Upstream, model_name: str) -> S
             body = json.loads(await request.body())
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             return _error(400, f"the request body is not JSON: {e}")
+        except RecursionError:
+            return _error(400, "the request body is nested too deeply")
         try:
             chat = parse_request(body)
             if chat.model is not None and chat.model != model_name:
@@ -151,7 +153,7 @@ async def _events(upstream: Upstream, model: str, planned: Plan, completion: Com
     for delta in parser.end(finished.reason):
         yield _chunk_of(delta, cid, model, created, dropped)
     message = parser.message
-    errors = reply_errors(message, planned.tools, planned.schema)
+    errors = await run_in_threadpool(reply_errors, message, planned.tools, planned.schema)  # (regexes may be slow)
     last = responses.chunk(cid, model, created, {}, responses.finish_reason(message, finished.reason),
                            _extra(planned, "".join(raw), message, errors, dropped))
     last["usage"] = responses.usage(planned.prompt_tokens, finished.completion_tokens)
@@ -192,23 +194,29 @@ async def _answer(template: ChatTemplate, upstream: Upstream, model: str, chat: 
     more attempts, again with the errors fed back; the attempts come back when it gives up."""
     attempts: list[Attempt] = []
     conversation = chat.messages
-    completion_tokens = 0
+    prompt_tokens = completion_tokens = 0
     while True:
         raw, message, finished = await _generated(upstream, planned, completion)
         completion_tokens += finished.completion_tokens
-        errors = reply_errors(message, planned.tools, planned.schema)
+        prompt_tokens += planned.prompt_tokens
+        errors = await run_in_threadpool(reply_errors, message, planned.tools, planned.schema)
         attempts.append(Attempt(raw, message, errors))
         if not errors or len(attempts) >= chat.max_attempts:
             break
         conversation = conversation + feedback_messages(message, errors)
-        planned, completion = await _prepared(template, upstream, chat, conversation)
+        try:
+            next_plan = await _prepared(template, upstream, chat, conversation)
+        except RequestError as e:  # the feedback leaves no room: give up with what there is
+            planned.notes.append(f"no further attempt: {e.message}")
+            break
+        planned, completion = next_plan
     extra = _extra(planned, raw, message, errors)
     if chat.max_attempts > 1:
         extra["attempts"] = [{"raw": a.raw, "message": responses.assistant_message(a.message),
                               "errors": [e.describe() for e in a.errors]} for a in attempts]
         extra["gave_up"] = bool(errors)
     return responses.completion(responses.completion_id(), model, message, responses.finish_reason(message, finished.reason),
-                                responses.usage(planned.prompt_tokens, completion_tokens), extra)
+                                responses.usage(prompt_tokens, completion_tokens), extra)
 
 
 async def _cancelled_on_disconnect(request: Request, work):

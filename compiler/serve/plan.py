@@ -45,7 +45,7 @@ def plan(template: ChatTemplate, request: ChatRequest, messages: list[dict] | No
     if spec.tool_calls is not None and request.tools or request.schema is not None:
         try:
             constraint = llama_request(spec, options, template.special_tokens)
-        except ValueError as e:  # a schema the grammar cannot take
+        except (ValueError, TypeError) as e:  # a schema the grammar cannot take
             raise RequestError("response_format" if request.schema is not None else "tools", str(e)) from e
         notes.append("lazy grammar: free text until the call opener" if constraint.get("grammar_lazy")
                      else "grammar from the first token")

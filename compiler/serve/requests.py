@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import jsonschema
+
 # Accepted and ignored, because they do not change what is generated here (metadata, or
 # options whose only value this bridge implements).
 IGNORED = {"user", "metadata", "store", "service_tier", "n", "logit_bias", "stream_options", "prompt_cache_key",
@@ -49,6 +51,9 @@ class ChatRequest:
 def parse_request(body) -> ChatRequest:
     if not isinstance(body, dict):
         raise RequestError("", "the request body must be a JSON object")
+    # A field sent as null is a field not sent (SDKs write explicit nulls); so are logprobs
+    # not asked for.
+    body = {k: v for k, v in body.items() if v is not None and not (k == "logprobs" and v is False)}
     unknown = sorted(set(body) - KNOWN)
     if unknown:
         raise RequestError(unknown[0], f"unsupported field {unknown[0]!r}")
@@ -63,9 +68,10 @@ def parse_request(body) -> ChatRequest:
     request.schema = _response_format(body.get("response_format"))
     if request.schema is not None and tool_choice not in ("auto", "none"):
         raise RequestError("response_format", "a json_schema response and a required tool call cannot both be asked for")
-    limit = _optional(body, "max_completion_tokens", int) or _optional(body, "max_tokens", int)
+    limit_field = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
+    limit = _optional(body, limit_field, int)
     if limit is not None and limit < 1:
-        raise RequestError("max_tokens", "max_tokens must be at least 1")
+        raise RequestError(limit_field, f"{limit_field} must be at least 1")
     request.max_tokens = limit
     request.stream = _optional(body, "stream", bool, False)
     for name, low, high in (("temperature", 0, 2), ("top_p", 0, 1), ("frequency_penalty", -2, 2),
@@ -116,11 +122,17 @@ def _messages(messages) -> list[dict]:
                     raise RequestError(f"{where}.content", f"{where}.content: only text parts are served")
         elif content is not None and not isinstance(content, str):
             raise RequestError(f"{where}.content", f"{where}.content must be a string or a list of text parts")
-        for j, call in enumerate(message.get("tool_calls") or []):
+        calls = message.get("tool_calls")
+        if calls is not None and not isinstance(calls, list):
+            raise RequestError(f"{where}.tool_calls", f"{where}.tool_calls must be a list")
+        for j, call in enumerate(calls or []):
             function = call.get("function") if isinstance(call, dict) else None
             if not isinstance(function, dict) or not isinstance(function.get("name"), str):
                 raise RequestError(f"{where}.tool_calls[{j}]", f"{where}.tool_calls[{j}] must have a function name")
-    return messages
+    # Text parts are one text, as OpenAI reads them (templates that expect a string would
+    # print the list, or drop it).
+    return [{**m, "content": "".join(part["text"] for part in m["content"])} if isinstance(m.get("content"), list) else m
+            for m in messages]
 
 
 def _tools(tools) -> list[dict] | None:
@@ -133,8 +145,8 @@ def _tools(tools) -> list[dict] | None:
         function = tool.get("function") if isinstance(tool, dict) and tool.get("type", "function") == "function" else None
         if not isinstance(function, dict) or not isinstance(function.get("name"), str) or not function["name"]:
             raise RequestError(f"tools[{i}]", f"tools[{i}] must be a function with a name")
-        if "parameters" in function and not isinstance(function["parameters"], dict):
-            raise RequestError(f"tools[{i}].function.parameters", f"tools[{i}].function.parameters must be an object")
+        if function.get("parameters") is not None:
+            _schema(function["parameters"], f"tools[{i}].function.parameters")
         if function["name"] in names:
             raise RequestError(f"tools[{i}]", f"tools[{i}]: {function['name']!r} is offered twice")
         names.add(function["name"])
@@ -150,7 +162,8 @@ def _tool_choice(choice, tools) -> str:
         if choice != "none" and not tools:
             raise RequestError("tool_choice", f"tool_choice {choice!r} needs tools")
         return choice
-    name = (choice.get("function") or {}).get("name") if isinstance(choice, dict) else None
+    function = choice.get("function") if isinstance(choice, dict) else None
+    name = function.get("name") if isinstance(function, dict) else None
     if not isinstance(name, str):
         raise RequestError("tool_choice", "a named tool_choice is {\"type\": \"function\", \"function\": {\"name\": ...}}")
     if name not in {t["function"]["name"] for t in tools or []}:
@@ -167,11 +180,24 @@ def _response_format(value) -> dict | None:
     if kind == "json_object":
         return {"type": "object"}
     if kind == "json_schema":
-        schema = (value.get("json_schema") or {}).get("schema")
-        if not isinstance(schema, dict):
-            raise RequestError("response_format.json_schema.schema", "response_format.json_schema.schema must be an object")
-        return schema
+        inner = value.get("json_schema")
+        schema = inner.get("schema") if isinstance(inner, dict) else None
+        return _schema(schema, "response_format.json_schema.schema")
     raise RequestError("response_format", "response_format.type must be text, json_object or json_schema")
+
+
+def _schema(schema, param: str) -> dict:
+    """A JSON Schema (Draft 2020-12) that is one: checked before anything is generated."""
+    if not isinstance(schema, dict):
+        raise RequestError(param, f"{param} must be a JSON Schema object")
+    try:
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except jsonschema.SchemaError as e:
+        where = "/".join(str(p) for p in e.absolute_path)
+        raise RequestError(param, f"{param} is not a valid JSON Schema: {e.message}" + (f" (at {where})" if where else "")) from e
+    except RecursionError as e:
+        raise RequestError(param, f"{param} is nested too deeply") from e
+    return schema
 
 
 def _stop(stop) -> list[str]:

@@ -70,4 +70,7 @@ def error_body(status: int, message: str, param: str | None = None) -> dict:
 
 def sse(data: dict | str) -> bytes:
     text = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    # JSON may hold U+2028 / U+2029 / U+0085 raw; readers that split lines at every Unicode
+    # line break would cut the event there, so they go escaped (the same JSON value).
+    text = text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029").replace("\u0085", "\\u0085")
     return f"data: {text}\n\n".encode()

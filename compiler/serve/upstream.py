@@ -130,7 +130,7 @@ class LlamaServer(Upstream):
                 if response.status_code != 200:
                     await response.aread()
                     _decoded(response, "/completion", self.url)  # raises with the upstream's message
-                async for line in response.aiter_lines():
+                async for line in _lines(response):
                     if not line.strip() or not line.startswith("data:"):
                         continue  # SSE comments and the blank lines between events
                     event = _event(line[5:])
@@ -155,6 +155,19 @@ class LlamaServer(Upstream):
 
     async def aclose(self) -> None:
         await self._client.aclose()
+
+
+async def _lines(response: httpx.Response):
+    """The SSE lines, split at \n only: llama-server writes U+2028, U+2029 and U+0085 raw in
+    its JSON, and a split at every Unicode line break (httpx's aiter_lines) cuts an event."""
+    pending = ""
+    async for text in response.aiter_text():
+        pending += text
+        *lines, pending = pending.split("\n")
+        for line in lines:
+            yield line.rstrip("\r")
+    if pending:
+        yield pending
 
 
 def _decoded(response: httpx.Response, path: str, url: str) -> dict:
