@@ -49,16 +49,16 @@ def create_app(template: ChatTemplate, upstream: Upstream, model_name: str) -> S
             chat = parse_request(body)
             if chat.model is not None and chat.model != model_name:
                 return _error(404, f"model {chat.model!r} is not served here (this is {model_name!r})", "model")
-            first, completion = await _prepared(template, upstream, chat, chat.messages)
+            planned, completion = await _prepared(template, upstream, chat, chat.messages)
         except RequestError as e:
             return _error(400, e.message, e.param)
         except UpstreamError as e:
             return _error(e.status, e.message)
         if chat.stream:
-            return StreamingResponse(_events(upstream, model_name, first, completion), media_type="text/event-stream",
+            return StreamingResponse(_events(upstream, model_name, planned, completion), media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache"})
         try:
-            answer = await _cancelled_on_disconnect(request, _answer(template, upstream, model_name, chat, first, completion))
+            answer = await _cancelled_on_disconnect(request, _answer(template, upstream, model_name, chat, planned, completion))
         except RequestError as e:
             return _error(400, e.message, e.param)
         except UpstreamError as e:
@@ -125,22 +125,40 @@ def _extra(planned: Plan, raw: str, message: dict, errors: list, dropped: list |
     return extra
 
 
+class _Reading:
+    """One generation read by the family's parser as it streams: `deltas()` yields the
+    parser's deltas piece by piece (closing it closes the upstream generation); then `raw`
+    holds the model's text and `finished` how the upstream stopped."""
+
+    def __init__(self, upstream: Upstream, planned: Plan, completion: Completion):
+        self._upstream, self._completion = upstream, completion
+        self.parser = planned.prompt.parser()
+        self.raw: list[str] = []
+        self.finished: Finished | None = None
+
+    async def deltas(self):
+        async with aclosing(self._upstream.generate(self._completion)) as pieces:
+            async for piece in pieces:
+                if isinstance(piece, Finished):
+                    self.finished = piece
+                    return
+                self.raw.append(piece)
+                for delta in self.parser.feed(piece):
+                    yield delta
+
+
 async def _events(upstream: Upstream, model: str, planned: Plan, completion: Completion):
     """The SSE stream: a role chunk, a chunk per parser delta, a last chunk with the finish
     reason (and what OpenAI has no field for), `data: [DONE]`."""
     cid, created = responses.completion_id(), int(time.time())
-    parser = planned.prompt.parser()
+    reading = _Reading(upstream, planned, completion)
+    parser = reading.parser
     yield responses.sse(responses.chunk(cid, model, created, {"role": "assistant", "content": ""}))
-    finished, dropped, raw = None, [], []
+    dropped: list = []
     try:
-        async with aclosing(upstream.generate(completion)) as pieces:
-            async for piece in pieces:
-                if isinstance(piece, Finished):
-                    finished = piece
-                    break
-                raw.append(piece)
-                for delta in parser.feed(piece):
-                    yield _chunk_of(delta, cid, model, created, dropped)
+        async with aclosing(reading.deltas()) as deltas:
+            async for delta in deltas:
+                yield _chunk_of(delta, cid, model, created, dropped)
     except UpstreamError as e:
         # The stream has started (HTTP 200 is sent): what the parser held goes out (a call
         # not complete stays out: the parser drops a cut call), then the error as an event,
@@ -150,12 +168,13 @@ async def _events(upstream: Upstream, model: str, planned: Plan, completion: Com
         yield responses.sse(responses.error_body(e.status, e.message))
         yield responses.sse("[DONE]")
         return
+    finished = reading.finished
     for delta in parser.end(finished.reason):
         yield _chunk_of(delta, cid, model, created, dropped)
     message = parser.message
     errors = await run_in_threadpool(reply_errors, message, planned.tools, planned.schema)  # (regexes may be slow)
     last = responses.chunk(cid, model, created, {}, responses.finish_reason(message, finished.reason),
-                           _extra(planned, "".join(raw), message, errors, dropped))
+                           _extra(planned, "".join(reading.raw), message, errors, dropped))
     last["usage"] = responses.usage(planned.prompt_tokens, finished.completion_tokens)
     yield responses.sse(last)
     yield responses.sse("[DONE]")
@@ -174,18 +193,12 @@ def _chunk_of(delta: dict, cid: str, model: str, created: int, dropped: list) ->
 
 async def _generated(upstream: Upstream, planned: Plan, completion: Completion) -> tuple[str, dict, Finished]:
     """One whole generation, read by the family's parser as it streams."""
-    parser = planned.prompt.parser()
-    raw: list[str] = []
-    finished = None
-    async with aclosing(upstream.generate(completion)) as pieces:
-        async for piece in pieces:
-            if isinstance(piece, Finished):
-                finished = piece
-                break
-            raw.append(piece)
-            parser.feed(piece)
-    parser.end(finished.reason)
-    return "".join(raw), parser.message, finished
+    reading = _Reading(upstream, planned, completion)
+    async with aclosing(reading.deltas()) as deltas:
+        async for _ in deltas:
+            pass
+    reading.parser.end(reading.finished.reason)
+    return "".join(reading.raw), reading.parser.message, reading.finished
 
 
 async def _answer(template: ChatTemplate, upstream: Upstream, model: str, chat: ChatRequest, planned: Plan,
