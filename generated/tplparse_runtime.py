@@ -2072,7 +2072,10 @@ class Rules:
                 yield from self._after_end(stop)
                 return
             if stop == p.opener or stop == p.bare_opener:
+                self._reasoning_ended_at = self._offset()  # (at the call that ended it)
                 yield from self._tool_calls(bare=stop == p.bare_opener)
+        if self._reasoning_ended_at is None:
+            self._reasoning_ended_at = self._offset()
         self._state = CONTENT
         if p.tool_calls and not p.opener:
             yield from self._turn_without_opener()
@@ -3069,6 +3072,7 @@ class Messages:
         opened = self._state == REASONING  # the prompt wrote the first header: a reasoning body
         first = True
         while True:
+            message_at = self._offset()
             yield from self._skip_ws()
             if not first and not self._available():
                 return  # (the output ended after a message: the engine stopped on what ends the turn)
@@ -3085,6 +3089,8 @@ class Messages:
                     kind, name, builtin = CONTENT, None, False  # text without a header: content
             first = False
             self._state = REASONING if kind == REASONING else CONTENT
+            if kind != REASONING and self._reasoning_ended_at is None:
+                self._reasoning_ended_at = message_at  # (the first message that is not reasoning)
             if kind == _CALL:
                 stop = yield from self._message_call(name, builtin)
             elif kind == _SKIPPED:
@@ -3235,6 +3241,9 @@ class StreamParser(Input, Rules, Messages, Output):
         if start not in (None, REASONING, CONTENT):
             raise ValueError(f"start must be {REASONING!r}, {CONTENT!r} or None, not {start!r}")
         self._state = self._p.start_state(generation_prompt, start)
+        # where the text after the output's reasoning begins (an offset in characters), once the
+        # parse has left the reasoning it started in or found none (see `reasoning_ended_at`)
+        self._reasoning_ended_at = None
         # input
         self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
         self._text = ""
@@ -3268,6 +3277,16 @@ class StreamParser(Input, Rules, Messages, Output):
         self._run = self._turn()
         next(self._run)
         self._resume = self._run.send
+
+
+    @property
+    def reasoning_ended_at(self):
+        """The offset (characters of the output) where what follows its reasoning begins:
+        after the reasoning's end marker, at a call that ended it, or where the output's first
+        text begins when it opened no reasoning; None while the parse is in reasoning or cannot
+        tell yet. A parser started in content on the output from there reads what this one
+        reads after its reasoning (vLLM's reasoning-then-tools split: see `tplparse export vllm`)."""
+        return self._reasoning_ended_at
 
 
 def _offered_tools(tools):

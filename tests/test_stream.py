@@ -153,6 +153,46 @@ def test_round_trip_on_every_chunking(corpus, stem):
         assert parser.message == one_shot, (output.turn, "bytes")
 
 
+def _ended_at(module, text, cuts, **kwargs):
+    """`reasoning_ended_at` once it is known, feeding `text` cut at `cuts`, and at the end."""
+    parser = module.StreamParser(**kwargs)
+    first_known, last = None, 0
+    for cut in list(cuts) + [len(text)]:
+        if cut > last:
+            parser.feed(text[last:cut])
+            last = cut
+        if first_known is None and parser.reasoning_ended_at is not None:
+            first_known = parser.reasoning_ended_at
+    parser.end("stop")
+    return first_known, parser.reasoning_ended_at
+
+
+@needs_corpus
+@pytest.mark.parametrize("stem", [p.stem for p in TEMPLATES], ids=corpus_ids(TEMPLATES))
+def test_what_follows_the_reasoning_reads_alone(corpus, stem):
+    """`reasoning_ended_at` (vLLM's reasoning-then-tools split): the same offset on every
+    chunking, never changed once known, at or before the text after the reasoning; and a parser
+    started in content on the output from there reads the content and calls the whole parse reads."""
+    template, spec, module = corpus[stem]
+    for output in outputs(template, spec):
+        text, kwargs = output.text, {"tools": FRESH_TOOLS, "start": output.start}
+        message = module.parse(text, **kwargs)
+        offsets = {_ended_at(module, text, cuts, **kwargs)
+                   for cuts in (range(1, len(text)), marker_cuts(spec, text), [])}
+        assert len(offsets) == 1, (output.turn, offsets)
+        (first_known, ended), = offsets
+        assert first_known in (None, ended), (output.turn, first_known, ended)
+        if ended is None:
+            assert message["content"] is None and message["tool_calls"] == [], output.turn
+            continue
+        if message["reasoning_content"]:
+            assert message["reasoning_content"] in text[:ended], output.turn
+        rest = module.parse(text[ended:], tools=FRESH_TOOLS, start="content")
+        assert (rest["content"], rest["tool_calls"]) == (message["content"], message["tool_calls"]), output.turn
+        # (reasoning after a call, in messages with headers, is read there too: a part of the whole's)
+        assert (rest["reasoning_content"] or "") in (message["reasoning_content"] or ""), output.turn
+
+
 @needs_corpus
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())

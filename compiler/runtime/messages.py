@@ -41,6 +41,7 @@ class Messages:
         opened = self._state == REASONING  # the prompt wrote the first header: a reasoning body
         first = True
         while True:
+            message_at = self._offset()
             yield from self._skip_ws()
             if not first and not self._available():
                 return  # (the output ended after a message: the engine stopped on what ends the turn)
@@ -57,6 +58,8 @@ class Messages:
                     kind, name, builtin = CONTENT, None, False  # text without a header: content
             first = False
             self._state = REASONING if kind == REASONING else CONTENT
+            if kind != REASONING and self._reasoning_ended_at is None:
+                self._reasoning_ended_at = message_at  # (the first message that is not reasoning)
             if kind == _CALL:
                 stop = yield from self._message_call(name, builtin)
             elif kind == _SKIPPED:

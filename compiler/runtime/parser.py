@@ -37,6 +37,9 @@ class StreamParser(Input, Rules, Messages, Output):
         if start not in (None, REASONING, CONTENT):
             raise ValueError(f"start must be {REASONING!r}, {CONTENT!r} or None, not {start!r}")
         self._state = self._p.start_state(generation_prompt, start)
+        # where the text after the output's reasoning begins (an offset in characters), once the
+        # parse has left the reasoning it started in or found none (see `reasoning_ended_at`)
+        self._reasoning_ended_at = None
         # input
         self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
         self._text = ""
@@ -70,6 +73,16 @@ class StreamParser(Input, Rules, Messages, Output):
         self._run = self._turn()
         next(self._run)
         self._resume = self._run.send
+
+
+    @property
+    def reasoning_ended_at(self):
+        """The offset (characters of the output) where what follows its reasoning begins:
+        after the reasoning's end marker, at a call that ended it, or where the output's first
+        text begins when it opened no reasoning; None while the parse is in reasoning or cannot
+        tell yet. A parser started in content on the output from there reads what this one
+        reads after its reasoning (vLLM's reasoning-then-tools split: see `tplparse export vllm`)."""
+        return self._reasoning_ended_at
 
 
 def _offered_tools(tools):

@@ -155,7 +155,10 @@ class Rules:
                 yield from self._after_end(stop)
                 return
             if stop == p.opener or stop == p.bare_opener:
+                self._reasoning_ended_at = self._offset()  # (at the call that ended it)
                 yield from self._tool_calls(bare=stop == p.bare_opener)
+        if self._reasoning_ended_at is None:
+            self._reasoning_ended_at = self._offset()
         self._state = CONTENT
         if p.tool_calls and not p.opener:
             yield from self._turn_without_opener()
