@@ -549,6 +549,40 @@ def diff(old, new, as_json, old_variant, new_variant, bos_token, eos_token):
     sys.exit(0 if report.same else 1)
 
 
+@main.group(name="export")
+def export_group():
+    """Write SOURCE's protocol for another tool: a vLLM plugin."""
+
+
+@export_group.command(name="vllm")
+@click.argument("source", type=_PATH)
+@click.option("-o", "--out", "out_dir", type=_PATH, required=True,
+              help="The folder for the plugin and the family's parser (made if missing).")
+@click.option("--family", help="The family name (default: from the model's name).")
+@click.option("--variant", help="A named template of the source (e.g. tool_use).")
+@_token_options
+def export_vllm(source, out_dir, family, variant, bos_token, eos_token):
+    """Write a vLLM plugin for SOURCE's family: a tool-call parser and (when the family has
+    reasoning) a reasoning parser, registered as tplparse-<family>, over the family's
+    generated parser; print the `vllm serve` options that load them.
+
+    OUT gets <module>_vllm.py (the plugin: the only file that imports vLLM) and <module>.py
+    (the parser, standalone, standard library only). The compile must prove (as `compile`).
+    """
+    from pathlib import Path
+
+    from .pipeline import export_vllm as export, write_files
+
+    template = _load(source, variant=variant, family=family, bos_token=bos_token, eos_token=eos_token)
+    compiled, plugin = export(template)
+    if plugin is None:
+        raise InputError(_proof_error(compiled.proof))
+    for path in write_files(plugin.files, Path(out_dir)):
+        click.echo(f"wrote {path}")
+    click.echo("serve with:")
+    click.echo(plugin.usage(str(out_dir)))
+
+
 @main.command(name="build")
 @click.option("--manifest", type=_PATH, default="families.toml", show_default=True,
               help="The families and their sources (paths relative to the manifest's folder).")

@@ -3,6 +3,7 @@
     load -> probe -> spec -> grammar IR -> PEG, GBNF, Lark;  spec -> reading tables -> parser module
                              proof: the parser and the grammar read back the template's renders
 
+`export_vllm(template)` is a proved compile's vLLM plugin (tplparse.export.vllm_plugin).
 `compile_template(template)` probes, proves and returns the files of one template (relative
 path -> text): grammars/<family>.peg, .gbnf, .lark and .spec.json, and the parser under generated/
 (the family's module, the shared runtime and the folder's __init__.py; or one standalone
@@ -29,6 +30,7 @@ from .emit.lark import emit_lark
 from .emit.module import RUNTIME_MODULE, family_module, module_name, package_init, runtime_source, standalone_module
 from .emit.peg import emit_peg
 from .errors import InputError, TplparseError
+from .export.vllm_plugin import VllmPlugin, vllm_plugin
 from .grammar import build as build_grammar
 from .grammar.reading import reading_tables
 from .probe import probe
@@ -78,6 +80,15 @@ def artifacts(template: ChatTemplate, spec: ProtocolSpec, standalone: bool = Fal
         files[f"generated/{RUNTIME_MODULE}.py"] = runtime_source()
         files["generated/__init__.py"] = package_init()
     return files
+
+
+def export_vllm(template: ChatTemplate) -> tuple[Compiled, VllmPlugin | None]:
+    """The vLLM plugin of one template (tplparse.export.vllm_plugin), from a proved compile
+    only: (the compile, its plugin; None when the parser did not prove)."""
+    compiled = compile_template(template)
+    if not compiled.proof.ok:
+        return compiled, None
+    return compiled, vllm_plugin(compiled.spec, reading_tables(compiled.spec, template.special_tokens))
 
 
 def _checked_lark(text: str, template: ChatTemplate, family: str) -> str:

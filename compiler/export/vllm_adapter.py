@@ -1,0 +1,351 @@
+"""The body of every vLLM plugin that `tplparse export vllm` writes: a tool parser and a
+reasoning parser over one family's generated parser, in vLLM's legacy parser interfaces
+(`ToolParser`, `ReasoningParser`), which vLLM's `DelegatingParser` composes per request.
+
+tplparse never imports this file (it imports vLLM): the exporter copies its `###{imports`
+section to the top of the plugin and its `###{plugin` section after the family's data
+(FAMILY, REASONING_START, REASONING_END, MARKERS, CALL_IDS_FROM_MODEL, MODES) and the
+family's generated parser, loaded as `_family`; the plugin ends with `register(PARSER_NAME)`. The plugin is tested with the
+real vLLM (tests/test_vllm_plugin.py, in the virtual environment `.ci/run` makes for it).
+
+How vLLM drives the pair, and what each side reads (one parse per side, no re-scan):
+- streamed: the reasoning parser is fed vLLM's text deltas while the output is in
+  reasoning; when the generated parser has left the reasoning (`reasoning_ended_at`), the
+  raw text from there goes back to vLLM as this batch's content, and vLLM hands it, then
+  every later delta, to the tool parser, whose parser starts in content. (When the prompt
+  closed the reasoning, vLLM skips the reasoning parser and the tool parser reads the whole
+  output: a model that opens a reasoning block anyway still has it read as reasoning, as the
+  generated parser reads it.) Both are engine-based (`engine_based_streaming`): vLLM passes
+  each delta alone and flushes them with `finish_streaming()`.
+- one-shot: `extract_reasoning` parses the whole output and returns the reasoning and the raw
+  text after it; `extract_tool_calls` parses that text.
+- the start state: from the prompt vLLM rendered (`adjust_initial_state_from_prompt`) when it
+  gives one (streamed), else from the mode the request selects, as the probe found the modes
+  (its `chat_template_kwargs`, or a flag in its system message such as "/no_think"), else
+  the family's default mode.
+"""
+
+###{imports
+import logging
+
+from vllm.entrypoints.generate.base.protocol import (
+    DeltaFunctionCall,
+    DeltaMessage,
+    DeltaToolCall,
+    ExtractedToolCallInformation,
+    FunctionCall,
+    ToolCall,
+)
+from vllm.reasoning import ReasoningParser, ReasoningParserManager
+from vllm.renderers.chat_utils import make_tool_call_id
+from vllm.tool_parsers import ToolParser, ToolParserManager
+###}
+
+###{plugin
+_log = logging.getLogger(f"vllm.tplparse.{FAMILY}")
+
+
+def _decode(tokenizer, ids):
+    """Token ids as text, special tokens kept (the family's markers may be special tokens)."""
+    return tokenizer.decode(list(ids), skip_special_tokens=False)
+
+
+def _markers_are_special(tokenizer):
+    """Whether a special token of the tokenizer is (part of) one of the family's markers: then
+    vLLM must keep special tokens in the text, or the parser never sees the marker."""
+    special = [t for t in (getattr(tokenizer, "all_special_tokens", None) or []) if t]
+    return any(token in marker for token in special for marker in MARKERS)
+
+
+def _system_text(messages):
+    """The text of the request's system (or developer) messages."""
+    texts = []
+    for message in messages or ():
+        message = message if isinstance(message, dict) else getattr(message, "__dict__", {})
+        if message.get("role") in ("system", "developer"):
+            content = message.get("content")
+            if isinstance(content, str):
+                texts.append(content)
+            elif isinstance(content, list):
+                texts += [part.get("text", "") for part in content if isinstance(part, dict)]
+    return "\n".join(texts)
+
+
+def _start_for(kwargs, messages=()):
+    """The start state of the mode the request selects: the mode whose template variables the
+    `chat_template_kwargs` all set and whose system flag ("/no_think") the system message
+    carries, the most specific such mode; None when only the default mode fits (the parser
+    then starts as the family's default mode does)."""
+    kwargs = kwargs or {}
+    system = _system_text(messages)
+    best, best_score = None, 0
+    for mode in MODES.values():
+        variables, flag = mode["variables"], mode["system_flag"]
+        if not all(name in kwargs and kwargs[name] == value for name, value in variables.items()):
+            continue
+        if flag and flag not in system:
+            continue
+        score = len(variables) + (1 if flag else 0)
+        if score > best_score:
+            best, best_score = mode["start"], score
+    return best
+
+
+class _Deltas:
+    """The generated parser's deltas, as vLLM's: one DeltaMessage per batch, call ids that
+    stay the same for the call, and the calls of a one-shot parse as vLLM's ToolCalls."""
+
+    def __init__(self, keep_reasoning=True):
+        self.keep_reasoning = keep_reasoning
+        self._ids = {}  # call index -> the id its header went out with
+
+    def call_id(self, index, parsed_id):
+        """The model's own id when the format writes one, else one of vLLM's (random)."""
+        if index not in self._ids:
+            self._ids[index] = parsed_id if CALL_IDS_FROM_MODEL and parsed_id else make_tool_call_id()
+        return self._ids[index]
+
+    def message(self, deltas):
+        """Merge a batch of the parser's deltas into one DeltaMessage (None when empty)."""
+        content, reasoning, calls = [], [], []
+        for delta in deltas:
+            if "content" in delta:
+                content.append(delta["content"])
+            elif "reasoning_content" in delta:
+                if self.keep_reasoning:
+                    reasoning.append(delta["reasoning_content"])
+            elif "tool_calls" in delta:
+                for call in delta["tool_calls"]:
+                    self._add_call(calls, call)
+            elif "tool_call_error" in delta:
+                # A call whose header (and maybe arguments) went out is not a call after all.
+                # vLLM cannot take deltas back: the client is told in an extra field of a
+                # tool-call delta of that index (vLLM merges tool-call lists, not extra fields of
+                # a message), and the one-shot result has no such call.
+                error = delta["tool_call_error"]
+                _log.warning("tplparse: tool call %d dropped (%s): %s", error["index"], error["kind"], error["message"])
+                calls.append(DeltaToolCall(index=error["index"], tplparse_error=error))
+        if not (content or reasoning or calls):
+            return None
+        return DeltaMessage(content="".join(content) or None, reasoning="".join(reasoning) or None, tool_calls=calls)
+
+    def _add_call(self, calls, call):
+        function = call.get("function") or {}
+        if "id" in call:  # the call's header: id and name
+            calls.append(DeltaToolCall(index=call["index"], id=self.call_id(call["index"], call["id"]), type="function",
+                                       function=DeltaFunctionCall(name=function["name"], arguments=function.get("arguments", ""))))
+        elif calls and calls[-1].index == call["index"] and calls[-1].function is not None:  # more of its arguments
+            calls[-1].function.arguments = (calls[-1].function.arguments or "") + function["arguments"]
+        else:
+            calls.append(DeltaToolCall(index=call["index"], function=DeltaFunctionCall(arguments=function["arguments"])))
+
+    def tool_calls(self, message):
+        """A one-shot message's calls as vLLM's ToolCalls."""
+        return [ToolCall(id=self.call_id(i, call["id"]), type="function",
+                         function=FunctionCall(name=call["function"]["name"], arguments=call["function"]["arguments"]))
+                for i, call in enumerate(message["tool_calls"])]
+
+
+def _log_errors(message):
+    for error in message["errors"]:
+        _log.warning("tplparse: %s at offset %s: %s", error["kind"], error["offset"], error["message"])
+
+
+class TplparseReasoningParser(ReasoningParser):
+    """The family's reasoning, read by its generated parser (see the module's docstring)."""
+
+    engine_based_streaming = True
+
+    def __init__(self, tokenizer, *args, **kwargs):
+        super().__init__(tokenizer, *args, **kwargs)
+        self._template_kwargs = kwargs.get("chat_template_kwargs") or {}
+        self._prompt = None  # the rendered prompt, when vLLM gives it
+        self._reader = None  # the generated parser of the stream, made at its first delta
+        self._fed = []  # the raw deltas fed so far (the text after the reasoning goes back raw)
+        self._handed_over = False  # the text after the reasoning went to vLLM (the tool parser)
+        self._deltas = _Deltas()
+
+    @property
+    def reasoning_start_str(self):
+        return REASONING_START or None
+
+    @property
+    def reasoning_end_str(self):
+        return REASONING_END or None
+
+    def _parser(self, request=None):
+        if self._prompt is not None:
+            return _family.StreamParser(generation_prompt=self._prompt)
+        kwargs = self._template_kwargs or getattr(request, "chat_template_kwargs", None) or {}
+        return _family.StreamParser(start=_start_for(kwargs, getattr(request, "messages", ())))
+
+    # --- the prompt, and the token-id checks of structured outputs ---------------------
+
+    def is_reasoning_end(self, input_ids):
+        """Whether the text of `input_ids` (a prompt, or a prompt and output) ends after the
+        reasoning: its last reasoning marker is the end marker, with only whitespace after it
+        (a prompt that closed the block: the output starts in content)."""
+        if not REASONING_END:
+            return True
+        text = _decode(self.model_tokenizer, input_ids).rstrip()
+        return text.endswith(REASONING_END)
+
+    def is_reasoning_end_streaming(self, input_ids, delta_ids):
+        """Whether the reasoning's end marker is in the newest tokens (`delta_ids`, the end of
+        `input_ids`): decoded with as many tokens before them as the marker has characters."""
+        if not REASONING_END:
+            return True
+        delta_ids = list(delta_ids)
+        if not delta_ids:
+            return False
+        start = len(input_ids) - len(delta_ids)  # (a slice of the window only: input_ids is the whole sequence)
+        before = list(input_ids[max(0, start - len(REASONING_END)):start])
+        window = _decode(self.model_tokenizer, before + delta_ids)
+        return REASONING_END in window and REASONING_END not in _decode(self.model_tokenizer, before)
+
+    def extract_content_ids(self, input_ids):
+        """The ids after the token that completes the reasoning's end marker (all of them
+        when the marker is not there: no reasoning to take out)."""
+        ids = list(input_ids)
+        if not REASONING_END:
+            return ids
+        text = ""
+        for i, token in enumerate(ids):
+            text += _decode(self.model_tokenizer, [token])
+            if REASONING_END in text:
+                return ids[i + 1:]
+        return ids
+
+    def adjust_request(self, request):
+        """Keep special tokens in the text when one of the family's markers is one."""
+        if _markers_are_special(self.model_tokenizer):
+            request.skip_special_tokens = False
+        return request
+
+    def adjust_initial_state_from_prompt(self, prompt_token_ids):
+        self._prompt = _decode(self.model_tokenizer, prompt_token_ids)
+
+    def count_reasoning_tokens(self, token_ids):
+        """The tokens of the output (streamed, or parsed one-shot) before where its reasoning
+        ended (all of them while it has not ended)."""
+        reader = self._reader
+        if reader is None:
+            return 0
+        ended = reader.reasoning_ended_at
+        if ended is None:
+            return len(token_ids)
+        length = 0
+        for i, token in enumerate(token_ids):
+            if length >= ended:
+                return i
+            length += len(_decode(self.model_tokenizer, [token]))
+        return len(token_ids)
+
+    # --- one-shot ----------------------------------------------------------------------
+
+    def extract_reasoning(self, model_output, request):
+        """(reasoning, the raw text after it): the tool parser reads that text."""
+        reader = self._parser(request)
+        reader.feed(model_output)
+        reader.end("stop")
+        if self._reader is None:
+            self._reader = reader  # (count_reasoning_tokens reads it next)
+        message = reader.message
+        ended = reader.reasoning_ended_at
+        return message["reasoning_content"], (model_output[ended:] or None) if ended is not None else None
+
+    # --- streamed ----------------------------------------------------------------------
+
+    def extract_reasoning_streaming(self, previous_text, current_text, delta_text, previous_token_ids,
+                                    current_token_ids, delta_token_ids):
+        if self._handed_over:  # (vLLM stops calling once the reasoning ended; what comes is content)
+            return DeltaMessage(content=delta_text) if delta_text else None
+        if self._reader is None:
+            self._reader = self._parser()
+        self._fed.append(delta_text)
+        deltas = self._reader.feed(delta_text)
+        reasoning = [d for d in deltas if "reasoning_content" in d]
+        ended = self._reader.reasoning_ended_at
+        if ended is None:
+            return self._deltas.message(reasoning)
+        self._handed_over = True
+        rest = "".join(self._fed)[ended:]
+        self._fed = []
+        message = self._deltas.message(reasoning) or DeltaMessage()
+        message.content = rest or None
+        return message if (message.reasoning or message.content) else None
+
+    def has_engine_confirmed_reasoning_end(self):
+        return self._handed_over
+
+    def finish_streaming(self):
+        """At the end of a stream that never left reasoning (or was about to tell): what the
+        parser still held, as it reads it."""
+        if self._handed_over or self._reader is None:
+            return None
+        deltas = self._reader.end("stop")
+        _log_errors(self._reader.message)
+        return self._deltas.message(deltas)
+
+
+class TplparseToolParser(ToolParser):
+    """The family's content and tool calls, read by its generated parser."""
+
+    engine_based_streaming = True
+    # The model writes its calls in its own format, for every tool_choice: vLLM's JSON-list
+    # handling of "required" and named choices would not find them.
+    supports_required_and_named = False
+
+    def __init__(self, tokenizer, tools=None):
+        super().__init__(tokenizer, tools)
+        # vLLM sets this when no reasoning parser is configured: the parser then reads the whole
+        # output from the family's default start, and drops reasoning (vLLM's one-shot result of
+        # a tool parser has no reasoning field, so streaming drops it too).
+        self.skip_reasoning_parsing = False
+        self._tools = [tool.model_dump(exclude_none=True) if hasattr(tool, "model_dump") else tool
+                       for tool in self.tools]
+        self._reader = None
+        self._deltas = None
+
+    def _parser(self):
+        start = None if self.skip_reasoning_parsing else "content"
+        return _family.StreamParser(tools=self._tools, start=start)
+
+    def adjust_request(self, request):
+        """Keep special tokens in the text when one of the family's markers is one."""
+        request = super().adjust_request(request)
+        if request.tools and request.tool_choice != "none" and _markers_are_special(self.model_tokenizer):
+            request.skip_special_tokens = False
+        return request
+
+    def extract_tool_calls(self, model_output, request):
+        reader = self._parser()
+        reader.feed(model_output)
+        reader.end("stop")
+        message = reader.message
+        _log_errors(message)
+        calls = _Deltas().tool_calls(message)
+        return ExtractedToolCallInformation(tools_called=bool(calls), tool_calls=calls, content=message["content"])
+
+    def extract_tool_calls_streaming(self, previous_text, current_text, delta_text, previous_token_ids,
+                                     current_token_ids, delta_token_ids, request):
+        if self._reader is None:
+            self._reader = self._parser()
+            self._deltas = _Deltas(keep_reasoning=not self.skip_reasoning_parsing)
+        return self._deltas.message(self._reader.feed(delta_text))
+
+    def finish_streaming(self):
+        if self._reader is None:
+            return None
+        deltas = self._reader.end("stop")
+        _log_errors(self._reader.message)
+        return self._deltas.message(deltas)
+
+
+def register(name):
+    """Register the family's parsers under `name` (`--tool-call-parser NAME`, and
+    `--reasoning-parser NAME` when the family has reasoning)."""
+    ToolParserManager.register_module(name=name, module=TplparseToolParser)
+    if REASONING_END:
+        ReasoningParserManager.register_module(name=name, module=TplparseReasoningParser)
+###}

@@ -1,0 +1,260 @@
+"""`tplparse export vllm`: each family's plugin, loaded by the real vLLM and driven the way its
+chat-completion server drives a parser, reads the template's own renders as the family's
+generated parser does, one-shot and streamed in small deltas.
+
+vLLM lives in a virtual environment of its own (`.ci/run` makes it: vLLM pins its own torch
+and transformers); TPLPARSE_VLLM_PYTHON names its Python. tests/vllm_driver.py runs there,
+once for every family (importing vLLM takes seconds), and writes what vLLM assembled; the
+tests here compare that with the generated parser's message. Without that Python the vLLM
+tests skip and say why.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import tplparse
+from conftest import CORPUS, EXAMPLES, REPO, corpus_ids, corpus_templates, needs_corpus, run_cli
+from corpus_outputs import FRESH_TOOLS, outputs, parser_module
+from tplparse.export.vllm_plugin import vllm_plugin
+from tplparse.grammar.reading import reading_tables
+from tplparse.pipeline import compile_template
+
+VLLM_PYTHON = os.environ.get("TPLPARSE_VLLM_PYTHON", "")
+needs_vllm = pytest.mark.skipif(not (VLLM_PYTHON and Path(VLLM_PYTHON).is_file()),
+                                reason="no vLLM: set TPLPARSE_VLLM_PYTHON to the Python of a venv with vLLM "
+                                       "(.ci/run makes one)")
+# Delta sizes in characters (vLLM hands a parser a few tokens' text at a time), and the whole text.
+CHUNKS = [1, 3, 7, 1_000_000]
+SOURCES = [EXAMPLES / "chatml-think-tools.gguf", EXAMPLES / "bracket-tools.gguf", *corpus_templates()]
+TOOLS = FRESH_TOOLS
+
+
+def _prompt_for(spec, start):
+    """The request of the first mode whose output starts in `start`: a prompt that ends with the
+    mode's tail (what vLLM hands the reasoning parser as token ids), the mode's template
+    variables, and its system flag as the system message (one-shot, vLLM gives no prompt)."""
+    mode = next((m for m in spec.modes.values() if m.start.value == start), None)
+    if mode is None:
+        return "<user turn>", {}, ""
+    return "<user turn>" + mode.tail, dict(mode.variables), mode.system_flag
+
+
+# Outputs beyond the renders, for the example family: a call whose arguments turn out invalid
+# after some went out (a duplicate key), and a call cut off by the length limit.
+EXTRA_EXAMPLE_OUTPUTS = {
+    "invalid-after-streaming": '<tool_call>\n{"name": "convert_currency", "arguments": {"amount": "EUR 12", '
+                               '"amount": "EUR 13"}}\n</tool_call>',
+    "truncated-call": 'Let me check.\n\n<tool_call>\n{"name": "convert_currency", "arguments": {"amount": "EU',
+    "long-argument": '<tool_call>\n{"name": "convert_currency", "arguments": {"amount": "' + "EUR 12, " * 40
+                     + '", "target": "USD"}}\n</tool_call>',
+}
+
+
+class Family:
+    """A family's plugin files, its cases and the messages its generated parser reads."""
+
+    def __init__(self, source: Path):
+        template = tplparse.load(source)
+        compiled = compile_template(template)
+        self.proved = compiled.proof.ok
+        self.stem = source.stem
+        if not self.proved:
+            return
+        spec = compiled.spec
+        self.plugin = vllm_plugin(spec, reading_tables(spec, template.special_tokens))
+        self.special_tokens = list(template.special_tokens)
+        self.module = parser_module(spec, template.special_tokens)
+        texts = [(f"{i}-{o.turn}", o.text, o.start) for i, o in enumerate(outputs(template, spec))]
+        if source.name == "chatml-think-tools.gguf":
+            texts += [(name, text, "content") for name, text in EXTRA_EXAMPLE_OUTPUTS.items()]
+        self.cases, self.expected = [], {}
+        for case_id, text, start in texts:
+            prompt, variables, system = _prompt_for(spec, start)
+            self.cases.append({"id": case_id, "text": text, "tools": TOOLS, "prompt": prompt,
+                               "template_kwargs": variables, "system": system, "chunks": CHUNKS})
+            self.expected[case_id] = self.module.parse(text, tools=TOOLS, generation_prompt=prompt)
+
+    def write(self, folder: Path) -> dict:
+        for name, text in self.plugin.files.items():
+            (folder / name).write_text(text, encoding="utf-8")
+        return {"plugin": str(folder / self.plugin.plugin_file), "name": self.plugin.parser_name,
+                "reasoning": self.plugin.has_reasoning, "special_tokens": self.special_tokens, "cases": self.cases}
+
+
+@pytest.fixture(scope="module")
+def families():
+    return {source.stem: Family(source) for source in SOURCES}
+
+
+@pytest.fixture(scope="module")
+def vllm_results(families, tmp_path_factory):
+    """What vLLM assembled for every case of every proved family (one driver run)."""
+    folder = tmp_path_factory.mktemp("vllm-plugins")
+    plugins = [f.write(folder) for f in families.values() if f.proved]
+    cases, results = folder / "cases.json", folder / "results.json"
+    cases.write_text(json.dumps({"plugins": plugins}), encoding="utf-8")
+    run = subprocess.run([VLLM_PYTHON, str(REPO / "tests" / "vllm_driver.py"), str(cases), str(results)],
+                         capture_output=True, text=True, timeout=1200, cwd=folder)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return json.loads(results.read_text(encoding="utf-8"))
+
+
+def _calls(message):
+    return [(c["function"]["name"], c["function"]["arguments"]) for c in message["tool_calls"]]
+
+
+def _check_case(family: Family, case: dict, result: dict) -> list[str]:
+    """What differs between vLLM's assembled results and the generated parser's message."""
+    if "error" in result:
+        return [result["error"]]
+    want = family.expected[case["id"]]
+    want_view = {"content": want["content"], "reasoning": want["reasoning_content"], "calls": _calls(want)}
+    problems = []
+    for label, got in [("one-shot", result["one_shot"])] + [(f"streamed by {size}", got)
+                                                           for size, got in result["streamed"].items()]:
+        got_view = {"content": got["content"], "reasoning": got["reasoning"],
+                    "calls": [(c["name"], c["arguments"]) for c in got["tool_calls"]]}
+        if got_view != want_view:
+            problems.append(f"{case['id']} {label}:\n   vLLM   {got_view}\n   tplparse {want_view}")
+            continue
+        ids = [c["id"] for c in got["tool_calls"]]
+        if len(set(ids)) != len(ids) or not all(ids):
+            problems.append(f"{case['id']} {label}: call ids {ids}")
+        if family.plugin.call_ids_from_model and ids != [c["id"] for c in want["tool_calls"]]:
+            problems.append(f"{case['id']} {label}: the model's call ids {[c['id'] for c in want['tool_calls']]}, got {ids}")
+    if "reasoning_end" in result:
+        problems += _check_reasoning_end(family, case, result["reasoning_end"])
+    return problems
+
+
+def _check_reasoning_end(family: Family, case: dict, got: dict) -> list[str]:
+    """vLLM's structured-output gate: the prompt ends the reasoning when it closed the block;
+    fed token by token, the reasoning ends at the token that completes the end marker, where
+    the generated parser's reasoning ended when it ended by its marker."""
+    end = family.module.protocol.reasoning_end
+    text, prompt = case["text"], case["prompt"]
+    problems = []
+    if got["prompt_ended"] != prompt.rstrip().endswith(end):
+        problems.append(f"{case['id']}: is_reasoning_end(prompt) is {got['prompt_ended']} for {prompt[-30:]!r}")
+    parser = family.module.StreamParser(tools=TOOLS, generation_prompt=prompt)
+    parser.feed(text)
+    parser.end("stop")
+    ended = parser.reasoning_ended_at
+    if ended is not None and ended >= len(end) and text[ended - len(end):ended] == end:
+        want = ended - 1  # (the character, one token here, that completes the marker)
+    else:
+        want = text.find(end) + len(end) - 1 if end in text else None
+    if got["first_end_token"] != want:
+        problems.append(f"{case['id']}: the reasoning ends at token {got['first_end_token']}, expected {want}")
+    return problems
+
+
+@needs_vllm
+@pytest.mark.parametrize("stem", [s.stem for s in SOURCES], ids=corpus_ids(SOURCES))
+def test_vllm_reads_every_render_as_the_generated_parser(families, vllm_results, stem):
+    family = families[stem]
+    if not family.proved:
+        pytest.skip(f"{stem}: the compile is not proved (tplparse build reports it); no plugin is exported")
+    problems = []
+    for case in family.cases:
+        problems += _check_case(family, case, vllm_results[f"{family.plugin.parser_name}/{case['id']}"])
+    assert not problems, "\n".join(problems[:8])
+
+
+@needs_vllm
+def test_a_call_dropped_after_its_arguments_streamed_is_said(families, vllm_results):
+    """Invalid arguments found after part of them went out: vLLM's stream carried the header and
+    the arguments so far, then the drop (a tool-call delta with `tplparse_error`); the one-shot
+    result has no call."""
+    result = vllm_results["tplparse-chatml-think-tools/invalid-after-streaming"]
+    assert result["one_shot"]["tool_calls"] == []
+    for size in ("1", "7"):
+        assert result["streamed"][size]["dropped"] == [0], result["streamed"][size]
+    assert families["chatml-think-tools"].expected["invalid-after-streaming"]["errors"][0]["kind"] == "invalid_arguments"
+
+
+@needs_vllm
+def test_arguments_stream_before_the_call_ends(vllm_results):
+    """A long argument goes out in many deltas, not as one at the end of the call."""
+    streamed = vllm_results["tplparse-chatml-think-tools/long-argument"]["streamed"]
+    assert streamed["1"]["argument_deltas"][0] > 50, streamed["1"]
+    assert streamed["7"]["argument_deltas"][0] > 10, streamed["7"]
+
+
+@needs_vllm
+def test_a_truncated_call_is_not_returned(vllm_results):
+    result = vllm_results["tplparse-chatml-think-tools/truncated-call"]
+    assert result["one_shot"]["tool_calls"] == [] and result["one_shot"]["content"] == "Let me check."
+    for got in result["streamed"].values():
+        assert got["tool_calls"] == [] and got["content"] == "Let me check.", got
+
+
+def test_the_parser_file_imports_only_the_standard_library(families):
+    family = families["chatml-think-tools"]
+    parser_file = family.plugin.files["chatml_think_tools.py"]
+    imported = {alias.name.split(".")[0] for node in ast.walk(ast.parse(parser_file))
+                if isinstance(node, ast.Import) for alias in node.names}
+    imported |= {node.module.split(".")[0] for node in ast.walk(ast.parse(parser_file))
+                 if isinstance(node, ast.ImportFrom) and node.module}
+    assert imported and all(name in __import__("sys").stdlib_module_names for name in imported), imported
+    assert "vllm" in family.plugin.files["chatml_think_tools_vllm.py"]
+
+
+def test_the_plugin_embeds_template_strings_through_repr(tmp_path):
+    """A marker with quotes and a backslash (from an untrusted template) is data in the plugin,
+    never code: the plugin compiles and holds the marker exactly."""
+    source = (EXAMPLES / "templates" / "chatml-think-tools.jinja").read_text(encoding="utf-8")
+    hostile = "<th'\"\\ink>"  # what the template's Jinja strings below spell
+    path = tmp_path / "hostile.jinja"
+    path.write_text(source.replace("<think>", "<th\\'\"\\\\ink>"), encoding="utf-8")
+    template = tplparse.load(path)
+    compiled = compile_template(template, allow_partial=True)
+    plugin = vllm_plugin(compiled.spec, reading_tables(compiled.spec, template.special_tokens))
+    text = plugin.files[plugin.plugin_file]
+    tree = ast.parse(text)
+    values = {node.targets[0].id: ast.literal_eval(node.value) for node in tree.body
+              if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)
+              and node.targets[0].id in ("REASONING_START", "MARKERS")}
+    assert values["REASONING_START"] == hostile, values
+    assert hostile in values["MARKERS"]
+
+
+def test_export_is_deterministic(families):
+    family = families["chatml-think-tools"]
+    again = Family(EXAMPLES / "chatml-think-tools.gguf")
+    assert again.plugin.files == family.plugin.files
+
+
+def test_cli_writes_the_plugin_and_says_how_to_serve(tmp_path):
+    result = run_cli("export", "vllm", EXAMPLES / "chatml-think-tools.gguf", "-o", tmp_path / "plugin")
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in (tmp_path / "plugin").iterdir()) == ["chatml_think_tools.py",
+                                                                      "chatml_think_tools_vllm.py"]
+    assert "--tool-call-parser tplparse-chatml-think-tools" in result.stdout
+    assert f"--reasoning-parser-plugin {tmp_path / 'plugin' / 'chatml_think_tools_vllm.py'}" in result.stdout
+
+
+@needs_corpus
+def test_a_family_without_reasoning_gets_no_reasoning_parser(tmp_path):
+    result = run_cli("export", "vllm", CORPUS / "Qwen-Qwen2.5-7B-Instruct.jinja", "-o", tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "--tool-call-parser tplparse-qwen-qwen2-5-7b-instruct" in result.stdout
+    assert "--reasoning-parser" not in result.stdout
+    assert "REASONING_END = ''" in (tmp_path / "qwen_qwen2_5_7b_instruct_vllm.py").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["export", "vllm", "/nonexistent/model.gguf", "-o", "x"], "nonexistent"),
+    (["export", "vllm", str(EXAMPLES / "chatml-think-tools.gguf")], "-o"),
+])
+def test_cli_errors_are_exit_2(tmp_path, args, message):
+    result = run_cli(*args, cwd=tmp_path)
+    assert result.returncode == 2, (result.returncode, result.stderr)
+    assert message in result.stderr and "Traceback" not in result.stderr

@@ -1,0 +1,164 @@
+"""Run exported tplparse plugins inside the real vLLM, the way its chat-completion server does.
+
+Run with the Python of the virtual environment that has vLLM (not tplparse's):
+
+    python tests/vllm_driver.py CASES.json RESULTS.json
+
+CASES.json: {"plugins": [{"plugin": path, "name": parser name, "reasoning": bool,
+"special_tokens": [...], "cases": [{"id", "text", "tools", "prompt", "template_kwargs",
+"system" (the system message, or none), "chunks": [sizes]}]}]}. For each case it writes
+what vLLM assembles: one-shot (`Parser.parse`, as the non-streaming server calls it) and
+streamed in deltas of each size (`Parser.parse_delta`, with the prompt's token ids,
+`finished` on the last), each as {"content", "reasoning", "tool_calls": [{"id", "name",
+"arguments"}], "argument_deltas": [count per call]} (streamed: and "dropped", the indexes of
+the calls a tool-call delta's `tplparse_error` dropped); with a reasoning parser, "reasoning_end": what it tells vLLM's
+structured-output gate (see reasoning_end_checks).
+
+The plugins are loaded by vLLM's own loaders (ToolParserManager.import_tool_parser,
+ReasoningParserManager.import_reasoning_parser) and composed by its ParserManager.get_parser.
+No model runs: the tokenizer is one token per character (the parsers decode ids only to read
+the prompt's state; the text vLLM hands them is the output itself), with the template's
+special tokens listed as special so that `adjust_request` sees them.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+
+
+class CharTokenizer:
+    """One token per character: ids are code points."""
+
+    def __init__(self, special_tokens):
+        self.all_special_tokens = list(special_tokens)
+
+    def encode(self, text):
+        return [ord(c) for c in text]
+
+    def decode(self, ids, skip_special_tokens=False):
+        return "".join(chr(i) for i in ids)
+
+    def get_vocab(self):
+        return {}
+
+
+def _request(case):
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+
+    tools, kwargs = case["tools"], case["template_kwargs"]
+    system = [{"role": "system", "content": case["system"]}] if case.get("system") else []
+    body = {"model": "m", "messages": [*system, {"role": "user", "content": "hi"}], "chat_template_kwargs": kwargs or None}
+    if tools:
+        body |= {"tools": tools, "tool_choice": "auto"}
+    return ChatCompletionRequest(**body)
+
+
+def _message(reasoning, content, calls):
+    return {"content": content or None, "reasoning": reasoning or None,
+            "tool_calls": [{"id": c["id"], "name": c["name"], "arguments": c["arguments"]} for c in calls],
+            "argument_deltas": [c.get("deltas", 0) for c in calls]}
+
+
+def one_shot(parser_cls, tokenizer, case):
+    request = _request(case)
+    parser = parser_cls(tokenizer, request.tools, chat_template_kwargs=case["template_kwargs"])
+    request = parser.adjust_request(request)
+    reasoning, content, calls = parser.parse(case["text"], request, enable_auto_tools=True)
+    return _message(reasoning, content, [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in calls or []])
+
+
+def streamed(parser_cls, tokenizer, case, size):
+    request = _request(case)
+    parser = parser_cls(tokenizer, request.tools, chat_template_kwargs=case["template_kwargs"])
+    request = parser.adjust_request(request)
+    prompt_ids = tokenizer.encode(case["prompt"])
+    text = case["text"]
+    pieces = [text[i:i + size] for i in range(0, len(text), size)] or [""]
+    content, reasoning, calls, errors = [], [], {}, []
+    for n, piece in enumerate(pieces):
+        delta = parser.parse_delta(delta_text=piece, delta_token_ids=tokenizer.encode(piece), request=request,
+                                   prompt_token_ids=prompt_ids, finished=n == len(pieces) - 1)
+        if delta is None:
+            continue
+        content.append(delta.content or "")
+        reasoning.append(delta.reasoning or "")
+        for tc in delta.tool_calls:
+            error = getattr(tc, "tplparse_error", None)
+            if error:
+                errors.append(error)
+                continue
+            call = calls.setdefault(tc.index, {"id": None, "name": None, "arguments": "", "deltas": 0})
+            if tc.id is not None:
+                if call["id"] is not None and call["id"] != tc.id:
+                    raise AssertionError(f"call {tc.index}: a second id {tc.id!r} after {call['id']!r}")
+                call["id"] = tc.id
+            if tc.function is not None:
+                if tc.function.name:
+                    if call["name"] is not None:
+                        raise AssertionError(f"call {tc.index}: a second name {tc.function.name!r}")
+                    call["name"] = tc.function.name
+                if tc.function.arguments:
+                    if call["name"] is None:
+                        raise AssertionError(f"call {tc.index}: arguments before its name")
+                    call["arguments"] += tc.function.arguments
+                    call["deltas"] += 1
+    dropped = {e["index"] for e in errors}
+    kept = [calls[i] for i in sorted(calls) if i not in dropped]
+    result = _message("".join(reasoning), "".join(content), kept)
+    result["dropped"] = sorted(dropped)
+    return result
+
+
+def reasoning_end_checks(parser_cls, tokenizer, case):
+    """What the reasoning parser tells vLLM's structured-output gate: whether the prompt ended
+    the reasoning, and the first output token (one per character) after which, fed one at a
+    time as the engine does, `is_reasoning_end_streaming` says the reasoning ended."""
+    parser = parser_cls(tokenizer, None, chat_template_kwargs=case["template_kwargs"])
+    reasoner = parser.reasoning_parser
+    prompt_ids, output_ids = tokenizer.encode(case["prompt"]), tokenizer.encode(case["text"])
+    first = None
+    for i in range(len(output_ids)):
+        if reasoner.is_reasoning_end_streaming(prompt_ids + output_ids[:i + 1], output_ids[i:i + 1]):
+            first = i
+            break
+    return {"prompt_ended": reasoner.is_reasoning_end(prompt_ids), "first_end_token": first}
+
+
+def main(cases_path, results_path):
+    from vllm.parser.parser_manager import ParserManager
+    from vllm.reasoning import ReasoningParserManager
+    from vllm.tool_parsers import ToolParserManager
+
+    data = json.loads(open(cases_path, encoding="utf-8").read())
+    results = {}
+    for plugin in data["plugins"]:
+        ToolParserManager.import_tool_parser(plugin["plugin"])
+        if plugin["reasoning"]:
+            ReasoningParserManager.import_reasoning_parser(plugin["plugin"])
+        name = plugin["name"]
+        tokenizer = CharTokenizer(plugin["special_tokens"])
+        try:
+            parser_cls = ParserManager.get_parser(tool_parser_name=name,
+                                                  reasoning_parser_name=name if plugin["reasoning"] else None,
+                                                  enable_auto_tools=True, tokenizer=tokenizer)
+        except Exception:
+            results[name] = {"error": traceback.format_exc()}
+            continue
+        for case in plugin["cases"]:
+            key = f"{name}/{case['id']}"
+            try:
+                results[key] = {"one_shot": one_shot(parser_cls, tokenizer, case),
+                                "streamed": {str(size): streamed(parser_cls, tokenizer, case, size)
+                                             for size in case["chunks"]}}
+                if plugin["reasoning"]:
+                    results[key]["reasoning_end"] = reasoning_end_checks(parser_cls, tokenizer, case)
+            except Exception:
+                results[key] = {"error": traceback.format_exc()}
+    with open(results_path, "w", encoding="utf-8") as f:
+        json.dump(results, f, indent=1, sort_keys=True)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:3])
