@@ -551,7 +551,34 @@ def diff(old, new, as_json, old_variant, new_variant, bos_token, eos_token):
 
 @main.group(name="export")
 def export_group():
-    """Write SOURCE's protocol for another tool: a vLLM plugin."""
+    """Write SOURCE's protocol for another tool: a vLLM plugin, transformers' response_template."""
+
+
+@export_group.command(name="response-template")
+@click.argument("source", type=_PATH)
+@click.option("-o", "--out", "out_file", type=_PATH, help="Write the JSON to this file (default: print it).")
+@click.option("--variant", help="A named template of the source (e.g. tool_use).")
+@_token_options
+def export_response_template(source, out_file, variant, bos_token, eos_token):
+    """Print SOURCE's response_template: the declarative output parser transformers 5 reads
+    from tokenizer_config.json (tokenizer.parse_response, get_response_parser).
+
+    A construct of the protocol that the format cannot express (channel messages, a call
+    written as a bare JSON object, ...) is exit 2, naming it.
+    """
+    from pathlib import Path
+
+    from .export import response_template
+    from .pipeline import write_text_atomically
+    from .probe import probe as run_probe
+
+    template = _load(source, variant=variant, bos_token=bos_token, eos_token=eos_token)
+    text = json.dumps(response_template(run_probe(template)), ensure_ascii=False, indent=2) + "\n"
+    if out_file:
+        write_text_atomically(Path(out_file), text)
+        click.echo(f"wrote {out_file}")
+    else:
+        click.echo(text, nl=False)
 
 
 @export_group.command(name="vllm")

@@ -39,3 +39,15 @@ class TemplateError(TplparseError):
 
 class InputError(TplparseError):
     """Messages, tools or arguments that are not what tplparse accepts."""
+
+
+class CannotExport(TplparseError):
+    """The target format cannot express a construct of the family's protocol.
+
+    `construct` names it (one phrase, e.g. "channel messages"); the message says what and why.
+    """
+
+    def __init__(self, construct: str, detail: str = "", *, target: str = "response_template"):
+        self.construct = construct
+        self.target = target
+        super().__init__(f"{target} cannot express {construct}" + (f": {detail}" if detail else ""))

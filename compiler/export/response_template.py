@@ -1,0 +1,406 @@
+"""A family's Hugging Face `response_template`, derived from its ProtocolSpec.
+
+transformers 5 (`transformers.utils.chat_parsing`) parses a model's raw output with a
+declarative template read from tokenizer_config.json: `fields`, each a region of the output
+between an open and a close anchor (literals, or regexes in the `regex` module's dialect),
+whose text a content parser reads (`text`, `json`, `xml-inline`, `python-call-list`) and a
+`transform` shapes; the one field without an open anchor takes the text outside the others.
+Regions do not nest: inside one, only its close is looked for. Before the output, the parser
+reads the prompt from the end of the last `start_anchor` match, so a prompt that opens
+reasoning starts the output inside it.
+
+Here: reasoning is a region between its markers, content is the open-less field (or a region
+between its wrapper's markers), and tool calls are one region per call (the name captured by
+the open anchor, the arguments read as JSON or as key/value tags) or one region per calls
+list (a JSON array, or a Python call list). Every marker comes from an untrusted template:
+where it goes into a regex it is escaped (`re.escape`); literal anchors are escaped by
+transformers itself. A construct the format cannot express raises `CannotExport` naming it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from ..errors import CannotExport
+from ..grammar.reading import cut_at_end, end_of_turn_markers, message_format, one_call_object, section_with_content
+from ..probe.spans import Boundaries
+from ..runtime import json_call_object
+from ..spec import ArgumentStyle, ProtocolSpec, Start, ToolCallFormat, slot
+
+VERSION = 1  # the response_template version transformers 5 reads
+
+# What a call's name may be made of (the runtime's NAME_CHARS), as a regex class.
+_NAME = r"[A-Za-z0-9_.\-]+"
+_ID = r"[A-Za-z0-9_.:\-]*"
+_INDEX = r"[0-9]+"
+# A placeholder in a transform is `{name}` or `{a.b}` of word characters only (transformers'
+# _PLACEHOLDER): a JSON key from the template that is not one cannot be named in a transform.
+_WORD = re.compile(r"\w+")
+
+
+def response_template(spec: ProtocolSpec) -> dict:
+    """The family's response_template (plain data, ready for tokenizer_config.json), or
+    CannotExport naming the first construct of the spec that the format cannot express."""
+    if spec.tool_calls is not None and message_format(spec, Boundaries(())) is not None:
+        raise CannotExport("channel messages", "a turn is a sequence of messages with headers (harmony's "
+                           "<|channel|>…<|message|>); a field's region cannot be told by the header before it")
+    fields: dict[str, dict] = {}
+    if spec.reasoning is not None:
+        fields["reasoning_content"] = _reasoning_field(spec)
+    if spec.tool_calls is not None:
+        fields["tool_calls"] = _tool_calls_field(spec)
+    fields["content"] = _content_field(spec)
+    return {
+        "version": VERSION,
+        "defaults": {"role": "assistant"},
+        "start_anchor_pattern": _start_anchor(spec),
+        "fields": fields,
+    }
+
+
+# --- regex pieces ------------------------------------------------------------------------
+
+def _lit(text: str) -> str:
+    """`text` as a regex: escaped, each run of whitespace any run (templates differ in
+    whitespace where models do too, and a region's text is stripped anyway)."""
+    return "".join(r"\s*" if part.isspace() else re.escape(part) for part in re.split(r"(\s+)", text) if part)
+
+
+def _alternatives(texts) -> str:
+    """Any of `texts`, as one regex atom (the longer first, as transformers orders literals)."""
+    texts = sorted({t for t in texts if t}, key=len, reverse=True)
+    return _lit(texts[0]) if len(texts) == 1 else "(?:" + "|".join(_lit(t) for t in texts) + ")"
+
+
+def _leading_space(regex: str) -> str:
+    r"""`regex` after any whitespace: what the template writes between regions (a newline before
+    a call) is then no region of its own. (transformers' own Qwen template opens with `\s*`.)"""
+    return regex if regex.startswith(r"\s*") else r"\s*" + regex
+
+
+# --- where the output starts ---------------------------------------------------------------
+
+def _start_anchor(spec: ProtocolSpec) -> str:
+    """A regex whose last match ends where the output's own text starts in the prompt.
+
+    The spec does not keep the assistant header, but it knows what decides the start state:
+    the end of the generation prompt. Where a mode starts inside reasoning, the prompt ends
+    with the reasoning marker (in the mode's tail, or the header: Qwen3.5's
+    `<|im_start|>assistant\\n<think>\\n`) and whitespace: the anchor matches (zero-width) right
+    before that marker, and the parser reads the marker as the open of the reasoning region.
+    Otherwise it matches at the very end, and the output starts in content. Never nothing:
+    an anchor that does not match makes transformers read the whole prompt (history included)."""
+    openers = set()
+    for mode in spec.modes.values():
+        if mode.start != Start.REASONING:
+            continue
+        opener = spec.reasoning.start.strip() if spec.reasoning is not None else ""
+        if not opener:
+            raise CannotExport("reasoning that starts without a marker",
+                               "the output starts inside reasoning that no marker opens; only the one field "
+                               "without an open anchor could take it, and that one is content")
+        at = mode.tail.rfind(opener)
+        after = mode.tail[at + len(opener):] if at != -1 else mode.tail
+        if after.strip():
+            raise CannotExport("a generation prompt that writes text after the reasoning marker",
+                               f"{mode.tail!r} ends with text that is not the model's")
+        openers.add(opener)
+    if not openers:
+        return r"\Z"
+    before = _alternatives(openers)
+    # (`regex` takes a variable-length lookbehind: not at the end when the prompt ends with a marker.)
+    return rf"(?={before}\s*\Z)|(?<!{before}\s*)\Z"
+
+
+# --- reasoning and content ---------------------------------------------------------------
+
+def _reasoning_field(spec: ProtocolSpec) -> dict:
+    r = spec.reasoning
+    if not r.start.strip() or not r.end.strip():
+        if any(m.start == Start.REASONING for m in spec.modes.values()):
+            _start_anchor(spec)  # (raises, naming it)
+        raise CannotExport("a reasoning block without both markers", f"start {r.start!r}, end {r.end!r}")
+    # A turn may end inside reasoning (the model stopped thinking at its end of turn): the end
+    # of turn closes the region too, else transformers keeps the marker in the reasoning. Not a
+    # marker the reasoning's end starts with (or that starts with it): streamed, transformers
+    # commits the shorter of two literals as soon as the text after it differs from the longer.
+    end = r.end.strip()
+    closes = [end] + [m for m in _ends(spec) if not (m.startswith(end) or end.startswith(m))]
+    return {"open": r.start.strip(), "close": closes if len(closes) > 1 else end, "content": "text"}
+
+
+def _content_field(spec: ProtocolSpec) -> dict:
+    """Content: the field without an open anchor (where text outside reasoning and calls
+    goes), closed by an end-of-turn marker; or, with a wrapper that every turn writes, the
+    region between its markers (text outside it is dropped, as transformers does with a
+    template that has no open-less field). Several content regions are joined (`join`): text
+    the template writes between two regions (a newline after the calls) is a region of its
+    own, and transformers would otherwise overwrite the content with it."""
+    ends = [m.strip() for m in end_of_turn_markers(spec)]
+    tc = spec.tool_calls
+    section_end = cut_at_end(tc.section_end, ends).strip() if tc is not None else ""
+    if section_end and not any(m.startswith(section_end) or section_end.startswith(m) for m in ends):
+        # The calls section's end, after the last call's own close, is content's too: a
+        # region with nothing in it, which sets nothing (else its text would be content).
+        # (Not one an end of turn starts, or starts with: see _reasoning_field.)
+        ends.append(section_end)
+    start, end = spec.content_start.strip(), spec.content_end.strip()
+    field = {"content": "text", "repeats": True, "join": ""}
+    if start or end:
+        for kind, layout in spec.turns.items():
+            if slot("content") not in layout:
+                continue
+            at = layout.index(slot("content"))
+            before = layout[at - 1] if at and isinstance(layout[at - 1], str) else ""
+            after = layout[at + 1] if at + 1 < len(layout) and isinstance(layout[at + 1], str) else ""
+            if not before.rstrip().endswith(start) or not after.lstrip().startswith(end):
+                raise CannotExport("content written both inside and outside its wrapper",
+                                   f"the {kind} turn writes its content without {start or end!r}; a region has "
+                                   "one open anchor, or none")
+        if not start:
+            raise CannotExport("a content wrapper without an opening marker")
+        if spec.reasoning is not None and start in (spec.reasoning.start.strip(), spec.reasoning.end.strip()):
+            raise CannotExport("content and reasoning opened by the same marker", f"both are opened by {start!r}")
+        field["open"] = start
+    if end:
+        field["close"] = end
+    elif ends:
+        field["close"] = ends
+    return field
+
+
+# --- tool calls ----------------------------------------------------------------------------
+
+def _tool_calls_field(spec: ProtocolSpec) -> dict:
+    tc = spec.tool_calls
+    if section_with_content(spec) is not None:
+        raise CannotExport("content inside the calls section",
+                           "the calls section's markers are written around the content too")
+    call = list(tc.call)
+    if slot("arguments") not in call:
+        raise CannotExport("calls without arguments")
+    listed = _calls_list(spec)
+    if listed is not None:
+        return listed
+    return _call_regions(spec)
+
+
+def _ends(spec: ProtocolSpec) -> list[str]:
+    return [m.strip() for m in end_of_turn_markers(spec)]
+
+
+def _close_before(texts) -> str:
+    """A zero-width close: right before the next of `texts` (a region that no marker of its
+    own ends, closed where what follows it starts; at the end of the output it ends anyway)."""
+    return rf"(?=\s*{_alternatives(texts)})"
+
+
+def _calls_list(spec: ProtocolSpec) -> dict | None:
+    """A calls section that is one list (`[TOOL_CALLS][{…}, {…}]`, `<|tool_call_start|>[f(a=1)]<|tool_call_end|>`):
+    one region from the marker before the list to the marker after it, read whole, each item
+    made a call (`transform_each`). None where the section is not a bracketed list."""
+    tc = spec.tool_calls
+    start, end = tc.section_start.rstrip(), cut_at_end(tc.section_end, _ends(spec)).lstrip()
+    if not start.endswith("[") or not end.startswith("]"):
+        return None
+    opener, closer = start[:-1].strip(), end[1:].strip()
+    python = _python_call(tc)
+    if python is None:
+        # (an index the template numbers its calls by is a number in the object: any will do to find the keys)
+        found = json_call_object([("0" if p in (slot("index"), slot("index1")) else p) for p in tc.call])
+        if found is None:
+            raise CannotExport("a JSON list of calls that are not {name, arguments} objects",
+                               f"a call is written {_shown(tc.call)}; a transform takes a call's name from a fixed key")
+        first, before, last, after, keys = found
+        if first != 0 or last != len(tc.call) - 1 or before.strip() or after.strip():
+            return None
+        _json_arguments(tc)
+        _check_sample_list(tc, keys)
+        function = {"name": _placeholder(keys["name"]), "arguments": _placeholder(keys["arguments"])}
+        content = {"content": "json"}
+    else:
+        function = {"name": "{name}", "arguments": "{arguments}"}
+        content = {"content": "python-call-list"}
+    if not opener:
+        raise CannotExport("a calls list that no marker opens", f"the section starts {tc.section_start!r}")
+    field = {"open_pattern": _leading_space(_wrapped(tc, _lit(opener))), **content,
+             "transform": {"type": "function", "function": function}, "transform_each": True}
+    field.update({"close": closer} if closer else {"close_pattern": _close_before(_ends(spec))} if _ends(spec) else {})
+    return field
+
+
+def _python_call(tc: ToolCallFormat) -> bool | None:
+    """True for Python calls (`name(key=value, …)`, values as Python or JSON literals), the
+    notation transformers' `python-call-list` reads; None for other call layouts."""
+    args = tc.arguments
+    if list(tc.call) != [slot("name"), "(", slot("arguments"), ")"] or args.style != ArgumentStyle.KV:
+        return None
+    layouts = {json.dumps(layout) for layout in args.argument.values()}
+    if layouts != {json.dumps([slot("key"), "=", slot("value")])} or args.separator.strip() != ",":
+        return None
+    for kind, encoder in args.value_encoders.items():
+        quoted = encoder == "quoted" and list(args.quotes) in (["'", "'"], ['"', '"'])
+        if not (quoted or encoder.startswith("json") or encoder == "python"):
+            raise CannotExport("pythonic calls with values it cannot read",
+                               f"a {kind} value is written {encoder!r}; python-call-list reads Python or JSON literals")
+    return True
+
+
+def _check_sample_list(tc: ToolCallFormat, keys: dict) -> None:
+    """The section of two calls, written by the spec, must hold one JSON array of the call
+    objects (the separator a comma, nothing else between them)."""
+    calls = [{"name": "first_tool", "arguments": {"a": 1}}, {"name": "second_tool", "arguments": {}}]
+    text = tc.section_start.rstrip()[-1] + tc.format_list(calls) + "]"
+    try:
+        items = json.loads(text)
+    except ValueError:
+        raise CannotExport("a calls list that is not a JSON array",
+                           f"two calls are written {text!r}") from None
+    names = [item.get(keys["name"]) if isinstance(item, dict) else None for item in items]
+    if names != ["first_tool", "second_tool"]:
+        raise CannotExport("a calls list that is not a JSON array of the calls", f"two calls are written {text!r}")
+
+
+def _placeholder(key: str) -> str:
+    if not _WORD.fullmatch(key):
+        raise CannotExport("a JSON call object whose keys are not words",
+                           f"{key!r} cannot be named in a transform placeholder")
+    return "{" + key + "}"
+
+
+def _json_arguments(tc: ToolCallFormat) -> None:
+    args = tc.arguments
+    if args.style == ArgumentStyle.OBJECT and not args.encoder.startswith("json"):
+        raise CannotExport("arguments written as a Python literal" if args.encoder == "python"
+                           else f"arguments encoded {args.encoder!r}", "the json parser reads JSON only")
+
+
+def _wrapped(tc: ToolCallFormat, regex: str) -> str:
+    """`regex`, after any marker the template writes before some kinds of call (`<|python_tag|>`)."""
+    if not tc.wrappers:
+        return regex
+    return rf"(?:{_alternatives(w.strip() for w in tc.wrappers)}\s*)?{regex}"
+
+
+def _call_regions(spec: ProtocolSpec) -> dict:
+    """One region per call: the open anchor is the call's text up to its arguments (the name
+    captured; the calls section's start, when there is one, optional in front of it), the
+    close is its text after them (the section's end, after the last call, is content's
+    close: see _content_field)."""
+    tc = spec.tool_calls
+    # (a section that holds one call and opens its JSON object, Llama 3.1's `{"name": "`, is the call's own text)
+    section_start, call, section_end = one_call_object(tc, _ends(spec))
+    if tc.separator.strip():
+        raise CannotExport("calls separated by text", f"the template writes {tc.separator!r} between calls")
+    found = json_call_object(call)
+    if found is not None:
+        first, before, last, after, keys = found
+        head = [p for p in call[:first] if isinstance(p, str)] + [before]
+        if len(head) != first + 1 or not all(isinstance(p, str) for p in call[last + 1:]):
+            raise CannotExport("a JSON call object with slots around it")
+        opening, closing = "".join(head), after + "".join(call[last + 1:])
+        if not opening.strip():
+            raise CannotExport("a call written as a bare JSON object", "no marker opens it: a region needs an open anchor")
+        _json_arguments(tc)
+        body = {"content": "json"}
+        function = {"name": "{content." + _placeholder(keys["name"])[1:-1] + "}",
+                    "arguments": "{content." + _placeholder(keys["arguments"])[1:-1] + "}"}
+        open_regex = _lit(opening)
+    else:
+        at = call.index(slot("arguments"))
+        head, tail = call[:at], call[at + 1:]
+        if slot("name") not in head or not isinstance(head[0], str) or not head[0].strip():
+            raise CannotExport("a call with no marker before its name", f"the call is written {_shown(call)}")
+        if not all(isinstance(p, str) for p in tail):
+            raise CannotExport("a call with slots after its arguments", f"the call is written {_shown(call)}")
+        open_regex = ""
+        for piece in head:
+            if isinstance(piece, str):
+                open_regex += _lit(piece)
+            elif piece == slot("name"):
+                open_regex += rf"(?P<name>{_NAME})"
+            elif piece in (slot("index"), slot("index1")):
+                open_regex += _INDEX
+            elif piece == slot("id"):
+                open_regex += _ID
+            else:
+                raise CannotExport(f"a call's {piece['slot']} slot")
+        closing = "".join(tail)
+        body = _arguments_body(tc)
+        function = {"name": "{name}", "arguments": "{content}"}
+    section_start, section_end = section_start.strip(), cut_at_end(section_end, _ends(spec)).strip()
+    if section_start:
+        open_regex = rf"(?:{_lit(section_start)}\s*)?" + open_regex
+    field = {"open_pattern": _leading_space(_wrapped(tc, open_regex))}
+    # (The section's end is not in the call's close: an optional tail there is committed
+    # without it when the stream splits it; content's close takes it, see _content_field.)
+    if closing.strip() and not any(c.isspace() for c in closing.strip()):
+        field["close"] = closing.strip()  # (a literal: transformers commits it as soon as it is complete)
+    elif closing.strip():
+        field["close_pattern"] = _lit(closing.strip())
+    else:
+        # (no text of its own after the arguments: the call ends where the next call, the
+        # section's end or the turn's end starts)
+        head = next(p for p in call if isinstance(p, str)).strip()
+        field["close_pattern"] = _close_before([head, section_end, *_ends(spec)])
+    field.update({**body, "repeats": True, "transform": {"type": "function", "function": function}})
+    return field
+
+
+def _arguments_body(tc: ToolCallFormat) -> dict:
+    """How a call's arguments are read: one JSON object, or key/value tags (`xml-inline`,
+    its tag pattern built from the argument layouts)."""
+    args = tc.arguments
+    if args.style == ArgumentStyle.OBJECT:
+        _json_arguments(tc)
+        return {"content": "json"}
+    layouts = list(args.argument.values())
+    shapes = {tuple(isinstance(p, str) or p["slot"] for p in layout) for layout in layouts}
+    if len(shapes) != 1:
+        raise CannotExport("key/value arguments written in layouts of different shapes")
+    shape = shapes.pop()
+    if shape[:1] != (True,) or "key" not in shape or "value" not in shape or not layouts[0][0].strip():
+        raise CannotExport("key/value arguments not written as tags",
+                           f"an argument is written {_shown(layouts[0])}: xml-inline reads tags around each value")
+    for kind in ("object", "array"):
+        if kind not in args.value_encoders or args.value_encoders[kind] == "native":
+            raise CannotExport("key/value arguments with objects or arrays written as nested tags",
+                               "xml-inline reads one level of tags; a value is kept as its text")
+    for kind, encoder in args.value_encoders.items():
+        if kind == "string" and encoder == "raw-or-quoted":
+            raise CannotExport("string arguments that may be written in CDATA blocks",
+                               "xml-inline keeps a value's text as it is")
+        if kind == "string" and encoder not in ("raw", "jinja"):
+            raise CannotExport(f"string arguments encoded {encoder!r}",
+                               "xml-inline (with tools=) keeps a string parameter's text as it is")
+        if kind in ("object", "array") and not encoder.startswith("json"):
+            raise CannotExport("key/value arguments with objects or arrays written as Python literals",
+                               f"a {kind} value is written {encoder!r}; transformers decodes those as JSON")
+        if kind in ("integer", "number", "boolean", "null") and not (encoder.startswith("json") or encoder in ("python", "jinja")):
+            raise CannotExport(f"{kind} arguments encoded {encoder!r}")
+    # Each position of the layouts: its literals (alternatives where the types differ, as
+    # DeepSeek's string="true" / string="false"), the key, the value, or the key written again.
+    pattern, seen_key = "", False
+    for at, kind in enumerate(shape):
+        if kind is True:
+            texts = {layout[at] for layout in layouts}
+            if any(texts):
+                pattern += f"(?:{_alternatives(texts)})?" if "" in texts else _alternatives(texts)
+        elif kind == "key":
+            pattern += r"(?P=key)" if seen_key else r"(?P<key>.+?)"
+            seen_key = True
+        elif kind == "value":
+            pattern += r"(?P<value>.*?)"
+        else:
+            raise CannotExport(f"an argument's {kind} slot")
+    if shape[-1] == "value":
+        raise CannotExport("key/value arguments with nothing after the value")
+    return {"content": "xml-inline", "content_args": {"tag_pattern": pattern}}
+
+
+def _shown(layout: list) -> str:
+    return "".join(p if isinstance(p, str) else "{" + p["slot"] + "}" for p in layout)
+
+
+__all__ = ["CannotExport", "VERSION", "response_template"]
