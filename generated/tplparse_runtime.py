@@ -1136,6 +1136,9 @@ TABLES_VERSION = 1
 # Where the output starts, and the parallel-call policies (the spec's values, as strings).
 CONTENT = "content"
 REASONING = "reasoning"
+# Where the output continues after a reasoning block read elsewhere (what `reasoning_ended_at`
+# points at, handed to another reader): content, and no reasoning block of its own.
+AFTER_REASONING = "after_reasoning"
 PARALLEL_ALL = "all"
 
 # Kinds of call-layout steps.
@@ -1482,6 +1485,8 @@ class Protocol:
         """Where the output starts: `start` when given, else what the generation prompt leaves open."""
         if start in (REASONING, CONTENT):
             return start
+        if start == AFTER_REASONING:
+            return CONTENT
         if not self.reasoning_end:
             return CONTENT
         if generation_prompt is not None:
@@ -2053,7 +2058,7 @@ class Rules:
     def _turn_by_layout(self):
         """root, in the generic form: an optional reasoning block, then content and calls."""
         p = self._p
-        if self._state == CONTENT and p.reasoning_start and p.reasoning_end:
+        if self._state == CONTENT and self._reasoning_ended_at is None and p.reasoning_start and p.reasoning_end:
             # An optional reasoning block first (the model opens it itself).
             yield from self._skip_ws()
             yield from self._need(len(p.reasoning_start))
@@ -3226,7 +3231,9 @@ class StreamParser(Input, Rules, Messages, Output):
 
     `protocol`: the family's Protocol (or its tables); `tools`: the offered tools (their
     schemas type key/value and pythonic arguments); `generation_prompt` (or its tail) and
-    `start` ("reasoning" / "content") decide whether the output starts inside reasoning.
+    `start` ("reasoning" / "content") decide whether the output starts inside reasoning;
+    "after_reasoning": the output is what follows a reasoning block that another reader read
+    (content, with no reasoning block of its own: see `reasoning_ended_at`).
     Text that may start a marker is held back until it cannot; nothing emitted is retracted.
     """
 
@@ -3238,12 +3245,12 @@ class StreamParser(Input, Rules, Messages, Output):
         self._properties = {name: schema.get("properties") or {} for name, schema in self._tools.items()}
         if generation_prompt is not None and not isinstance(generation_prompt, str):
             raise TypeError(f"generation_prompt must be a str or None, not {type(generation_prompt).__name__}")
-        if start not in (None, REASONING, CONTENT):
-            raise ValueError(f"start must be {REASONING!r}, {CONTENT!r} or None, not {start!r}")
+        if start not in (None, REASONING, CONTENT, AFTER_REASONING):
+            raise ValueError(f"start must be {REASONING!r}, {CONTENT!r}, {AFTER_REASONING!r} or None, not {start!r}")
         self._state = self._p.start_state(generation_prompt, start)
         # where the text after the output's reasoning begins (an offset in characters), once the
         # parse has left the reasoning it started in or found none (see `reasoning_ended_at`)
-        self._reasoning_ended_at = None
+        self._reasoning_ended_at = 0 if start == AFTER_REASONING else None
         # input
         self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
         self._text = ""
@@ -3284,8 +3291,8 @@ class StreamParser(Input, Rules, Messages, Output):
         """The offset (characters of the output) where what follows its reasoning begins:
         after the reasoning's end marker, at a call that ended it, or where the output's first
         text begins when it opened no reasoning; None while the parse is in reasoning or cannot
-        tell yet. A parser started in content on the output from there reads what this one
-        reads after its reasoning (vLLM's reasoning-then-tools split: see `tplparse export vllm`)."""
+        tell yet. A parser started "after_reasoning" on the output from there reads what this
+        one reads after its reasoning (vLLM's reasoning-then-tools split: `tplparse export vllm`)."""
         return self._reasoning_ended_at
 
 

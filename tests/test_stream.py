@@ -172,7 +172,8 @@ def _ended_at(module, text, cuts, **kwargs):
 def test_what_follows_the_reasoning_reads_alone(corpus, stem):
     """`reasoning_ended_at` (vLLM's reasoning-then-tools split): the same offset on every
     chunking, never changed once known, at or before the text after the reasoning; and a parser
-    started in content on the output from there reads the content and calls the whole parse reads."""
+    started "after_reasoning" on the output from there reads the content and calls the whole
+    parse reads."""
     template, spec, module = corpus[stem]
     for output in outputs(template, spec):
         text, kwargs = output.text, {"tools": FRESH_TOOLS, "start": output.start}
@@ -187,8 +188,12 @@ def test_what_follows_the_reasoning_reads_alone(corpus, stem):
             continue
         if message["reasoning_content"]:
             assert message["reasoning_content"] in text[:ended], output.turn
-        rest = module.parse(text[ended:], tools=FRESH_TOOLS, start="content")
+        rest = module.parse(text[ended:], tools=FRESH_TOOLS, start="after_reasoning")
         assert (rest["content"], rest["tool_calls"]) == (message["content"], message["tool_calls"]), output.turn
+        if ended < len(text) and not text[ended:].lstrip().startswith(spec.reasoning.start if spec.reasoning else "\0"):
+            # (started in content, it reads the same, unless the text there opens a block)
+            alone = module.parse(text[ended:], tools=FRESH_TOOLS, start="content")
+            assert (alone["content"], alone["tool_calls"]) == (message["content"], message["tool_calls"]), output.turn
         # (reasoning after a call, in messages with headers, is read there too: a part of the whole's)
         assert (rest["reasoning_content"] or "") in (message["reasoning_content"] or ""), output.turn
 

@@ -21,7 +21,7 @@ Code outside the runtime imports only the names below.
 from .errors import BadArguments, InvalidOutput
 from .parser import StreamParser, parse, read_all
 from .text import MARKER_BOUNDARY
-from .protocol import (ARGUMENTS_ALIASES, CLOSES_A_VALUE, CONTENT, NATURAL_STOPS, PARALLEL_ALL, REASONING, TABLES_VERSION, Protocol,
+from .protocol import (AFTER_REASONING, ARGUMENTS_ALIASES, CLOSES_A_VALUE, CONTENT, NATURAL_STOPS, PARALLEL_ALL, REASONING, TABLES_VERSION, Protocol,
                        json_call_object, stoppable_word)
 from .values import arguments_json, decode_native, format_fillers, object_value, python_value, typed_raw
 
@@ -29,7 +29,7 @@ from .values import arguments_json, decode_native, format_fillers, object_value,
 MODULES = ("errors", "text", "values", "streams", "protocol", "output", "input", "rules", "messages", "parser")
 
 __all__ = [
-    "ARGUMENTS_ALIASES", "BadArguments", "CLOSES_A_VALUE", "CONTENT", "InvalidOutput", "MARKER_BOUNDARY", "MODULES", "NATURAL_STOPS", "PARALLEL_ALL", "Protocol", "REASONING",
+    "AFTER_REASONING", "ARGUMENTS_ALIASES", "BadArguments", "CLOSES_A_VALUE", "CONTENT", "InvalidOutput", "MARKER_BOUNDARY", "MODULES", "NATURAL_STOPS", "PARALLEL_ALL", "Protocol", "REASONING",
     "StreamParser", "TABLES_VERSION", "arguments_json", "decode_native", "format_fillers", "json_call_object", "object_value", "parse", "python_value", "read_all",
     "stoppable_word", "typed_raw",
 ]

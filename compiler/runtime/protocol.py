@@ -20,6 +20,9 @@ TABLES_VERSION = 1
 # Where the output starts, and the parallel-call policies (the spec's values, as strings).
 CONTENT = "content"
 REASONING = "reasoning"
+# Where the output continues after a reasoning block read elsewhere (what `reasoning_ended_at`
+# points at, handed to another reader): content, and no reasoning block of its own.
+AFTER_REASONING = "after_reasoning"
 PARALLEL_ALL = "all"
 
 # Kinds of call-layout steps.
@@ -366,6 +369,8 @@ class Protocol:
         """Where the output starts: `start` when given, else what the generation prompt leaves open."""
         if start in (REASONING, CONTENT):
             return start
+        if start == AFTER_REASONING:
+            return CONTENT
         if not self.reasoning_end:
             return CONTENT
         if generation_prompt is not None:

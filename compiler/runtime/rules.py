@@ -136,7 +136,7 @@ class Rules:
     def _turn_by_layout(self):
         """root, in the generic form: an optional reasoning block, then content and calls."""
         p = self._p
-        if self._state == CONTENT and p.reasoning_start and p.reasoning_end:
+        if self._state == CONTENT and self._reasoning_ended_at is None and p.reasoning_start and p.reasoning_end:
             # An optional reasoning block first (the model opens it itself).
             yield from self._skip_ws()
             yield from self._need(len(p.reasoning_start))
