@@ -5,14 +5,18 @@ Run with the Python of the virtual environment that has vLLM (not tplparse's):
     python tests/vllm_driver.py CASES.json RESULTS.json
 
 CASES.json: {"plugins": [{"plugin": path, "name": parser name, "reasoning": bool,
-"special_tokens": [...], "cases": [{"id", "text", "tools", "prompt", "template_kwargs",
-"system" (the system message, or none), "chunks": [sizes]}]}]}. For each case it writes
-what vLLM assembles: one-shot (`Parser.parse`, as the non-streaming server calls it) and
-streamed in deltas of each size (`Parser.parse_delta`, with the prompt's token ids,
-`finished` on the last), each as {"content", "reasoning", "tool_calls": [{"id", "name",
-"arguments"}], "argument_deltas": [count per call]} (streamed: and "dropped", the indexes of
-the calls a tool-call delta's `tplparse_error` dropped); with a reasoning parser, "reasoning_end": what it tells vLLM's
-structured-output gate (see reasoning_end_checks).
+"special_tokens": [...], "cases": [{"id", "text", "tools", "tool_choice" (or none: "auto"),
+"prompt", "template_kwargs", "system" (the system message, or none), "chunks": [sizes]}]}]}.
+
+For each case it writes what vLLM assembles: one-shot (`Parser.parse`, as the non-streaming
+server calls it) and streamed in deltas of each size (`Parser.parse_delta`, with the prompt's
+token ids, `finished` on the last), each as {"content", "reasoning", "tool_calls": [{"id",
+"name", "arguments"}], "argument_deltas": [count per call], "reasoning_tokens"
+(count_reasoning_tokens)}; streamed also "dropped", the indexes of the calls that a tool-call
+delta's `tplparse_error` dropped. With a reasoning parser, also "reasoning_end" (what it
+tells vLLM's structured-output gate: see reasoning_end_checks) and "tool_only" (the same with
+the tool parser alone: one-shot, and streamed by 3); with a system message,
+"responses_one_shot" (the request in the Responses API's shape).
 
 The plugins are loaded by vLLM's own loaders (ToolParserManager.import_tool_parser,
 ReasoningParserManager.import_reasoning_parser) and composed by its ParserManager.get_parser.
@@ -45,14 +49,25 @@ class CharTokenizer:
 
 
 def _request(case):
+    """The chat-completion request of a case: its tools and tool_choice (default "auto"), its
+    template kwargs, and its system message."""
     from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
 
     tools, kwargs = case["tools"], case["template_kwargs"]
     system = [{"role": "system", "content": case["system"]}] if case.get("system") else []
     body = {"model": "m", "messages": [*system, {"role": "user", "content": "hi"}], "chat_template_kwargs": kwargs or None}
     if tools:
-        body |= {"tools": tools, "tool_choice": "auto"}
+        body |= {"tools": tools, "tool_choice": case.get("tool_choice") or "auto"}
     return ChatCompletionRequest(**body)
+
+
+def _responses_request(case):
+    """The same request in the Responses API's shape (the system message as instructions)."""
+    from vllm.entrypoints.openai.responses.protocol import ResponsesRequest
+
+    tools = [{"type": "function", "name": t["function"]["name"], "parameters": t["function"]["parameters"]}
+             for t in case["tools"] or []]
+    return ResponsesRequest(model="m", input="hi", instructions=case.get("system") or None, tools=tools)
 
 
 def _message(reasoning, content, calls):
@@ -61,12 +76,14 @@ def _message(reasoning, content, calls):
             "argument_deltas": [c.get("deltas", 0) for c in calls]}
 
 
-def one_shot(parser_cls, tokenizer, case):
-    request = _request(case)
+def one_shot(parser_cls, tokenizer, case, request=None):
+    request = _request(case) if request is None else request
     parser = parser_cls(tokenizer, request.tools, chat_template_kwargs=case["template_kwargs"])
     request = parser.adjust_request(request)
     reasoning, content, calls = parser.parse(case["text"], request, enable_auto_tools=True)
-    return _message(reasoning, content, [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in calls or []])
+    result = _message(reasoning, content, [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in calls or []])
+    result["reasoning_tokens"] = parser.count_reasoning_tokens(tokenizer.encode(case["text"]))
+    return result
 
 
 def streamed(parser_cls, tokenizer, case, size):
@@ -108,6 +125,7 @@ def streamed(parser_cls, tokenizer, case, size):
     kept = [calls[i] for i in sorted(calls) if i not in dropped]
     result = _message("".join(reasoning), "".join(content), kept)
     result["dropped"] = sorted(dropped)
+    result["reasoning_tokens"] = parser.count_reasoning_tokens(tokenizer.encode(text))
     return result
 
 
@@ -143,6 +161,7 @@ def main(cases_path, results_path):
             parser_cls = ParserManager.get_parser(tool_parser_name=name,
                                                   reasoning_parser_name=name if plugin["reasoning"] else None,
                                                   enable_auto_tools=True, tokenizer=tokenizer)
+            tool_only_cls = ParserManager.get_parser(tool_parser_name=name, enable_auto_tools=True, tokenizer=tokenizer)
         except Exception:
             results[name] = {"error": traceback.format_exc()}
             continue
@@ -154,6 +173,11 @@ def main(cases_path, results_path):
                                              for size in case["chunks"]}}
                 if plugin["reasoning"]:
                     results[key]["reasoning_end"] = reasoning_end_checks(parser_cls, tokenizer, case)
+                    # --tool-call-parser alone: the whole output, from the mode the request selects
+                    results[key]["tool_only"] = {"one_shot": one_shot(tool_only_cls, tokenizer, case),
+                                                 "streamed": {"3": streamed(tool_only_cls, tokenizer, case, 3)}}
+                if case.get("system"):
+                    results[key]["responses_one_shot"] = one_shot(parser_cls, tokenizer, case, _responses_request(case))
             except Exception:
                 results[key] = {"error": traceback.format_exc()}
     with open(results_path, "w", encoding="utf-8") as f:

@@ -5,8 +5,9 @@ reasoning parser over one family's generated parser, in vLLM's legacy parser int
 tplparse never imports this file (it imports vLLM): the exporter copies its `###{imports`
 section to the top of the plugin and its `###{plugin` section after the family's data
 (FAMILY, REASONING_START, REASONING_END, MARKERS, CALL_IDS_FROM_MODEL, MODES) and the
-family's generated parser, loaded as `_family`; the plugin ends with `register(PARSER_NAME)`. The plugin is tested with the
-real vLLM (tests/test_vllm_plugin.py, in the virtual environment `.ci/run` makes for it).
+family's generated parser, loaded as `_family`; the plugin ends with `register(PARSER_NAME)`.
+The plugin is tested with the real vLLM (tests/test_vllm_plugin.py, in the virtual
+environment `.ci/run` makes for it).
 
 How vLLM drives the pair, and what each side reads (one parse per side, no re-scan):
 - streamed: the reasoning parser is fed vLLM's text deltas while the output is in
@@ -14,11 +15,13 @@ How vLLM drives the pair, and what each side reads (one parse per side, no re-sc
   raw text from there goes back to vLLM as this batch's content, and vLLM hands it, then
   every later delta, to the tool parser, whose parser starts in content. (When the prompt
   closed the reasoning, vLLM skips the reasoning parser and the tool parser reads the whole
-  output: a model that opens a reasoning block anyway still has it read as reasoning, as the
-  generated parser reads it.) Both are engine-based (`engine_based_streaming`): vLLM passes
-  each delta alone and flushes them with `finish_streaming()`.
+  output: a block the model opens anyway is still reasoning, as the generated parser reads
+  it. vLLM does not tell the tool parser which of the two it gets.) Both are engine-based
+  (`engine_based_streaming`): vLLM passes each delta alone and flushes with `finish_streaming()`.
 - one-shot: `extract_reasoning` parses the whole output and returns the reasoning and the raw
-  text after it; `extract_tool_calls` parses that text.
+  text after it; `extract_tool_calls` parses that text, after the reasoning ("after_reasoning").
+- the tool parser alone (`skip_reasoning_parsing`): the whole output, from the start the
+  request's mode selects; the reasoning is dropped.
 - the start state: from the prompt vLLM rendered (`adjust_initial_state_from_prompt`) when it
   gives one (streamed), else from the mode the request selects, as the probe found the modes
   (its `chat_template_kwargs`, or a flag in its system message such as "/no_think"), else
@@ -57,27 +60,46 @@ def _markers_are_special(tokenizer):
     return any(token in marker for token in special for marker in MARKERS)
 
 
-def _system_text(messages):
-    """The text of the request's system (or developer) messages."""
+def _field(item, name):
+    return item.get(name) if isinstance(item, dict) else getattr(item, name, None)
+
+
+def _system_text(request):
+    """The text of the request's system (or developer) messages: a chat request's messages, a
+    Responses request's instructions and input items."""
     texts = []
-    for message in messages or ():
-        message = message if isinstance(message, dict) else getattr(message, "__dict__", {})
-        if message.get("role") in ("system", "developer"):
-            content = message.get("content")
+    instructions = getattr(request, "instructions", None)
+    if isinstance(instructions, str):
+        texts.append(instructions)
+    items = getattr(request, "messages", None) or getattr(request, "input", None)
+    for item in items if isinstance(items, list) else ():
+        if _field(item, "role") in ("system", "developer"):
+            content = _field(item, "content")
             if isinstance(content, str):
                 texts.append(content)
             elif isinstance(content, list):
-                texts += [part.get("text", "") for part in content if isinstance(part, dict)]
+                texts += [t for t in (_field(part, "text") for part in content) if isinstance(t, str)]
     return "\n".join(texts)
 
 
-def _start_for(kwargs, messages=()):
+def _named_tool(request):
+    """The function a request's tool_choice names (chat: {"function": {"name"}}; Responses:
+    {"name"}), or None."""
+    choice = getattr(request, "tool_choice", None)
+    if choice is None or isinstance(choice, str):
+        return None
+    function = _field(choice, "function")
+    name = _field(function, "name") if function is not None else _field(choice, "name")
+    return name if isinstance(name, str) else None
+
+
+def _start_for(kwargs, request=None):
     """The start state of the mode the request selects: the mode whose template variables the
     `chat_template_kwargs` all set and whose system flag ("/no_think") the system message
     carries, the most specific such mode; None when only the default mode fits (the parser
     then starts as the family's default mode does)."""
     kwargs = kwargs or {}
-    system = _system_text(messages)
+    system = _system_text(request)
     best, best_score = None, 0
     for mode in MODES.values():
         variables, flag = mode["variables"], mode["system_flag"]
@@ -122,8 +144,8 @@ class _Deltas:
                 # vLLM cannot take deltas back: the client is told in an extra field of a
                 # tool-call delta of that index (vLLM merges tool-call lists, not extra fields of
                 # a message), and the one-shot result has no such call.
+                # (the error itself is logged with the others at the end: _log_errors)
                 error = delta["tool_call_error"]
-                _log.warning("tplparse: tool call %d dropped (%s): %s", error["index"], error["kind"], error["message"])
                 calls.append(DeltaToolCall(index=error["index"], tplparse_error=error))
         if not (content or reasoning or calls):
             return None
@@ -161,9 +183,11 @@ class TplparseReasoningParser(ReasoningParser):
         self._template_kwargs = kwargs.get("chat_template_kwargs") or {}
         self._prompt = None  # the rendered prompt, when vLLM gives it
         self._reader = None  # the generated parser of the stream, made at its first delta
+        self._counted = None  # the parser of the last output read (streamed or one-shot)
         self._fed = []  # the raw deltas fed so far (the text after the reasoning goes back raw)
         self._handed_over = False  # the text after the reasoning went to vLLM (the tool parser)
         self._deltas = _Deltas()
+        self._reasoning_tokens = None  # (count_reasoning_tokens, once the reasoning ended)
 
     @property
     def reasoning_start_str(self):
@@ -177,7 +201,7 @@ class TplparseReasoningParser(ReasoningParser):
         if self._prompt is not None:
             return _family.StreamParser(generation_prompt=self._prompt)
         kwargs = self._template_kwargs or getattr(request, "chat_template_kwargs", None) or {}
-        return _family.StreamParser(start=_start_for(kwargs, getattr(request, "messages", ())))
+        return _family.StreamParser(start=_start_for(kwargs, request))
 
     # --- the prompt, and the token-id checks of structured outputs ---------------------
 
@@ -211,8 +235,9 @@ class TplparseReasoningParser(ReasoningParser):
             return ids
         text = ""
         for i, token in enumerate(ids):
-            text += _decode(self.model_tokenizer, [token])
-            if REASONING_END in text:
+            piece = _decode(self.model_tokenizer, [token])
+            text += piece
+            if text.find(REASONING_END, max(0, len(text) - len(piece) - len(REASONING_END))) != -1:
                 return ids[i + 1:]
         return ids
 
@@ -227,19 +252,25 @@ class TplparseReasoningParser(ReasoningParser):
 
     def count_reasoning_tokens(self, token_ids):
         """The tokens of the output (streamed, or parsed one-shot) before where its reasoning
-        ended (all of them while it has not ended)."""
-        reader = self._reader
+        ended (all of them while it has not ended). Found once, when it has ended: the fewest
+        tokens whose text reaches that offset (prefixes decoded whole, so that a token holding
+        part of a character counts as the text does), by bisection."""
+        reader = self._counted
         if reader is None:
             return 0
         ended = reader.reasoning_ended_at
         if ended is None:
             return len(token_ids)
-        length = 0
-        for i, token in enumerate(token_ids):
-            if length >= ended:
-                return i
-            length += len(_decode(self.model_tokenizer, [token]))
-        return len(token_ids)
+        if self._reasoning_tokens is None:
+            low, high = 0, len(token_ids)
+            while low < high:
+                middle = (low + high) // 2
+                if len(_decode(self.model_tokenizer, token_ids[:middle])) >= ended:
+                    high = middle
+                else:
+                    low = middle + 1
+            self._reasoning_tokens = low
+        return self._reasoning_tokens
 
     # --- one-shot ----------------------------------------------------------------------
 
@@ -248,8 +279,7 @@ class TplparseReasoningParser(ReasoningParser):
         reader = self._parser(request)
         reader.feed(model_output)
         reader.end("stop")
-        if self._reader is None:
-            self._reader = reader  # (count_reasoning_tokens reads it next)
+        self._counted, self._reasoning_tokens = reader, None  # (count_reasoning_tokens reads it next)
         message = reader.message
         ended = reader.reasoning_ended_at
         return message["reasoning_content"], (model_output[ended:] or None) if ended is not None else None
@@ -261,7 +291,8 @@ class TplparseReasoningParser(ReasoningParser):
         if self._handed_over:  # (vLLM stops calling once the reasoning ended; what comes is content)
             return DeltaMessage(content=delta_text) if delta_text else None
         if self._reader is None:
-            self._reader = self._parser()
+            self._reader = self._counted = self._parser()
+            self._reasoning_tokens = None
         self._fed.append(delta_text)
         deltas = self._reader.feed(delta_text)
         reasoning = [d for d in deltas if "reasoning_content" in d]
@@ -299,17 +330,27 @@ class TplparseToolParser(ToolParser):
     def __init__(self, tokenizer, tools=None):
         super().__init__(tokenizer, tools)
         # vLLM sets this when no reasoning parser is configured: the parser then reads the whole
-        # output from the family's default start, and drops reasoning (vLLM's one-shot result of
-        # a tool parser has no reasoning field, so streaming drops it too).
+        # output from the start the request's mode leaves it in, and drops reasoning (vLLM's
+        # one-shot result of a tool parser has no reasoning field, so streaming drops it too).
         self.skip_reasoning_parsing = False
         self._tools = [tool.model_dump(exclude_none=True) if hasattr(tool, "model_dump") else tool
                        for tool in self.tools]
         self._reader = None
         self._deltas = None
 
-    def _parser(self):
-        start = None if self.skip_reasoning_parsing else "content"
-        return _family.StreamParser(tools=self._tools, start=start)
+    def _parser(self, request, one_shot):
+        """The parser of what vLLM hands this tool parser: with a reasoning parser, the text after
+        the reasoning (one-shot: always; streamed: also the whole output when vLLM skipped the
+        reasoning parser because the prompt closed the block, so a block the model opens anyway
+        is still reasoning); alone, the whole output, from the start the request selects. A
+        named tool_choice offers that tool only (a call of another is an unknown tool, dropped)."""
+        if self.skip_reasoning_parsing:
+            start = _start_for(getattr(request, "chat_template_kwargs", None), request)
+        else:
+            start = "after_reasoning" if one_shot else "content"
+        named = _named_tool(request)
+        tools = [t for t in self._tools if (t.get("function") or t).get("name") == named] if named else self._tools
+        return _family.StreamParser(tools=tools, start=start)
 
     def adjust_request(self, request):
         """Keep special tokens in the text when one of the family's markers is one."""
@@ -319,7 +360,7 @@ class TplparseToolParser(ToolParser):
         return request
 
     def extract_tool_calls(self, model_output, request):
-        reader = self._parser()
+        reader = self._parser(request, one_shot=True)
         reader.feed(model_output)
         reader.end("stop")
         message = reader.message
@@ -330,7 +371,7 @@ class TplparseToolParser(ToolParser):
     def extract_tool_calls_streaming(self, previous_text, current_text, delta_text, previous_token_ids,
                                      current_token_ids, delta_token_ids, request):
         if self._reader is None:
-            self._reader = self._parser()
+            self._reader = self._parser(request, one_shot=False)
             self._deltas = _Deltas(keep_reasoning=not self.skip_reasoning_parsing)
         return self._deltas.message(self._reader.feed(delta_text))
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from .. import runtime
 from ..emit.code import CodeEmitter
+from ..errors import CannotExport
 from ..emit.module import module_name, python_literal, standalone_module
 from ..spec import ProtocolSpec
 
@@ -23,6 +24,9 @@ _SECTION = r"^###\{{{}\n(.*?)^###\}}"
 
 # The vLLM release the plugin is written for and tested with (.ci/run installs it).
 VLLM_VERSION = "0.32.0"
+# A family's name goes into the plugin's docstring and vLLM's parser name: the loader's slugs.
+_SLUG = re.compile(r"[a-z0-9][a-z0-9._-]*")
+TARGET = "a vLLM plugin"
 
 
 @dataclass
@@ -71,10 +75,18 @@ def _call_ids_from_model(tables: dict) -> bool:
 
 
 def vllm_plugin(spec: ProtocolSpec, tables: dict) -> VllmPlugin:
-    """The plugin of one family's spec and reading tables (a proved compile's)."""
+    """The plugin of one family's spec and reading tables (a proved compile's); CannotExport
+    for a turn of messages with headers (harmony), which vLLM does not hand to a plugin."""
+    if not _SLUG.fullmatch(spec.family):
+        raise CannotExport(f"the family name {spec.family!r}", "a vLLM parser name is a slug (a-z, 0-9, '.', '_', '-')",
+                           target=TARGET)
     module = module_name(spec.family)
     plugin_file = f"{module}_vllm.py"
     protocol = runtime.Protocol(tables)
+    if protocol.messages is not None:
+        raise CannotExport("channel messages (harmony)", "vLLM serves these models (model_type gpt_oss) through its "
+                           "own HarmonyParser, which takes only its GptOss parsers (vLLM's --tool-call-parser "
+                           "openai --reasoning-parser openai_gptoss)", target=TARGET)
     name = parser_name(spec.family)
     has_reasoning = bool(protocol.reasoning_end)
     plugin = VllmPlugin({}, name, plugin_file, has_reasoning, _call_ids_from_model(tables))
