@@ -568,17 +568,30 @@ def export_response_template(source, out_file, variant, bos_token, eos_token):
     """
     from pathlib import Path
 
-    from .export import response_template
-    from .pipeline import write_text_atomically
-    from .probe import probe as run_probe
+    from .pipeline import export_response_template as export, write_text_atomically
 
     template = _load(source, variant=variant, bos_token=bos_token, eos_token=eos_token)
-    text = json.dumps(response_template(run_probe(template)), ensure_ascii=False, indent=2) + "\n"
+    compiled, exported = export(template)
+    if exported is None:
+        raise InputError(_proof_error(compiled.proof))
+    text = json.dumps(exported, ensure_ascii=False, indent=2) + "\n"
+    _warn_stand_ins(template, text)
     if out_file:
         write_text_atomically(Path(out_file), text)
         click.echo(f"wrote {out_file}")
     else:
         click.echo(text, nl=False)
+
+
+def _warn_stand_ins(template, *texts: str) -> None:
+    """A token the source does not name (a bare .jinja's eos_token) was probed with a stand-in;
+    where the stand-in is in an export, the export reads that string, which no model writes."""
+    from .probe import PLACEHOLDER_TOKENS
+
+    for name, stand_in in PLACEHOLDER_TOKENS.items():
+        if name not in template.named_tokens and any(stand_in in text for text in texts):
+            click.echo(f"tplparse: warning: the source does not name its {name}: the export reads the stand-in "
+                       f"{stand_in!r} in its place (give --{name.replace('_', '-')} to name the model's)", err=True)
 
 
 @export_group.command(name="vllm")
@@ -604,6 +617,7 @@ def export_vllm(source, out_dir, family, variant, bos_token, eos_token):
     compiled, plugin = export(template)
     if plugin is None:
         raise InputError(_proof_error(compiled.proof))
+    _warn_stand_ins(template, *plugin.files.values())
     for path in write_files(plugin.files, Path(out_dir)):
         click.echo(f"wrote {path}")
     click.echo("serve with:")

@@ -3,7 +3,8 @@
     load -> probe -> spec -> grammar IR -> PEG, GBNF, Lark;  spec -> reading tables -> parser module
                              proof: the parser and the grammar read back the template's renders
 
-`export_vllm(template)` is a proved compile's vLLM plugin (tplparse.export.vllm_plugin).
+`export_vllm(template)` and `export_response_template(template)` are a proved compile's vLLM
+plugin and transformers response_template (tplparse.export).
 `compile_template(template)` probes, proves and returns the files of one template (relative
 path -> text): grammars/<family>.peg, .gbnf, .lark and .spec.json, and the parser under generated/
 (the family's module, the shared runtime and the folder's __init__.py; or one standalone
@@ -30,6 +31,7 @@ from .emit.lark import emit_lark
 from .emit.module import RUNTIME_MODULE, family_module, module_name, package_init, runtime_source, standalone_module
 from .emit.peg import emit_peg
 from .errors import InputError, TplparseError
+from .export.response_template import response_template
 from .export.vllm_plugin import VllmPlugin, vllm_plugin
 from .grammar import build as build_grammar
 from .grammar.reading import reading_tables
@@ -91,6 +93,16 @@ def export_vllm(template: ChatTemplate) -> tuple[Compiled, VllmPlugin | None]:
     return compiled, vllm_plugin(compiled.spec, reading_tables(compiled.spec, template.special_tokens))
 
 
+def export_response_template(template: ChatTemplate) -> tuple[Compiled, dict | None]:
+    """The family's transformers response_template (tplparse.export.response_template), from a
+    proved compile only: (the compile, the template; None when the parser did not prove).
+    CannotExport names a construct the format cannot express."""
+    compiled = compile_template(template)
+    if not compiled.proof.ok:
+        return compiled, None
+    return compiled, response_template(compiled.spec)
+
+
 def _checked_lark(text: str, template: ChatTemplate, family: str) -> str:
     """The Lark grammar, compiled by llguidance when it is installed (the proof checks the
     GBNF grammar; this keeps a Lark grammar llguidance refuses from being written)."""
@@ -112,6 +124,9 @@ def write_text_atomically(path: Path, text: str) -> None:
         fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
             f.write(text)
+        # (mkstemp makes the file 0600: give it the mode of the file it replaces, or what a
+        # plain open() would have given it)
+        os.chmod(temporary, path.stat().st_mode & 0o7777 if path.is_file() else 0o666 & ~_umask())
         os.replace(temporary, path)
     except BaseException as e:
         if temporary is not None:
@@ -122,6 +137,12 @@ def write_text_atomically(path: Path, text: str) -> None:
         if isinstance(e, OSError):
             raise InputError(f"{path}: cannot write: {e.strerror or e}{_not_a_folder(path)}") from None
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _not_a_folder(path: Path) -> str:

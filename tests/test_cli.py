@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 
 import pytest
@@ -254,3 +255,39 @@ def test_gbnf_reports_unsupported_schema_keywords(tmp_path):
 def test_gbnf_bad_arguments_exit_2(args, message):
     result = run_cli("gbnf", CHATML_GGUF, *args)
     assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("command", [["export", "response-template"], ["export", "vllm", "-o", "out"]])
+def test_exports_warn_when_a_stand_in_token_is_in_them(tmp_path, command):
+    """A bare .jinja names no eos_token: the probe used a stand-in, and where the export holds it,
+    the user is told (and told how to name the model's); with --eos-token, no warning."""
+    source = EXAMPLES / "templates" / "bracket-tools.jinja"
+    result = run_cli(*command[:2], source, *command[2:], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "stand-in '<|eos_token|>'" in result.stderr and "--eos-token" in result.stderr, result.stderr
+    named = run_cli(*command[:2], source, *command[2:], "--eos-token", "</s>", cwd=tmp_path)
+    assert named.returncode == 0 and "stand-in" not in named.stderr, named.stderr
+
+
+@pytest.mark.parametrize("command", [["export", "response-template"], ["export", "vllm", "-o", "out"]])
+def test_exports_of_a_template_that_renders_no_turn_are_exit_2(tmp_path, command):
+    source = tmp_path / "plain.jinja"
+    source.write_text("hello", encoding="utf-8")
+    result = run_cli(*command[:2], source, *command[2:], cwd=tmp_path)
+    assert result.returncode == 2 and "renders no assistant turn" in result.stderr, result.stderr
+    assert result.stdout == "" and not (tmp_path / "out").exists()
+
+
+def test_written_files_get_the_mode_a_plain_write_gives(tmp_path):
+    """Files are written through a temporary file (0600) and a rename: they end with the mode
+    the umask gives a new file, or the mode of the file they replace."""
+    old = os.umask(0o022)
+    try:
+        result = run_cli("export", "response-template", EXAMPLES / "chatml-think-tools.gguf", "-o", tmp_path / "rt.json")
+        assert result.returncode == 0, result.stderr
+        assert (tmp_path / "rt.json").stat().st_mode & 0o777 == 0o644
+        (tmp_path / "rt.json").chmod(0o640)
+        result = run_cli("export", "response-template", EXAMPLES / "chatml-think-tools.gguf", "-o", tmp_path / "rt.json")
+        assert result.returncode == 0 and (tmp_path / "rt.json").stat().st_mode & 0o777 == 0o640
+    finally:
+        os.umask(old)
