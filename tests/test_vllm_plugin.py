@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 import tplparse
-from conftest import CORPUS, EXAMPLES, REPO, corpus_ids, corpus_templates, needs_corpus, run_cli
+from conftest import CORPUS, EXAMPLES, FIXTURES, REPO, corpus_ids, corpus_templates, needs_corpus, run_cli
 from corpus_outputs import FRESH_TOOLS, outputs, parser_module
 from tplparse.export import CannotExport
 from tplparse.export.vllm_plugin import vllm_plugin
@@ -35,6 +35,9 @@ needs_vllm = pytest.mark.skipif(not (VLLM_PYTHON and Path(VLLM_PYTHON).is_file()
 CHUNKS = [1, 3, 7, 1_000_000]
 SOURCES = [EXAMPLES / "chatml-think-tools.gguf", EXAMPLES / "bracket-tools.gguf", *corpus_templates()]
 TOOLS = FRESH_TOOLS
+# A real tokenizer with ChatML's tokens (<|im_end|> a special token): transformers' of the Qwen
+# 3.5 vocabulary, from llama.cpp's test vocabularies (tests/fetch_fixtures.py).
+QWEN_VOCAB = FIXTURES / "vocab" / "ggml-vocab-qwen35.gguf"
 
 
 def _prompt_for(spec, start):
@@ -119,6 +122,8 @@ def vllm_results(families, tmp_path_factory):
     """What vLLM assembled for every case of every proved family (one driver run)."""
     folder = tmp_path_factory.mktemp("vllm-plugins")
     plugins = [f.write(folder) for f in families.values() if f.proved and not f.refused]
+    if QWEN_VOCAB.is_file():  # the example family again, with a real tokenizer of ChatML's tokens
+        plugins.append({**plugins[0], "tokenizer": [str(QWEN_VOCAB.parent), QWEN_VOCAB.name]})
     cases, results = folder / "cases.json", folder / "results.json"
     cases.write_text(json.dumps({"plugins": plugins}), encoding="utf-8")
     run = subprocess.run([VLLM_PYTHON, str(REPO / "tests" / "vllm_driver.py"), str(cases), str(results)],
@@ -278,6 +283,30 @@ def test_gpt_oss_is_refused(families):
     if family is None:
         pytest.skip("the corpus is not here")
     assert family.refused is not None and family.refused.construct == "channel messages (harmony)"
+
+
+@needs_vllm
+def test_a_real_tokenizer_detokenized_as_vllm_does(families, vllm_results):
+    """The example family with a real tokenizer: each output as token ids, detokenized one token
+    at a time as vLLM does (special tokens dropped unless adjust_request keeps them): vLLM
+    assembles the generated parser's message, and the plugin kept special tokens because
+    <|im_end|>, a marker of the family, is one."""
+    if not QWEN_VOCAB.is_file():
+        pytest.skip(f"{QWEN_VOCAB.name} not fetched (run tests/fetch_fixtures.py)")
+    family = families["chatml-think-tools"]
+    problems = []
+    for case in family.cases:
+        got = vllm_results[f"{family.plugin.parser_name}/{case['id']}/detokenized"]
+        if "error" in got:
+            problems.append(got["error"])
+            continue
+        assert got["skip_special_tokens"] is False, case["id"]
+        want = _view(family.expected[case["id"]])
+        for label, result in (("streamed by token", got), ("one-shot", got["one_shot"])):
+            if case["id"] not in STREAMED_DIFFERS or label == "one-shot":
+                if _view(result) != want:
+                    problems.append(f"{case['id']} {label}:\n   vLLM   {_view(result)}\n   tplparse {want}")
+    assert not problems, "\n".join(problems[:8])
 
 
 def test_the_parser_file_imports_only_the_standard_library(families):

@@ -18,6 +18,10 @@ tells vLLM's structured-output gate: see reasoning_end_checks) and "tool_only" (
 the tool parser alone: one-shot, and streamed by 3); with a system message,
 "responses_one_shot" (the request in the Responses API's shape).
 
+A plugin entry with "tokenizer": [folder, gguf_file] runs each case instead with that real
+tokenizer (transformers', from a GGUF vocabulary): the output's token ids detokenized one at a
+time as vLLM does, special tokens dropped unless adjust_request kept them ("detokenized").
+
 The plugins are loaded by vLLM's own loaders (ToolParserManager.import_tool_parser,
 ReasoningParserManager.import_reasoning_parser) and composed by its ParserManager.get_parser.
 No model runs: the tokenizer is one token per character (the parsers decode ids only to read
@@ -90,12 +94,43 @@ def streamed(parser_cls, tokenizer, case, size):
     request = _request(case)
     parser = parser_cls(tokenizer, request.tools, chat_template_kwargs=case["template_kwargs"])
     request = parser.adjust_request(request)
-    prompt_ids = tokenizer.encode(case["prompt"])
     text = case["text"]
-    pieces = [text[i:i + size] for i in range(0, len(text), size)] or [""]
+    pieces = [(text[i:i + size], tokenizer.encode(text[i:i + size])) for i in range(0, len(text), size)] or [("", [])]
+    return _assembled(parser, request, tokenizer.encode(case["prompt"]), pieces)
+
+
+def detokenized(parser_cls, tokenizer, case):
+    """A real tokenizer's ids, as vLLM's detokenizer turns them into text: one delta per token
+    (the text the sequence has grown by), special tokens dropped unless the parsers'
+    adjust_request kept them; and the one-shot parse of the whole detokenized text."""
+    request = _request(case)
+    parser = parser_cls(tokenizer, request.tools, chat_template_kwargs=case["template_kwargs"])
+    request = parser.adjust_request(request)
+    skip = request.skip_special_tokens
+    ids = tokenizer.encode(case["text"], add_special_tokens=False)
+    pieces, before = [], ""
+    for i in range(len(ids)):
+        now = tokenizer.decode(ids[:i + 1], skip_special_tokens=skip)
+        if now.endswith("\ufffd"):  # (a character still cut: the detokenizer holds it back)
+            pieces.append(("", ids[i:i + 1]))
+            continue
+        pieces.append((now[len(before):], ids[i:i + 1]))
+        before = now
+    result = _assembled(parser, request, tokenizer.encode(case["prompt"], add_special_tokens=False), pieces)
+    result["skip_special_tokens"] = skip
+    whole = parser_cls(tokenizer, request.tools, chat_template_kwargs=case["template_kwargs"])
+    reasoning, content, calls = whole.parse(before, request, enable_auto_tools=True)
+    result["one_shot"] = _message(reasoning, content, [{"id": c.id, "name": c.name, "arguments": c.arguments}
+                                                       for c in calls or []])
+    return result
+
+
+def _assembled(parser, request, prompt_ids, pieces):
+    """Feed (delta text, delta token ids) pieces through Parser.parse_delta; what a client assembles."""
     content, reasoning, calls, errors = [], [], {}, []
-    for n, piece in enumerate(pieces):
-        delta = parser.parse_delta(delta_text=piece, delta_token_ids=tokenizer.encode(piece), request=request,
+    text = "".join(piece for piece, _ in pieces)
+    for n, (piece, piece_ids) in enumerate(pieces):
+        delta = parser.parse_delta(delta_text=piece, delta_token_ids=list(piece_ids), request=request,
                                    prompt_token_ids=prompt_ids, finished=n == len(pieces) - 1)
         if delta is None:
             continue
@@ -125,7 +160,7 @@ def streamed(parser_cls, tokenizer, case, size):
     kept = [calls[i] for i in sorted(calls) if i not in dropped]
     result = _message("".join(reasoning), "".join(content), kept)
     result["dropped"] = sorted(dropped)
-    result["reasoning_tokens"] = parser.count_reasoning_tokens(tokenizer.encode(text))
+    result["reasoning_tokens"] = parser.count_reasoning_tokens([i for _, ids in pieces for i in ids])
     return result
 
 
@@ -157,6 +192,11 @@ def main(cases_path, results_path):
             ReasoningParserManager.import_reasoning_parser(plugin["plugin"])
         name = plugin["name"]
         tokenizer = CharTokenizer(plugin["special_tokens"])
+        if plugin.get("tokenizer"):  # a real one: transformers' tokenizer of a GGUF vocabulary
+            from transformers import AutoTokenizer
+
+            folder, gguf_file = plugin["tokenizer"]
+            tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf_file)
         try:
             parser_cls = ParserManager.get_parser(tool_parser_name=name,
                                                   reasoning_parser_name=name if plugin["reasoning"] else None,
@@ -167,6 +207,12 @@ def main(cases_path, results_path):
             continue
         for case in plugin["cases"]:
             key = f"{name}/{case['id']}"
+            if plugin.get("tokenizer"):
+                try:
+                    results[f"{key}/detokenized"] = detokenized(parser_cls, tokenizer, case)
+                except Exception:
+                    results[f"{key}/detokenized"] = {"error": traceback.format_exc()}
+                continue
             try:
                 results[key] = {"one_shot": one_shot(parser_cls, tokenizer, case),
                                 "streamed": {str(size): streamed(parser_cls, tokenizer, case, size)

@@ -56,8 +56,12 @@ def _decode(tokenizer, ids):
 def _markers_are_special(tokenizer):
     """Whether a special token of the tokenizer is (part of) one of the family's markers: then
     vLLM must keep special tokens in the text, or the parser never sees the marker."""
-    special = [t for t in (getattr(tokenizer, "all_special_tokens", None) or []) if t]
-    return any(token in marker for token in special for marker in MARKERS)
+    special = set(getattr(tokenizer, "all_special_tokens", None) or [])
+    # (transformers lists added special tokens such as <|im_end|> apart; vLLM's detokenizer drops them too)
+    for token in (getattr(tokenizer, "added_tokens_decoder", None) or {}).values():
+        if getattr(token, "special", False):
+            special.add(getattr(token, "content", None) or str(token))
+    return any(token in marker for token in special if token for marker in MARKERS)
 
 
 def _field(item, name):
