@@ -24,6 +24,9 @@ from tplparse.probe import PLACEHOLDER_TOKENS, probe, standard_turns
 from tplparse.probe.conversations import FRESH, SHAPES, ShapedRenderer, tool_definition
 from tplparse.spec import ProtocolSpec, Start
 
+from tplparse.grammar.reading import cut_at_end
+from tplparse.runtime import json_call_object
+
 from conftest import CORPUS, EXAMPLES, corpus_templates, needs_corpus, run_cli
 from corpus_outputs import FRESH_TOOLS, outputs, parser_module, readable
 
@@ -298,3 +301,202 @@ def test_markers_with_regex_characters_are_matched_as_written():
     assert expected["reasoning_content"] == "Think $ twice"
     for chunk in (None, *CHUNKS):
         assert read_with_transformers(tok, text, prompt, chunk) == expected, chunk
+
+
+# --- beyond the renders: text built from the spec's own markers -----------------------------
+#
+# Each compares transformers (one-shot, and streamed in chunks of 1, 3 and 7) with tplparse's
+# parser, the reference, for every exporting family where the construct applies.
+
+
+def exporting() -> list:
+    return [p for p in SOURCES if isinstance(family(p)[2], dict)]
+
+
+def exporting_where(condition) -> list:
+    return [p for p in exporting() if condition(*family(p))]
+
+
+def calls_section(spec: ProtocolSpec, arguments: dict | None = None) -> str:
+    """The spec's own writing of a calls section of one call (get_rate, the probe's id), up to
+    the end of turn if the section's end writes one (the model stops there)."""
+    call = {"name": "get_rate", "arguments": arguments or {"target": "USD"}, "id": "u1v2w3x4y"}
+    tc = spec.tool_calls
+    return tc.section_start + tc.format_list([call]) + cut_at_end(tc.section_end, list(spec.end_of_turn))
+
+
+def content(spec: ProtocolSpec, text: str) -> str:
+    """`text` as content, in the spec's content wrapper if it has one."""
+    return spec.content_start + text + spec.content_end
+
+
+def end_of_turn(spec: ProtocolSpec) -> str:
+    return next((m for m in spec.end_of_turn if m.strip()), "")
+
+
+def assert_read_alike(path, text: str, prefix: str = "", chunks=(None, *CHUNKS), content_words=False) -> dict:
+    """transformers reads `text` (after `prefix`) as tplparse's parser does; tplparse's message.
+    `content_words`: the content's words the same, its whitespace between regions may differ
+    (the README's one difference: transformers joins content regions by a blank line)."""
+    template, spec, exported = family(path)
+    tok, parser = tokenizer(exported), parser_module(spec, template.special_tokens)
+    how = {"generation_prompt": prefix} if prefix else {"start": Start.CONTENT}
+    expected = tplparse_message(parser.parse(text, tools=FRESH_TOOLS, **how))
+    for chunk in chunks:
+        got = read_with_transformers(tok, text, prefix, chunk)
+        if content_words and got != expected and (got["content"] or "").split() == (expected["content"] or "").split():
+            got["content"] = expected["content"]
+        assert got == expected, f"{label(path)} ({'one-shot' if chunk is None else f'chunks of {chunk}'}): {text!r}"
+    return expected
+
+
+def _ends_reasoning(template, spec, exported) -> bool:
+    return spec.reasoning is not None and spec.tool_calls is not None and spec.reasoning.tool_call_ends_reasoning
+
+
+@pytest.mark.parametrize("path", exporting_where(_ends_reasoning),
+                         ids=[label(p) for p in exporting_where(_ends_reasoning)])
+def test_a_call_inside_reasoning_ends_it(path):
+    """Where the spec says a call ends the reasoning, a call written before the reasoning's end
+    marker is a call (transformers used to read it into reasoning_content)."""
+    _, spec, _ = family(path)
+    text = spec.reasoning.start + "\nSome thoughts.\n\n" + calls_section(spec) + end_of_turn(spec)
+    message = assert_read_alike(path, text)
+    assert message["reasoning_content"] == "Some thoughts." and message["tool_calls"], message
+
+
+def _id_between_literals(template, spec, exported) -> bool:
+    call = spec.tool_calls.call if spec.tool_calls is not None else []
+    return json_call_object(call) is None and any(
+        p == {"slot": "id"} and 0 < at < len(call) - 1 and isinstance(call[at - 1], str)
+        and isinstance(call[at + 1], str) and call[at + 1].strip() for at, p in enumerate(call))
+
+
+@pytest.mark.parametrize("path", exporting_where(_id_between_literals),
+                         ids=[label(p) for p in exporting_where(_id_between_literals)])
+def test_a_call_written_without_its_id(path):
+    """An id between two literals may be left out with the literal before it (the runtime reads
+    `[TOOL_CALLS]name[ARGS]{…}` where the layout writes `[TOOL_CALLS]name[CALL_ID]id[ARGS]{…}`)."""
+    _, spec, _ = family(path)
+    call = spec.tool_calls.call
+    at = next(i for i, p in enumerate(call) if p == {"slot": "id"})
+    with_id = calls_section(spec)
+    without = with_id.replace(call[at - 1] + "u1v2w3x4y", "", 1)
+    assert without != with_id
+    for text in (with_id, without):
+        message = assert_read_alike(path, "Hi" + text + end_of_turn(spec))
+        assert message["content"] == "Hi" and message["tool_calls"] == [["get_rate", {"target": "USD"}]], message
+
+
+@pytest.mark.parametrize("path", exporting(), ids=[label(p) for p in exporting()])
+def test_content_with_brackets_and_markers_read_as_text(path):
+    """Content with brackets (a calls list's `]` closed content and was dropped: `x[0` for `x[0]`)."""
+    _, spec, _ = family(path)
+    message = assert_read_alike(path, content(spec, "Use [1, 2] or x[0].") + end_of_turn(spec))
+    assert message["content"] == "Use [1, 2] or x[0].", message
+
+
+def _closed_calls(template, spec, exported) -> bool:
+    """Calls whose region a marker of their own closes (not one closed where what follows starts)."""
+    calls = exported["fields"].get("tool_calls")
+    return calls is not None and ("close" in calls or not calls.get("close_pattern", "(?=").startswith("(?="))
+
+
+def _closed_calls_and_bare_content(template, spec, exported) -> bool:
+    """…and content outside any wrapper (a template that wraps its content writes it once, before
+    the calls: a second wrapped region after them is text to tplparse's parser)."""
+    return _closed_calls(template, spec, exported) and "open" not in exported["fields"]["content"]
+
+
+@pytest.mark.parametrize("path", exporting_where(_closed_calls_and_bare_content),
+                         ids=[label(p) for p in exporting_where(_closed_calls_and_bare_content)])
+def test_content_before_and_after_a_call(path):
+    """Content on both sides of a call, a newline each side: transformers used to glue the two
+    (`Sure.After.`); it reads `Sure.\\n\\nAfter.`, as tplparse does where the call's layout
+    writes no newline of its own around it (where it does, tplparse reads `Sure.\\nAfter.`:
+    the README's one difference, whitespace only)."""
+    _, spec, _ = family(path)
+    text = content(spec, "Sure.") + "\n" + calls_section(spec).strip() + "\n" + content(spec, "After.") + end_of_turn(spec)
+    message = assert_read_alike(path, text, content_words=True)
+    assert message["content"].split() == ["Sure.", "After."] and message["tool_calls"], message
+    assert read_with_transformers(tokenizer(family(path)[2]), text, "", None)["content"] == "Sure.\n\nAfter."
+
+
+LONG = 20_000  # (tests/benchmarks/bench_response_template.py times these: each is linear in the run)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("path", exporting(), ids=[label(p) for p in exporting()])
+def test_long_whitespace_runs_read_correctly(path):
+    """Runs of LONG spaces and newlines in content, in the prompt before the output and (key/value
+    calls) in a tag's value: read as tplparse reads them. (The regexes used to take time
+    quadratic in such a run: a user message of spaces stalled the parser.) Streamed in chunks
+    of 1000 only: transformers holds a run of whitespace back until what follows it arrives
+    and re-reads it with each chunk, whatever the template (small chunks: quadratic)."""
+    template, spec, exported = family(path)
+    end = end_of_turn(spec)
+    message = assert_read_alike(path, content(spec, "a" + " \n" * (LONG // 2) + "b") + end, chunks=(None, 1000))
+    assert message["content"].startswith("a") and message["content"].endswith("b")
+    prompts = generation_prompts(template, spec)
+    user = FRESH.user
+    for name, prompt in prompts.items():
+        if user not in prompt:
+            continue
+        long_prompt = prompt.replace(user, user + " " * LONG, 1)
+        text = ("Some thoughts." + spec.reasoning.end if spec.modes[name].start == Start.REASONING else "") + \
+            spec.content_start + "The answer." + spec.content_end + end
+        assert assert_read_alike(path, text, prefix=long_prompt, chunks=(None, 1000))["content"] == "The answer."
+    calls = exported["fields"].get("tool_calls", {})
+    if calls.get("content") == "xml-inline":
+        value = "U" + " \n" * (LONG // 2) + "SD"
+        message = assert_read_alike(path, calls_section(spec, {"target": value}) + end, chunks=(None, 1000))
+        assert message["tool_calls"][0][1]["target"].startswith("U"), message
+
+
+def _json_closed(template, spec, exported) -> bool:
+    calls = exported["fields"].get("tool_calls")
+    return _closed_calls(template, spec, exported) and calls["content"] in ("json", "python-call-list")
+
+
+@pytest.mark.parametrize("path", exporting_where(_json_closed), ids=[label(p) for p in exporting_where(_json_closed)])
+def test_a_close_marker_inside_a_json_string(path):
+    """The call's closing marker inside a string argument is the argument's text (transformers
+    used to cut the JSON there and raise)."""
+    _, spec, _ = family(path)
+    at = spec.tool_calls.call.index({"slot": "arguments"}) if {"slot": "arguments"} in spec.tool_calls.call else None
+    tail = "".join(p for p in spec.tool_calls.call[at + 1:] if isinstance(p, str)) if at is not None else ""
+    if not tail.strip():
+        tail = spec.tool_calls.section_end
+    markers = [w.lstrip("}])") for w in tail.split() if w.lstrip("}])")]
+    if not markers:
+        pytest.skip("the call's close is no marker of its own")
+    value = "a" + markers[0] + "b"
+    message = assert_read_alike(path, calls_section(spec, {"target": value}) + end_of_turn(spec))
+    assert message["tool_calls"] == [["get_rate", {"target": value}]], message
+
+
+def test_a_call_name_and_id_are_the_runtimes_characters():
+    """The exporter's name and id classes (mirrored sets) are the runtime's NAME_CHARS and
+    ID_CHARS (an id of `.` or `:` is no call id to tplparse's parser, so none to transformers either)."""
+    import importlib
+
+    import regex
+
+    from tplparse.runtime.text import ID_CHARS, NAME_CHARS
+    module = importlib.import_module("tplparse.export.response_template")
+    assert (module.NAME_CHARS, module.ID_CHARS) == (NAME_CHARS, ID_CHARS)
+    for chars, pattern in ((NAME_CHARS, module._NAME), (ID_CHARS, module._ID)):
+        one = regex.compile(pattern[:-1])
+        assert {chr(c) for c in range(0x250) if one.fullmatch(chr(c))} == set(chars), pattern
+
+
+@needs_corpus
+def test_bare_json_calls_after_a_section_marker_are_refused_saying_so():
+    """MiniMax-M1's calls are bare JSON objects after `<tool_calls>`: the refusal says the section
+    marker opens the first call only (a zero-width open on `{"name": "` would open calls in content)."""
+    for stem in ("MiniMax-M1-rev2", "MiniMax-M1-vllm-tool"):
+        path = CORPUS / f"{stem}.jinja"
+        if path.is_file():
+            _, spec, exported = family(path)
+            assert isinstance(exported, CannotExport) and exported.construct == "a call written as a bare JSON object"
+            assert spec.tool_calls.section_start.strip() in str(exported) and "first one only" in str(exported)

@@ -30,9 +30,28 @@ from ..spec import ArgumentStyle, ProtocolSpec, Start, ToolCallFormat, slot
 
 VERSION = 1  # the response_template version transformers 5 reads
 
-# What a call's name may be made of (the runtime's NAME_CHARS), as a regex class.
-_NAME = r"[A-Za-z0-9_.\-]+"
-_ID = r"[A-Za-z0-9_.:\-]*"
+
+def _char_class(chars) -> str:
+    """One of `chars` (a set of characters), as a regex class (runs of three or more as ranges)."""
+    points, runs = sorted(map(ord, chars)), []
+    for p in points:
+        if runs and runs[-1][1] == p - 1:
+            runs[-1][1] = p
+        else:
+            runs.append([p, p])
+    return "[" + "".join(re.escape(chr(a)) + ("" if a == b else ("-" if b > a + 1 else "") + re.escape(chr(b)))
+                         for a, b in runs) + "]"
+
+
+# What a call's name and id may be made of: the runtime's own sets, mirrored (the runtime
+# package does not export its lexical layer, compiler/runtime/text.py; the test module holds
+# these equal to its NAME_CHARS and ID_CHARS), so that transformers opens a call exactly where
+# tplparse's parser reads one. An id has no `.` or `:`.
+_LETTERS_DIGITS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+NAME_CHARS = frozenset(_LETTERS_DIGITS + "_.-")
+ID_CHARS = frozenset(_LETTERS_DIGITS + "_-")
+_NAME = _char_class(NAME_CHARS) + "+"
+_ID = _char_class(ID_CHARS) + "*"
 _INDEX = r"[0-9]+"
 # A placeholder in a transform is `{name}` or `{a.b}` of word characters only (transformers'
 # _PLACEHOLDER): a JSON key from the template that is not one cannot be named in a transform.
@@ -46,11 +65,12 @@ def response_template(spec: ProtocolSpec) -> dict:
         raise CannotExport("channel messages", "a turn is a sequence of messages with headers (harmony's "
                            "<|channel|>…<|message|>); a field's region cannot be told by the header before it")
     fields: dict[str, dict] = {}
+    calls = _tool_calls_field(spec) if spec.tool_calls is not None else None
     if spec.reasoning is not None:
-        fields["reasoning_content"] = _reasoning_field(spec)
-    if spec.tool_calls is not None:
-        fields["tool_calls"] = _tool_calls_field(spec)
-    fields["content"] = _content_field(spec)
+        fields["reasoning_content"] = _reasoning_field(spec, calls)
+    if calls is not None:
+        fields["tool_calls"] = calls
+    fields["content"] = _content_field(spec, listed=calls is not None and calls.get("transform_each", False))
     return {
         "version": VERSION,
         "defaults": {"role": "assistant"},
@@ -73,10 +93,32 @@ def _alternatives(texts) -> str:
     return _lit(texts[0]) if len(texts) == 1 else "(?:" + "|".join(_lit(t) for t in texts) + ")"
 
 
+# Where an anchor may take the whitespace before it: at the position the search starts from
+# (`\G`: right after the region before), or after the last non-space character before the run
+# (`\S\K`, the match starting after it; the `\G` one first, else a marker begun right at the
+# search's start is, streamed, taken for that non-space character and not held back). Not a
+# bare leading `\s*`: searched from every position of a run of n spaces, that is n² steps (a
+# prompt or output of spaces would stall the parser), and so are a lookbehind (`(?<!\s)\s*`)
+# and `(?:\G|\S\K)\s*` in the partial matching transformers streams with; two whole
+# alternatives are read in one pass (tests/benchmarks/bench_response_template.py).
+_SPACED = (r"\G\s*(?:", r")|\S\K\s*(?:", ")")
+
+
 def _leading_space(regex: str) -> str:
     r"""`regex` after any whitespace: what the template writes between regions (a newline before
     a call) is then no region of its own. (transformers' own Qwen template opens with `\s*`.)"""
-    return regex if regex.startswith(r"\s*") else r"\s*" + regex
+    while regex.startswith(r"\s*"):  # (`\s*\s*` reads a run of n spaces n² ways)
+        regex = regex[len(r"\s*"):]
+    a, b, c = _SPACED
+    return a + regex + b + regex + c
+
+
+def _unspaced(pattern: str) -> str:
+    """The regex that _leading_space put after the whitespace."""
+    a, b, c = _SPACED
+    n = (len(pattern) - len(a) - len(b) - len(c)) // 2
+    assert _leading_space(pattern[len(a):len(a) + n]) == pattern
+    return pattern[len(a):len(a) + n]
 
 
 # --- where the output starts ---------------------------------------------------------------
@@ -110,12 +152,14 @@ def _start_anchor(spec: ProtocolSpec) -> str:
         return r"\Z"
     before = _alternatives(openers)
     # (`regex` takes a variable-length lookbehind: not at the end when the prompt ends with a marker.)
-    return rf"(?={before}\s*\Z)|(?<!{before}\s*)\Z"
+    # (The lookbehind after `\Z`, so it is tried at the end only: before it, at every position
+    # of a run of spaces, it would read the run back, n² steps.)
+    return rf"(?={before}\s*\Z)|\Z(?<!{before}\s*)"
 
 
 # --- reasoning and content ---------------------------------------------------------------
 
-def _reasoning_field(spec: ProtocolSpec) -> dict:
+def _reasoning_field(spec: ProtocolSpec, calls: dict | None) -> dict:
     r = spec.reasoning
     if not r.start.strip() or not r.end.strip():
         if any(m.start == Start.REASONING for m in spec.modes.values()):
@@ -127,26 +171,49 @@ def _reasoning_field(spec: ProtocolSpec) -> dict:
     # commits the shorter of two literals as soon as the text after it differs from the longer.
     end = r.end.strip()
     closes = [end] + [m for m in _ends(spec) if not (m.startswith(end) or end.startswith(m))]
-    return {"open": r.start.strip(), "close": closes if len(closes) > 1 else end, "content": "text"}
+    # (The whitespace before the marker is taken with it: a run of it before reasoning is no
+    # content region of its own, see _content_field.)
+    field = {"open_pattern": _leading_space(re.escape(r.start.strip()))}
+    if calls is not None and r.tool_call_ends_reasoning:
+        # A call ends the reasoning (the spec's policy, as tplparse's parser reads it): the
+        # region closes also right before where the calls field opens (zero-width, so that
+        # field then opens there), else transformers reads the call as reasoning text.
+        opener = _unspaced(calls["open_pattern"]).replace(f"(?P<name>{_NAME})", _NAME)
+        closing = "|".join(re.escape(c) for c in sorted(closes, key=len, reverse=True))
+        field["close_pattern"] = f"{closing}|(?={opener})"
+    else:
+        field["close"] = closes if len(closes) > 1 else end
+    field["content"] = "text"
+    return field
 
 
-def _content_field(spec: ProtocolSpec) -> dict:
+def _content_field(spec: ProtocolSpec, listed: bool = False) -> dict:
     """Content: the field without an open anchor (where text outside reasoning and calls
     goes), closed by an end-of-turn marker; or, with a wrapper that every turn writes, the
     region between its markers (text outside it is dropped, as transformers does with a
     template that has no open-less field). Several content regions are joined (`join`): text
     the template writes between two regions (a newline after the calls) is a region of its
-    own, and transformers would otherwise overwrite the content with it."""
+    own, and transformers would otherwise overwrite the content with it.
+
+    Each region's text is stripped (transformers' `text` parser) and joined by a blank line:
+    content before and after a call (`Sure.\n<tool_call>…</tool_call>\nAfter.`) reads as
+    tplparse reads it, `Sure.\n\nAfter.`, where the template writes a newline on each side,
+    and never glued. A run of whitespace between two regions is no region of its own (its
+    empty text would add a blank line): the anchor after it takes it (the calls' and
+    reasoning's opens, and content's own close, the end of turn or the output's end:
+    _leading_space)."""
     ends = [m.strip() for m in end_of_turn_markers(spec)]
     tc = spec.tool_calls
     section_end = cut_at_end(tc.section_end, ends).strip() if tc is not None else ""
-    if section_end and not any(m.startswith(section_end) or section_end.startswith(m) for m in ends):
+    if section_end and not listed and not any(m.startswith(section_end) or section_end.startswith(m) for m in ends):
         # The calls section's end, after the last call's own close, is content's too: a
         # region with nothing in it, which sets nothing (else its text would be content).
-        # (Not one an end of turn starts, or starts with: see _reasoning_field.)
+        # (Not one an end of turn starts, or starts with: see _reasoning_field. Not where the
+        # calls are one list read whole: its end, `]`, is inside that region, and in content
+        # a `]` of the text, as in `x[0]`, would close it and be dropped.)
         ends.append(section_end)
     start, end = spec.content_start.strip(), spec.content_end.strip()
-    field = {"content": "text", "repeats": True, "join": ""}
+    field = {"content": "text", "repeats": True, "join": "\n\n"}
     if start or end:
         for kind, layout in spec.turns.items():
             if slot("content") not in layout:
@@ -165,8 +232,12 @@ def _content_field(spec: ProtocolSpec) -> dict:
         field["open"] = start
     if end:
         field["close"] = end
-    elif ends:
-        field["close"] = ends
+    else:
+        # (Trailing whitespace at the output's end too. Not a bare `\Z`: streamed, the regex
+        # module reports that complete match at the buffer's end over the partial one of an
+        # end of turn just begun there, whose first characters would then be content.)
+        field["close_pattern"] = _leading_space("".join(
+            re.escape(m) + "|" for m in sorted(set(ends), key=len, reverse=True)) + r"(?<=\s)\Z")
     return field
 
 
@@ -190,10 +261,22 @@ def _ends(spec: ProtocolSpec) -> list[str]:
     return [m.strip() for m in end_of_turn_markers(spec)]
 
 
+def _after_value(close: str, last: str) -> str:
+    r"""`close` (a regex) where it follows a complete value, one that ends with `last` (a JSON
+    object's `}`, a list's `]`) and whitespace: the marker written inside a string of the
+    value (`{"q": "a</tool_call>b"}`) is then its text, not the region's end, which transformers
+    would cut the value at and fail to parse. (The lookbehind after the marker, so it is tried
+    only where the marker is: before it, at every position, it would read back over a run of
+    spaces each time.) A marker right after that character inside a string still ends it."""
+    return rf"{close}(?<={re.escape(last)}\s*{close})"
+
+
 def _close_before(texts) -> str:
     """A zero-width close: right before the next of `texts` (a region that no marker of its
     own ends, closed where what follows it starts; at the end of the output it ends anyway)."""
-    return rf"(?=\s*{_alternatives(texts)})"
+    # (Not `(?=\s*…)`: tried at every position of a run of spaces, that reads the run each
+    # time. The spaces before the next marker stay in the region, which its parser skips.)
+    return rf"(?={_alternatives(texts)})"
 
 
 def _calls_list(spec: ProtocolSpec) -> dict | None:
@@ -226,7 +309,8 @@ def _calls_list(spec: ProtocolSpec) -> dict | None:
         raise CannotExport("a calls list that no marker opens", f"the section starts {tc.section_start!r}")
     field = {"open_pattern": _leading_space(_wrapped(tc, _lit(opener))), **content,
              "transform": {"type": "function", "function": function}, "transform_each": True}
-    field.update({"close": closer} if closer else {"close_pattern": _close_before(_ends(spec))} if _ends(spec) else {})
+    field.update({"close_pattern": _after_value(_lit(closer), "]")} if closer else
+                 {"close_pattern": _close_before(_ends(spec))} if _ends(spec) else {})
     return field
 
 
@@ -301,6 +385,12 @@ def _call_regions(spec: ProtocolSpec) -> dict:
             raise CannotExport("a JSON call object with slots around it")
         opening, closing = "".join(head), after + "".join(call[last + 1:])
         if not opening.strip():
+            if section_start.strip():
+                # (A zero-width open on the object's own text, `{"name": "`, would open a
+                # call on that text anywhere in content too, where tplparse reads text.)
+                raise CannotExport("a call written as a bare JSON object",
+                                   f"no marker opens each call: the section's {section_start.strip()!r} is written "
+                                   "before the first one only, and a region needs an open anchor")
             raise CannotExport("a call written as a bare JSON object", "no marker opens it: a region needs an open anchor")
         _json_arguments(tc)
         body = {"content": "json"}
@@ -314,18 +404,25 @@ def _call_regions(spec: ProtocolSpec) -> dict:
             raise CannotExport("a call with no marker before its name", f"the call is written {_shown(call)}")
         if not all(isinstance(p, str) for p in tail):
             raise CannotExport("a call with slots after its arguments", f"the call is written {_shown(call)}")
-        open_regex = ""
-        for piece in head:
+        parts: list[str] = []
+        for at, piece in enumerate(head):
             if isinstance(piece, str):
-                open_regex += _lit(piece)
+                parts.append(_lit(piece))
             elif piece == slot("name"):
-                open_regex += rf"(?P<name>{_NAME})"
+                parts.append(rf"(?P<name>{_NAME})")
             elif piece in (slot("index"), slot("index1")):
-                open_regex += _INDEX
+                parts.append(_INDEX)
+            elif piece == slot("id") and at and isinstance(head[at - 1], str) and at + 1 < len(head) \
+                    and isinstance(head[at + 1], str) and head[at + 1].strip():
+                # An id between literals may be left out, the literal before it with it, as
+                # tplparse's parser reads it (`[TOOL_CALLS]name[ARGS]{…}` where the layout
+                # writes `[TOOL_CALLS]name[CALL_ID]id[ARGS]{…}`).
+                parts[-1] = f"(?:{parts[-1]}{_ID})?"
             elif piece == slot("id"):
-                open_regex += _ID
+                parts.append(_ID)
             else:
                 raise CannotExport(f"a call's {piece['slot']} slot")
+        open_regex = "".join(parts)
         closing = "".join(tail)
         body = _arguments_body(tc)
         function = {"name": "{name}", "arguments": "{content}"}
@@ -335,7 +432,9 @@ def _call_regions(spec: ProtocolSpec) -> dict:
     field = {"open_pattern": _leading_space(_wrapped(tc, open_regex))}
     # (The section's end is not in the call's close: an optional tail there is committed
     # without it when the stream splits it; content's close takes it, see _content_field.)
-    if closing.strip() and not any(c.isspace() for c in closing.strip()):
+    if closing.strip() and body["content"] == "json":
+        field["close_pattern"] = _after_value(_lit(closing.strip()), "}")
+    elif closing.strip() and not any(c.isspace() for c in closing.strip()):
         field["close"] = closing.strip()  # (a literal: transformers commits it as soon as it is complete)
     elif closing.strip():
         field["close_pattern"] = _lit(closing.strip())
@@ -390,6 +489,10 @@ def _arguments_body(tc: ToolCallFormat) -> dict:
         elif kind == "key":
             pattern += r"(?P=key)" if seen_key else r"(?P<key>.+?)"
             seen_key = True
+        elif kind == "value" and _spaced_after(layouts, at):
+            # (Ending at a non-space, or empty: the whitespace before the closing tag, which
+            # the next literal's `\s*` takes, is then read once, not once per character.)
+            pattern += r"(?P<value>(?:.*?\S)??)"
         elif kind == "value":
             pattern += r"(?P<value>.*?)"
         else:
@@ -397,6 +500,13 @@ def _arguments_body(tc: ToolCallFormat) -> dict:
     if shape[-1] == "value":
         raise CannotExport("key/value arguments with nothing after the value")
     return {"content": "xml-inline", "content_args": {"tag_pattern": pattern}}
+
+
+def _spaced_after(layouts: list, at: int) -> bool:
+    r"""Whether every layout writes whitespace right after its slot at `at` (the literal there,
+    as a regex, then opens with `\s*`)."""
+    return all(at + 1 < len(layout) and isinstance(layout[at + 1], str) and layout[at + 1][:1].isspace()
+               for layout in layouts)
 
 
 def _shown(layout: list) -> str:
