@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 
 import click
@@ -589,7 +590,9 @@ def _warn_stand_ins(template, *texts: str) -> None:
     from .probe import PLACEHOLDER_TOKENS
 
     for name, stand_in in PLACEHOLDER_TOKENS.items():
-        if name not in template.named_tokens and any(stand_in in text for text in texts):
+        # (as written, as a regex, and as such a regex in JSON: the exports hold it each way)
+        forms = {stand_in, re.escape(stand_in), json.dumps(re.escape(stand_in))[1:-1]}
+        if name not in template.named_tokens and any(form in text for form in forms for text in texts):
             click.echo(f"tplparse: warning: the source does not name its {name}: the export reads the stand-in "
                        f"{stand_in!r} in its place (give --{name.replace('_', '-')} to name the model's)", err=True)
 
