@@ -123,7 +123,8 @@ def vllm_results(families, tmp_path_factory):
     folder = tmp_path_factory.mktemp("vllm-plugins")
     plugins = [f.write(folder) for f in families.values() if f.proved and not f.refused]
     if QWEN_VOCAB.is_file():  # the example family again, with a real tokenizer of ChatML's tokens
-        plugins.append({**plugins[0], "tokenizer": [str(QWEN_VOCAB.parent), QWEN_VOCAB.name]})
+        example = next(p for p in plugins if p["name"] == "tplparse-chatml-think-tools")
+        plugins.append({**example, "tokenizer": [str(QWEN_VOCAB.parent), QWEN_VOCAB.name]})
     cases, results = folder / "cases.json", folder / "results.json"
     cases.write_text(json.dumps({"plugins": plugins}), encoding="utf-8")
     run = subprocess.run([VLLM_PYTHON, str(REPO / "tests" / "vllm_driver.py"), str(cases), str(results)],
