@@ -87,20 +87,21 @@ def artifacts(template: ChatTemplate, spec: ProtocolSpec, standalone: bool = Fal
 def export_vllm(template: ChatTemplate) -> tuple[Compiled, VllmPlugin | None]:
     """The vLLM plugin of one template (tplparse.export.vllm_plugin), from a proved compile
     only: (the compile, its plugin; None when the parser did not prove)."""
-    compiled = compile_template(template)
-    if not compiled.proof.ok:
-        return compiled, None
-    return compiled, vllm_plugin(compiled.spec, reading_tables(compiled.spec, template.special_tokens))
+    return _exported(template, lambda spec: vllm_plugin(spec, reading_tables(spec, template.special_tokens)))
 
 
 def export_response_template(template: ChatTemplate) -> tuple[Compiled, dict | None]:
     """The family's transformers response_template (tplparse.export.response_template), from a
     proved compile only: (the compile, the template; None when the parser did not prove).
     CannotExport names a construct the format cannot express."""
-    compiled = compile_template(template)
-    if not compiled.proof.ok:
-        return compiled, None
-    return compiled, response_template(compiled.spec)
+    return _exported(template, response_template)
+
+
+def _exported(template: ChatTemplate, export):
+    """Probe and prove (an export needs no grammar or module files), then `export(spec)`."""
+    spec = probe(template)
+    compiled = Compiled(spec, prove(template, spec), {})
+    return compiled, export(spec) if compiled.proof.ok else None
 
 
 def _checked_lark(text: str, template: ChatTemplate, family: str) -> str:
