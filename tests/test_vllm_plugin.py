@@ -94,6 +94,7 @@ class Family:
         if source.name == "chatml-think-tools.gguf":
             texts += [(name, text, "content") for name, text in EXTRA_EXAMPLE_OUTPUTS.items()]
         self.cases, self.expected, self.selectable = [], {}, {}
+        self.ended = {}  # case id -> where the generated parser's reasoning ended (reasoning_ended_at)
         for case_id, text, start in texts:
             prompt, variables, system, self.selectable[case_id] = _prompt_for(spec, start)
             case = {"id": case_id, "text": text, "tools": TOOLS, "prompt": prompt, "template_kwargs": variables,
@@ -103,7 +104,10 @@ class Family:
                 case["tool_choice"] = NAMED
                 tools = [t for t in TOOLS if t["function"]["name"] == NAMED["function"]["name"]]
             self.cases.append(case)
-            self.expected[case_id] = self.module.parse(text, tools=tools, generation_prompt=prompt)
+            reader = self.module.StreamParser(tools=tools, generation_prompt=prompt)
+            reader.feed(text)
+            reader.end("stop")
+            self.expected[case_id], self.ended[case_id] = reader.message, reader.reasoning_ended_at
 
     def write(self, folder: Path) -> dict:
         for name, text in self.plugin.files.items():
@@ -151,10 +155,7 @@ def _check_case(family: Family, case: dict, result: dict) -> list[str]:
         return [result["error"]]
     want = family.expected[case["id"]]
     want_view = _view(want)
-    ended = family.module.StreamParser(tools=TOOLS, generation_prompt=case["prompt"])
-    ended.feed(case["text"])
-    ended.end("stop")
-    ended = ended.reasoning_ended_at
+    ended = family.ended[case["id"]]
     problems = []
     runs = [("one-shot", result["one_shot"])]
     if case["id"] not in STREAMED_DIFFERS:
@@ -197,10 +198,7 @@ def _check_reasoning_end(family: Family, case: dict, got: dict) -> list[str]:
     problems = []
     if got["prompt_ended"] != prompt.rstrip().endswith(end):
         problems.append(f"{case['id']}: is_reasoning_end(prompt) is {got['prompt_ended']} for {prompt[-30:]!r}")
-    parser = family.module.StreamParser(tools=TOOLS, generation_prompt=prompt)
-    parser.feed(text)
-    parser.end("stop")
-    ended = parser.reasoning_ended_at
+    ended = family.ended[case["id"]]
     if ended is not None and ended >= len(end) and text[ended - len(end):ended] == end:
         want = ended - 1  # (the character, one token here, that completes the marker)
     else:
