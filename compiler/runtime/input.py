@@ -28,21 +28,23 @@ class Input:
         text = chunk if chunk.__class__ is str else self._decode(chunk)
         # Fast paths: most chunks cannot move the parse past what it waits in. (After end()
         # none is open: it clears what they test.)
-        stream = self._streaming
-        if stream is not None and stream.special is not None and stream.pos == len(self._text) and text:
+        fast = self._fast
+        if fast is not None and text:
             # Inside a string argument that streams, all of it before this chunk given out: a
-            # chunk that cannot end it is its next characters (as they are, or escaped).
-            if stream.special(text) is None:
-                stream.pos += len(text)
-                stream.out.append(text)
-                piece = text
-            else:
-                piece = stream.take_escaped(text)
+            # chunk that cannot end it is its next characters, given out without a step of the
+            # reader and kept aside (`_ahead`) until the parse needs the text (`_catch_up`).
+            if fast.special(text) is None:
+                self._ahead.append(text)
+                return [{"tool_calls": [{"index": fast.index, "function": {"arguments": text}}]}]
+            if self._ahead:
+                self._catch_up()
+            piece = fast.take_escaped(text)  # (escapes the canonical text writes the same, ...)
             if piece is not None:
-                buffer, self._text = self._text, ""
-                buffer += text
-                self._text = buffer
-                return [{"tool_calls": [{"index": stream.index, "function": {"arguments": piece}}]}]
+                self._append(text)
+                return [{"tool_calls": [{"index": fast.index, "function": {"arguments": piece}}]}]
+            self._fast = None
+        elif self._ahead:
+            self._catch_up()
         quiet = self._quiet
         if quiet is None:
             if len(self._text) + len(text) < self._wait_for:
@@ -99,11 +101,23 @@ class Input:
     def _streamed(self):
         """What the open call's argument stream settles of the text kept without a resume
         (none while a key/value stream has no string value running ahead)."""
-        if self._streaming.pos is None:
+        stream = self._streaming
+        if stream.pos is None:
             return []
         self._stream_arguments()
+        self._fast = stream if stream.special is not None and stream.pos == len(self._text) else None
         deltas, self._deltas = self._deltas, []
         return deltas
+
+    def _catch_up(self):
+        """The chunks the fast path gave out (all of them the string's next characters) join
+        the text, and the stream that gave them out reads on after them."""
+        ahead, self._ahead = self._ahead, []
+        text = "".join(ahead)
+        self._append(text)
+        fast = self._fast
+        fast.pos = len(self._text)
+        fast.out.append(text)
 
     def _decode(self, chunk):
         if isinstance(chunk, (bytes, bytearray)):
@@ -119,6 +133,9 @@ class Input:
             raise TypeError(f"finish_reason must be a non-empty str such as 'stop' or 'length', not {finish_reason!r}")
         if self._finish is not None:
             return []
+        if self._ahead:
+            self._catch_up()
+        self._fast = None
         tail = self._decoder.decode(b"", final=True)
         self._finish = finish_reason
         self._eof = True
@@ -147,6 +164,9 @@ class Input:
             self._resume(None)
         except StopIteration:
             pass
+        stream = self._streaming  # (feed's fast path: see there)
+        self._fast = stream if stream is not None and stream.special is not None and stream.pos == len(
+            self._text) else None
         deltas, self._deltas = self._deltas, []
         return deltas
 

@@ -69,6 +69,10 @@ class StreamParser(Input, Rules, Messages, Output):
         # family's, or the one without its opener)
         self._steps = self._json_call = self._self_closing = None
         self._streaming = None  # or: the argument stream of that call (see streams), once it had to wait
+        # While that stream is inside a string and gave out all the text so far: the stream,
+        # for feed's fast path; and the chunks that path gave out, not yet in _text.
+        self._fast = None
+        self._ahead = []
         self._errors = []
         self._finish = None
         # rules: the parse, primed to wait for the first chunk
