@@ -635,12 +635,24 @@ def _native(text, i, fmt):
 _JSON_STRING_RUN = re.compile(r'[^"\\\x00-\x1f]+')
 _PYTHON_STRING_RUN = {"'": re.compile(r"[^'\"\\\x00-\x1f]+"), '"': re.compile(r'[^"\\\x00-\x1f]+')}
 _WS = re.compile(r"[ \t\n\r]*")
+# (a JSON string's characters and the escapes the canonical text writes the same way)
+_JSON_STRING_AS_IS = re.compile(r'(?:[^"\\\x00-\x1f]|\\["\\bfnrt])+')
+# A JSON key without escapes or control characters (its canonical text is itself), its colon.
+_JSON_PLAIN_KEY = re.compile(r'"([^"\\\x00-\x1f]*)"[ \t\n\r]*:[ \t\n\r]*')
 # Inside a string whose text so far went out, a chunk without these goes out as it is
 # (`special`); one with escapes that the canonical text writes the same, too (`_..._ESCAPED`).
 _JSON_SPECIAL = re.compile(r'["\\\x00-\x1f]').search
 _PYTHON_SPECIAL = {"'": re.compile(r"""['"\\\x00-\x1f]""").search, '"': _JSON_SPECIAL}
-_JSON_ESCAPED = re.compile(r'(?:[^"\\\x00-\x1f]|\\["\\bfnrt])*').fullmatch
-_PYTHON_ESCAPED = {"'": re.compile(r"""(?:[^'"\\\x00-\x1f]|\\["\\bfnrt])*""").fullmatch, '"': _JSON_ESCAPED}
+# (and a backslash at its end, held: the escape it begins comes with the next chunk)
+_JSON_ESCAPED = re.compile(r'([^"\\\x00-\x1f]*(?:\\["\\bfnrt][^"\\\x00-\x1f]*)*)(\\?)').fullmatch
+_PYTHON_ESCAPED = {"'": re.compile(r"""([^'"\\\x00-\x1f]*(?:\\["\\bfnrt][^'"\\\x00-\x1f]*)*)(\\?)""").fullmatch,
+                   '"': _JSON_ESCAPED}
+_ALWAYS = re.compile("").search  # (a `special` that finds something in every chunk)
+# Chunks that go out as they are: characters and whole escapes the canonical text writes the same.
+_JSON_AS_IS = re.compile(r'[^"\\\x00-\x1f]*(?:\\["\\bfnrt][^"\\\x00-\x1f]*)*').fullmatch
+_PYTHON_AS_IS = {"'": re.compile(r"""[^'"\\\x00-\x1f]*(?:\\["\\bfnrt][^'"\\\x00-\x1f]*)*""").fullmatch,
+                 '"': _JSON_AS_IS}
+_NEVER = re.compile("(?!)").fullmatch  # (an `as_is` that takes no chunk)
 _TOKEN = re.compile(r"[A-Za-z0-9_.+\-]*")
 _JSON_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?")
 _HEX4 = re.compile(r"[0-9a-fA-F]{4}")
@@ -651,16 +663,29 @@ _PYTHON_SIMPLE = {c: encode_json(ast.literal_eval("'\\" + c + "'"))[1:-1] for c 
 _JSON_WORDS = {"true": "true", "false": "false", "null": "null"}
 _PYTHON_WORDS = {"True": "true", "False": "false", "None": "null", **_JSON_WORDS}
 
+# Outside strings, what can make an ObjectStream give something out (or end its value): in an
+# object before a value, only the colon after a key or a closing bracket (a comma, a key read
+# so far settle nothing yet); before a value, any character; in a number or word, what ends it.
+_OBJECT_WAKE = re.compile(r"[:}\]]").search
+_VALUE_WAKE = re.compile(r"\S").search
+_TOKEN_WAKE = re.compile(r"[^A-Za-z0-9_.+\-]").search
+
 # Where an ObjectStream is.
 _TOP, _KEY_OR_CLOSE, _KEY, _KEY_STRING, _COLON, _VALUE, _VALUE_OR_CLOSE, _STRING, _AFTER_PY_STRING, _TOKEN_READ, \
     _AFTER, _DONE = range(12)
+
+
+_IN_OBJECT = frozenset((_AFTER, _KEY_OR_CLOSE, _KEY, _KEY_STRING, _COLON))
+# How deep a stream reads values inside values: deeper, it stops (the rest goes out when the
+# call is complete, read by the decoder, which says when a value is nested too deeply for it).
+_MAX_DEPTH = 128
 
 
 class ObjectStream:
     """The canonical JSON text of an arguments object read from `pos` on, given out as it arrives."""
 
     __slots__ = ("index", "pos", "python", "state", "stack", "keys", "comma", "start", "quote", "key", "out", "paused",
-                 "special")
+                 "special", "as_is", "wake", "held")
 
     def __init__(self, index, pos, python, value=False):
         self.index = index  # the call's index in the deltas
@@ -680,21 +705,55 @@ class ObjectStream:
         # such a character goes out as it is: StreamParser.feed takes it without a step of the
         # reader (it cannot end the string, and ends no escape).
         self.special = None
+        # Outside strings: a search for what can make the stream give something out or end
+        # its value; a chunk without any is only kept (read with what follows it). None: any.
+        self.wake = None
+        self.held = ""  # a backslash given out with the chunk after it (see escaped)
+        self.as_is = _NEVER  # (inside a string: a chunk with escapes that go out as they are)
 
-    def take_escaped(self, chunk):
-        """A chunk in which `special` found something: if it holds only whole escapes that the
-        canonical text writes the same (\\n, \\", ...), it goes out as it is; else None, and
-        the reader steps through it."""
-        if not (_PYTHON_ESCAPED[self.quote] if self.python else _JSON_ESCAPED)(chunk):
+    def escaped(self, chunk):
+        """The next characters of the string (all of its text before them given out, `held`
+        aside), in which `special` found something: if they hold only escapes that the
+        canonical text writes the same (\\n, \\", ...), and perhaps a backslash at their end
+        (then held until the next chunk completes its escape), what of them goes out; else
+        None (the reader steps through them)."""
+        whole = (_PYTHON_ESCAPED[self.quote] if self.python else _JSON_ESCAPED)(self.held + chunk if self.held else chunk)
+        if whole is None:
             return None
-        self.pos += len(chunk)
-        self.out.append(chunk)
-        return chunk
+        self.held = whole.group(2)
+        if self.held:
+            self.special, self.as_is = _ALWAYS, _NEVER
+        else:
+            self._in_string()
+        return whole.group(1)
+
+    def _in_string(self):
+        """The searches feed() runs on a chunk inside a string (see special, as_is)."""
+        if self.python:
+            self.special, self.as_is = _PYTHON_SPECIAL[self.quote], _PYTHON_AS_IS[self.quote]
+        else:
+            self.special, self.as_is = _JSON_SPECIAL, _JSON_AS_IS
+
+    def caught_up(self, text, end):
+        """The chunks given out through `escaped` and `special` (`text`) are in the parser's
+        text, which now ends at `end`: the reader goes on after them (at the held backslash)."""
+        held = self.held
+        if held:
+            self.held = ""
+            self._in_string()
+            text = text[:len(text) - len(held)]
+        self.pos = end - len(held)
+        self.out.append(text)
 
     def pause(self):
         """Give out nothing more: the rest goes out when the call is complete."""
         self.paused = True
-        self.special = None
+        self.special = self.wake = None
+
+    @property
+    def ended(self):
+        """Whether the value is read to its end (the bracket that closes it)."""
+        return self.state == _DONE
 
     def advance(self, text, eof):
         """Read what has arrived; the canonical text it settles ("" for none)."""
@@ -705,7 +764,7 @@ class ObjectStream:
             self._read(text, eof, out)
         except (ValueError, RecursionError):  # (what the final text may write differently: stop here)
             self.paused = True
-            self.special = None
+            self.special = self.wake = None
         piece = "".join(out)
         if piece:
             self.out.append(piece)
@@ -716,9 +775,12 @@ class ObjectStream:
         i = self.pos
         state = self.state
         python = self.python
+        stack = self.stack
         while i < n:
             if state == _STRING:
-                run = (_PYTHON_STRING_RUN[self.quote] if python else _JSON_STRING_RUN).match(text, i)
+                # What runs unchanged into the canonical text: characters, and escapes written as
+                # the canonical text writes them (JSON: \" \\ \n ...).
+                run = (_PYTHON_STRING_RUN[self.quote] if python else _JSON_STRING_AS_IS).match(text, i)
                 if run:
                     out.append(run.group())
                     i = run.end()
@@ -754,56 +816,97 @@ class ObjectStream:
                 else:
                     raise ValueError  # not allowed raw in a string
                 continue
-            if text[i] in " \t\n\r":
+            ch = text[i]
+            if ch in " \t\n\r":
                 i = _WS.match(text, i).end()
                 if i >= n:
                     break
-            ch = text[i]
+                ch = text[i]
             if state == _AFTER:
-                if not self.stack:  # (a value at the top, read: what follows is not its)
+                if not stack:  # (a value at the top, read: what follows is not its)
                     state = _DONE
                     break
                 if ch == ",":
                     self.comma = True
-                    state = _KEY if self.stack[-1] == "}" else _VALUE
+                    state = _KEY if stack[-1] == "}" else _VALUE
                     i += 1
-                elif ch == self.stack[-1]:
-                    out.append(self.stack.pop())
+                elif ch == stack[-1]:
+                    out.append(stack.pop())
                     if ch == "}":
                         self.keys.pop()
                     i += 1
-                    if not self.stack:
+                    if not stack:
                         state = _DONE
                         break
+                else:
+                    raise ValueError
+            elif state == _KEY_OR_CLOSE or state == _KEY:
+                if ch == "}" and (state == _KEY_OR_CLOSE or python):
+                    self.comma = False
+                    out.append(stack.pop())
+                    self.keys.pop()
+                    i += 1
+                    state = _AFTER if stack else _DONE
+                    if state == _DONE:
+                        break
+                elif ch == '"' and not python:
+                    # A key without escapes, its colon and what follows it, all here: at once.
+                    whole = _JSON_PLAIN_KEY.match(text, i)
+                    if whole is None:
+                        self.quote, self.start, state = ch, i + 1, _KEY_STRING
+                        i += 1
+                        continue
+                    key = whole.group(1)
+                    if key in self.keys[-1]:
+                        raise ValueError  # a duplicate key: the final arguments refuse it
+                    self.keys[-1].add(key)
+                    if self.comma:
+                        out.append(", ")
+                        self.comma = False
+                    out.append('"' + key + '": ')
+                    i = whole.end()
+                    state = _VALUE
+                elif ch == '"' or python and ch == "'":
+                    self.quote = ch
+                    self.start = i + 1
+                    state = _KEY_STRING
+                    i += 1
                 else:
                     raise ValueError
             elif state == _VALUE or state == _VALUE_OR_CLOSE:
                 if state == _VALUE_OR_CLOSE and ch == "]" or self.comma and python and ch == "]":
                     self.comma = False
-                    out.append(self.stack.pop())
+                    out.append(stack.pop())
                     i += 1
                     state = _AFTER
-                    if not self.stack:
+                    if not stack:
                         state = _DONE
                         break
                     continue
                 if ch == '"' or python and ch == "'":
-                    self._lead(out)
-                    out.append('"')
+                    if self.comma:
+                        out.append(', "')
+                        self.comma = False
+                    else:
+                        out.append('"')
                     self.quote = ch
                     state = _STRING
                     i += 1
                 elif ch == "{":
+                    if len(stack) >= _MAX_DEPTH:
+                        raise ValueError
                     self._lead(out)
                     out.append("{")
-                    self.stack.append("}")
+                    stack.append("}")
                     self.keys.append(set())
                     state = _KEY_OR_CLOSE
                     i += 1
                 elif ch == "[":
+                    if len(stack) >= _MAX_DEPTH:
+                        raise ValueError
                     self._lead(out)
                     out.append("[")
-                    self.stack.append("]")
+                    stack.append("]")
                     state = _VALUE_OR_CLOSE
                     i += 1
                 else:
@@ -819,35 +922,6 @@ class ObjectStream:
                 out.append(_scalar(token, python))
                 i = end
                 state = _AFTER
-            elif state == _AFTER_PY_STRING:
-                if ch in "'\"":
-                    raise ValueError  # 'a' 'b': Python joins them
-                out.append('"')
-                state = _AFTER
-            elif state == _TOP:
-                if ch != "{":
-                    raise ValueError
-                out.append("{")
-                self.stack.append("}")
-                self.keys.append(set())
-                state = _KEY_OR_CLOSE
-                i += 1
-            elif state == _KEY_OR_CLOSE or state == _KEY:
-                if ch == "}" and (state == _KEY_OR_CLOSE or python):
-                    self.comma = False
-                    out.append(self.stack.pop())
-                    self.keys.pop()
-                    i += 1
-                    state = _AFTER if self.stack else _DONE
-                    if state == _DONE:
-                        break
-                elif ch == '"' or python and ch == "'":
-                    self.quote = ch
-                    self.start = i + 1
-                    state = _KEY_STRING
-                    i += 1
-                else:
-                    raise ValueError
             elif state == _KEY_STRING:
                 end = _string_end(text, self.start, self.quote, python)
                 if end < 0:
@@ -868,10 +942,35 @@ class ObjectStream:
                 out.append(encode_json(self.key) + ": ")
                 i += 1
                 state = _VALUE
+            elif state == _AFTER_PY_STRING:
+                if ch in "'\"":
+                    raise ValueError  # 'a' 'b': Python joins them
+                out.append('"')
+                state = _AFTER
+            elif state == _TOP:
+                if ch != "{":
+                    raise ValueError
+                out.append("{")
+                stack.append("}")
+                self.keys.append(set())
+                state = _KEY_OR_CLOSE
+                i += 1
             else:
                 raise ValueError
         self.pos, self.state = i, state
-        self.special = ((_PYTHON_SPECIAL[self.quote] if python else _JSON_SPECIAL) if state == _STRING else None)
+        if state == _STRING:
+            self._in_string()
+            self.wake = None
+        else:
+            self.special = None
+            if state == _VALUE or state == _VALUE_OR_CLOSE:
+                self.wake = _VALUE_WAKE
+            elif state == _TOKEN_READ:
+                self.wake = _TOKEN_WAKE
+            elif state in _IN_OBJECT and stack and stack[-1] == "}":
+                self.wake = _OBJECT_WAKE
+            else:
+                self.wake = None
 
     def _lead(self, out):
         if self.comma:
@@ -1009,8 +1108,8 @@ class KeyValueStream:
     (its value decoded and typed); a raw string value may run ahead of its reader:
     `open_string`, then `advance` as its text arrives, then `argument` for the rest."""
 
-    __slots__ = ("index", "count", "out", "paused", "pos", "start", "stops", "longest", "special", "stop_starts",
-                 "firsts", "stop_at", "blocked", "value")
+    __slots__ = ("index", "count", "out", "paused", "pos", "start", "stops", "longest", "special", "as_is",
+                 "stop_starts", "firsts", "stop_at", "blocked", "value")
 
     def __init__(self, index):
         self.index = index
@@ -1021,6 +1120,7 @@ class KeyValueStream:
         self.start = None  # where it started
         self.stops = ()  # what may end it (its layout's closing text, with its lead)
         self.special = None  # (as ObjectStream.special, while a raw string value runs ahead)
+        self.as_is = _NEVER  # (its chunks with quotes or backslashes go out escaped: see escaped)
         self.value = None  # or: the ObjectStream of the value being read (open_value)
 
     def argument(self, key, value, text):
@@ -1090,16 +1190,20 @@ class KeyValueStream:
         self.paused = True
         self.special = None
 
-    def take_escaped(self, chunk):
-        """A chunk in which `special` found something: its canonical text if no closing text can
-        begin in it (its quotes, backslashes and control characters escaped), else None (the
-        reader steps through it)."""
+    def escaped(self, chunk):
+        """The next characters of the value (all of its text before them given out), in which
+        `special` found something: their canonical text if no closing text can begin in them
+        (quotes, backslashes and control characters escaped), else None (the reader steps
+        through them)."""
         if self.stop_starts(chunk) is not None:
             return None
-        piece = chunk.translate(_JSON_ESCAPES_OF)
-        self.pos += len(chunk)
-        self.out.append(piece)
-        return piece
+        return chunk.translate(_JSON_ESCAPES_OF)
+
+    def caught_up(self, text, end):
+        """The chunks given out through `escaped` and `special` (`text`) are in the parser's
+        text, which now ends at `end`: the value runs ahead from there."""
+        self.pos = end
+        self.out.append(text.translate(_JSON_ESCAPES_OF))
 
     def advance(self, text, eof):
         """What of the raw string value running ahead has arrived and cannot be the start of
@@ -1324,19 +1428,24 @@ def json_call_object(layout):
     return None
 
 
-def call_steps(layout):
+def call_steps(layout, next_call=""):
     """The call layout as the steps the call reader runs, one per piece:
-    (kind, the literal or the slot's characters, a match of a run of those characters,
+    (kind, the literal or the slot's characters (for the arguments: the text the layout writes
+    after them as rendered, and `next_call` when all of that is literals: what the template
+    writes before another call's first slot), a match of a run of those characters,
     where arguments end (the next literal, stripped, its first word, and the whitespace the
     layout writes before it), whether the next reader skips whitespace itself (then a literal need not wait for its end), whether the literal can be taken
     exactly as written (no end whitespace), the length of the literal right after (a run
-    waits for it too: one wake-up, not two), whether all of the layout after this step is
+    waits for it too, and for the first character of arguments that follow it: one wake-up,
+    not two or three), whether all of the layout after this step is
     stoppable (then, at a natural stop, this literal's unread words and the rest of the
     layout may be missing: the engine stopped on them))."""
     steps = []
     for i, piece in enumerate(layout):
         after = layout[i + 1] if i + 1 < len(layout) else None
         then = len(after.strip()) if isinstance(after, str) else 0
+        if then and i + 2 < len(layout) and layout[i + 2] == {"slot": "arguments"}:
+            then = len(after.lstrip()) + 1  # (and the arguments' first character, as rendered: their reader starts)
         eats = all(isinstance(p, str) and stoppable(p) for p in layout[i + 1:])
         if isinstance(piece, str):
             steps.append((LITERAL, piece, None, None, _skips_whitespace(after), not piece[-1:].isspace(), then, eats))
@@ -1354,8 +1463,11 @@ def call_steps(layout):
                     break
             following = written.strip()
             closing = (following, words(following)[0] if following else "", written[: len(written) - len(written.lstrip())])
-        steps.append((kind, chars, run_of(chars).match if chars else None, closing, _skips_whitespace(after), False, then,
-                      eats))
+            rest = layout[i + 1:]
+            chars = "".join(p for p in rest if isinstance(p, str)) + next_call if all(
+                isinstance(p, str) for p in rest) else written
+        steps.append((kind, chars, run_of(chars).match if chars and kind != ARGUMENTS else None, closing,
+                      _skips_whitespace(after), False, then, eats))
     return tuple(steps)
 
 
@@ -1417,6 +1529,7 @@ class Protocol:
             self.section_start = tc["section_start"]
             self.section_end = tc["section_end"]
             self.separator = tc["separator"]
+            self.separator_core = self.separator.strip()
             self.parallel_all = tc["parallel"] == PARALLEL_ALL
             self.call_has_id = {"slot": "id"} in tc["call"]
             arguments = self.arguments = tc["arguments"]
@@ -1425,7 +1538,10 @@ class Protocol:
             # A call written as a JSON object is also read by its keys when it is not written
             # in the layout's byte order (see Rules._call_object_by_key).
             self.json_call = json_call_object(tc["call"]) if self.object_arguments and not self.python_objects else None
-            self.call_steps = call_steps(tc["call"])
+            # (what the template writes between one call's last slot and the next one's first)
+            first = next((i for i, p in enumerate(tc["call"]) if not isinstance(p, str)), len(tc["call"]))
+            next_call = tc["separator"] + "".join(tc["call"][:first]) if self.parallel_all else ""
+            self.call_steps = call_steps(tc["call"], next_call)
             # A call written without the marker that opens the calls, from its own marker on.
             bare = tc.get("bare")
             self.bare_opener = bare["opener"] if bare else ""
@@ -1621,18 +1737,48 @@ class Input:
             # Inside a string argument that streams, all of it before this chunk given out: a
             # chunk that cannot end it is its next characters, given out without a step of the
             # reader and kept aside (`_ahead`) until the parse needs the text (`_catch_up`).
-            if fast.special(text) is None:
+            if fast.special(text) is None or fast.as_is(text) is not None:
                 self._ahead.append(text)
                 return [{"tool_calls": [{"index": fast.index, "function": {"arguments": text}}]}]
-            if self._ahead:
-                self._catch_up()
-            piece = fast.take_escaped(text)  # (escapes the canonical text writes the same, ...)
+            piece = fast.escaped(text)  # (escapes the canonical text writes the same, ...)
             if piece is not None:
-                self._append(text)
-                return [{"tool_calls": [{"index": fast.index, "function": {"arguments": piece}}]}]
+                self._ahead.append(text)
+                return [{"tool_calls": [{"index": fast.index, "function": {"arguments": piece}}]}] if piece else []
+            self._catch_up()
             self._fast = None
         elif self._ahead:
             self._catch_up()
+        drive = self._drive
+        if drive is not None:
+            # Inside a JSON (or Python) value that its argument stream reads as it arrives: the
+            # stream reads the chunk, and the parse is resumed only once the value is complete
+            # (or the stream stops at what it does not give out: then the scan reads it).
+            self._append(text)
+            if drive.wake is not None and drive.wake(text) is None:
+                return []  # (nothing it can give out yet: read with what follows)
+            piece = drive.advance(self._text, False)
+            if drive.ended and not drive.paused and self._drive_then:
+                # What the template writes after the value (the call's end, the next call's
+                # start) is waited for too, while the text goes on as written: one wake-up.
+                then, rest = self._drive_then, self._text[drive.pos:]
+                if len(rest) < len(then) and then.startswith(rest):
+                    self._drive = self._fast = None
+                    self._expect, self._expect_at = then, drive.pos
+                    return [{"tool_calls": [{"index": drive.index, "function": {"arguments": piece}}]}] if piece else []
+            if drive.paused or drive.ended:
+                if piece:
+                    self._arguments_delta(drive.index, piece)
+                return self._push("")
+            self._fast = drive if drive.special is not None and drive.pos == len(self._text) else None
+            return [{"tool_calls": [{"index": drive.index, "function": {"arguments": piece}}]}] if piece else []
+        expect = self._expect
+        if expect is not None:
+            # The text the template writes next, as it goes on: kept until it is all here.
+            k = len(self._text) - self._expect_at
+            if k + len(text) < len(expect) and expect.startswith(text, k):
+                self._append(text)
+                return []
+            return self._push(text)
         quiet = self._quiet
         if quiet is None:
             if len(self._text) + len(text) < self._wait_for:
@@ -1700,12 +1846,11 @@ class Input:
     def _catch_up(self):
         """The chunks the fast path gave out (all of them the string's next characters) join
         the text, and the stream that gave them out reads on after them."""
-        ahead, self._ahead = self._ahead, []
-        text = "".join(ahead)
-        self._append(text)
-        fast = self._fast
-        fast.pos = len(self._text)
-        fast.out.append(text)
+        if self._ahead:
+            ahead, self._ahead = self._ahead, []
+            text = "".join(ahead)
+            self._append(text)
+            self._fast.caught_up(text, len(self._text))
 
     def _decode(self, chunk):
         if isinstance(chunk, (bytes, bytearray)):
@@ -1728,7 +1873,7 @@ class Input:
         self._finish = finish_reason
         self._eof = True
         deltas = self._push(tail)
-        self._quiet = self._plain = self._poll = self._streaming = None  # (feed's fast paths stay closed)
+        self._quiet = self._plain = self._poll = self._streaming = self._drive = None  # (feed's fast paths stay closed)
         self._wait_for = 0
         if finish_reason == "length" and self._state == REASONING:
             self._error("reasoning_truncated", "the output ended inside reasoning", self._offset_base + len(self._text))
@@ -1746,7 +1891,7 @@ class Input:
                 self._offset_base += self._pos
                 self._pos = 0
             self._append(text)
-        self._quiet = self._plain = self._poll = None
+        self._quiet = self._plain = self._poll = self._drive = self._expect = None
         self._wait_for = 0
         try:
             self._resume(None)
@@ -1928,6 +2073,9 @@ class Input:
         while True:
             self._pos = run.match(self._text, self._pos).end()
             if self._pos < len(self._text):
+                if len(self._text) - self._pos < then and not self._eof:
+                    self._wait_for = self._pos + then  # (the run ended in this chunk: the literal after it too)
+                    yield
                 break
             if self._eof:
                 raise TruncatedOutput(f"the output ended inside a {what}")
@@ -1954,9 +2102,27 @@ class Input:
                 self._stream_arguments()
             yield
 
-    def _read_balanced(self, quotes, what):
-        """A JSON / Python literal: brackets balanced, strings (in `quotes`) respected."""
-        scan = BalancedScan(quotes, self._pos)
+    def _read_balanced(self, quotes, what, then=""):
+        """A JSON / Python literal: brackets balanced, strings (in `quotes`) respected. `then`:
+        the text the template writes after it, which feed() may wait for too (see there)."""
+        start = self._pos
+        stream = self._streaming
+        if stream is not None and stream.__class__ is ObjectStream and not stream.paused:
+            # The value's argument stream reads it as it arrives: feed() runs the stream alone
+            # (`_drive`) until it ends the value or stops at what it does not give out.
+            self._stream_arguments()
+            while not (stream.ended or stream.paused or self._eof):
+                self._drive, self._drive_then = stream, then
+                yield
+                if self._eof:
+                    self._stream_arguments()  # (what came with end(), if anything)
+            begin = SPACES.match(self._text, start).end()
+            if stream.ended and not stream.paused and self._text[begin] in "{[":
+                # Its brackets balanced (read as JSON or Python, strings and all): where the
+                # scan below would end it.
+                self._pos = stream.pos
+                return self._text[begin:stream.pos]
+        scan = BalancedScan(quotes, start)
         while not scan.scan(self._text, self._eof):
             if self._eof:  # (reported where the value starts, or at the end if it never did)
                 self._pos = scan.start if scan.start is not None else len(self._text)
@@ -2370,6 +2536,9 @@ class Rules:
                 self._pos += len(end)  # an empty section: no call (a tolerance: the template never writes one)
                 return
         steps = len(self._steps)
+        # (a call whose layout starts with whitespace is read from before the whitespace after
+        # the one before it: its first literal, as rendered)
+        lead = self._steps[0][0] == LITERAL and self._steps[0][1][:1].isspace()
         while True:
             index = len(self._calls) + self._invalid_calls
             call = {"name": None, "id": None, "arguments": None, "bad": None, "announced": False, "pending": None,
@@ -2381,7 +2550,7 @@ class Rules:
             self._end_call(index, call)
             if bare and p.bare_closer and not (yield from self._match(p.bare_closer, required=False, eats=True)):
                 self._cut_inside(p.bare_closer)
-            if p.parallel_all and p.separator.strip():
+            if p.parallel_all and p.separator_core:
                 if self._here(p.separator) or (yield from self._match(p.separator, required=False)):
                     continue
             elif p.parallel_all:
@@ -2390,6 +2559,8 @@ class Rules:
                 head = p.bare_opener if bare else p.call_head
                 if head and (self._ws_here() and self._text.startswith(head, self._pos)
                              or (yield from self._peek_after_ws(head))):
+                    if lead:
+                        self._pos = start
                     continue
                 if p.call_heads_by_key and (yield from self._peek_any_after_ws(p.call_heads_by_key)):
                     continue  # (a call object in another key order)
@@ -2486,7 +2657,7 @@ class Rules:
                 elif kind == LITERAL:
                     yield from self._match(value, ws_follows=ws_follows, eats=eats)
                 elif kind == ARGUMENTS:
-                    yield from self._arguments_waiting(call, closing)
+                    yield from self._arguments_waiting(call, closing, value)
                 elif kind == NAME or kind == CALL_ID:
                     field = "name" if kind == NAME else "id"
                     run = yield from self._read_while(value, "tool name" if kind == NAME else "call id", then)
@@ -2665,19 +2836,23 @@ class Rules:
         self._kv_read_state = _KeyValueRead(self._p.key_values)
         return self._kv_read_state
 
-    def _arguments_waiting(self, call, closing):
-        """arguments, waiting for them as they arrive."""
+    def _arguments_waiting(self, call, closing, then=""):
+        """arguments, waiting for them as they arrive (`then`: the text the template writes after
+        them, which the parse may wait for as well before it reads on)."""
         p = self._p
         if p.object_arguments:
             if self._json_call is not None:
                 yield from self._skip_ws()
                 if self._text.startswith('"', self._pos):
                     raise InvalidOutput("the arguments are a JSON string")  # (the call object is read by its keys)
-            if call["announced"]:  # the arguments go out as they arrive
-                self._streaming = ObjectStream(call["index"], self._pos, p.python_objects)
-                self._stream_arguments()
+            stream = None
+            if call["announced"]:  # the arguments go out as they arrive (the reader runs the stream)
+                stream = self._streaming = ObjectStream(call["index"], self._pos, p.python_objects)
             try:
-                call["arguments"] = arguments_json((yield from self._object_arguments()))
+                value = yield from self._object_arguments(then, stream)
+                # (a JSON object its stream read to the end, giving out all of it: its text is
+                # the canonical text of the object, decoded and written again)
+                call["arguments"] = "".join(stream.out) if value is None else arguments_json(value)
             except BadArguments as e:
                 call["bad"] = str(e)
             return
@@ -2707,11 +2882,15 @@ class Rules:
         except BadArguments as e:
             call["bad"] = str(e)
 
-    def _object_arguments(self):
-        """arguments: one object, a JSON object or a Python dict, brackets balanced."""
+    def _object_arguments(self, then="", stream=None):
+        """arguments: one object, a JSON object or a Python dict, brackets balanced; None when
+        `stream`, the JSON object's argument stream, read it to its end (its text is the
+        object's canonical text: nothing to decode)."""
         python = self._p.python_objects
         self._ws_here()  # (whitespace still to come is skipped by the object's reader)
-        text = yield from self._read_balanced("'\"" if python else '"', "arguments object")
+        text = yield from self._read_balanced("'\"" if python else '"', "arguments object", then)
+        if stream is not None and not python and stream.ended and not stream.paused:
+            return None
         try:
             value = object_value(text, python)
         except RecursionError:
@@ -3302,6 +3481,10 @@ class StreamParser(Input, Rules, Messages, Output):
         # for feed's fast path; and the chunks that path gave out, not yet in _text.
         self._fast = None
         self._ahead = []
+        self._drive = None  # or: the ObjectStream that reads a JSON value feed() is inside (see feed)
+        self._drive_then = ""  # the text the template writes after that value
+        self._expect = None  # or: text the parse waits for while the output goes on as it (from _expect_at)
+        self._expect_at = 0
         self._errors = []
         self._finish = None
         # rules: the parse, primed to wait for the first chunk

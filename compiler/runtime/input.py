@@ -14,6 +14,7 @@ enough text has arrived. Rules call the plain form first and fall back to the wa
 
 from .errors import InvalidOutput, TruncatedOutput
 from .protocol import NATURAL_STOPS, REASONING, stoppable_word, stopped_in
+from .streams import ObjectStream
 from .text import SPACES, LITERALS, BalancedScan, literal_here, literal_parts, marker_pieces, outside, run_of, waker
 
 ###{standalone
@@ -33,18 +34,48 @@ class Input:
             # Inside a string argument that streams, all of it before this chunk given out: a
             # chunk that cannot end it is its next characters, given out without a step of the
             # reader and kept aside (`_ahead`) until the parse needs the text (`_catch_up`).
-            if fast.special(text) is None:
+            if fast.special(text) is None or fast.as_is(text) is not None:
                 self._ahead.append(text)
                 return [{"tool_calls": [{"index": fast.index, "function": {"arguments": text}}]}]
-            if self._ahead:
-                self._catch_up()
-            piece = fast.take_escaped(text)  # (escapes the canonical text writes the same, ...)
+            piece = fast.escaped(text)  # (escapes the canonical text writes the same, ...)
             if piece is not None:
-                self._append(text)
-                return [{"tool_calls": [{"index": fast.index, "function": {"arguments": piece}}]}]
+                self._ahead.append(text)
+                return [{"tool_calls": [{"index": fast.index, "function": {"arguments": piece}}]}] if piece else []
+            self._catch_up()
             self._fast = None
         elif self._ahead:
             self._catch_up()
+        drive = self._drive
+        if drive is not None:
+            # Inside a JSON (or Python) value that its argument stream reads as it arrives: the
+            # stream reads the chunk, and the parse is resumed only once the value is complete
+            # (or the stream stops at what it does not give out: then the scan reads it).
+            self._append(text)
+            if drive.wake is not None and drive.wake(text) is None:
+                return []  # (nothing it can give out yet: read with what follows)
+            piece = drive.advance(self._text, False)
+            if drive.ended and not drive.paused and self._drive_then:
+                # What the template writes after the value (the call's end, the next call's
+                # start) is waited for too, while the text goes on as written: one wake-up.
+                then, rest = self._drive_then, self._text[drive.pos:]
+                if len(rest) < len(then) and then.startswith(rest):
+                    self._drive = self._fast = None
+                    self._expect, self._expect_at = then, drive.pos
+                    return [{"tool_calls": [{"index": drive.index, "function": {"arguments": piece}}]}] if piece else []
+            if drive.paused or drive.ended:
+                if piece:
+                    self._arguments_delta(drive.index, piece)
+                return self._push("")
+            self._fast = drive if drive.special is not None and drive.pos == len(self._text) else None
+            return [{"tool_calls": [{"index": drive.index, "function": {"arguments": piece}}]}] if piece else []
+        expect = self._expect
+        if expect is not None:
+            # The text the template writes next, as it goes on: kept until it is all here.
+            k = len(self._text) - self._expect_at
+            if k + len(text) < len(expect) and expect.startswith(text, k):
+                self._append(text)
+                return []
+            return self._push(text)
         quiet = self._quiet
         if quiet is None:
             if len(self._text) + len(text) < self._wait_for:
@@ -112,12 +143,11 @@ class Input:
     def _catch_up(self):
         """The chunks the fast path gave out (all of them the string's next characters) join
         the text, and the stream that gave them out reads on after them."""
-        ahead, self._ahead = self._ahead, []
-        text = "".join(ahead)
-        self._append(text)
-        fast = self._fast
-        fast.pos = len(self._text)
-        fast.out.append(text)
+        if self._ahead:
+            ahead, self._ahead = self._ahead, []
+            text = "".join(ahead)
+            self._append(text)
+            self._fast.caught_up(text, len(self._text))
 
     def _decode(self, chunk):
         if isinstance(chunk, (bytes, bytearray)):
@@ -140,7 +170,7 @@ class Input:
         self._finish = finish_reason
         self._eof = True
         deltas = self._push(tail)
-        self._quiet = self._plain = self._poll = self._streaming = None  # (feed's fast paths stay closed)
+        self._quiet = self._plain = self._poll = self._streaming = self._drive = None  # (feed's fast paths stay closed)
         self._wait_for = 0
         if finish_reason == "length" and self._state == REASONING:
             self._error("reasoning_truncated", "the output ended inside reasoning", self._offset_base + len(self._text))
@@ -158,7 +188,7 @@ class Input:
                 self._offset_base += self._pos
                 self._pos = 0
             self._append(text)
-        self._quiet = self._plain = self._poll = None
+        self._quiet = self._plain = self._poll = self._drive = self._expect = None
         self._wait_for = 0
         try:
             self._resume(None)
@@ -340,6 +370,9 @@ class Input:
         while True:
             self._pos = run.match(self._text, self._pos).end()
             if self._pos < len(self._text):
+                if len(self._text) - self._pos < then and not self._eof:
+                    self._wait_for = self._pos + then  # (the run ended in this chunk: the literal after it too)
+                    yield
                 break
             if self._eof:
                 raise TruncatedOutput(f"the output ended inside a {what}")
@@ -366,9 +399,27 @@ class Input:
                 self._stream_arguments()
             yield
 
-    def _read_balanced(self, quotes, what):
-        """A JSON / Python literal: brackets balanced, strings (in `quotes`) respected."""
-        scan = BalancedScan(quotes, self._pos)
+    def _read_balanced(self, quotes, what, then=""):
+        """A JSON / Python literal: brackets balanced, strings (in `quotes`) respected. `then`:
+        the text the template writes after it, which feed() may wait for too (see there)."""
+        start = self._pos
+        stream = self._streaming
+        if stream is not None and stream.__class__ is ObjectStream and not stream.paused:
+            # The value's argument stream reads it as it arrives: feed() runs the stream alone
+            # (`_drive`) until it ends the value or stops at what it does not give out.
+            self._stream_arguments()
+            while not (stream.ended or stream.paused or self._eof):
+                self._drive, self._drive_then = stream, then
+                yield
+                if self._eof:
+                    self._stream_arguments()  # (what came with end(), if anything)
+            begin = SPACES.match(self._text, start).end()
+            if stream.ended and not stream.paused and self._text[begin] in "{[":
+                # Its brackets balanced (read as JSON or Python, strings and all): where the
+                # scan below would end it.
+                self._pos = stream.pos
+                return self._text[begin:stream.pos]
+        scan = BalancedScan(quotes, start)
         while not scan.scan(self._text, self._eof):
             if self._eof:  # (reported where the value starts, or at the end if it never did)
                 self._pos = scan.start if scan.start is not None else len(self._text)

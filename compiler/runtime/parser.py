@@ -73,6 +73,10 @@ class StreamParser(Input, Rules, Messages, Output):
         # for feed's fast path; and the chunks that path gave out, not yet in _text.
         self._fast = None
         self._ahead = []
+        self._drive = None  # or: the ObjectStream that reads a JSON value feed() is inside (see feed)
+        self._drive_then = ""  # the text the template writes after that value
+        self._expect = None  # or: text the parse waits for while the output goes on as it (from _expect_at)
+        self._expect_at = 0
         self._errors = []
         self._finish = None
         # rules: the parse, primed to wait for the first chunk

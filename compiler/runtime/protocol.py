@@ -208,19 +208,24 @@ def json_call_object(layout):
     return None
 
 
-def call_steps(layout):
+def call_steps(layout, next_call=""):
     """The call layout as the steps the call reader runs, one per piece:
-    (kind, the literal or the slot's characters, a match of a run of those characters,
+    (kind, the literal or the slot's characters (for the arguments: the text the layout writes
+    after them as rendered, and `next_call` when all of that is literals: what the template
+    writes before another call's first slot), a match of a run of those characters,
     where arguments end (the next literal, stripped, its first word, and the whitespace the
     layout writes before it), whether the next reader skips whitespace itself (then a literal need not wait for its end), whether the literal can be taken
     exactly as written (no end whitespace), the length of the literal right after (a run
-    waits for it too: one wake-up, not two), whether all of the layout after this step is
+    waits for it too, and for the first character of arguments that follow it: one wake-up,
+    not two or three), whether all of the layout after this step is
     stoppable (then, at a natural stop, this literal's unread words and the rest of the
     layout may be missing: the engine stopped on them))."""
     steps = []
     for i, piece in enumerate(layout):
         after = layout[i + 1] if i + 1 < len(layout) else None
         then = len(after.strip()) if isinstance(after, str) else 0
+        if then and i + 2 < len(layout) and layout[i + 2] == {"slot": "arguments"}:
+            then = len(after.lstrip()) + 1  # (and the arguments' first character, as rendered: their reader starts)
         eats = all(isinstance(p, str) and stoppable(p) for p in layout[i + 1:])
         if isinstance(piece, str):
             steps.append((LITERAL, piece, None, None, _skips_whitespace(after), not piece[-1:].isspace(), then, eats))
@@ -238,8 +243,11 @@ def call_steps(layout):
                     break
             following = written.strip()
             closing = (following, words(following)[0] if following else "", written[: len(written) - len(written.lstrip())])
-        steps.append((kind, chars, run_of(chars).match if chars else None, closing, _skips_whitespace(after), False, then,
-                      eats))
+            rest = layout[i + 1:]
+            chars = "".join(p for p in rest if isinstance(p, str)) + next_call if all(
+                isinstance(p, str) for p in rest) else written
+        steps.append((kind, chars, run_of(chars).match if chars and kind != ARGUMENTS else None, closing,
+                      _skips_whitespace(after), False, then, eats))
     return tuple(steps)
 
 
@@ -301,6 +309,7 @@ class Protocol:
             self.section_start = tc["section_start"]
             self.section_end = tc["section_end"]
             self.separator = tc["separator"]
+            self.separator_core = self.separator.strip()
             self.parallel_all = tc["parallel"] == PARALLEL_ALL
             self.call_has_id = {"slot": "id"} in tc["call"]
             arguments = self.arguments = tc["arguments"]
@@ -309,7 +318,10 @@ class Protocol:
             # A call written as a JSON object is also read by its keys when it is not written
             # in the layout's byte order (see Rules._call_object_by_key).
             self.json_call = json_call_object(tc["call"]) if self.object_arguments and not self.python_objects else None
-            self.call_steps = call_steps(tc["call"])
+            # (what the template writes between one call's last slot and the next one's first)
+            first = next((i for i, p in enumerate(tc["call"]) if not isinstance(p, str)), len(tc["call"]))
+            next_call = tc["separator"] + "".join(tc["call"][:first]) if self.parallel_all else ""
+            self.call_steps = call_steps(tc["call"], next_call)
             # A call written without the marker that opens the calls, from its own marker on.
             bare = tc.get("bare")
             self.bare_opener = bare["opener"] if bare else ""

@@ -428,6 +428,9 @@ class Rules:
                 self._pos += len(end)  # an empty section: no call (a tolerance: the template never writes one)
                 return
         steps = len(self._steps)
+        # (a call whose layout starts with whitespace is read from before the whitespace after
+        # the one before it: its first literal, as rendered)
+        lead = self._steps[0][0] == LITERAL and self._steps[0][1][:1].isspace()
         while True:
             index = len(self._calls) + self._invalid_calls
             call = {"name": None, "id": None, "arguments": None, "bad": None, "announced": False, "pending": None,
@@ -439,7 +442,7 @@ class Rules:
             self._end_call(index, call)
             if bare and p.bare_closer and not (yield from self._match(p.bare_closer, required=False, eats=True)):
                 self._cut_inside(p.bare_closer)
-            if p.parallel_all and p.separator.strip():
+            if p.parallel_all and p.separator_core:
                 if self._here(p.separator) or (yield from self._match(p.separator, required=False)):
                     continue
             elif p.parallel_all:
@@ -448,6 +451,8 @@ class Rules:
                 head = p.bare_opener if bare else p.call_head
                 if head and (self._ws_here() and self._text.startswith(head, self._pos)
                              or (yield from self._peek_after_ws(head))):
+                    if lead:
+                        self._pos = start
                     continue
                 if p.call_heads_by_key and (yield from self._peek_any_after_ws(p.call_heads_by_key)):
                     continue  # (a call object in another key order)
@@ -544,7 +549,7 @@ class Rules:
                 elif kind == LITERAL:
                     yield from self._match(value, ws_follows=ws_follows, eats=eats)
                 elif kind == ARGUMENTS:
-                    yield from self._arguments_waiting(call, closing)
+                    yield from self._arguments_waiting(call, closing, value)
                 elif kind == NAME or kind == CALL_ID:
                     field = "name" if kind == NAME else "id"
                     run = yield from self._read_while(value, "tool name" if kind == NAME else "call id", then)
@@ -723,19 +728,23 @@ class Rules:
         self._kv_read_state = _KeyValueRead(self._p.key_values)
         return self._kv_read_state
 
-    def _arguments_waiting(self, call, closing):
-        """arguments, waiting for them as they arrive."""
+    def _arguments_waiting(self, call, closing, then=""):
+        """arguments, waiting for them as they arrive (`then`: the text the template writes after
+        them, which the parse may wait for as well before it reads on)."""
         p = self._p
         if p.object_arguments:
             if self._json_call is not None:
                 yield from self._skip_ws()
                 if self._text.startswith('"', self._pos):
                     raise InvalidOutput("the arguments are a JSON string")  # (the call object is read by its keys)
-            if call["announced"]:  # the arguments go out as they arrive
-                self._streaming = ObjectStream(call["index"], self._pos, p.python_objects)
-                self._stream_arguments()
+            stream = None
+            if call["announced"]:  # the arguments go out as they arrive (the reader runs the stream)
+                stream = self._streaming = ObjectStream(call["index"], self._pos, p.python_objects)
             try:
-                call["arguments"] = arguments_json((yield from self._object_arguments()))
+                value = yield from self._object_arguments(then, stream)
+                # (a JSON object its stream read to the end, giving out all of it: its text is
+                # the canonical text of the object, decoded and written again)
+                call["arguments"] = "".join(stream.out) if value is None else arguments_json(value)
             except BadArguments as e:
                 call["bad"] = str(e)
             return
@@ -765,11 +774,15 @@ class Rules:
         except BadArguments as e:
             call["bad"] = str(e)
 
-    def _object_arguments(self):
-        """arguments: one object, a JSON object or a Python dict, brackets balanced."""
+    def _object_arguments(self, then="", stream=None):
+        """arguments: one object, a JSON object or a Python dict, brackets balanced; None when
+        `stream`, the JSON object's argument stream, read it to its end (its text is the
+        object's canonical text: nothing to decode)."""
         python = self._p.python_objects
         self._ws_here()  # (whitespace still to come is skipped by the object's reader)
-        text = yield from self._read_balanced("'\"" if python else '"', "arguments object")
+        text = yield from self._read_balanced("'\"" if python else '"', "arguments object", then)
+        if stream is not None and not python and stream.ended and not stream.paused:
+            return None
         try:
             value = object_value(text, python)
         except RecursionError:

@@ -33,12 +33,24 @@ import re
 _JSON_STRING_RUN = re.compile(r'[^"\\\x00-\x1f]+')
 _PYTHON_STRING_RUN = {"'": re.compile(r"[^'\"\\\x00-\x1f]+"), '"': re.compile(r'[^"\\\x00-\x1f]+')}
 _WS = re.compile(r"[ \t\n\r]*")
+# (a JSON string's characters and the escapes the canonical text writes the same way)
+_JSON_STRING_AS_IS = re.compile(r'(?:[^"\\\x00-\x1f]|\\["\\bfnrt])+')
+# A JSON key without escapes or control characters (its canonical text is itself), its colon.
+_JSON_PLAIN_KEY = re.compile(r'"([^"\\\x00-\x1f]*)"[ \t\n\r]*:[ \t\n\r]*')
 # Inside a string whose text so far went out, a chunk without these goes out as it is
 # (`special`); one with escapes that the canonical text writes the same, too (`_..._ESCAPED`).
 _JSON_SPECIAL = re.compile(r'["\\\x00-\x1f]').search
 _PYTHON_SPECIAL = {"'": re.compile(r"""['"\\\x00-\x1f]""").search, '"': _JSON_SPECIAL}
-_JSON_ESCAPED = re.compile(r'(?:[^"\\\x00-\x1f]|\\["\\bfnrt])*').fullmatch
-_PYTHON_ESCAPED = {"'": re.compile(r"""(?:[^'"\\\x00-\x1f]|\\["\\bfnrt])*""").fullmatch, '"': _JSON_ESCAPED}
+# (and a backslash at its end, held: the escape it begins comes with the next chunk)
+_JSON_ESCAPED = re.compile(r'([^"\\\x00-\x1f]*(?:\\["\\bfnrt][^"\\\x00-\x1f]*)*)(\\?)').fullmatch
+_PYTHON_ESCAPED = {"'": re.compile(r"""([^'"\\\x00-\x1f]*(?:\\["\\bfnrt][^'"\\\x00-\x1f]*)*)(\\?)""").fullmatch,
+                   '"': _JSON_ESCAPED}
+_ALWAYS = re.compile("").search  # (a `special` that finds something in every chunk)
+# Chunks that go out as they are: characters and whole escapes the canonical text writes the same.
+_JSON_AS_IS = re.compile(r'[^"\\\x00-\x1f]*(?:\\["\\bfnrt][^"\\\x00-\x1f]*)*').fullmatch
+_PYTHON_AS_IS = {"'": re.compile(r"""[^'"\\\x00-\x1f]*(?:\\["\\bfnrt][^'"\\\x00-\x1f]*)*""").fullmatch,
+                 '"': _JSON_AS_IS}
+_NEVER = re.compile("(?!)").fullmatch  # (an `as_is` that takes no chunk)
 _TOKEN = re.compile(r"[A-Za-z0-9_.+\-]*")
 _JSON_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?")
 _HEX4 = re.compile(r"[0-9a-fA-F]{4}")
@@ -49,16 +61,29 @@ _PYTHON_SIMPLE = {c: encode_json(ast.literal_eval("'\\" + c + "'"))[1:-1] for c 
 _JSON_WORDS = {"true": "true", "false": "false", "null": "null"}
 _PYTHON_WORDS = {"True": "true", "False": "false", "None": "null", **_JSON_WORDS}
 
+# Outside strings, what can make an ObjectStream give something out (or end its value): in an
+# object before a value, only the colon after a key or a closing bracket (a comma, a key read
+# so far settle nothing yet); before a value, any character; in a number or word, what ends it.
+_OBJECT_WAKE = re.compile(r"[:}\]]").search
+_VALUE_WAKE = re.compile(r"\S").search
+_TOKEN_WAKE = re.compile(r"[^A-Za-z0-9_.+\-]").search
+
 # Where an ObjectStream is.
 _TOP, _KEY_OR_CLOSE, _KEY, _KEY_STRING, _COLON, _VALUE, _VALUE_OR_CLOSE, _STRING, _AFTER_PY_STRING, _TOKEN_READ, \
     _AFTER, _DONE = range(12)
+
+
+_IN_OBJECT = frozenset((_AFTER, _KEY_OR_CLOSE, _KEY, _KEY_STRING, _COLON))
+# How deep a stream reads values inside values: deeper, it stops (the rest goes out when the
+# call is complete, read by the decoder, which says when a value is nested too deeply for it).
+_MAX_DEPTH = 128
 
 
 class ObjectStream:
     """The canonical JSON text of an arguments object read from `pos` on, given out as it arrives."""
 
     __slots__ = ("index", "pos", "python", "state", "stack", "keys", "comma", "start", "quote", "key", "out", "paused",
-                 "special")
+                 "special", "as_is", "wake", "held")
 
     def __init__(self, index, pos, python, value=False):
         self.index = index  # the call's index in the deltas
@@ -78,21 +103,55 @@ class ObjectStream:
         # such a character goes out as it is: StreamParser.feed takes it without a step of the
         # reader (it cannot end the string, and ends no escape).
         self.special = None
+        # Outside strings: a search for what can make the stream give something out or end
+        # its value; a chunk without any is only kept (read with what follows it). None: any.
+        self.wake = None
+        self.held = ""  # a backslash given out with the chunk after it (see escaped)
+        self.as_is = _NEVER  # (inside a string: a chunk with escapes that go out as they are)
 
-    def take_escaped(self, chunk):
-        """A chunk in which `special` found something: if it holds only whole escapes that the
-        canonical text writes the same (\\n, \\", ...), it goes out as it is; else None, and
-        the reader steps through it."""
-        if not (_PYTHON_ESCAPED[self.quote] if self.python else _JSON_ESCAPED)(chunk):
+    def escaped(self, chunk):
+        """The next characters of the string (all of its text before them given out, `held`
+        aside), in which `special` found something: if they hold only escapes that the
+        canonical text writes the same (\\n, \\", ...), and perhaps a backslash at their end
+        (then held until the next chunk completes its escape), what of them goes out; else
+        None (the reader steps through them)."""
+        whole = (_PYTHON_ESCAPED[self.quote] if self.python else _JSON_ESCAPED)(self.held + chunk if self.held else chunk)
+        if whole is None:
             return None
-        self.pos += len(chunk)
-        self.out.append(chunk)
-        return chunk
+        self.held = whole.group(2)
+        if self.held:
+            self.special, self.as_is = _ALWAYS, _NEVER
+        else:
+            self._in_string()
+        return whole.group(1)
+
+    def _in_string(self):
+        """The searches feed() runs on a chunk inside a string (see special, as_is)."""
+        if self.python:
+            self.special, self.as_is = _PYTHON_SPECIAL[self.quote], _PYTHON_AS_IS[self.quote]
+        else:
+            self.special, self.as_is = _JSON_SPECIAL, _JSON_AS_IS
+
+    def caught_up(self, text, end):
+        """The chunks given out through `escaped` and `special` (`text`) are in the parser's
+        text, which now ends at `end`: the reader goes on after them (at the held backslash)."""
+        held = self.held
+        if held:
+            self.held = ""
+            self._in_string()
+            text = text[:len(text) - len(held)]
+        self.pos = end - len(held)
+        self.out.append(text)
 
     def pause(self):
         """Give out nothing more: the rest goes out when the call is complete."""
         self.paused = True
-        self.special = None
+        self.special = self.wake = None
+
+    @property
+    def ended(self):
+        """Whether the value is read to its end (the bracket that closes it)."""
+        return self.state == _DONE
 
     def advance(self, text, eof):
         """Read what has arrived; the canonical text it settles ("" for none)."""
@@ -103,7 +162,7 @@ class ObjectStream:
             self._read(text, eof, out)
         except (ValueError, RecursionError):  # (what the final text may write differently: stop here)
             self.paused = True
-            self.special = None
+            self.special = self.wake = None
         piece = "".join(out)
         if piece:
             self.out.append(piece)
@@ -114,9 +173,12 @@ class ObjectStream:
         i = self.pos
         state = self.state
         python = self.python
+        stack = self.stack
         while i < n:
             if state == _STRING:
-                run = (_PYTHON_STRING_RUN[self.quote] if python else _JSON_STRING_RUN).match(text, i)
+                # What runs unchanged into the canonical text: characters, and escapes written as
+                # the canonical text writes them (JSON: \" \\ \n ...).
+                run = (_PYTHON_STRING_RUN[self.quote] if python else _JSON_STRING_AS_IS).match(text, i)
                 if run:
                     out.append(run.group())
                     i = run.end()
@@ -152,56 +214,97 @@ class ObjectStream:
                 else:
                     raise ValueError  # not allowed raw in a string
                 continue
-            if text[i] in " \t\n\r":
+            ch = text[i]
+            if ch in " \t\n\r":
                 i = _WS.match(text, i).end()
                 if i >= n:
                     break
-            ch = text[i]
+                ch = text[i]
             if state == _AFTER:
-                if not self.stack:  # (a value at the top, read: what follows is not its)
+                if not stack:  # (a value at the top, read: what follows is not its)
                     state = _DONE
                     break
                 if ch == ",":
                     self.comma = True
-                    state = _KEY if self.stack[-1] == "}" else _VALUE
+                    state = _KEY if stack[-1] == "}" else _VALUE
                     i += 1
-                elif ch == self.stack[-1]:
-                    out.append(self.stack.pop())
+                elif ch == stack[-1]:
+                    out.append(stack.pop())
                     if ch == "}":
                         self.keys.pop()
                     i += 1
-                    if not self.stack:
+                    if not stack:
                         state = _DONE
                         break
+                else:
+                    raise ValueError
+            elif state == _KEY_OR_CLOSE or state == _KEY:
+                if ch == "}" and (state == _KEY_OR_CLOSE or python):
+                    self.comma = False
+                    out.append(stack.pop())
+                    self.keys.pop()
+                    i += 1
+                    state = _AFTER if stack else _DONE
+                    if state == _DONE:
+                        break
+                elif ch == '"' and not python:
+                    # A key without escapes, its colon and what follows it, all here: at once.
+                    whole = _JSON_PLAIN_KEY.match(text, i)
+                    if whole is None:
+                        self.quote, self.start, state = ch, i + 1, _KEY_STRING
+                        i += 1
+                        continue
+                    key = whole.group(1)
+                    if key in self.keys[-1]:
+                        raise ValueError  # a duplicate key: the final arguments refuse it
+                    self.keys[-1].add(key)
+                    if self.comma:
+                        out.append(", ")
+                        self.comma = False
+                    out.append('"' + key + '": ')
+                    i = whole.end()
+                    state = _VALUE
+                elif ch == '"' or python and ch == "'":
+                    self.quote = ch
+                    self.start = i + 1
+                    state = _KEY_STRING
+                    i += 1
                 else:
                     raise ValueError
             elif state == _VALUE or state == _VALUE_OR_CLOSE:
                 if state == _VALUE_OR_CLOSE and ch == "]" or self.comma and python and ch == "]":
                     self.comma = False
-                    out.append(self.stack.pop())
+                    out.append(stack.pop())
                     i += 1
                     state = _AFTER
-                    if not self.stack:
+                    if not stack:
                         state = _DONE
                         break
                     continue
                 if ch == '"' or python and ch == "'":
-                    self._lead(out)
-                    out.append('"')
+                    if self.comma:
+                        out.append(', "')
+                        self.comma = False
+                    else:
+                        out.append('"')
                     self.quote = ch
                     state = _STRING
                     i += 1
                 elif ch == "{":
+                    if len(stack) >= _MAX_DEPTH:
+                        raise ValueError
                     self._lead(out)
                     out.append("{")
-                    self.stack.append("}")
+                    stack.append("}")
                     self.keys.append(set())
                     state = _KEY_OR_CLOSE
                     i += 1
                 elif ch == "[":
+                    if len(stack) >= _MAX_DEPTH:
+                        raise ValueError
                     self._lead(out)
                     out.append("[")
-                    self.stack.append("]")
+                    stack.append("]")
                     state = _VALUE_OR_CLOSE
                     i += 1
                 else:
@@ -217,35 +320,6 @@ class ObjectStream:
                 out.append(_scalar(token, python))
                 i = end
                 state = _AFTER
-            elif state == _AFTER_PY_STRING:
-                if ch in "'\"":
-                    raise ValueError  # 'a' 'b': Python joins them
-                out.append('"')
-                state = _AFTER
-            elif state == _TOP:
-                if ch != "{":
-                    raise ValueError
-                out.append("{")
-                self.stack.append("}")
-                self.keys.append(set())
-                state = _KEY_OR_CLOSE
-                i += 1
-            elif state == _KEY_OR_CLOSE or state == _KEY:
-                if ch == "}" and (state == _KEY_OR_CLOSE or python):
-                    self.comma = False
-                    out.append(self.stack.pop())
-                    self.keys.pop()
-                    i += 1
-                    state = _AFTER if self.stack else _DONE
-                    if state == _DONE:
-                        break
-                elif ch == '"' or python and ch == "'":
-                    self.quote = ch
-                    self.start = i + 1
-                    state = _KEY_STRING
-                    i += 1
-                else:
-                    raise ValueError
             elif state == _KEY_STRING:
                 end = _string_end(text, self.start, self.quote, python)
                 if end < 0:
@@ -266,10 +340,35 @@ class ObjectStream:
                 out.append(encode_json(self.key) + ": ")
                 i += 1
                 state = _VALUE
+            elif state == _AFTER_PY_STRING:
+                if ch in "'\"":
+                    raise ValueError  # 'a' 'b': Python joins them
+                out.append('"')
+                state = _AFTER
+            elif state == _TOP:
+                if ch != "{":
+                    raise ValueError
+                out.append("{")
+                stack.append("}")
+                self.keys.append(set())
+                state = _KEY_OR_CLOSE
+                i += 1
             else:
                 raise ValueError
         self.pos, self.state = i, state
-        self.special = ((_PYTHON_SPECIAL[self.quote] if python else _JSON_SPECIAL) if state == _STRING else None)
+        if state == _STRING:
+            self._in_string()
+            self.wake = None
+        else:
+            self.special = None
+            if state == _VALUE or state == _VALUE_OR_CLOSE:
+                self.wake = _VALUE_WAKE
+            elif state == _TOKEN_READ:
+                self.wake = _TOKEN_WAKE
+            elif state in _IN_OBJECT and stack and stack[-1] == "}":
+                self.wake = _OBJECT_WAKE
+            else:
+                self.wake = None
 
     def _lead(self, out):
         if self.comma:
@@ -407,8 +506,8 @@ class KeyValueStream:
     (its value decoded and typed); a raw string value may run ahead of its reader:
     `open_string`, then `advance` as its text arrives, then `argument` for the rest."""
 
-    __slots__ = ("index", "count", "out", "paused", "pos", "start", "stops", "longest", "special", "stop_starts",
-                 "firsts", "stop_at", "blocked", "value")
+    __slots__ = ("index", "count", "out", "paused", "pos", "start", "stops", "longest", "special", "as_is",
+                 "stop_starts", "firsts", "stop_at", "blocked", "value")
 
     def __init__(self, index):
         self.index = index
@@ -419,6 +518,7 @@ class KeyValueStream:
         self.start = None  # where it started
         self.stops = ()  # what may end it (its layout's closing text, with its lead)
         self.special = None  # (as ObjectStream.special, while a raw string value runs ahead)
+        self.as_is = _NEVER  # (its chunks with quotes or backslashes go out escaped: see escaped)
         self.value = None  # or: the ObjectStream of the value being read (open_value)
 
     def argument(self, key, value, text):
@@ -488,16 +588,20 @@ class KeyValueStream:
         self.paused = True
         self.special = None
 
-    def take_escaped(self, chunk):
-        """A chunk in which `special` found something: its canonical text if no closing text can
-        begin in it (its quotes, backslashes and control characters escaped), else None (the
-        reader steps through it)."""
+    def escaped(self, chunk):
+        """The next characters of the value (all of its text before them given out), in which
+        `special` found something: their canonical text if no closing text can begin in them
+        (quotes, backslashes and control characters escaped), else None (the reader steps
+        through them)."""
         if self.stop_starts(chunk) is not None:
             return None
-        piece = chunk.translate(_JSON_ESCAPES_OF)
-        self.pos += len(chunk)
-        self.out.append(piece)
-        return piece
+        return chunk.translate(_JSON_ESCAPES_OF)
+
+    def caught_up(self, text, end):
+        """The chunks given out through `escaped` and `special` (`text`) are in the parser's
+        text, which now ends at `end`: the value runs ahead from there."""
+        self.pos = end
+        self.out.append(text.translate(_JSON_ESCAPES_OF))
 
     def advance(self, text, eof):
         """What of the raw string value running ahead has arrived and cannot be the start of
