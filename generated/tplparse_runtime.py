@@ -10,6 +10,7 @@ import codecs
 import json
 import re
 import warnings
+from json.encoder import encode_basestring as _encode_basestring
 
 
 # --- errors (tplparse/runtime/errors.py) ----------------------------------------------
@@ -685,7 +686,7 @@ class ObjectStream:
     """The canonical JSON text of an arguments object read from `pos` on, given out as it arrives."""
 
     __slots__ = ("index", "pos", "python", "state", "stack", "keys", "comma", "start", "quote", "key", "out", "paused",
-                 "special", "as_is", "wake", "held")
+                 "special", "as_is", "wake", "held", "ended")
 
     def __init__(self, index, pos, python, value=False):
         self.index = index  # the call's index in the deltas
@@ -709,6 +710,7 @@ class ObjectStream:
         # its value; a chunk without any is only kept (read with what follows it). None: any.
         self.wake = None
         self.held = ""  # a backslash given out with the chunk after it (see escaped)
+        self.ended = False  # whether the value is read to its end (the bracket that closes it)
         self.as_is = _NEVER  # (inside a string: a chunk with escapes that go out as they are)
 
     def escaped(self, chunk):
@@ -749,11 +751,6 @@ class ObjectStream:
         """Give out nothing more: the rest goes out when the call is complete."""
         self.paused = True
         self.special = self.wake = None
-
-    @property
-    def ended(self):
-        """Whether the value is read to its end (the bracket that closes it)."""
-        return self.state == _DONE
 
     def advance(self, text, eof):
         """Read what has arrived; the canonical text it settles ("" for none)."""
@@ -923,6 +920,20 @@ class ObjectStream:
                 i = end
                 state = _AFTER
             elif state == _KEY_STRING:
+                if not python:  # (a plain key and its colon, here now: at once, as above)
+                    whole = _JSON_PLAIN_KEY.match(text, self.start - 1)
+                    if whole is not None:
+                        key = whole.group(1)
+                        if key in self.keys[-1]:
+                            raise ValueError
+                        self.keys[-1].add(key)
+                        if self.comma:
+                            out.append(", ")
+                            self.comma = False
+                        out.append('"' + key + '": ')
+                        i = whole.end()
+                        state = _VALUE
+                        continue
                 end = _string_end(text, self.start, self.quote, python)
                 if end < 0:
                     i = n
@@ -958,6 +969,8 @@ class ObjectStream:
             else:
                 raise ValueError
         self.pos, self.state = i, state
+        if state == _DONE:
+            self.ended = True
         if state == _STRING:
             self._in_string()
             self.wake = None
@@ -1089,7 +1102,10 @@ def _stop_search(stops):
 
 _RAW_SPECIAL = {}
 # The canonical text of a raw string's characters that JSON escapes.
-_JSON_ESCAPES_OF = {c: encode_json(chr(c))[1:-1] for c in [*range(0x20), ord('"'), ord("\\")]}
+def _json_string_text(text):
+    """A string's canonical text, without its quotes (its quotes, backslashes and control
+    characters escaped): json's own escaping, in C where it is."""
+    return _encode_basestring(text)[1:-1]
 
 
 def _raw_special(stops):
@@ -1103,13 +1119,24 @@ def _raw_special(stops):
     return found, marker_starts(stops)
 
 
+_RAW_SEARCHES = {}
+
+
+def _raw_searches(stops):
+    """(the longest stop, _raw_special's two searches, _stop_search's two): cached per stops."""
+    found = _RAW_SEARCHES.get(stops)
+    if found is None:
+        found = _RAW_SEARCHES[stops] = (max(len(stop) for stop in stops), *_raw_special(stops), *_stop_search(stops))
+    return found
+
+
 class KeyValueStream:
     """The canonical JSON text of key/value arguments: `argument(key, value)` as each is read
     (its value decoded and typed); a raw string value may run ahead of its reader:
     `open_string`, then `advance` as its text arrives, then `argument` for the rest."""
 
     __slots__ = ("index", "count", "out", "paused", "pos", "start", "stops", "longest", "special", "as_is",
-                 "stop_starts", "firsts", "stop_at", "blocked", "value")
+                 "stop_starts", "firsts", "stop_at", "blocked", "value", "held", "value_special")
 
     def __init__(self, index):
         self.index = index
@@ -1122,6 +1149,8 @@ class KeyValueStream:
         self.special = None  # (as ObjectStream.special, while a raw string value runs ahead)
         self.as_is = _NEVER  # (its chunks with quotes or backslashes go out escaped: see escaped)
         self.value = None  # or: the ObjectStream of the value being read (open_value)
+        self.held = ""  # the end of what `escaped` took that may begin a stop: given out, or not, with what follows
+        self.value_special = None
 
     def argument(self, key, value, text):
         """A whole argument, read (or, after its string ran ahead, the rest of it; `text`: the
@@ -1165,9 +1194,8 @@ class KeyValueStream:
             return ""
         self.pos = self.start = pos
         self.stops = stops
-        self.longest = max(len(stop) for stop in stops)
-        self.special, self.stop_starts = _raw_special(stops)
-        self.firsts, self.stop_at = _stop_search(stops)
+        self.longest, self.special, self.stop_starts, self.firsts, self.stop_at = _raw_searches(stops)
+        self.value_special, self.held = self.special, ""
         self.blocked = False
         piece = (", " if self.count else "{") + encode_json(key) + ': "'
         self.count += 1
@@ -1191,19 +1219,34 @@ class KeyValueStream:
         self.special = None
 
     def escaped(self, chunk):
-        """The next characters of the value (all of its text before them given out), in which
-        `special` found something: their canonical text if no closing text can begin in them
-        (quotes, backslashes and control characters escaped), else None (the reader steps
-        through them)."""
-        if self.stop_starts(chunk) is not None:
-            return None
-        return chunk.translate(_JSON_ESCAPES_OF)
+        """The next characters of the value (all of its text before them given out, `held`
+        aside), in which `special` found something: their canonical text (quotes, backslashes
+        and control characters escaped) if no closing text begins in them; what may begin one
+        at their end (`\\n</par`) is held until the next chunk tells; else (a stop's first
+        characters) None: the reader steps through them."""
+        text = self.held + chunk if self.held else chunk
+        found = self.stop_starts(text)
+        held = ""
+        if found is not None:
+            held = text[found.start():]
+            if found.end() < len(text) or held in self.stops or not any(
+                    len(stop) > len(held) and stop.startswith(held) for stop in self.stops):
+                return None
+            text = text[:found.start()]
+        self.held = held
+        self.special = _ALWAYS if held else self.value_special
+        return _json_string_text(text)
 
     def caught_up(self, text, end):
-        """The chunks given out through `escaped` and `special` (`text`) are in the parser's
-        text, which now ends at `end`: the value runs ahead from there."""
-        self.pos = end
-        self.out.append(text.translate(_JSON_ESCAPES_OF))
+        """The chunks given out through `special` and `escaped` (`text`) are in the parser's
+        text, which now ends at `end`: the value runs ahead from there (at what is held)."""
+        held = self.held
+        if held:
+            self.held = ""
+            self.special = self.value_special
+            text = text[:len(text) - len(held)]
+        self.pos = end - len(held)
+        self.out.append(_json_string_text(text))
 
     def advance(self, text, eof):
         """What of the raw string value running ahead has arrived and cannot be the start of
@@ -1338,6 +1381,7 @@ class KeyValueFormat:
                 re.escape(m) for m in middles) + ")"
             self.next_argument_search = re.compile(self.next_argument).search
         self._settling = {}
+        self.raw_stops = {}  # (see Rules' _raw_stops)
 
     def settling(self, closing_word):
         """A search for the first text that settles a raw value whose closing text is missing
@@ -1428,11 +1472,9 @@ def json_call_object(layout):
     return None
 
 
-def call_steps(layout, next_call=""):
+def call_steps(layout):
     """The call layout as the steps the call reader runs, one per piece:
-    (kind, the literal or the slot's characters (for the arguments: the text the layout writes
-    after them as rendered, and `next_call` when all of that is literals: what the template
-    writes before another call's first slot), a match of a run of those characters,
+    (kind, the literal or the slot's characters, a match of a run of those characters,
     where arguments end (the next literal, stripped, its first word, and the whitespace the
     layout writes before it), whether the next reader skips whitespace itself (then a literal need not wait for its end), whether the literal can be taken
     exactly as written (no end whitespace), the length of the literal right after (a run
@@ -1463,11 +1505,8 @@ def call_steps(layout, next_call=""):
                     break
             following = written.strip()
             closing = (following, words(following)[0] if following else "", written[: len(written) - len(written.lstrip())])
-            rest = layout[i + 1:]
-            chars = "".join(p for p in rest if isinstance(p, str)) + next_call if all(
-                isinstance(p, str) for p in rest) else written
-        steps.append((kind, chars, run_of(chars).match if chars and kind != ARGUMENTS else None, closing,
-                      _skips_whitespace(after), False, then, eats))
+        steps.append((kind, chars, run_of(chars).match if chars else None, closing, _skips_whitespace(after), False, then,
+                      eats))
     return tuple(steps)
 
 
@@ -1538,10 +1577,7 @@ class Protocol:
             # A call written as a JSON object is also read by its keys when it is not written
             # in the layout's byte order (see Rules._call_object_by_key).
             self.json_call = json_call_object(tc["call"]) if self.object_arguments and not self.python_objects else None
-            # (what the template writes between one call's last slot and the next one's first)
-            first = next((i for i, p in enumerate(tc["call"]) if not isinstance(p, str)), len(tc["call"]))
-            next_call = tc["separator"] + "".join(tc["call"][:first]) if self.parallel_all else ""
-            self.call_steps = call_steps(tc["call"], next_call)
+            self.call_steps = call_steps(tc["call"])
             # A call written without the marker that opens the calls, from its own marker on.
             bare = tc.get("bare")
             self.bare_opener = bare["opener"] if bare else ""
@@ -1566,6 +1602,11 @@ class Protocol:
                 self.call_heads_by_key = tuple(sorted('{"' + key + '"' for key in named))
             if not self.object_arguments:
                 self.key_values = KeyValueFormat(arguments)
+            # What the template writes after a call's JSON arguments: the rest of the call and,
+            # when calls follow each other, the next call's start ("" where a slot comes first).
+            # feed() waits for it in one go while the output goes on so (one wake-up, not one
+            # per literal).
+            self.after_arguments = self._after_arguments(tc["call"]) if self.object_arguments else ""
         # Layout-driven forms (data from the spec's turn layouts, not family knowledge):
         # without a call opener, content turns start with their own prefix ("all\n") and the
         # text between content and calls opens the calls (">>>"); a section whose start is
@@ -1596,6 +1637,15 @@ class Protocol:
         if self.messages is not None:
             literals += self.messages.literals
         self.literals = tuple(sorted({m.strip() for m in literals if m.strip()}))
+
+    def _after_arguments(self, layout):
+        """The layout's literals after its arguments (none if a slot follows them) and, when
+        calls follow each other, the separator and the literals before the next call's first slot."""
+        rest = layout[layout.index({"slot": "arguments"}) + 1:]
+        if not rest or not all(isinstance(p, str) for p in rest):
+            return ""
+        first = next(i for i, p in enumerate(layout) if not isinstance(p, str))
+        return "".join(rest) + (self.separator + "".join(layout[:first]) if self.parallel_all else "")
 
     def start_state(self, generation_prompt, start):
         """Where the output starts: `start` when given, else what the generation prompt leaves open."""
@@ -2183,6 +2233,30 @@ def _literal_value(node, depth=0):
     return _NOT_A_LITERAL
 
 
+def _raw_stops(kv, ending, settles, st):
+    """What may end a raw value that is still arriving (its closing text, with the whitespace
+    before it, which the value loses; and, when a missing closing text may be settled by what
+    follows, that and the whitespace the layout writes before it, which the value loses too):
+    (stops, those two whitespace runs or None). Cached in the format, per closing text and call."""
+    key = (ending, settles, st.closing_lead, st.closing_word)
+    found = kv.raw_stops.get(key)
+    if found is None:
+        stop, lead = ending.raw_end, ending.after_lead
+        stops = (lead + stop, stop) if lead else (stop,)
+        spaces = None
+        if settles:
+            # What the layout writes between a value and what may settle it when its closing
+            # text is missing: the value loses it, so it is held back too.
+            trail = ending.after[len(ending.after.rstrip()):]
+            between = kv.separator if kv.separator.isspace() else ""
+            spaces = (lead + trail + between + kv.before[: len(kv.before) - len(kv.before.lstrip())],
+                      lead + trail + st.closing_lead)
+            stops += tuple(sorted({space[i:] + marker for space, marker in zip(spaces, (kv.before.strip(), st.closing_word))
+                                   if marker for i in range(len(space) + 1)}))
+        found = kv.raw_stops[key] = (stops, spaces)
+    return found
+
+
 class _KeyValueRead:
     """Where the reading of a call's key/value arguments is: the step, and what it has read.
     (One per parser, started afresh for each call: a parser reads one call at a time.)"""
@@ -2519,6 +2593,7 @@ class Rules:
         p = self._p
         inner = p.section_inner
         self._steps, self._json_call = (p.bare_steps, None) if bare else (p.call_steps, p.json_call)
+        self._after_arguments = "" if bare else p.after_arguments
         self._self_closing = p.bare_self_closing if bare else p.self_closing
         if bare:
             pass  # (the call's own marker opens it)
@@ -2657,7 +2732,7 @@ class Rules:
                 elif kind == LITERAL:
                     yield from self._match(value, ws_follows=ws_follows, eats=eats)
                 elif kind == ARGUMENTS:
-                    yield from self._arguments_waiting(call, closing, value)
+                    yield from self._arguments_waiting(call, closing, self._after_arguments)
                 elif kind == NAME or kind == CALL_ID:
                     field = "name" if kind == NAME else "id"
                     run = yield from self._read_while(value, "tool name" if kind == NAME else "call id", then)
@@ -2838,7 +2913,7 @@ class Rules:
 
     def _arguments_waiting(self, call, closing, then=""):
         """arguments, waiting for them as they arrive (`then`: the text the template writes after
-        them, which the parse may wait for as well before it reads on)."""
+        JSON arguments, which feed() may wait for as well before the parse reads on)."""
         p = self._p
         if p.object_arguments:
             if self._json_call is not None:
@@ -3115,18 +3190,7 @@ class Rules:
                 self._pos -= len(text)  # (something that settles an open value comes first)
                 text = None
             if text is None:
-                lead = ending.after_lead  # (the whitespace before the closing text, which the value loses)
-                stops = (lead + stop, stop) if lead else (stop,)
-                spaces = None
-                if settling is not None:
-                    # What the layout writes between a value and what may settle it when its
-                    # closing text is missing: the value loses it, so it is held back too.
-                    trail = ending.after[len(ending.after.rstrip()):]
-                    between = kv.separator if kv.separator.isspace() else ""
-                    spaces = (lead + trail + between + kv.before[: len(kv.before) - len(kv.before.lstrip())],
-                              lead + trail + st.closing_lead)
-                    stops += tuple(sorted({space[i:] + marker for space, marker in zip(spaces, (kv.before.strip(), st.closing_word))
-                                           if marker for i in range(len(space) + 1)}))
+                stops, spaces = _raw_stops(kv, ending, settling is not None, st)
                 self._open_raw_string(key, schema, stops)
                 text = yield from (self._read_raw_value(st, key, stop, settling, spaces) if settling is not None
                                    else self._read_until(stop, "argument value"))
@@ -3476,6 +3540,7 @@ class StreamParser(Input, Rules, Messages, Output):
         # the call layout being read: its steps, JSON object keys and self-closed form (the
         # family's, or the one without its opener)
         self._steps = self._json_call = self._self_closing = None
+        self._after_arguments = ""  # (and the text the template writes after its JSON arguments)
         self._streaming = None  # or: the argument stream of that call (see streams), once it had to wait
         # While that stream is inside a string and gave out all the text so far: the stream,
         # for feed's fast path; and the chunks that path gave out, not yet in _text.

@@ -118,6 +118,7 @@ class KeyValueFormat:
                 re.escape(m) for m in middles) + ")"
             self.next_argument_search = re.compile(self.next_argument).search
         self._settling = {}
+        self.raw_stops = {}  # (see Rules' _raw_stops)
 
     def settling(self, closing_word):
         """A search for the first text that settles a raw value whose closing text is missing
@@ -208,11 +209,9 @@ def json_call_object(layout):
     return None
 
 
-def call_steps(layout, next_call=""):
+def call_steps(layout):
     """The call layout as the steps the call reader runs, one per piece:
-    (kind, the literal or the slot's characters (for the arguments: the text the layout writes
-    after them as rendered, and `next_call` when all of that is literals: what the template
-    writes before another call's first slot), a match of a run of those characters,
+    (kind, the literal or the slot's characters, a match of a run of those characters,
     where arguments end (the next literal, stripped, its first word, and the whitespace the
     layout writes before it), whether the next reader skips whitespace itself (then a literal need not wait for its end), whether the literal can be taken
     exactly as written (no end whitespace), the length of the literal right after (a run
@@ -243,11 +242,8 @@ def call_steps(layout, next_call=""):
                     break
             following = written.strip()
             closing = (following, words(following)[0] if following else "", written[: len(written) - len(written.lstrip())])
-            rest = layout[i + 1:]
-            chars = "".join(p for p in rest if isinstance(p, str)) + next_call if all(
-                isinstance(p, str) for p in rest) else written
-        steps.append((kind, chars, run_of(chars).match if chars and kind != ARGUMENTS else None, closing,
-                      _skips_whitespace(after), False, then, eats))
+        steps.append((kind, chars, run_of(chars).match if chars else None, closing, _skips_whitespace(after), False, then,
+                      eats))
     return tuple(steps)
 
 
@@ -318,10 +314,7 @@ class Protocol:
             # A call written as a JSON object is also read by its keys when it is not written
             # in the layout's byte order (see Rules._call_object_by_key).
             self.json_call = json_call_object(tc["call"]) if self.object_arguments and not self.python_objects else None
-            # (what the template writes between one call's last slot and the next one's first)
-            first = next((i for i, p in enumerate(tc["call"]) if not isinstance(p, str)), len(tc["call"]))
-            next_call = tc["separator"] + "".join(tc["call"][:first]) if self.parallel_all else ""
-            self.call_steps = call_steps(tc["call"], next_call)
+            self.call_steps = call_steps(tc["call"])
             # A call written without the marker that opens the calls, from its own marker on.
             bare = tc.get("bare")
             self.bare_opener = bare["opener"] if bare else ""
@@ -346,6 +339,11 @@ class Protocol:
                 self.call_heads_by_key = tuple(sorted('{"' + key + '"' for key in named))
             if not self.object_arguments:
                 self.key_values = KeyValueFormat(arguments)
+            # What the template writes after a call's JSON arguments: the rest of the call and,
+            # when calls follow each other, the next call's start ("" where a slot comes first).
+            # feed() waits for it in one go while the output goes on so (one wake-up, not one
+            # per literal).
+            self.after_arguments = self._after_arguments(tc["call"]) if self.object_arguments else ""
         # Layout-driven forms (data from the spec's turn layouts, not family knowledge):
         # without a call opener, content turns start with their own prefix ("all\n") and the
         # text between content and calls opens the calls (">>>"); a section whose start is
@@ -376,6 +374,15 @@ class Protocol:
         if self.messages is not None:
             literals += self.messages.literals
         self.literals = tuple(sorted({m.strip() for m in literals if m.strip()}))
+
+    def _after_arguments(self, layout):
+        """The layout's literals after its arguments (none if a slot follows them) and, when
+        calls follow each other, the separator and the literals before the next call's first slot."""
+        rest = layout[layout.index({"slot": "arguments"}) + 1:]
+        if not rest or not all(isinstance(p, str) for p in rest):
+            return ""
+        first = next(i for i, p in enumerate(layout) if not isinstance(p, str))
+        return "".join(rest) + (self.separator + "".join(layout[:first]) if self.parallel_all else "")
 
     def start_state(self, generation_prompt, start):
         """Where the output starts: `start` when given, else what the generation prompt leaves open."""

@@ -75,6 +75,30 @@ def _literal_value(node, depth=0):
     return _NOT_A_LITERAL
 
 
+def _raw_stops(kv, ending, settles, st):
+    """What may end a raw value that is still arriving (its closing text, with the whitespace
+    before it, which the value loses; and, when a missing closing text may be settled by what
+    follows, that and the whitespace the layout writes before it, which the value loses too):
+    (stops, those two whitespace runs or None). Cached in the format, per closing text and call."""
+    key = (ending, settles, st.closing_lead, st.closing_word)
+    found = kv.raw_stops.get(key)
+    if found is None:
+        stop, lead = ending.raw_end, ending.after_lead
+        stops = (lead + stop, stop) if lead else (stop,)
+        spaces = None
+        if settles:
+            # What the layout writes between a value and what may settle it when its closing
+            # text is missing: the value loses it, so it is held back too.
+            trail = ending.after[len(ending.after.rstrip()):]
+            between = kv.separator if kv.separator.isspace() else ""
+            spaces = (lead + trail + between + kv.before[: len(kv.before) - len(kv.before.lstrip())],
+                      lead + trail + st.closing_lead)
+            stops += tuple(sorted({space[i:] + marker for space, marker in zip(spaces, (kv.before.strip(), st.closing_word))
+                                   if marker for i in range(len(space) + 1)}))
+        found = kv.raw_stops[key] = (stops, spaces)
+    return found
+
+
 class _KeyValueRead:
     """Where the reading of a call's key/value arguments is: the step, and what it has read.
     (One per parser, started afresh for each call: a parser reads one call at a time.)"""
@@ -411,6 +435,7 @@ class Rules:
         p = self._p
         inner = p.section_inner
         self._steps, self._json_call = (p.bare_steps, None) if bare else (p.call_steps, p.json_call)
+        self._after_arguments = "" if bare else p.after_arguments
         self._self_closing = p.bare_self_closing if bare else p.self_closing
         if bare:
             pass  # (the call's own marker opens it)
@@ -549,7 +574,7 @@ class Rules:
                 elif kind == LITERAL:
                     yield from self._match(value, ws_follows=ws_follows, eats=eats)
                 elif kind == ARGUMENTS:
-                    yield from self._arguments_waiting(call, closing, value)
+                    yield from self._arguments_waiting(call, closing, self._after_arguments)
                 elif kind == NAME or kind == CALL_ID:
                     field = "name" if kind == NAME else "id"
                     run = yield from self._read_while(value, "tool name" if kind == NAME else "call id", then)
@@ -730,7 +755,7 @@ class Rules:
 
     def _arguments_waiting(self, call, closing, then=""):
         """arguments, waiting for them as they arrive (`then`: the text the template writes after
-        them, which the parse may wait for as well before it reads on)."""
+        JSON arguments, which feed() may wait for as well before the parse reads on)."""
         p = self._p
         if p.object_arguments:
             if self._json_call is not None:
@@ -1007,18 +1032,7 @@ class Rules:
                 self._pos -= len(text)  # (something that settles an open value comes first)
                 text = None
             if text is None:
-                lead = ending.after_lead  # (the whitespace before the closing text, which the value loses)
-                stops = (lead + stop, stop) if lead else (stop,)
-                spaces = None
-                if settling is not None:
-                    # What the layout writes between a value and what may settle it when its
-                    # closing text is missing: the value loses it, so it is held back too.
-                    trail = ending.after[len(ending.after.rstrip()):]
-                    between = kv.separator if kv.separator.isspace() else ""
-                    spaces = (lead + trail + between + kv.before[: len(kv.before) - len(kv.before.lstrip())],
-                              lead + trail + st.closing_lead)
-                    stops += tuple(sorted({space[i:] + marker for space, marker in zip(spaces, (kv.before.strip(), st.closing_word))
-                                           if marker for i in range(len(space) + 1)}))
+                stops, spaces = _raw_stops(kv, ending, settling is not None, st)
                 self._open_raw_string(key, schema, stops)
                 text = yield from (self._read_raw_value(st, key, stop, settling, spaces) if settling is not None
                                    else self._read_until(stop, "argument value"))

@@ -27,6 +27,7 @@ from .values import encode_json
 import ast
 import json
 import re
+from json.encoder import encode_basestring as _encode_basestring
 
 # What runs unchanged from a JSON string into the canonical text (no quote, backslash or
 # control character: those are escaped, or not allowed raw).
@@ -83,7 +84,7 @@ class ObjectStream:
     """The canonical JSON text of an arguments object read from `pos` on, given out as it arrives."""
 
     __slots__ = ("index", "pos", "python", "state", "stack", "keys", "comma", "start", "quote", "key", "out", "paused",
-                 "special", "as_is", "wake", "held")
+                 "special", "as_is", "wake", "held", "ended")
 
     def __init__(self, index, pos, python, value=False):
         self.index = index  # the call's index in the deltas
@@ -107,6 +108,7 @@ class ObjectStream:
         # its value; a chunk without any is only kept (read with what follows it). None: any.
         self.wake = None
         self.held = ""  # a backslash given out with the chunk after it (see escaped)
+        self.ended = False  # whether the value is read to its end (the bracket that closes it)
         self.as_is = _NEVER  # (inside a string: a chunk with escapes that go out as they are)
 
     def escaped(self, chunk):
@@ -147,11 +149,6 @@ class ObjectStream:
         """Give out nothing more: the rest goes out when the call is complete."""
         self.paused = True
         self.special = self.wake = None
-
-    @property
-    def ended(self):
-        """Whether the value is read to its end (the bracket that closes it)."""
-        return self.state == _DONE
 
     def advance(self, text, eof):
         """Read what has arrived; the canonical text it settles ("" for none)."""
@@ -321,6 +318,20 @@ class ObjectStream:
                 i = end
                 state = _AFTER
             elif state == _KEY_STRING:
+                if not python:  # (a plain key and its colon, here now: at once, as above)
+                    whole = _JSON_PLAIN_KEY.match(text, self.start - 1)
+                    if whole is not None:
+                        key = whole.group(1)
+                        if key in self.keys[-1]:
+                            raise ValueError
+                        self.keys[-1].add(key)
+                        if self.comma:
+                            out.append(", ")
+                            self.comma = False
+                        out.append('"' + key + '": ')
+                        i = whole.end()
+                        state = _VALUE
+                        continue
                 end = _string_end(text, self.start, self.quote, python)
                 if end < 0:
                     i = n
@@ -356,6 +367,8 @@ class ObjectStream:
             else:
                 raise ValueError
         self.pos, self.state = i, state
+        if state == _DONE:
+            self.ended = True
         if state == _STRING:
             self._in_string()
             self.wake = None
@@ -487,7 +500,10 @@ def _stop_search(stops):
 
 _RAW_SPECIAL = {}
 # The canonical text of a raw string's characters that JSON escapes.
-_JSON_ESCAPES_OF = {c: encode_json(chr(c))[1:-1] for c in [*range(0x20), ord('"'), ord("\\")]}
+def _json_string_text(text):
+    """A string's canonical text, without its quotes (its quotes, backslashes and control
+    characters escaped): json's own escaping, in C where it is."""
+    return _encode_basestring(text)[1:-1]
 
 
 def _raw_special(stops):
@@ -501,13 +517,24 @@ def _raw_special(stops):
     return found, marker_starts(stops)
 
 
+_RAW_SEARCHES = {}
+
+
+def _raw_searches(stops):
+    """(the longest stop, _raw_special's two searches, _stop_search's two): cached per stops."""
+    found = _RAW_SEARCHES.get(stops)
+    if found is None:
+        found = _RAW_SEARCHES[stops] = (max(len(stop) for stop in stops), *_raw_special(stops), *_stop_search(stops))
+    return found
+
+
 class KeyValueStream:
     """The canonical JSON text of key/value arguments: `argument(key, value)` as each is read
     (its value decoded and typed); a raw string value may run ahead of its reader:
     `open_string`, then `advance` as its text arrives, then `argument` for the rest."""
 
     __slots__ = ("index", "count", "out", "paused", "pos", "start", "stops", "longest", "special", "as_is",
-                 "stop_starts", "firsts", "stop_at", "blocked", "value")
+                 "stop_starts", "firsts", "stop_at", "blocked", "value", "held", "value_special")
 
     def __init__(self, index):
         self.index = index
@@ -520,6 +547,8 @@ class KeyValueStream:
         self.special = None  # (as ObjectStream.special, while a raw string value runs ahead)
         self.as_is = _NEVER  # (its chunks with quotes or backslashes go out escaped: see escaped)
         self.value = None  # or: the ObjectStream of the value being read (open_value)
+        self.held = ""  # the end of what `escaped` took that may begin a stop: given out, or not, with what follows
+        self.value_special = None
 
     def argument(self, key, value, text):
         """A whole argument, read (or, after its string ran ahead, the rest of it; `text`: the
@@ -563,9 +592,8 @@ class KeyValueStream:
             return ""
         self.pos = self.start = pos
         self.stops = stops
-        self.longest = max(len(stop) for stop in stops)
-        self.special, self.stop_starts = _raw_special(stops)
-        self.firsts, self.stop_at = _stop_search(stops)
+        self.longest, self.special, self.stop_starts, self.firsts, self.stop_at = _raw_searches(stops)
+        self.value_special, self.held = self.special, ""
         self.blocked = False
         piece = (", " if self.count else "{") + encode_json(key) + ': "'
         self.count += 1
@@ -589,19 +617,34 @@ class KeyValueStream:
         self.special = None
 
     def escaped(self, chunk):
-        """The next characters of the value (all of its text before them given out), in which
-        `special` found something: their canonical text if no closing text can begin in them
-        (quotes, backslashes and control characters escaped), else None (the reader steps
-        through them)."""
-        if self.stop_starts(chunk) is not None:
-            return None
-        return chunk.translate(_JSON_ESCAPES_OF)
+        """The next characters of the value (all of its text before them given out, `held`
+        aside), in which `special` found something: their canonical text (quotes, backslashes
+        and control characters escaped) if no closing text begins in them; what may begin one
+        at their end (`\\n</par`) is held until the next chunk tells; else (a stop's first
+        characters) None: the reader steps through them."""
+        text = self.held + chunk if self.held else chunk
+        found = self.stop_starts(text)
+        held = ""
+        if found is not None:
+            held = text[found.start():]
+            if found.end() < len(text) or held in self.stops or not any(
+                    len(stop) > len(held) and stop.startswith(held) for stop in self.stops):
+                return None
+            text = text[:found.start()]
+        self.held = held
+        self.special = _ALWAYS if held else self.value_special
+        return _json_string_text(text)
 
     def caught_up(self, text, end):
-        """The chunks given out through `escaped` and `special` (`text`) are in the parser's
-        text, which now ends at `end`: the value runs ahead from there."""
-        self.pos = end
-        self.out.append(text.translate(_JSON_ESCAPES_OF))
+        """The chunks given out through `special` and `escaped` (`text`) are in the parser's
+        text, which now ends at `end`: the value runs ahead from there (at what is held)."""
+        held = self.held
+        if held:
+            self.held = ""
+            self.special = self.value_special
+            text = text[:len(text) - len(held)]
+        self.pos = end - len(held)
+        self.out.append(_json_string_text(text))
 
     def advance(self, text, eof):
         """What of the raw string value running ahead has arrived and cannot be the start of
