@@ -920,6 +920,10 @@ class ObjectStream:
                 i = end
                 state = _AFTER
             elif state == _KEY_STRING:
+                end = _string_end(text, max(self.start, i), self.quote, python, self.start)
+                if end < 0:
+                    i = n  # (the key's text so far, read: the next search starts after it)
+                    break
                 if not python:  # (a plain key and its colon, here now: at once, as above)
                     whole = _JSON_PLAIN_KEY.match(text, self.start - 1)
                     if whole is not None:
@@ -934,10 +938,6 @@ class ObjectStream:
                         i = whole.end()
                         state = _VALUE
                         continue
-                end = _string_end(text, self.start, self.quote, python)
-                if end < 0:
-                    i = n
-                    break
                 raw = text[self.start:end]
                 key = json.loads('"' + raw + '"') if "\\" in raw else raw
                 if key in self.keys[-1]:
@@ -1059,13 +1059,13 @@ def _python_escape_end(text, i, eof):
     return i + length
 
 
-def _string_end(text, start, quote, python):
-    """Where the string whose text starts at `start` closes (its quote); -1: not here yet."""
-    i = start
+def _string_end(text, i, quote, python, start):
+    """Where the string whose text starts at `start` closes (its quote, at `i` or after: what
+    is before `i` was searched); -1: not here yet."""
     while True:
         at = text.find(quote, i)
         if at == -1:
-            if python and "\\" in text[start:]:
+            if python and "\\" in text[i - 1 if i > start else start:]:  # (a backslash: at `i` or just before)
                 raise ValueError
             return -1
         slashes = 0
@@ -1382,6 +1382,10 @@ class KeyValueFormat:
             self.next_argument_search = re.compile(self.next_argument).search
         self._settling = {}
         self.raw_stops = {}  # (see Rules' _raw_stops)
+        # How much of the layout a key's reader waits for after the key, with it: its middle,
+        # the quote a string value opens with, and the value's first character (one wake-up).
+        self.key_then = len(self.single.middle_full) + (len(self.quote_open) if self.quoted_strings else 0) + 1 \
+            if self.single is not None else 0
 
     def settling(self, closing_word):
         """A search for the first text that settles a raw value whose closing text is missing
@@ -1787,12 +1791,16 @@ class Input:
             # Inside a string argument that streams, all of it before this chunk given out: a
             # chunk that cannot end it is its next characters, given out without a step of the
             # reader and kept aside (`_ahead`) until the parse needs the text (`_catch_up`).
+            ahead = self._ahead
+            if len(ahead) > 1024 and not fast.held:  # (a long value: its chunks join the text now and then)
+                self._catch_up()
+                ahead = self._ahead
             if fast.special(text) is None or fast.as_is(text) is not None:
-                self._ahead.append(text)
+                ahead.append(text)
                 return [{"tool_calls": [{"index": fast.index, "function": {"arguments": text}}]}]
             piece = fast.escaped(text)  # (escapes the canonical text writes the same, ...)
             if piece is not None:
-                self._ahead.append(text)
+                ahead.append(text)
                 return [{"tool_calls": [{"index": fast.index, "function": {"arguments": piece}}]}] if piece else []
             self._catch_up()
             self._fast = None
@@ -1830,6 +1838,13 @@ class Input:
                 return []
             return self._push(text)
         quiet = self._quiet
+        if quiet is not None and self._then:
+            # A run that must be followed by `_then` characters: where this chunk ends it, they
+            # are waited for from there (by their count alone).
+            found = quiet(text)
+            if found is not None:
+                self._wait_for, self._then, self._quiet = len(self._text) + found.start() + self._then, 0, None
+                quiet = None
         if quiet is None:
             if len(self._text) + len(text) < self._wait_for:
                 self._append(text)  # still fewer characters than the parse needs to decide
@@ -1924,7 +1939,7 @@ class Input:
         self._eof = True
         deltas = self._push(tail)
         self._quiet = self._plain = self._poll = self._streaming = self._drive = None  # (feed's fast paths stay closed)
-        self._wait_for = 0
+        self._wait_for = self._then = 0
         if finish_reason == "length" and self._state == REASONING:
             self._error("reasoning_truncated", "the output ended inside reasoning", self._offset_base + len(self._text))
         return deltas
@@ -1942,7 +1957,7 @@ class Input:
                 self._pos = 0
             self._append(text)
         self._quiet = self._plain = self._poll = self._drive = self._expect = None
-        self._wait_for = 0
+        self._wait_for = self._then = 0
         try:
             self._resume(None)
         except StopIteration:
@@ -2130,7 +2145,7 @@ class Input:
             if self._eof:
                 raise TruncatedOutput(f"the output ended inside a {what}")
             self._quiet = outside(chars)
-            self._wait_for = len(self._text) + then
+            self._then = then  # (feed waits for it from where the run ends)
             yield
         if self._pos == start:
             raise InvalidOutput(f"expected a {what} at {self._text[start]!r}")
@@ -3125,7 +3140,7 @@ class Rules:
                 yield from self._match(kv.before)
             st.first = False
         if step <= _KV_KEY:
-            st.key = self._run_here(NAME_CHARS) or (yield from self._read_while(NAME_CHARS, "argument name"))
+            st.key = self._run_here(NAME_CHARS) or (yield from self._read_while(NAME_CHARS, "argument name", kv.key_then))
         if step <= _KV_LAYOUT:
             st.layout = kv.single or (yield from self._argument_layout(kv))
         layout = st.layout
@@ -3527,6 +3542,7 @@ class StreamParser(Input, Rules, Messages, Output):
         self._quiet = None
         self._plain = None
         self._wait_for = 0  # or: the parse needs _text to reach this length to decide
+        self._then = 0  # or: it needs this many characters after the first that `_quiet` finds
         self._poll = None  # or: a value's scan, which feed() runs on a chunk that passed `_quiet`
         self._eof = False
         # output

@@ -331,3 +331,57 @@ def test_a_json_value_in_a_pythonic_call_streams_inside():
     assert len(pieces) > 10  # the object's string went out as it came, not the value at once
     closing = text.rindex(")")
     assert pieces[0][0] * 4 < closing - 80  # the first piece long before the call's closing bracket
+
+
+# --- what the fast paths of feed() hold and hand back -----------------------------------------
+
+
+def test_a_value_nested_deeper_than_the_stream_reads_is_decoded_at_the_end(chatml):
+    """Past the depth an argument stream follows, it stops giving out (the rest goes out with
+    the complete call): the call is the decoder's, streamed and one-shot alike."""
+    depth = 300  # (deeper than a stream follows; not as deep as the decoder refuses)
+    text = CALL + '{"a": ' + "[" * depth + '"x"' + "]" * depth + '}}\n</tool_call>'
+    one_shot = runtime.parse(chatml, text, start="content")
+    assert one_shot["errors"] == [] and json.loads(one_shot["tool_calls"][0]["function"]["arguments"])["a"]
+    for size in (1, 4, 64):
+        per_chunk, message = fed(chatml, [text[i:i + size] for i in range(0, len(text), size)], start="content")
+        assert message == one_shot, size
+        pieces = [p for _, _, p in argument_pieces(per_chunk)]
+        assert "".join(pieces) == one_shot["tool_calls"][0]["function"]["arguments"]
+        assert len(pieces) > 1  # (what it could follow went out while the call arrived)
+
+
+@pytest.mark.parametrize("tail, streamed", [
+    ("\\", ""), ("\\u00", ""),
+    ("\\ud83d", "\ud83d"),  # (a high surrogate with no low one after it: JSON keeps it alone)
+])
+def test_an_escape_cut_by_the_end_of_the_output_is_a_cut_call(chatml, tail, streamed):
+    """A backslash held at a chunk's end (its escape to come with the next chunk) is not given
+    out when no chunk comes: the call was cut, as one-shot says."""
+    text = CALL + '{"a": "abc' + tail
+    one_shot = runtime.parse(chatml, text, start="content")
+    assert one_shot["tool_calls"] == [] and [e["kind"] for e in one_shot["errors"]] == ["truncated_tool_call"]
+    for size in (1, 2, 4):
+        per_chunk, message = fed(chatml, [text[i:i + size] for i in range(0, len(text), size)], start="content")
+        assert message == one_shot, size
+        assert [(e["index"], e["kind"]) for e in dropped(per_chunk)] == [(0, "truncated_tool_call")]
+        assert "".join(p for _, _, p in argument_pieces(per_chunk)) == '{"a": "abc' + streamed
+
+
+@needs_corpus
+@pytest.mark.parametrize("chunks, expected", [
+    # a newline that may begin "\n</parameter>": held, then out with what follows it
+    (["<tool_call>\n<function=f>\n<parameter=s>\nab", "c\n", "def", "\n</parameter>\n</function>\n</tool_call>"],
+     ['{"s": "ab', "c", "\\ndef", '"}']),
+    # a quote and a backslash, escaped as they come
+    (["<tool_call>\n<function=f>\n<parameter=s>\nab", 'c"d\\', "e", "\n</parameter>\n</function>\n</tool_call>"],
+     ['{"s": "ab', 'c\\"d\\\\', "e", '"}']),
+])
+def test_a_key_value_string_holds_only_what_may_begin_its_closing_text(chunks, expected):
+    _, spec, protocol = family("Qwen-Qwen3-Coder")
+    per_chunk, message = fed(protocol, chunks, start="content")
+    pieces = ["".join(c["function"]["arguments"] for d in deltas for c in d.get("tool_calls", []) if "id" not in c)
+              for deltas in per_chunk]
+    assert pieces[:len(expected)] == expected
+    assert "".join(pieces) == message["tool_calls"][0]["function"]["arguments"]
+    assert message == runtime.parse(protocol, "".join(chunks), start="content")

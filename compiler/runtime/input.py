@@ -34,12 +34,16 @@ class Input:
             # Inside a string argument that streams, all of it before this chunk given out: a
             # chunk that cannot end it is its next characters, given out without a step of the
             # reader and kept aside (`_ahead`) until the parse needs the text (`_catch_up`).
+            ahead = self._ahead
+            if len(ahead) > 1024 and not fast.held:  # (a long value: its chunks join the text now and then)
+                self._catch_up()
+                ahead = self._ahead
             if fast.special(text) is None or fast.as_is(text) is not None:
-                self._ahead.append(text)
+                ahead.append(text)
                 return [{"tool_calls": [{"index": fast.index, "function": {"arguments": text}}]}]
             piece = fast.escaped(text)  # (escapes the canonical text writes the same, ...)
             if piece is not None:
-                self._ahead.append(text)
+                ahead.append(text)
                 return [{"tool_calls": [{"index": fast.index, "function": {"arguments": piece}}]}] if piece else []
             self._catch_up()
             self._fast = None
@@ -77,6 +81,13 @@ class Input:
                 return []
             return self._push(text)
         quiet = self._quiet
+        if quiet is not None and self._then:
+            # A run that must be followed by `_then` characters: where this chunk ends it, they
+            # are waited for from there (by their count alone).
+            found = quiet(text)
+            if found is not None:
+                self._wait_for, self._then, self._quiet = len(self._text) + found.start() + self._then, 0, None
+                quiet = None
         if quiet is None:
             if len(self._text) + len(text) < self._wait_for:
                 self._append(text)  # still fewer characters than the parse needs to decide
@@ -171,7 +182,7 @@ class Input:
         self._eof = True
         deltas = self._push(tail)
         self._quiet = self._plain = self._poll = self._streaming = self._drive = None  # (feed's fast paths stay closed)
-        self._wait_for = 0
+        self._wait_for = self._then = 0
         if finish_reason == "length" and self._state == REASONING:
             self._error("reasoning_truncated", "the output ended inside reasoning", self._offset_base + len(self._text))
         return deltas
@@ -189,7 +200,7 @@ class Input:
                 self._pos = 0
             self._append(text)
         self._quiet = self._plain = self._poll = self._drive = self._expect = None
-        self._wait_for = 0
+        self._wait_for = self._then = 0
         try:
             self._resume(None)
         except StopIteration:
@@ -377,7 +388,7 @@ class Input:
             if self._eof:
                 raise TruncatedOutput(f"the output ended inside a {what}")
             self._quiet = outside(chars)
-            self._wait_for = len(self._text) + then
+            self._then = then  # (feed waits for it from where the run ends)
             yield
         if self._pos == start:
             raise InvalidOutput(f"expected a {what} at {self._text[start]!r}")

@@ -55,6 +55,7 @@ class StreamParser(Input, Rules, Messages, Output):
         self._quiet = None
         self._plain = None
         self._wait_for = 0  # or: the parse needs _text to reach this length to decide
+        self._then = 0  # or: it needs this many characters after the first that `_quiet` finds
         self._poll = None  # or: a value's scan, which feed() runs on a chunk that passed `_quiet`
         self._eof = False
         # output

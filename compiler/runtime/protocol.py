@@ -119,6 +119,10 @@ class KeyValueFormat:
             self.next_argument_search = re.compile(self.next_argument).search
         self._settling = {}
         self.raw_stops = {}  # (see Rules' _raw_stops)
+        # How much of the layout a key's reader waits for after the key, with it: its middle,
+        # the quote a string value opens with, and the value's first character (one wake-up).
+        self.key_then = len(self.single.middle_full) + (len(self.quote_open) if self.quoted_strings else 0) + 1 \
+            if self.single is not None else 0
 
     def settling(self, closing_word):
         """A search for the first text that settles a raw value whose closing text is missing

@@ -967,7 +967,7 @@ class Rules:
                 yield from self._match(kv.before)
             st.first = False
         if step <= _KV_KEY:
-            st.key = self._run_here(NAME_CHARS) or (yield from self._read_while(NAME_CHARS, "argument name"))
+            st.key = self._run_here(NAME_CHARS) or (yield from self._read_while(NAME_CHARS, "argument name", kv.key_then))
         if step <= _KV_LAYOUT:
             st.layout = kv.single or (yield from self._argument_layout(kv))
         layout = st.layout

@@ -318,6 +318,10 @@ class ObjectStream:
                 i = end
                 state = _AFTER
             elif state == _KEY_STRING:
+                end = _string_end(text, max(self.start, i), self.quote, python, self.start)
+                if end < 0:
+                    i = n  # (the key's text so far, read: the next search starts after it)
+                    break
                 if not python:  # (a plain key and its colon, here now: at once, as above)
                     whole = _JSON_PLAIN_KEY.match(text, self.start - 1)
                     if whole is not None:
@@ -332,10 +336,6 @@ class ObjectStream:
                         i = whole.end()
                         state = _VALUE
                         continue
-                end = _string_end(text, self.start, self.quote, python)
-                if end < 0:
-                    i = n
-                    break
                 raw = text[self.start:end]
                 key = json.loads('"' + raw + '"') if "\\" in raw else raw
                 if key in self.keys[-1]:
@@ -457,13 +457,13 @@ def _python_escape_end(text, i, eof):
     return i + length
 
 
-def _string_end(text, start, quote, python):
-    """Where the string whose text starts at `start` closes (its quote); -1: not here yet."""
-    i = start
+def _string_end(text, i, quote, python, start):
+    """Where the string whose text starts at `start` closes (its quote, at `i` or after: what
+    is before `i` was searched); -1: not here yet."""
     while True:
         at = text.find(quote, i)
         if at == -1:
-            if python and "\\" in text[start:]:
+            if python and "\\" in text[i - 1 if i > start else start:]:  # (a backslash: at `i` or just before)
                 raise ValueError
             return -1
         slashes = 0

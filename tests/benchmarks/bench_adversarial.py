@@ -20,6 +20,7 @@ from pathlib import Path
 import tplparse
 from tplparse import runtime
 from tplparse.bridge import compile_in_memory
+from tplparse.spec import ArgumentStyle
 
 DEFAULT = Path(__file__).resolve().parents[3] / "shared" / "corpus" / "templates"
 FAMILIES = {"JSON object": "Qwen-Qwen3-0.6B", "key/value tags": "Qwen-Qwen3-Coder", "pythonic": "LiquidAI-LFM2.5-8B-A1B"}
@@ -49,6 +50,9 @@ def shapes(spec) -> dict:
         "marker prefix": lambda n: marker[:-1] * max(1, n // max(1, len(marker) - 1)),
         "one huge argument": lambda n: call_text(spec, {"a": 1, "s": "y" * n}),
     }
+    if spec.tool_calls.arguments.style == ArgumentStyle.OBJECT:
+        # (a key of JSON arguments as long as the turn, with what wakes an argument stream in it)
+        found["one huge key"] = lambda n: call_text(spec, {"k:" * (n // 2): 1})
     if spec.reasoning and spec.reasoning.start:
         start, end = spec.reasoning.start, spec.reasoning.end
         found["newlines in reasoning"] = lambda n: start + "x" + "\n" * n
@@ -59,7 +63,7 @@ def shapes(spec) -> dict:
 def check(name: str, message: dict) -> None:
     """What each shape must read as: text kept, a call read, or calls refused with an error."""
     calls, errors = message["tool_calls"], [e["kind"] for e in message["errors"]]
-    if name in ("newlines before a call", "one huge argument"):
+    if name in ("newlines before a call", "one huge argument", "one huge key"):
         ok = len(calls) == 1 and not errors
     elif name == "many invalid calls":
         ok = not calls and errors and set(errors) <= {"invalid_arguments", "invalid_tool_call"}

@@ -9,8 +9,10 @@ one call whose single string argument is the whole length (a file being written)
 one-shot `parse`; fed in 4-character chunks; fed one character at a time; and a baseline that
 re-parses the whole buffer at every 4-character chunk (what a non-incremental server does).
 Floors: for one-shot, one `re.finditer` over the markers plus `json.loads` of each argument
-object; for streaming, that plus a loop calling a no-op method once per chunk. Printed:
-ratios to the floors, and the 32k / 4k cost ratio of 4-character streaming (linear is 8).
+object; for streaming, that plus a loop calling a no-op method once per chunk. Each is timed
+in rounds beside its floor (the best round of each kept), so that a slow spell of a shared
+machine weighs on both. Printed: ratios to the floors, and the 32k / 4k cost ratio of
+4-character streaming (linear is 8).
 
 Argument streaming: for "one argument" (a file being written), where the first argument delta
 arrives (in characters fed, 4 at a time) and how many argument deltas there are. Per chunk:
@@ -18,8 +20,9 @@ the cost of a 4-character chunk of plain prose, of prose dense in `<` (code, HTM
 only a `<` that can still begin one of the family's markers should cost more), and of a chunk
 inside a streamed string argument (each one an argument delta, where before streaming it
 was kept without one), against the no-op floor's; and the least any parser can do with a
-chunk of plain text (one search for a marker's first character, the chunk out as a delta),
-against the floor: the room a per-chunk target over the floor leaves.
+chunk of plain text (one search for a marker's first character, the chunk out as a delta) and
+with a chunk of a string argument (one search, the chunk out as an argument delta), against
+the floor: the room a per-chunk target over the floor leaves.
 """
 
 from __future__ import annotations
@@ -85,22 +88,28 @@ def output(spec, size: int, shape: str = "calls") -> tuple[str, list[dict], list
     return text, tools, arguments
 
 
-def timed(fn, repeat=5) -> float:
-    """Best time of one call, over `repeat` rounds of enough calls to take 20 ms or more."""
-    number = 1
-    while True:
-        start = time.perf_counter()
-        for _ in range(number):
-            fn()
-        if time.perf_counter() - start >= 0.02 or number >= 1000:
-            break
-        number *= 2
-    best = float("inf")
-    for _ in range(repeat):
-        start = time.perf_counter()
-        for _ in range(number):
-            fn()
-        best = min(best, (time.perf_counter() - start) / number)
+def timed(*fns, rounds=12) -> list[float]:
+    """Best time of one call of each of `fns`, over `rounds` rounds that run each in turn
+    (enough calls to take 5 ms or more): a parser and its floor are timed side by side, so a
+    slow spell of this shared machine weighs on both, and the best round of each is kept."""
+    numbers = []
+    for fn in fns:
+        number = 1
+        while True:
+            start = time.perf_counter()
+            for _ in range(number):
+                fn()
+            if time.perf_counter() - start >= 0.005 or number >= 1000:
+                break
+            number *= 2
+        numbers.append(number)
+    best = [float("inf")] * len(fns)
+    for _ in range(rounds):
+        for i, (fn, number) in enumerate(zip(fns, numbers)):
+            start = time.perf_counter()
+            for _ in range(number):
+                fn()
+            best[i] = min(best[i], (time.perf_counter() - start) / number)
     return best
 
 
@@ -147,28 +156,31 @@ def per_chunk(spec, module, label) -> None:
     parser.end()
     print(f"{label:<15} one argument: first argument delta after {first} of {len(text)} characters, "
           f"{pieces} argument deltas")
-    costs = {}
-    for name, body in (("plain prose", PROSE), ("dense in <", DENSE)):
-        turn = (body * (32_000 // len(body)))
-        costs[name] = timed(lambda: feed_all(module, turn, tools)) / (len(turn) / 4) * 1e9
-    # (the "one argument" turn is almost all one streamed string argument)
-    costs["in an argument"] = timed(lambda: feed_all(module, text, tools)) / (len(text) / 4) * 1e9
     sink = _Sink()
 
     def no_op():
         for i in range(0, len(text), 4):
             sink.feed(text[i:i + 4])
 
-    floor = timed(no_op) / (len(text) / 4) * 1e9
-    prose = PROSE * (32_000 // len(PROSE))
-    least = timed(lambda: feed_all(types.SimpleNamespace(StreamParser=_Least), prose, tools)) / (len(prose) / 4) * 1e9
+    plain, dense = (body * (32_000 // len(body)) for body in (PROSE, DENSE))
+    least_module = types.SimpleNamespace(StreamParser=_Least)
+    least_argument_module = types.SimpleNamespace(StreamParser=_LeastArgument)
+    # (the "one argument" turn is almost all one streamed string argument)
+    times = timed(lambda: feed_all(module, plain, tools), lambda: feed_all(module, dense, tools),
+                  lambda: feed_all(module, text, tools), no_op, lambda: feed_all(least_module, plain, tools),
+                  lambda: feed_all(least_argument_module, plain, tools))
+    per_chunk_ns = [t / (len(turn) / 4) * 1e9 for t, turn in zip(times, (plain, dense, text, text, plain, plain))]
+    costs = dict(zip(("plain prose", "dense in <", "in an argument"), per_chunk_ns))
+    floor, least, least_argument = per_chunk_ns[3:]
     print(f"{label:<15} ns per 4-character chunk: no-op floor {floor:.0f}, "
           + ", ".join(f"{k} {v:.0f}" for k, v in costs.items())
           + f"; dense/plain {costs['dense in <'] / costs['plain prose']:.2f}; an argument chunk costs "
           f"{costs['in an argument'] - costs['plain prose']:+.0f} ns against a content chunk")
     print(f"{label:<15} the least a parser can do per chunk (search it for a marker's first character, emit it "
           f"as a delta): {least:.0f} ns, {least / floor:.1f}x the no-op floor; plain prose costs "
-          f"{costs['plain prose'] / least:.1f}x that")
+          f"{costs['plain prose'] / least:.1f}x that; inside a string argument (search it for what ends the "
+          f"string, emit it as an argument delta): {least_argument:.0f} ns, {least_argument / floor:.1f}x the "
+          f"floor")
 
 
 class _Least:
@@ -183,6 +195,25 @@ class _Least:
         if self._search(chunk) is None:
             self._parts.append(chunk)
             return [{"content": chunk}]
+        return []
+
+    def end(self, finish_reason="stop"):
+        return []
+
+
+class _LeastArgument:
+    """The least a streaming parser can do with a chunk inside a string argument: one search for
+    what may end the string or begin an escape, then the chunk out as an OpenAI-style argument
+    delta (four nested containers): the reference for a chunk of a file being written."""
+
+    def __init__(self, **kwargs):
+        self._search = re.compile(r'["\\\x00-\x1f]').search
+        self._parts = []
+
+    def feed(self, chunk):
+        if self._search(chunk) is None:
+            self._parts.append(chunk)
+            return [{"tool_calls": [{"index": 0, "function": {"arguments": chunk}}]}]
         return []
 
     def end(self, finish_reason="stop"):
@@ -230,9 +261,9 @@ def measure(spec, module, pattern, label: str, shape: str) -> None:
             for i in range(4, len(text) + 4, 4):
                 module.parse(text[:i], tools=tools, start=start)
 
-        t_one, t_4, t_1 = timed(one_shot), timed(lambda: fed(4)), timed(lambda: fed(1))
-        f_one, f_4, f_1 = timed(floor_one), timed(lambda: floor_stream(4)), timed(lambda: floor_stream(1))
-        t_re = timed(reparse, repeat=1) if size <= 6_000 else float("nan")
+        t_one, f_one, t_4, f_4, t_1, f_1 = timed(one_shot, floor_one, lambda: fed(4), lambda: floor_stream(4),
+                                                 lambda: fed(1), lambda: floor_stream(1))
+        t_re = timed(reparse, rounds=1)[0] if size <= 6_000 else float("nan")
         costs[size] = t_4
         print(f"{label:<15} {shape:<13} {len(text):>6} {t_one / f_one:>15.1f} {t_4 / f_4:>13.1f} {t_1 / f_1:>13.1f} "
               f"{t_re / t_4:>15.1f}")
