@@ -631,28 +631,26 @@ def _native(text, i, fmt):
 # --- streams (tplparse/runtime/streams.py) --------------------------------------------
 
 
-# What runs unchanged from a JSON string into the canonical text (no quote, backslash or
-# control character: those are escaped, or not allowed raw).
-_JSON_STRING_RUN = re.compile(r'[^"\\\x00-\x1f]+')
+# What runs unchanged from a Python string into the canonical text (no quote, backslash or
+# control character: those are escaped, or not allowed raw; for JSON, _JSON_AS_IS_TEXT below).
 _PYTHON_STRING_RUN = {"'": re.compile(r"[^'\"\\\x00-\x1f]+"), '"': re.compile(r'[^"\\\x00-\x1f]+')}
 _WS = re.compile(r"[ \t\n\r]*")
-# (a JSON string's characters and the escapes the canonical text writes the same way)
-_JSON_STRING_AS_IS = re.compile(r'(?:[^"\\\x00-\x1f]|\\["\\bfnrt])+')
 # A JSON key without escapes or control characters (its canonical text is itself), its colon.
 _JSON_PLAIN_KEY = re.compile(r'"([^"\\\x00-\x1f]*)"[ \t\n\r]*:[ \t\n\r]*')
 # Inside a string whose text so far went out, a chunk without these goes out as it is
-# (`special`); one with escapes that the canonical text writes the same, too (`_..._ESCAPED`).
+# (`special`); one of characters and escapes the canonical text writes the same, too
+# (`as_is`: a JSON string's \" \\ \n ...); and (`_..._ESCAPED`) one that ends with a backslash,
+# held: the escape it begins comes with the next chunk.
 _JSON_SPECIAL = re.compile(r'["\\\x00-\x1f]').search
 _PYTHON_SPECIAL = {"'": re.compile(r"""['"\\\x00-\x1f]""").search, '"': _JSON_SPECIAL}
-# (and a backslash at its end, held: the escape it begins comes with the next chunk)
+_JSON_AS_IS_TEXT = re.compile(r'[^"\\\x00-\x1f]*(?:\\["\\bfnrt][^"\\\x00-\x1f]*)*')
+_JSON_AS_IS = _JSON_AS_IS_TEXT.fullmatch
+_PYTHON_AS_IS = {"'": re.compile(r"""[^'"\\\x00-\x1f]*(?:\\["\\bfnrt][^'"\\\x00-\x1f]*)*""").fullmatch,
+                 '"': _JSON_AS_IS}
 _JSON_ESCAPED = re.compile(r'([^"\\\x00-\x1f]*(?:\\["\\bfnrt][^"\\\x00-\x1f]*)*)(\\?)').fullmatch
 _PYTHON_ESCAPED = {"'": re.compile(r"""([^'"\\\x00-\x1f]*(?:\\["\\bfnrt][^'"\\\x00-\x1f]*)*)(\\?)""").fullmatch,
                    '"': _JSON_ESCAPED}
-_ALWAYS = re.compile("").search  # (a `special` that finds something in every chunk)
-# Chunks that go out as they are: characters and whole escapes the canonical text writes the same.
-_JSON_AS_IS = re.compile(r'[^"\\\x00-\x1f]*(?:\\["\\bfnrt][^"\\\x00-\x1f]*)*').fullmatch
-_PYTHON_AS_IS = {"'": re.compile(r"""[^'"\\\x00-\x1f]*(?:\\["\\bfnrt][^'"\\\x00-\x1f]*)*""").fullmatch,
-                 '"': _JSON_AS_IS}
+_ALWAYS = re.compile("").search  # (a `special` that finds something in every chunk: while one is held)
 _NEVER = re.compile("(?!)").fullmatch  # (an `as_is` that takes no chunk)
 _TOKEN = re.compile(r"[A-Za-z0-9_.+\-]*")
 _JSON_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?")
@@ -777,7 +775,7 @@ class ObjectStream:
             if state == _STRING:
                 # What runs unchanged into the canonical text: characters, and escapes written as
                 # the canonical text writes them (JSON: \" \\ \n ...).
-                run = (_PYTHON_STRING_RUN[self.quote] if python else _JSON_STRING_AS_IS).match(text, i)
+                run = (_PYTHON_STRING_RUN[self.quote] if python else _JSON_AS_IS_TEXT).match(text, i)
                 if run:
                     out.append(run.group())
                     i = run.end()
@@ -1931,8 +1929,7 @@ class Input:
             raise TypeError(f"finish_reason must be a non-empty str such as 'stop' or 'length', not {finish_reason!r}")
         if self._finish is not None:
             return []
-        if self._ahead:
-            self._catch_up()
+        self._catch_up()
         self._fast = None
         tail = self._decoder.decode(b"", final=True)
         self._finish = finish_reason

@@ -1,10 +1,13 @@
 """The input layer: the buffer, the fast paths of `feed`, and the readers the rules call.
 
 `feed` appends a chunk and resumes the parse (a coroutine, see rules) only when the chunk
-can move it: while the parse waits, a search (`_quiet`) finds the characters that can, a
-length (`_wait_for`) says how much text it needs to decide, and a value's scan (`_poll`)
-runs here by itself until the value is complete; plain content or reasoning with nothing
-held back goes straight out as its delta.
+can move it. While the parse waits, what it waits in says what can: a search (`_quiet`) for
+the characters that can, a length (`_wait_for`, or `_then` characters after where `_quiet`
+finds the end of a run), the text the template writes next (`_expect`, while the output
+goes on as it), a value's scan (`_poll`) or a JSON value's argument stream (`_drive`), run
+here by themselves until the value is complete. Plain content or reasoning with nothing held
+back goes straight out as its delta, and so does a chunk inside a string argument whose text
+so far went out (`_fast`: kept aside in `_ahead` until the parse needs the text).
 
 Readers come in two forms over the same rules of the grammar: a plain form for text that
 is already here (consumes and returns a result, or consumes nothing and returns None /
@@ -174,8 +177,7 @@ class Input:
             raise TypeError(f"finish_reason must be a non-empty str such as 'stop' or 'length', not {finish_reason!r}")
         if self._finish is not None:
             return []
-        if self._ahead:
-            self._catch_up()
+        self._catch_up()
         self._fast = None
         tail = self._decoder.decode(b"", final=True)
         self._finish = finish_reason

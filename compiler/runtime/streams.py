@@ -1,14 +1,23 @@
 """Argument deltas: a call's arguments given out as canonical JSON text while the call is
 still arriving, and only what no later character can change.
 
-The readers of the rules still decide what the arguments are (and whether they read); a
-stream only runs ahead of them on the text that has arrived, and gives out a prefix of the
-JSON text the finished call will have (`arguments_json`: ", " and ": " separators, escapes
-as json.dumps writes them without ensure_ascii). Whatever a stream is not sure to write
-exactly as that final text does (a Python escape, a duplicate key, a value of a type the
-schema does not give), it stops at: it pauses, and the rest goes out when the call is
-complete. So the deltas of a call always concatenate to its final arguments, and an error
-found later takes nothing back (the call is dropped, and a `tool_call_error` delta says so).
+The readers of the rules decide what the arguments are (and whether they read); a stream
+runs ahead of them on the text that has arrived, and gives out a prefix of the JSON text the
+finished call will have (`arguments_json`: ", " and ": " separators, escapes as json.dumps
+writes them without ensure_ascii). Whatever a stream is not sure to write exactly as that
+final text does (a Python escape, a duplicate key, a value of a type the schema does not
+give, a value nested deeper than _MAX_DEPTH), it stops at: it pauses, and the rest goes out
+when the call is complete. So the deltas of a call always concatenate to its final
+arguments, and an error found later takes nothing back (the call is dropped, and a
+`tool_call_error` delta says so). A JSON object its stream read to its end without pausing
+is that text: the reader takes it as the arguments (it would decode to the same value and
+write the same text again).
+
+Inside a string whose text so far went out, StreamParser.feed gives a chunk out by itself,
+without a step of the stream (`special`, `as_is`, `escaped`: a chunk that cannot end the
+string, escaped as the canonical text writes it, a backslash or the start of a closing text at
+its end held until the next chunk tells), and hands the chunks back in one piece when the
+stream reads on (`caught_up`).
 
     ObjectStream     an arguments object: JSON character by character (strings as they come,
                      numbers and words once the next character ends them, a comma with what
@@ -29,28 +38,26 @@ import json
 import re
 from json.encoder import encode_basestring as _encode_basestring
 
-# What runs unchanged from a JSON string into the canonical text (no quote, backslash or
-# control character: those are escaped, or not allowed raw).
-_JSON_STRING_RUN = re.compile(r'[^"\\\x00-\x1f]+')
+# What runs unchanged from a Python string into the canonical text (no quote, backslash or
+# control character: those are escaped, or not allowed raw; for JSON, _JSON_AS_IS_TEXT below).
 _PYTHON_STRING_RUN = {"'": re.compile(r"[^'\"\\\x00-\x1f]+"), '"': re.compile(r'[^"\\\x00-\x1f]+')}
 _WS = re.compile(r"[ \t\n\r]*")
-# (a JSON string's characters and the escapes the canonical text writes the same way)
-_JSON_STRING_AS_IS = re.compile(r'(?:[^"\\\x00-\x1f]|\\["\\bfnrt])+')
 # A JSON key without escapes or control characters (its canonical text is itself), its colon.
 _JSON_PLAIN_KEY = re.compile(r'"([^"\\\x00-\x1f]*)"[ \t\n\r]*:[ \t\n\r]*')
 # Inside a string whose text so far went out, a chunk without these goes out as it is
-# (`special`); one with escapes that the canonical text writes the same, too (`_..._ESCAPED`).
+# (`special`); one of characters and escapes the canonical text writes the same, too
+# (`as_is`: a JSON string's \" \\ \n ...); and (`_..._ESCAPED`) one that ends with a backslash,
+# held: the escape it begins comes with the next chunk.
 _JSON_SPECIAL = re.compile(r'["\\\x00-\x1f]').search
 _PYTHON_SPECIAL = {"'": re.compile(r"""['"\\\x00-\x1f]""").search, '"': _JSON_SPECIAL}
-# (and a backslash at its end, held: the escape it begins comes with the next chunk)
+_JSON_AS_IS_TEXT = re.compile(r'[^"\\\x00-\x1f]*(?:\\["\\bfnrt][^"\\\x00-\x1f]*)*')
+_JSON_AS_IS = _JSON_AS_IS_TEXT.fullmatch
+_PYTHON_AS_IS = {"'": re.compile(r"""[^'"\\\x00-\x1f]*(?:\\["\\bfnrt][^'"\\\x00-\x1f]*)*""").fullmatch,
+                 '"': _JSON_AS_IS}
 _JSON_ESCAPED = re.compile(r'([^"\\\x00-\x1f]*(?:\\["\\bfnrt][^"\\\x00-\x1f]*)*)(\\?)').fullmatch
 _PYTHON_ESCAPED = {"'": re.compile(r"""([^'"\\\x00-\x1f]*(?:\\["\\bfnrt][^'"\\\x00-\x1f]*)*)(\\?)""").fullmatch,
                    '"': _JSON_ESCAPED}
-_ALWAYS = re.compile("").search  # (a `special` that finds something in every chunk)
-# Chunks that go out as they are: characters and whole escapes the canonical text writes the same.
-_JSON_AS_IS = re.compile(r'[^"\\\x00-\x1f]*(?:\\["\\bfnrt][^"\\\x00-\x1f]*)*').fullmatch
-_PYTHON_AS_IS = {"'": re.compile(r"""[^'"\\\x00-\x1f]*(?:\\["\\bfnrt][^'"\\\x00-\x1f]*)*""").fullmatch,
-                 '"': _JSON_AS_IS}
+_ALWAYS = re.compile("").search  # (a `special` that finds something in every chunk: while one is held)
 _NEVER = re.compile("(?!)").fullmatch  # (an `as_is` that takes no chunk)
 _TOKEN = re.compile(r"[A-Za-z0-9_.+\-]*")
 _JSON_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?")
@@ -175,7 +182,7 @@ class ObjectStream:
             if state == _STRING:
                 # What runs unchanged into the canonical text: characters, and escapes written as
                 # the canonical text writes them (JSON: \" \\ \n ...).
-                run = (_PYTHON_STRING_RUN[self.quote] if python else _JSON_STRING_AS_IS).match(text, i)
+                run = (_PYTHON_STRING_RUN[self.quote] if python else _JSON_AS_IS_TEXT).match(text, i)
                 if run:
                     out.append(run.group())
                     i = run.end()
