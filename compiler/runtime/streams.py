@@ -91,7 +91,7 @@ class ObjectStream:
     """The canonical JSON text of an arguments object read from `pos` on, given out as it arrives."""
 
     __slots__ = ("index", "pos", "python", "state", "stack", "keys", "comma", "start", "quote", "key", "out", "paused",
-                 "special", "as_is", "wake", "held", "ended")
+                 "special", "as_is", "escapes", "wake", "held", "ended")
 
     def __init__(self, index, pos, python, value=False):
         self.index = index  # the call's index in the deltas
@@ -117,6 +117,7 @@ class ObjectStream:
         self.held = ""  # a backslash given out with the chunk after it (see escaped)
         self.ended = False  # whether the value is read to its end (the bracket that closes it)
         self.as_is = _NEVER  # (inside a string: a chunk with escapes that go out as they are)
+        self.escapes = _JSON_ESCAPED  # (and one that may end with a backslash: see escaped)
 
     def escaped(self, chunk):
         """The next characters of the string (all of its text before them given out, `held`
@@ -124,22 +125,26 @@ class ObjectStream:
         canonical text writes the same (\\n, \\", ...), and perhaps a backslash at their end
         (then held until the next chunk completes its escape), what of them goes out; else
         None (the reader steps through them)."""
-        whole = (_PYTHON_ESCAPED[self.quote] if self.python else _JSON_ESCAPED)(self.held + chunk if self.held else chunk)
+        held = self.held
+        whole = self.escapes(held + chunk if held else chunk)
         if whole is None:
             return None
-        self.held = whole.group(2)
-        if self.held:
-            self.special, self.as_is = _ALWAYS, _NEVER
-        else:
-            self._in_string()
-        return whole.group(1)
+        piece, now = whole.groups()
+        if now != held:
+            self.held = now
+            if now:
+                self.special, self.as_is = _ALWAYS, _NEVER
+            else:
+                self._in_string()
+        return piece
 
     def _in_string(self):
-        """The searches feed() runs on a chunk inside a string (see special, as_is)."""
+        """The searches feed() runs on a chunk inside a string (see special, as_is, escaped)."""
         if self.python:
-            self.special, self.as_is = _PYTHON_SPECIAL[self.quote], _PYTHON_AS_IS[self.quote]
+            self.special, self.as_is, self.escapes = _PYTHON_SPECIAL[self.quote], _PYTHON_AS_IS[self.quote], \
+                _PYTHON_ESCAPED[self.quote]
         else:
-            self.special, self.as_is = _JSON_SPECIAL, _JSON_AS_IS
+            self.special, self.as_is, self.escapes = _JSON_SPECIAL, _JSON_AS_IS, _JSON_ESCAPED
 
     def caught_up(self, text, end):
         """The chunks given out through `escaped` and `special` (`text`) are in the parser's
