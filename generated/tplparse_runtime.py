@@ -77,6 +77,19 @@ def marker_starts(stops):
 
 MARKER_HEAD = 3  # how many of a stop's first characters tell a chunk that may hold it
 
+_PARTIALS = {}
+
+
+def marker_partials(stops):
+    """The starts of `stops` shorter than their heads that are not stops themselves: what
+    marker_starts finds at a chunk's end that only the next chunk can tell (cached)."""
+    key = tuple(stops)
+    found = _PARTIALS.get(key)
+    if found is None:
+        found = _PARTIALS[key] = frozenset(stop[:n] for stop in stops for n in range(1, min(len(stop), MARKER_HEAD))) - set(
+            stops)
+    return found
+
 
 def _trie_pattern(node):
     """A regex for the heads in a trie: each head, or a start of one at the end of the text."""
@@ -1852,33 +1865,40 @@ class Input:
             if len(self._text) + len(text) < self._wait_for:
                 self._append(text)  # still fewer characters than the parse needs to decide
                 return []
-        elif quiet(text) is None or len(self._text) + len(text) < self._wait_for:
-            if self._plain is None:
-                # Inside a value that only a `quiet` character can end: keep it (as _append),
-                # and give out what an argument stream settles of it.
-                buffer, self._text = self._text, ""
-                buffer += text
-                self._text = buffer
-                return [] if self._streaming is None else self._streamed()
-            if self._pos != len(self._text):
-                # What is held back (the start of what may be a marker) and this chunk: if
-                # together they cannot hold a marker's start, they go out as plain text.
-                held = self._text[self._pos:]
-                if quiet(held + text) is not None:
+        elif self._plain is not None:
+            # Plain content or reasoning (with what was held back before it, the start of what
+            # may be a marker): what cannot begin a marker goes straight out; the first
+            # characters of a marker at its end are held back (the next chunk tells); only a
+            # marker's head inside it (its first three characters) wakes the parse.
+            held = len(self._text) - self._pos
+            whole = self._text[self._pos:] + text if held else text
+            found = quiet(whole)
+            # (what goes out leaves the text, and the offsets after it count it; what was held
+            # before is in the text already, and what is held now goes to its end)
+            if found is not None:
+                if found.end() < len(whole) or found.group() not in self._partials:
                     return self._push(text)
+                text = whole[:found.start()]
+                self._offset_base += len(text) - held
                 self._pos = len(self._text)
-                text = held + text
-                self._offset_base -= len(held)
-            # Plain content or reasoning, nothing held back: it goes straight out.
-            self._offset_base += len(text)
+                self._append(whole[found.start():])
+            elif held:
+                text = whole
+                self._offset_base += len(text) - held
+                self._pos = len(self._text)
+            else:
+                self._offset_base += len(text)
             field = self._plain
             if field.started:  # (_emit_text, inlined: most chunks of a stream come here)
                 body = text.rstrip()
                 if body is text and not field.pending:  # no whitespace at the end, none held
+                    if not text:
+                        return []
                     field.parts.append(text)
                     return [{field.key: text}]
                 if not body:
-                    field.pending.append(text)
+                    if text:
+                        field.pending.append(text)
                     return []
                 out = "".join(field.pending) + body if field.pending else body
                 field.pending = [text[len(body):]] if len(body) < len(text) else []
@@ -1887,6 +1907,13 @@ class Input:
             self._emit_text(field, text)
             deltas, self._deltas = self._deltas, []
             return deltas
+        elif quiet(text) is None or len(self._text) + len(text) < self._wait_for:
+            # Inside a value that only a `quiet` character can end: keep it (as _append),
+            # and give out what an argument stream settles of it.
+            buffer, self._text = self._text, ""
+            buffer += text
+            self._text = buffer
+            return [] if self._streaming is None else self._streamed()
         elif self._poll is not None:
             # The value's scan can tell by itself whether this chunk completes it: ask it.
             scan = self._poll
@@ -2571,6 +2598,7 @@ class Rules:
         stops = [s for s in stops if s]
         first_stop = first_of(stops)  # one scan from the position: never past the first stop
         quiet = marker_starts(stops)
+        partials = marker_partials(stops)
         longest = max(len(s) for s in stops)
         while True:
             text, pos = self._text, self._pos
@@ -2598,7 +2626,7 @@ class Rules:
             self._emit_text(field, text[pos:len(text) - keep])
             self._pos = len(text) - keep
             # (feed gives out the chunks that cannot move this scan: with what is kept, if any)
-            self._plain, self._quiet = field, quiet
+            self._plain, self._quiet, self._partials = field, quiet, partials
             self._trim_ok = True
             yield
             self._trim_ok = False
@@ -3543,6 +3571,7 @@ class StreamParser(Input, Rules, Messages, Output):
         # back, emitted at once.
         self._quiet = None
         self._plain = None
+        self._partials = frozenset()  # (with _plain: the starts of a marker held at a chunk's end)
         self._wait_for = 0  # or: the parse needs _text to reach this length to decide
         self._then = 0  # or: it needs this many characters after the first that `_quiet` finds
         self._poll = None  # or: a value's scan, which feed() runs on a chunk that passed `_quiet`

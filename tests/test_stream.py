@@ -332,6 +332,24 @@ def test_a_less_than_sign_that_cannot_start_a_marker_is_not_held(chatml):
     assert parser.message["reasoning_content"] == "if a <b and </div> end"
 
 
+def test_offsets_count_what_was_held_at_chunk_ends_once(chatml):
+    """A marker's start held at a chunk's end (without waking the parse) and given out with the
+    next chunk: where the reasoning ends and where an error is are the same on every chunking."""
+    text = "a < b and c <d: x<y </think>Then <b>bold</b> text <|im_end|>trailing"
+    one_shot = chatml.StreamParser(start="reasoning")
+    one_shot.feed(text)
+    one_shot.end()
+    assert one_shot.reasoning_ended_at == text.index("</think>") + len("</think>")
+    assert [e["offset"] for e in one_shot.message["errors"]] == [text.index("trailing")]
+    for size in (1, 2, 3, 4, 5, 7):
+        parser = chatml.StreamParser(start="reasoning")
+        for i in range(0, len(text), size):
+            parser.feed(text[i:i + size])
+        parser.end()
+        assert parser.message == one_shot.message, size
+        assert parser.reasoning_ended_at == one_shot.reasoning_ended_at, size
+
+
 FRAGMENTS = st.sampled_from(["<", "</", "</t", "</think", "</think>", "<tool", "<tool_call>", "<|", "<|im_end|>",
                              "a", " ", "\n", "<div>", "x < y", "<t", "<th"])
 

@@ -95,33 +95,40 @@ class Input:
             if len(self._text) + len(text) < self._wait_for:
                 self._append(text)  # still fewer characters than the parse needs to decide
                 return []
-        elif quiet(text) is None or len(self._text) + len(text) < self._wait_for:
-            if self._plain is None:
-                # Inside a value that only a `quiet` character can end: keep it (as _append),
-                # and give out what an argument stream settles of it.
-                buffer, self._text = self._text, ""
-                buffer += text
-                self._text = buffer
-                return [] if self._streaming is None else self._streamed()
-            if self._pos != len(self._text):
-                # What is held back (the start of what may be a marker) and this chunk: if
-                # together they cannot hold a marker's start, they go out as plain text.
-                held = self._text[self._pos:]
-                if quiet(held + text) is not None:
+        elif self._plain is not None:
+            # Plain content or reasoning (with what was held back before it, the start of what
+            # may be a marker): what cannot begin a marker goes straight out; the first
+            # characters of a marker at its end are held back (the next chunk tells); only a
+            # marker's head inside it (its first three characters) wakes the parse.
+            held = len(self._text) - self._pos
+            whole = self._text[self._pos:] + text if held else text
+            found = quiet(whole)
+            # (what goes out leaves the text, and the offsets after it count it; what was held
+            # before is in the text already, and what is held now goes to its end)
+            if found is not None:
+                if found.end() < len(whole) or found.group() not in self._partials:
                     return self._push(text)
+                text = whole[:found.start()]
+                self._offset_base += len(text) - held
                 self._pos = len(self._text)
-                text = held + text
-                self._offset_base -= len(held)
-            # Plain content or reasoning, nothing held back: it goes straight out.
-            self._offset_base += len(text)
+                self._append(whole[found.start():])
+            elif held:
+                text = whole
+                self._offset_base += len(text) - held
+                self._pos = len(self._text)
+            else:
+                self._offset_base += len(text)
             field = self._plain
             if field.started:  # (_emit_text, inlined: most chunks of a stream come here)
                 body = text.rstrip()
                 if body is text and not field.pending:  # no whitespace at the end, none held
+                    if not text:
+                        return []
                     field.parts.append(text)
                     return [{field.key: text}]
                 if not body:
-                    field.pending.append(text)
+                    if text:
+                        field.pending.append(text)
                     return []
                 out = "".join(field.pending) + body if field.pending else body
                 field.pending = [text[len(body):]] if len(body) < len(text) else []
@@ -130,6 +137,13 @@ class Input:
             self._emit_text(field, text)
             deltas, self._deltas = self._deltas, []
             return deltas
+        elif quiet(text) is None or len(self._text) + len(text) < self._wait_for:
+            # Inside a value that only a `quiet` character can end: keep it (as _append),
+            # and give out what an argument stream settles of it.
+            buffer, self._text = self._text, ""
+            buffer += text
+            self._text = buffer
+            return [] if self._streaming is None else self._streamed()
         elif self._poll is not None:
             # The value's scan can tell by itself whether this chunk completes it: ask it.
             scan = self._poll

@@ -54,6 +54,7 @@ class StreamParser(Input, Rules, Messages, Output):
         # back, emitted at once.
         self._quiet = None
         self._plain = None
+        self._partials = frozenset()  # (with _plain: the starts of a marker held at a chunk's end)
         self._wait_for = 0  # or: the parse needs _text to reach this length to decide
         self._then = 0  # or: it needs this many characters after the first that `_quiet` finds
         self._poll = None  # or: a value's scan, which feed() runs on a chunk that passed `_quiet`

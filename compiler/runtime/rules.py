@@ -29,7 +29,7 @@ call by the same steps.
 from .errors import BadArguments, InvalidOutput, TruncatedOutput
 from .protocol import (ARGUMENTS, ARGUMENTS_ALIASES, CALL_ID, CONTENT, LITERAL, NAME, NATURAL_STOPS, REASONING, UNREAD,
                        stopped_in)
-from .text import NAME_CHARS, SPACES, BalancedScan, first_of, held_back, literal_here, marker_starts, waker
+from .text import NAME_CHARS, SPACES, BalancedScan, first_of, held_back, literal_here, marker_partials, marker_starts, waker
 from .streams import KeyValueStream, ObjectStream
 from .values import JSON_DECODER, arguments_json, decode_native, keeps_text, object_value, python_value, typed_raw
 
@@ -396,6 +396,7 @@ class Rules:
         stops = [s for s in stops if s]
         first_stop = first_of(stops)  # one scan from the position: never past the first stop
         quiet = marker_starts(stops)
+        partials = marker_partials(stops)
         longest = max(len(s) for s in stops)
         while True:
             text, pos = self._text, self._pos
@@ -423,7 +424,7 @@ class Rules:
             self._emit_text(field, text[pos:len(text) - keep])
             self._pos = len(text) - keep
             # (feed gives out the chunks that cannot move this scan: with what is kept, if any)
-            self._plain, self._quiet = field, quiet
+            self._plain, self._quiet, self._partials = field, quiet, partials
             self._trim_ok = True
             yield
             self._trim_ok = False

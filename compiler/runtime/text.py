@@ -51,6 +51,19 @@ def marker_starts(stops):
 
 MARKER_HEAD = 3  # how many of a stop's first characters tell a chunk that may hold it
 
+_PARTIALS = {}
+
+
+def marker_partials(stops):
+    """The starts of `stops` shorter than their heads that are not stops themselves: what
+    marker_starts finds at a chunk's end that only the next chunk can tell (cached)."""
+    key = tuple(stops)
+    found = _PARTIALS.get(key)
+    if found is None:
+        found = _PARTIALS[key] = frozenset(stop[:n] for stop in stops for n in range(1, min(len(stop), MARKER_HEAD))) - set(
+            stops)
+    return found
+
 
 def _trie_pattern(node):
     """A regex for the heads in a trie: each head, or a start of one at the end of the text."""
