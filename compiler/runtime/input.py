@@ -103,19 +103,19 @@ class Input:
             held = len(self._text) - self._pos
             whole = self._text[self._pos:] + text if held else text
             found = quiet(whole)
-            # (what goes out leaves the text, and the offsets after it count it; what was held
-            # before is in the text already, and what is held now goes to its end)
+            # (what goes out leaves the text, and the offsets after it count it; the text is
+            # then only what is held now: the parse waits in the text's scan, which reads on
+            # from `_pos`, so what is before it may go)
             if found is not None:
                 if found.end() < len(whole) or found.group() not in self._partials:
                     return self._push(text)
                 text = whole[:found.start()]
-                self._offset_base += len(text) - held
-                self._pos = len(self._text)
-                self._append(whole[found.start():])
+                self._offset_base += self._pos + len(text)
+                self._text, self._pos = whole[found.start():], 0
             elif held:
                 text = whole
-                self._offset_base += len(text) - held
-                self._pos = len(self._text)
+                self._offset_base += self._pos + len(text)
+                self._text, self._pos = "", 0
             else:
                 self._offset_base += len(text)
             field = self._plain

@@ -73,12 +73,15 @@ def check(name: str, message: dict) -> None:
         raise SystemExit(f"{name}: read as {len(calls)} calls, errors {errors}: timing it would say nothing")
 
 
-def timed(fn, repeat=3) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
+def timed(*fns, rounds=5) -> list[float]:
+    """Best time of each of `fns` over `rounds` rounds that run each in turn: N and 4N side by
+    side, so a slow spell of this shared machine weighs on both."""
+    best = [float("inf")] * len(fns)
+    for _ in range(rounds):
+        for i, fn in enumerate(fns):
+            start = time.perf_counter()
+            fn()
+            best[i] = min(best[i], time.perf_counter() - start)
     return best
 
 
@@ -106,7 +109,8 @@ def main(folder: Path, n: int) -> None:
                     lambda t, size=how: fed(t, size))
                 small, large = make(n), make(4 * n)
                 check(name, read(large))
-                ratios.append(timed(lambda: read(large)) / timed(lambda: read(small)))
+                t_large, t_small = timed(lambda: read(large), lambda: read(small))
+                ratios.append(t_large / t_small)
             worst = max(worst, *ratios)
             print(f"{label:<15} {name:<24} {ratios[0]:>14.1f} {ratios[1]:>7.1f} {ratios[2]:>7.1f}", flush=True)
     print(f"worst ratio: {worst:.1f} (linear: 4; quadratic: 16)")
