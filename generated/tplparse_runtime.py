@@ -863,22 +863,12 @@ class ObjectStream:
                     if state == _DONE:
                         break
                 elif ch == '"' and not python:
-                    # A key without escapes, its colon and what follows it, all here: at once.
-                    whole = _JSON_PLAIN_KEY.match(text, i)
-                    if whole is None:
+                    end = self._plain_key(text, i, out)
+                    if end < 0:
                         self.quote, self.start, state = ch, i + 1, _KEY_STRING
                         i += 1
                         continue
-                    key = whole.group(1)
-                    if key in self.keys[-1]:
-                        raise ValueError  # a duplicate key: the final arguments refuse it
-                    self.keys[-1].add(key)
-                    if self.comma:
-                        out.append(", ")
-                        self.comma = False
-                    out.append('"' + key + '": ')
-                    i = whole.end()
-                    state = _VALUE
+                    i, state = end, _VALUE
                 elif ch == '"' or python and ch == "'":
                     self.quote = ch
                     self.start = i + 1
@@ -941,25 +931,12 @@ class ObjectStream:
                     i = n  # (the key's text so far, read: the next search starts after it)
                     break
                 if not python:  # (a plain key and its colon, here now: at once, as above)
-                    whole = _JSON_PLAIN_KEY.match(text, self.start - 1)
-                    if whole is not None:
-                        key = whole.group(1)
-                        if key in self.keys[-1]:
-                            raise ValueError
-                        self.keys[-1].add(key)
-                        if self.comma:
-                            out.append(", ")
-                            self.comma = False
-                        out.append('"' + key + '": ')
-                        i = whole.end()
-                        state = _VALUE
+                    whole = self._plain_key(text, self.start - 1, out)
+                    if whole >= 0:
+                        i, state = whole, _VALUE
                         continue
                 raw = text[self.start:end]
-                key = json.loads('"' + raw + '"') if "\\" in raw else raw
-                if key in self.keys[-1]:
-                    raise ValueError  # a duplicate key: the final arguments refuse it
-                self.keys[-1].add(key)
-                self.key = key
+                self.key = self._new_key(json.loads('"' + raw + '"') if "\\" in raw else raw)
                 i = end + 1
                 state = _COLON
             elif state == _COLON:
@@ -1000,6 +977,28 @@ class ObjectStream:
                 self.wake = _OBJECT_WAKE
             else:
                 self.wake = None
+
+    def _plain_key(self, text, at, out):
+        """A key without escapes (its canonical text is itself) at `at`, its colon and the
+        whitespace after it, all here: given out, and where they end; else -1."""
+        whole = _JSON_PLAIN_KEY.match(text, at)
+        if whole is None:
+            return -1
+        key = self._new_key(whole.group(1))
+        if self.comma:
+            out.append(", ")
+            self.comma = False
+        out.append('"' + key + '": ')
+        return whole.end()
+
+    def _new_key(self, key):
+        """A key of the object being read; ValueError when it has it already (the final
+        arguments refuse a duplicate key)."""
+        keys = self.keys[-1]
+        if key in keys:
+            raise ValueError
+        keys.add(key)
+        return key
 
     def _lead(self, out):
         if self.comma:
@@ -1843,7 +1842,7 @@ class Input:
                 if piece:
                     self._arguments_delta(drive.index, piece)
                 return self._push("")
-            self._fast = drive if drive.special is not None and drive.pos == len(self._text) else None
+            self._fast = self._fast_path(drive)
             return [{"tool_calls": [{"index": drive.index, "function": {"arguments": piece}}]}] if piece else []
         expect = self._expect
         if expect is not None:
@@ -1934,9 +1933,14 @@ class Input:
         if stream.pos is None:
             return []
         self._stream_arguments()
-        self._fast = stream if stream.special is not None and stream.pos == len(self._text) else None
+        self._fast = self._fast_path(stream)
         deltas, self._deltas = self._deltas, []
         return deltas
+
+    def _fast_path(self, stream):
+        """`stream` when feed's fast path may give out the next chunk for it (see feed): it is
+        inside a string and gave out all the text so far; else None."""
+        return stream if stream is not None and stream.special is not None and stream.pos == len(self._text) else None
 
     def _catch_up(self):
         """The chunks the fast path gave out (all of them the string's next characters) join
@@ -1991,9 +1995,7 @@ class Input:
             self._resume(None)
         except StopIteration:
             pass
-        stream = self._streaming  # (feed's fast path: see there)
-        self._fast = stream if stream is not None and stream.special is not None and stream.pos == len(
-            self._text) else None
+        self._fast = self._fast_path(self._streaming)
         deltas, self._deltas = self._deltas, []
         return deltas
 

@@ -73,7 +73,7 @@ class Input:
                 if piece:
                     self._arguments_delta(drive.index, piece)
                 return self._push("")
-            self._fast = drive if drive.special is not None and drive.pos == len(self._text) else None
+            self._fast = self._fast_path(drive)
             return [{"tool_calls": [{"index": drive.index, "function": {"arguments": piece}}]}] if piece else []
         expect = self._expect
         if expect is not None:
@@ -164,9 +164,14 @@ class Input:
         if stream.pos is None:
             return []
         self._stream_arguments()
-        self._fast = stream if stream.special is not None and stream.pos == len(self._text) else None
+        self._fast = self._fast_path(stream)
         deltas, self._deltas = self._deltas, []
         return deltas
+
+    def _fast_path(self, stream):
+        """`stream` when feed's fast path may give out the next chunk for it (see feed): it is
+        inside a string and gave out all the text so far; else None."""
+        return stream if stream is not None and stream.special is not None and stream.pos == len(self._text) else None
 
     def _catch_up(self):
         """The chunks the fast path gave out (all of them the string's next characters) join
@@ -221,9 +226,7 @@ class Input:
             self._resume(None)
         except StopIteration:
             pass
-        stream = self._streaming  # (feed's fast path: see there)
-        self._fast = stream if stream is not None and stream.special is not None and stream.pos == len(
-            self._text) else None
+        self._fast = self._fast_path(self._streaming)
         deltas, self._deltas = self._deltas, []
         return deltas
 
