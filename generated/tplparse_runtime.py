@@ -1401,6 +1401,19 @@ class KeyValueFormat:
         # the quote a string value opens with, and the value's first character (one wake-up).
         self.key_then = len(self.single.middle_full) + (len(self.quote_open) if self.quoted_strings else 0) + 1 \
             if self.single is not None else 0
+        self._after_value = {}
+
+    def after_value(self, after_arguments):
+        """What the template writes after an argument's value and its closing text, as one of
+        two texts: the next argument's start (separator, opener), or the end of the arguments
+        (`after_arguments`: the rest of the call and the next call's start). Their whitespace
+        first is left out (a reader skips it). feed() waits for them in one go while the output
+        goes on as one (see Input._expect_one_of); cached per `after_arguments`."""
+        found = self._after_value.get(after_arguments)
+        if found is None:
+            texts = [t.lstrip() for t in (self.separator + self.before, after_arguments)]
+            found = self._after_value[after_arguments] = tuple(t for t in texts if t)
+        return found
 
     def settling(self, closing_word):
         """A search for the first text that settles a raw value whose closing text is missing
@@ -1621,11 +1634,11 @@ class Protocol:
                 self.call_heads_by_key = tuple(sorted('{"' + key + '"' for key in named))
             if not self.object_arguments:
                 self.key_values = KeyValueFormat(arguments)
-            # What the template writes after a call's JSON arguments: the rest of the call and,
-            # when calls follow each other, the next call's start ("" where a slot comes first).
+            # What the template writes after a call's arguments: the rest of the call and, when
+            # calls follow each other, the next call's start ("" where a slot comes first).
             # feed() waits for it in one go while the output goes on so (one wake-up, not one
-            # per literal).
-            self.after_arguments = self._after_arguments(tc["call"]) if self.object_arguments else ""
+            # per literal): after a JSON object, and after key/value arguments' last value.
+            self.after_arguments = self._after_arguments(tc["call"])
         # Layout-driven forms (data from the spec's turn layouts, not family knowledge):
         # without a call opener, content turns start with their own prefix ("all\n") and the
         # text between content and calls opens the calls (">>>"); a section whose start is
@@ -1847,11 +1860,22 @@ class Input:
         expect = self._expect
         if expect is not None:
             # The text the template writes next, as it goes on: kept until it is all here.
-            k = len(self._text) - self._expect_at
-            if k + len(text) < len(expect) and expect.startswith(text, k):
-                self._append(text)
+            if expect.__class__ is str:
+                k = len(self._text) - self._expect_at
+                if k + len(text) < len(expect) and expect.startswith(text, k):
+                    self._append(text)
+                    return []
+                return self._push(text)
+            # One of several texts, whitespace before it any (see _expect_one_of).
+            self._append(text)
+            came = self._text[self._expect_at:].lstrip()
+            if not came:
+                self._expect_at = len(self._text)  # (only whitespace: not read again)
                 return []
-            return self._push(text)
+            for one in expect:
+                if len(came) < len(one) and one.startswith(came):
+                    return []
+            return self._push("")
         quiet = self._quiet
         if quiet is not None and self._then:
             # A run that must be followed by `_then` characters: where this chunk ends it, they
@@ -2146,6 +2170,16 @@ class Input:
             self._wait_for = self._pos + len(text)
             yield
 
+    def _expect_one_of(self, texts):
+        """Wait, while what comes is the start of one of `texts` (the text the template writes
+        next, whitespace before it any), until it is all here or goes another way: feed() keeps
+        the chunks without resuming the parse (one wake-up for a run of literals, not one per
+        literal), then the readers read it. Nothing is consumed."""
+        came = self._text[self._pos:].lstrip()
+        if not self._eof and any(len(came) < len(one) and one.startswith(came) for one in texts):
+            self._expect, self._expect_at = texts, self._pos
+            yield
+
     def _peek_any_after_ws(self, texts):
         """Whether one of `texts` comes next after whitespace (the whitespace is consumed, the
         text is not); decided once what is here rules each of them in or out."""
@@ -2307,18 +2341,19 @@ class _KeyValueRead:
     """Where the reading of a call's key/value arguments is: the step, and what it has read.
     (One per parser, started afresh for each call: a parser reads one call at a time.)"""
 
-    __slots__ = ("kv", "properties", "closing", "closing_word", "closing_lead", "settling", "unclosed", "step", "first",
-                 "key", "layout", "arguments", "bad")
+    __slots__ = ("kv", "properties", "closing", "closing_word", "closing_lead", "settling", "after_value", "unclosed",
+                 "step", "first", "key", "layout", "arguments", "bad")
 
     def __init__(self, kv):
         self.kv = kv
 
-    def start(self, properties, closing):
+    def start(self, properties, closing, after_arguments):
         self.properties = properties  # the tool's parameters.properties (types the values)
         # The arguments end where the call's next literal starts: its first word is enough
         # (the literal itself is matched after, with its whitespace tolerance).
         self.closing, self.closing_word, self.closing_lead = closing
         self.settling = self.kv.settling(self.closing_word)  # (what settles a raw value left open)
+        self.after_value = self.kv.after_value(after_arguments)  # (what the template writes after a value)
         self.unclosed = False  # the value just read had no closing text (settled by what follows)
         self.step, self.first, self.key, self.layout = _KV_WS, True, None, None
         self.arguments = {}
@@ -2944,7 +2979,8 @@ class Rules:
                 return False
             self._pos = end
             return True
-        read = (self._kv_read_state or self._new_kv_read()).start(self._properties.get(call["name"]) or {}, closing)
+        read = (self._kv_read_state or self._new_kv_read()).start(self._properties.get(call["name"]) or {}, closing,
+                                                                  self._after_arguments)
         if not self._kv_steps_here(read):
             call["pending"] = read  # a step must wait: the waiting steps go on from it
             return False
@@ -2987,7 +3023,8 @@ class Rules:
                 if read.bad is not None:
                     stream.pause()
         if read is None:  # (not tried on what is here yet)
-            read = (self._kv_read_state or self._new_kv_read()).start(self._properties.get(call["name"]) or {}, closing)
+            read = (self._kv_read_state or self._new_kv_read()).start(self._properties.get(call["name"]) or {},
+                                                                      closing, then)
             if not self._kv_steps_here(read):
                 yield from self._kv_steps_waiting(read)
         else:
@@ -3161,6 +3198,11 @@ class Rules:
         kv = st.kv
         step = st.step
         if step == _KV_WS:  # whitespace, and enough text to tell the call's next literal
+            if not st.first:
+                # After a value: the next argument's start or the arguments' end (and the rest
+                # of the call, the next call's start) come next as the template writes them;
+                # feed() waits for all of one of them in one go.
+                yield from self._expect_one_of(st.after_value)
             yield from self._skip_ws()
             if st.closing:
                 yield from self._peek(st.closing_word)  # (decided as soon as what is here is not its start)
@@ -3597,7 +3639,9 @@ class StreamParser(Input, Rules, Messages, Output):
         self._ahead = []
         self._drive = None  # or: the ObjectStream that reads a JSON value feed() is inside (see feed)
         self._drive_then = ""  # the text the template writes after that value
-        self._expect = None  # or: text the parse waits for while the output goes on as it (from _expect_at)
+        # or: text the parse waits for while the output goes on as it (from _expect_at); or a
+        # tuple of texts, one of which (whitespace before it any) it waits for (_expect_one_of)
+        self._expect = None
         self._expect_at = 0
         self._errors = []
         self._finish = None

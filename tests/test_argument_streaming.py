@@ -15,6 +15,7 @@ import tplparse
 from tplparse import runtime
 from tplparse.bridge import compile_in_memory
 from tplparse.check.outputs import STANDARD_TOOLS, model_outputs
+from tplparse.spec import ArgumentStyle
 
 from conftest import CORPUS, EXAMPLES, corpus_ids, corpus_templates, needs_corpus
 from test_stream import check_deltas_add_up, joined
@@ -385,3 +386,51 @@ def test_a_key_value_string_holds_only_what_may_begin_its_closing_text(chunks, e
     assert pieces[:len(expected)] == expected
     assert "".join(pieces) == message["tool_calls"][0]["function"]["arguments"]
     assert message == runtime.parse(protocol, "".join(chunks), start="content")
+
+
+# --- between key/value arguments: one wait for the literals the template writes ------------
+
+KV_TOOLS = [{"type": "function", "function": {"name": name, "parameters": {"type": "object", "properties": {
+    "s": {"type": "string"}, "t": {"type": "string"}}}}} for name in ("f", "g")]
+
+
+def _kv_outputs(spec):
+    """Two calls of two string arguments as the template writes them, and the same turn written
+    otherwise where feed() waits for the template's text after a value (the next argument's
+    start, the call's end and the next call's start): whitespace doubled between literals, the
+    turn ending after the first call's closing text (an engine stopped there), content after it."""
+    calls = [{"id": f"c{i}0000000x", "type": "function", "function": {"name": name, "arguments": {
+        "s": f"v{i}", "t": f"w{i}"}}} for i, name in enumerate(("f", "g"))]
+    text = spec.format({"role": "assistant", "content": "", "tool_calls": calls})
+    one = spec.format({"role": "assistant", "content": "", "tool_calls": calls[:1]})
+    end = text.find("w0") + 2
+    first_end = len(os.path.commonprefix([text, one]))  # (where the first call's text stops)
+    return {
+        "as written": text,
+        "whitespace doubled after a value": text[:end] + text[end:].replace("\n", "\n \n"),
+        "ended after the first call": text[:first_end],
+        "cut inside the text after a value": text[:end + (first_end - end) // 2],
+        "content after the first call": text[:first_end] + " Done.",
+    }
+
+
+@needs_corpus
+@pytest.mark.parametrize("stem", [p.stem for p in TEMPLATES], ids=corpus_ids(TEMPLATES))
+def test_what_follows_a_key_value_argument_reads_the_same_in_every_chunking(stem):
+    """After a key/value argument's value, feed() keeps chunks without resuming the parse while
+    they go on as the template's next text (one wait, not one per literal): whatever the output
+    writes there instead, or wherever it ends, every chunking reads as the whole output does."""
+    template, spec, protocol = family(stem)
+    if spec.tool_calls is None or spec.tool_calls.arguments.style == ArgumentStyle.OBJECT or not any(
+            o.expected["tool_calls"] for o in model_outputs(template, spec)):
+        pytest.skip(f"{stem}: no key/value calls")
+    for label, text in _kv_outputs(spec).items():
+        one_shot = runtime.parse(protocol, text, tools=KV_TOOLS, start="content")
+        if label == "as written":  # (the turn as rendered reads as the calls it was rendered from)
+            assert [json.loads(c["function"]["arguments"]) for c in one_shot["tool_calls"]] == [
+                {"s": "v0", "t": "w0"}, {"s": "v1", "t": "w1"}], one_shot["errors"]
+        for size in (1, 2, 3, 4, 7, len(text)):
+            per_chunk, message = fed(protocol, [text[i:i + size] for i in range(0, len(text), size)],
+                                     tools=KV_TOOLS, start="content")
+            assert message == one_shot, (label, size)
+            check_deltas_add_up([d for chunk in per_chunk for d in chunk], message)

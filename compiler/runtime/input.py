@@ -3,8 +3,8 @@
 `feed` appends a chunk and resumes the parse (a coroutine, see rules) only when the chunk
 can move it. While the parse waits, what it waits in says what can: a search (`_quiet`) for
 the characters that can, a length (`_wait_for`, or `_then` characters after where `_quiet`
-finds the end of a run), the text the template writes next (`_expect`, while the output
-goes on as it), a value's scan (`_poll`) or a JSON value's argument stream (`_drive`), run
+finds the end of a run), the text the template writes next (`_expect`, or one of several
+texts: while the output goes on as it), a value's scan (`_poll`) or a JSON value's argument stream (`_drive`), run
 here by themselves until the value is complete. Plain content or reasoning with nothing held
 back goes straight out as its delta, and so does a chunk inside a string argument whose text
 so far went out (`_fast`: kept aside in `_ahead` until the parse needs the text).
@@ -78,11 +78,22 @@ class Input:
         expect = self._expect
         if expect is not None:
             # The text the template writes next, as it goes on: kept until it is all here.
-            k = len(self._text) - self._expect_at
-            if k + len(text) < len(expect) and expect.startswith(text, k):
-                self._append(text)
+            if expect.__class__ is str:
+                k = len(self._text) - self._expect_at
+                if k + len(text) < len(expect) and expect.startswith(text, k):
+                    self._append(text)
+                    return []
+                return self._push(text)
+            # One of several texts, whitespace before it any (see _expect_one_of).
+            self._append(text)
+            came = self._text[self._expect_at:].lstrip()
+            if not came:
+                self._expect_at = len(self._text)  # (only whitespace: not read again)
                 return []
-            return self._push(text)
+            for one in expect:
+                if len(came) < len(one) and one.startswith(came):
+                    return []
+            return self._push("")
         quiet = self._quiet
         if quiet is not None and self._then:
             # A run that must be followed by `_then` characters: where this chunk ends it, they
@@ -375,6 +386,16 @@ class Input:
                 return False
             # (one wait for the whitespace and the text: whitespace still to come waits again)
             self._wait_for = self._pos + len(text)
+            yield
+
+    def _expect_one_of(self, texts):
+        """Wait, while what comes is the start of one of `texts` (the text the template writes
+        next, whitespace before it any), until it is all here or goes another way: feed() keeps
+        the chunks without resuming the parse (one wake-up for a run of literals, not one per
+        literal), then the readers read it. Nothing is consumed."""
+        came = self._text[self._pos:].lstrip()
+        if not self._eof and any(len(came) < len(one) and one.startswith(came) for one in texts):
+            self._expect, self._expect_at = texts, self._pos
             yield
 
     def _peek_any_after_ws(self, texts):

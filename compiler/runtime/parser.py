@@ -78,7 +78,9 @@ class StreamParser(Input, Rules, Messages, Output):
         self._ahead = []
         self._drive = None  # or: the ObjectStream that reads a JSON value feed() is inside (see feed)
         self._drive_then = ""  # the text the template writes after that value
-        self._expect = None  # or: text the parse waits for while the output goes on as it (from _expect_at)
+        # or: text the parse waits for while the output goes on as it (from _expect_at); or a
+        # tuple of texts, one of which (whitespace before it any) it waits for (_expect_one_of)
+        self._expect = None
         self._expect_at = 0
         self._errors = []
         self._finish = None

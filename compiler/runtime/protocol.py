@@ -123,6 +123,19 @@ class KeyValueFormat:
         # the quote a string value opens with, and the value's first character (one wake-up).
         self.key_then = len(self.single.middle_full) + (len(self.quote_open) if self.quoted_strings else 0) + 1 \
             if self.single is not None else 0
+        self._after_value = {}
+
+    def after_value(self, after_arguments):
+        """What the template writes after an argument's value and its closing text, as one of
+        two texts: the next argument's start (separator, opener), or the end of the arguments
+        (`after_arguments`: the rest of the call and the next call's start). Their whitespace
+        first is left out (a reader skips it). feed() waits for them in one go while the output
+        goes on as one (see Input._expect_one_of); cached per `after_arguments`."""
+        found = self._after_value.get(after_arguments)
+        if found is None:
+            texts = [t.lstrip() for t in (self.separator + self.before, after_arguments)]
+            found = self._after_value[after_arguments] = tuple(t for t in texts if t)
+        return found
 
     def settling(self, closing_word):
         """A search for the first text that settles a raw value whose closing text is missing
@@ -343,11 +356,11 @@ class Protocol:
                 self.call_heads_by_key = tuple(sorted('{"' + key + '"' for key in named))
             if not self.object_arguments:
                 self.key_values = KeyValueFormat(arguments)
-            # What the template writes after a call's JSON arguments: the rest of the call and,
-            # when calls follow each other, the next call's start ("" where a slot comes first).
+            # What the template writes after a call's arguments: the rest of the call and, when
+            # calls follow each other, the next call's start ("" where a slot comes first).
             # feed() waits for it in one go while the output goes on so (one wake-up, not one
-            # per literal).
-            self.after_arguments = self._after_arguments(tc["call"]) if self.object_arguments else ""
+            # per literal): after a JSON object, and after key/value arguments' last value.
+            self.after_arguments = self._after_arguments(tc["call"])
         # Layout-driven forms (data from the spec's turn layouts, not family knowledge):
         # without a call opener, content turns start with their own prefix ("all\n") and the
         # text between content and calls opens the calls (">>>"); a section whose start is

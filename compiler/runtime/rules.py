@@ -103,18 +103,19 @@ class _KeyValueRead:
     """Where the reading of a call's key/value arguments is: the step, and what it has read.
     (One per parser, started afresh for each call: a parser reads one call at a time.)"""
 
-    __slots__ = ("kv", "properties", "closing", "closing_word", "closing_lead", "settling", "unclosed", "step", "first",
-                 "key", "layout", "arguments", "bad")
+    __slots__ = ("kv", "properties", "closing", "closing_word", "closing_lead", "settling", "after_value", "unclosed",
+                 "step", "first", "key", "layout", "arguments", "bad")
 
     def __init__(self, kv):
         self.kv = kv
 
-    def start(self, properties, closing):
+    def start(self, properties, closing, after_arguments):
         self.properties = properties  # the tool's parameters.properties (types the values)
         # The arguments end where the call's next literal starts: its first word is enough
         # (the literal itself is matched after, with its whitespace tolerance).
         self.closing, self.closing_word, self.closing_lead = closing
         self.settling = self.kv.settling(self.closing_word)  # (what settles a raw value left open)
+        self.after_value = self.kv.after_value(after_arguments)  # (what the template writes after a value)
         self.unclosed = False  # the value just read had no closing text (settled by what follows)
         self.step, self.first, self.key, self.layout = _KV_WS, True, None, None
         self.arguments = {}
@@ -740,7 +741,8 @@ class Rules:
                 return False
             self._pos = end
             return True
-        read = (self._kv_read_state or self._new_kv_read()).start(self._properties.get(call["name"]) or {}, closing)
+        read = (self._kv_read_state or self._new_kv_read()).start(self._properties.get(call["name"]) or {}, closing,
+                                                                  self._after_arguments)
         if not self._kv_steps_here(read):
             call["pending"] = read  # a step must wait: the waiting steps go on from it
             return False
@@ -783,7 +785,8 @@ class Rules:
                 if read.bad is not None:
                     stream.pause()
         if read is None:  # (not tried on what is here yet)
-            read = (self._kv_read_state or self._new_kv_read()).start(self._properties.get(call["name"]) or {}, closing)
+            read = (self._kv_read_state or self._new_kv_read()).start(self._properties.get(call["name"]) or {},
+                                                                      closing, then)
             if not self._kv_steps_here(read):
                 yield from self._kv_steps_waiting(read)
         else:
@@ -957,6 +960,11 @@ class Rules:
         kv = st.kv
         step = st.step
         if step == _KV_WS:  # whitespace, and enough text to tell the call's next literal
+            if not st.first:
+                # After a value: the next argument's start or the arguments' end (and the rest
+                # of the call, the next call's start) come next as the template writes them;
+                # feed() waits for all of one of them in one go.
+                yield from self._expect_one_of(st.after_value)
             yield from self._skip_ws()
             if st.closing:
                 yield from self._peek(st.closing_word)  # (decided as soon as what is here is not its start)

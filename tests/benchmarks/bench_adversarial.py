@@ -12,6 +12,7 @@ expected (the text kept, the calls read or refused), so a fast wrong answer is n
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 import time
@@ -50,6 +51,9 @@ def shapes(spec) -> dict:
         "marker prefix": lambda n: marker[:-1] * max(1, n // max(1, len(marker) - 1)),
         "one huge argument": lambda n: call_text(spec, {"a": 1, "s": "y" * n}),
     }
+    between = spaces_after_a_value(spec)
+    if between is not None:  # (a layout that writes whitespace after a value's closing text)
+        found["spaces after a value"] = lambda n: between[0] + " " * n + between[1]
     if spec.tool_calls.arguments.style == ArgumentStyle.OBJECT:
         # (a key of JSON arguments as long as the turn, with what wakes an argument stream in it)
         found["one huge key"] = lambda n: call_text(spec, {"k:" * (n // 2): 1})
@@ -60,10 +64,23 @@ def shapes(spec) -> dict:
     return found
 
 
+def spaces_after_a_value(spec):
+    """A call of two arguments cut where the layout writes whitespace after the first value's
+    closing text (the text both calls, with and without a second argument, write after the
+    value, to its last whitespace): (before, after); None where it writes none there."""
+    two, one = call_text(spec, {"s": "v1", "a": 1}), call_text(spec, {"s": "v1"})
+    at = two.find("v1") + 2
+    if at < 2 or one[:at] != two[:at]:
+        return None
+    common = os.path.commonprefix([two[at:], one[at:]])
+    ends = [i + 1 for i, c in enumerate(common) if c.isspace()]
+    return (two[:at + ends[-1]], two[at + ends[-1]:]) if ends else None
+
+
 def check(name: str, message: dict) -> None:
     """What each shape must read as: text kept, a call read, or calls refused with an error."""
     calls, errors = message["tool_calls"], [e["kind"] for e in message["errors"]]
-    if name in ("newlines before a call", "one huge argument", "one huge key"):
+    if name in ("newlines before a call", "one huge argument", "one huge key", "spaces after a value"):
         ok = len(calls) == 1 and not errors
     elif name == "many invalid calls":
         ok = not calls and errors and set(errors) <= {"invalid_arguments", "invalid_tool_call"}
