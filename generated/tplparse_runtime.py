@@ -1107,11 +1107,14 @@ _STOP_SEARCH = {}
 
 
 def _stop_search(stops):
-    """(the stops' first characters, a search for the first whole stop), cached per stops."""
+    """(the stops' first characters; their starts, whole ones too; the starts that are no whole
+    stop; a search for the first whole stop), cached per stops."""
     found = _STOP_SEARCH.get(stops)
     if found is None:
         pattern = "|".join(re.escape(stop) for stop in sorted(stops, key=lambda s: (-len(s), s)))
-        found = _STOP_SEARCH[stops] = (frozenset(stop[0] for stop in stops), re.compile(pattern).search)
+        starts = frozenset(stop[:i] for stop in stops for i in range(1, len(stop) + 1))
+        found = _STOP_SEARCH[stops] = (frozenset(stop[0] for stop in stops), starts, starts - frozenset(stops),
+                                       re.compile(pattern).search)
     return found
 
 
@@ -1151,7 +1154,7 @@ class KeyValueStream:
     `open_string`, then `advance` as its text arrives, then `argument` for the rest."""
 
     __slots__ = ("index", "count", "out", "paused", "pos", "start", "stops", "longest", "special", "as_is",
-                 "stop_starts", "firsts", "stop_at", "blocked", "value", "held", "value_special")
+                 "stop_starts", "firsts", "starts", "partial", "stop_at", "blocked", "value", "held", "value_special")
 
     def __init__(self, index):
         self.index = index
@@ -1209,7 +1212,8 @@ class KeyValueStream:
             return ""
         self.pos = self.start = pos
         self.stops = stops
-        self.longest, self.special, self.stop_starts, self.firsts, self.stop_at = _raw_searches(stops)
+        self.longest, self.special, self.stop_starts, self.firsts, self.starts, self.partial, self.stop_at = \
+            _raw_searches(stops)
         self.value_special, self.held = self.special, ""
         self.blocked = False
         piece = (", " if self.count else "{") + encode_json(key) + ': "'
@@ -1237,15 +1241,15 @@ class KeyValueStream:
         """The next characters of the value (all of its text before them given out, `held`
         aside), in which `special` found something: their canonical text (quotes, backslashes
         and control characters escaped) if no closing text begins in them; what may begin one
-        at their end (`\\n</par`) is held until the next chunk tells; else (a stop's first
-        characters) None: the reader steps through them."""
+        at their end (`\\n</par`, however much of it: a closing text split across chunks) is
+        held until the next chunk tells; else (a whole stop, or a stop's first characters that
+        go on otherwise) None: the reader steps through them."""
         text = self.held + chunk if self.held else chunk
         found = self.stop_starts(text)
         held = ""
         if found is not None:
             held = text[found.start():]
-            if found.end() < len(text) or held in self.stops or not any(
-                    len(stop) > len(held) and stop.startswith(held) for stop in self.stops):
+            if held not in self.partial:  # (a whole stop, or not the start of one)
                 return None
             text = text[:found.start()]
         self.held = held
@@ -1272,7 +1276,7 @@ class KeyValueStream:
         start, n = self.pos, len(text)
         end = n
         for p in range(max(start, n - self.longest + 1), n):  # (a tail that may begin a stop: held)
-            if text[p] in self.firsts and any(stop.startswith(text[p:]) for stop in self.stops):
+            if text[p] in self.firsts and text[p:] in self.starts:
                 end = p
                 break
         found = self.stop_at(text, start)

@@ -377,6 +377,14 @@ def test_an_escape_cut_by_the_end_of_the_output_is_a_cut_call(chatml, tail, stre
     # a quote and a backslash, escaped as they come
     (["<tool_call>\n<function=f>\n<parameter=s>\nab", 'c"d\\', "e", "\n</parameter>\n</function>\n</tool_call>"],
      ['{"s": "ab', 'c\\"d\\\\', "e", '"}']),
+    # the closing text split across three chunks: held all along, nothing of it goes out
+    (["<tool_call>\n<function=f>\n<parameter=s>\nab", "\n</pa", "rame", "ter>\n</function>\n</tool_call>"],
+     ['{"s": "ab', "", "", '"}']),
+    # the start of a closing text that goes on otherwise: out once that is known
+    (["<tool_call>\n<function=f>\n<parameter=s>\nab", "\n</pa", "rty>", "\n</parameter>\n</function>\n</tool_call>"],
+     ['{"s": "ab', "", "\\n</party>", '"}']),
+    (["<tool_call>\n<function=f>\n<parameter=s>\nab", "\n</b", ">cd", "\n</parameter>\n</function>\n</tool_call>"],
+     ['{"s": "ab', "\\n</b", ">cd", '"}']),
 ])
 def test_a_key_value_string_holds_only_what_may_begin_its_closing_text(chunks, expected):
     _, spec, protocol = family("Qwen-Qwen3-Coder")
