@@ -661,8 +661,11 @@ _JSON_AS_IS = _JSON_AS_IS_TEXT.fullmatch
 _PYTHON_AS_IS = {"'": re.compile(r"""[^'"\\\x00-\x1f]*(?:\\["\\bfnrt][^'"\\\x00-\x1f]*)*""").fullmatch,
                  '"': _JSON_AS_IS}
 _JSON_ESCAPED = re.compile(r'([^"\\\x00-\x1f]*(?:\\["\\bfnrt][^"\\\x00-\x1f]*)*)(\\?)').fullmatch
-_PYTHON_ESCAPED = {"'": re.compile(r"""([^'"\\\x00-\x1f]*(?:\\["\\bfnrt][^'"\\\x00-\x1f]*)*)(\\?)""").fullmatch,
+# (In a Python string in single quotes, a double quote is a character of the string: taken, and
+# given out as the canonical text writes it, \", by _raw_quotes_escaped.)
+_PYTHON_ESCAPED = {"'": re.compile(r"""([^'\\\x00-\x1f]*(?:\\["\\bfnrt][^'\\\x00-\x1f]*)*)(\\?)""").fullmatch,
                    '"': _JSON_ESCAPED}
+_RAW_QUOTE = re.compile(r'(\\.)|"')  # an escape (stays as it is), or a double quote written raw
 _ALWAYS = re.compile("").search  # (a `special` that finds something in every chunk: while one is held)
 _NEVER = re.compile("(?!)").fullmatch  # (an `as_is` that takes no chunk)
 _TOKEN = re.compile(r"[A-Za-z0-9_.+\-]*")
@@ -742,7 +745,7 @@ class ObjectStream:
                 self.special, self.as_is = _ALWAYS, _NEVER
             else:
                 self._in_string()
-        return piece
+        return _raw_quotes_escaped(piece) if self.python else piece
 
     def _in_string(self):
         """The searches feed() runs on a chunk inside a string (see special, as_is, escaped)."""
@@ -761,7 +764,7 @@ class ObjectStream:
             self._in_string()
             text = text[:len(text) - len(held)]
         self.pos = end - len(held)
-        self.out.append(text)
+        self.out.append(_raw_quotes_escaped(text) if self.python else text)
 
     def pause(self):
         """Give out nothing more: the rest goes out when the call is complete."""
@@ -1004,6 +1007,12 @@ class ObjectStream:
         if self.comma:
             out.append(", ")
             self.comma = False
+
+
+def _raw_quotes_escaped(text):
+    """Characters of a Python string as the canonical text writes them, when the only thing
+    it writes otherwise is a double quote written raw (in a string in single quotes): \\"."""
+    return _RAW_QUOTE.sub(lambda m: m.group(1) or '\\"', text) if '"' in text else text
 
 
 def _escape_end(text, i, eof):

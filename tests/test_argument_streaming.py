@@ -334,6 +334,22 @@ def test_a_json_value_in_a_pythonic_call_streams_inside():
     assert pieces[0][0] * 4 < closing - 80  # the first piece long before the call's closing bracket
 
 
+@needs_corpus
+def test_a_double_quote_in_a_python_string_goes_out_escaped_as_it_comes():
+    """In a Python string in single quotes, a double quote is a character: it goes out with its
+    chunk as the canonical text writes it (\\"), an escaped one and a backslash as they are
+    (a backslash at a chunk's end held for the next)."""
+    _, _, protocol = family("InternLM-InternLM2.5-chat-vllm-tool")
+    chunks = ['<|action_start|><|plugin|>\n{"name": "f", "arguments": {\'s\': \'ab', 'c "d', '" e\\', '"f\\\\',
+              "g'}}<|action_end|>"]
+    per_chunk, message = fed(protocol, chunks, start="content")
+    pieces = ["".join(c["function"]["arguments"] for d in deltas for c in d.get("tool_calls", []) if "id" not in c)
+              for deltas in per_chunk]
+    assert pieces == ['{"s": "ab', 'c \\"d', '\\" e', '\\"f\\\\', 'g"}', '']
+    assert json.loads(message["tool_calls"][0]["function"]["arguments"]) == {"s": 'abc "d" e"f\\g'}
+    assert message == runtime.parse(protocol, "".join(chunks), start="content")
+
+
 # --- what the fast paths of feed() hold and hand back -----------------------------------------
 
 
