@@ -1,6 +1,6 @@
 """Streaming parser cost, as ratios (a benchmark, not a test).
 
-    python tests/benchmarks/bench_stream.py [TEMPLATES_DIR]
+    python tests/benchmarks/bench_stream.py [TEMPLATES_DIR] [--against REVISION]
 
 For one family per argument encoding (a JSON object; key/value tags; pythonic calls), two
 outputs of about 4k and 32k characters, written by the family's own spec: "calls" is a
@@ -14,22 +14,37 @@ in rounds beside its floor (the best round of each kept), so that a slow spell o
 machine weighs on both. Printed: ratios to the floors, and the 32k / 4k cost ratio of
 4-character streaming (linear is 8).
 
+For the 32k "calls" turn, per call: how many times feeding it 4 characters at a time resumes
+the parse (what feed() cannot settle by itself), and the turn's cost over its calls.
+
 Argument streaming: for "one argument" (a file being written), where the first argument delta
 arrives (in characters fed, 4 at a time) and how many argument deltas there are. Per chunk:
 the cost of a 4-character chunk of plain prose, of prose dense in `<` (code, HTML, `a < b`:
 only a `<` that can still begin one of the family's markers should cost more), and of a chunk
 inside a streamed string argument (each one an argument delta, where before streaming it
-was kept without one), against the no-op floor's; and the least any parser can do with a
+was kept without one; of the "one argument" turn, and of one whose argument is plain prose),
+against the no-op floor's; and the least any parser can do with a
 chunk of plain text (one search for a marker's first character, the chunk out as a delta) and
 with a chunk of a string argument (one search, the chunk out as an argument delta), against
 the floor: the room a per-chunk target over the floor leaves.
+
+With --against REVISION (a commit of this repository, from f90afe9 on, where the runtime is
+given its tables), the parser as it was then is timed in the same rounds, on the same
+outputs and floors, each family read by that revision's own probe and runtime: how a change
+moved the ratios, measured on one machine at one time (ratios to these floors move between
+machines and between ways of timing: compare a revision with another in one run).
 """
 
 from __future__ import annotations
 
+import importlib
+import io
 import json
 import re
+import subprocess
 import sys
+import tarfile
+import tempfile
 import time
 import types
 from pathlib import Path
@@ -118,24 +133,66 @@ class _Sink:
         return None
 
 
-def main(folder: Path) -> None:
-    print(f"{'encoding':<15} {'shape':<13} {'chars':>6} {'one-shot/floor':>15} {'4-char/floor':>13} "
-          f"{'1-char/floor':>13} {'reparse/4-char':>15}")
-    for label, stem in FAMILIES.items():
-        path = folder / f"{stem}.jinja"
-        if not path.is_file():
-            print(f"{label:<15} skipped: {path} is not here")
-            continue
-        template = tplparse.load(path)
-        spec = probe(template)
-        module = module_for(spec, template.special_tokens)
-        markers = [m for m in [spec.reasoning.start if spec.reasoning else "", spec.reasoning.end if spec.reasoning else "",
-                               *spec.end_of_turn] if m]
-        markers += [p.strip() for p in spec.tool_calls.call if isinstance(p, str) and p.strip()]
-        pattern = re.compile("|".join(re.escape(m) for m in markers))
-        for shape in ("calls", "one argument"):
-            measure(spec, module, pattern, label, shape)
-        per_chunk(spec, module, label)
+def package_at(revision: str, into: Path):
+    """The tplparse package as it was at `revision` of this repository (its compiler/ folder,
+    from git), imported beside the current one as `tplparse_against`."""
+    repository = Path(__file__).resolve().parents[2]
+    archive = subprocess.run(["git", "-C", str(repository), "archive", "--format=tar", revision, "compiler"],
+                             capture_output=True)
+    if archive.returncode != 0:
+        raise SystemExit(f"--against {revision}: {archive.stderr.decode(errors='replace').strip()}")
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(into, filter="data")
+    (into / "compiler").rename(into / "tplparse_against")
+    sys.path.insert(0, str(into))
+    try:
+        package = importlib.import_module("tplparse_against")
+        return types.SimpleNamespace(load=package.load, probe=importlib.import_module("tplparse_against.probe").probe,
+                                     reading_tables=importlib.import_module("tplparse_against.grammar.reading").reading_tables,
+                                     runtime=importlib.import_module("tplparse_against.runtime"))
+    except (ImportError, AttributeError) as e:
+        raise SystemExit(f"--against {revision}: its package has no runtime that is given its tables ({e}); "
+                         "name a revision from f90afe9 on") from None
+
+
+def module_at(package, path):
+    """The family's parser at that revision: its own load, probe, tables and runtime."""
+    template = package.load(path)
+    protocol = package.runtime.Protocol(package.reading_tables(package.probe(template), template.special_tokens))
+    return types.SimpleNamespace(
+        StreamParser=lambda **kwargs: package.runtime.StreamParser(protocol, **kwargs),
+        parse=lambda text, **kwargs: package.runtime.parse(protocol, text, **kwargs),
+    )
+
+
+def main(folder: Path, against: str | None = None) -> None:
+    with tempfile.TemporaryDirectory() as scratch:
+        package = package_at(against, Path(scratch)) if against else None
+        header = (f"{'encoding':<15} {'shape':<13} {'chars':>6} {'one-shot/floor':>15} {'4-char/floor':>13} "
+                  f"{'1-char/floor':>13} {'reparse/4-char':>15}")
+        if against:
+            print(f"'then': the parser at {against}, timed in the same rounds")
+        print(header + (f"   {'then: one-shot/floor':>20} {'4-char/floor':>13}" if against else ""))
+        for label, stem in FAMILIES.items():
+            family(folder, label, stem, package)
+
+
+def family(folder: Path, label: str, stem: str, package) -> None:
+    path = folder / f"{stem}.jinja"
+    if not path.is_file():
+        print(f"{label:<15} skipped: {path} is not here")
+        return
+    template = tplparse.load(path)
+    spec = probe(template)
+    module = module_for(spec, template.special_tokens)
+    before = module_at(package, path) if package is not None else None
+    markers = [m for m in [spec.reasoning.start if spec.reasoning else "", spec.reasoning.end if spec.reasoning else "",
+                           *spec.end_of_turn] if m]
+    markers += [p.strip() for p in spec.tool_calls.call if isinstance(p, str) and p.strip()]
+    pattern = re.compile("|".join(re.escape(m) for m in markers))
+    for shape in ("calls", "one argument"):
+        measure(spec, module, pattern, label, shape, before)
+    per_chunk(spec, module, label)
 
 
 PROSE = "The quick brown fox jumps over the lazy dog while the model thinks. "
@@ -143,7 +200,8 @@ DENSE = "if a < b and c <d: x = y<z; <div>p</div> <span>1 < 2</span> "
 
 
 def per_chunk(spec, module, label) -> None:
-    """ns per 4-character chunk: plain prose, prose dense in `<`, inside a streamed argument."""
+    """ns per 4-character chunk: plain prose, prose dense in `<`, inside a streamed argument (of
+    the "one argument" turn, and of one whose argument is plain prose)."""
     text, tools, _ = output(spec, 32_000, "one argument")
     parser = module.StreamParser(tools=tools, start="content")
     first, pieces = None, 0
@@ -163,15 +221,18 @@ def per_chunk(spec, module, label) -> None:
             sink.feed(text[i:i + 4])
 
     plain, dense = (body * (32_000 // len(body)) for body in (PROSE, DENSE))
+    prose_argument = spec.format({"role": "assistant", "content": "", "tool_calls": [{
+        "id": "c00000001x", "type": "function", "function": {"name": "tool_0", "arguments": {"query": plain}}}]})
     least_module = types.SimpleNamespace(StreamParser=_Least)
     least_argument_module = types.SimpleNamespace(StreamParser=_LeastArgument)
     # (the "one argument" turn is almost all one streamed string argument)
     times = timed(lambda: feed_all(module, plain, tools), lambda: feed_all(module, dense, tools),
-                  lambda: feed_all(module, text, tools), no_op, lambda: feed_all(least_module, plain, tools),
-                  lambda: feed_all(least_argument_module, plain, tools))
-    per_chunk_ns = [t / (len(turn) / 4) * 1e9 for t, turn in zip(times, (plain, dense, text, text, plain, plain))]
-    costs = dict(zip(("plain prose", "dense in <", "in an argument"), per_chunk_ns))
-    floor, least, least_argument = per_chunk_ns[3:]
+                  lambda: feed_all(module, text, tools), lambda: feed_all(module, prose_argument, tools), no_op,
+                  lambda: feed_all(least_module, plain, tools), lambda: feed_all(least_argument_module, plain, tools))
+    per_chunk_ns = [t / (len(turn) / 4) * 1e9
+                    for t, turn in zip(times, (plain, dense, text, prose_argument, text, plain, plain))]
+    costs = dict(zip(("plain prose", "dense in <", "in an argument", "in a prose argument"), per_chunk_ns))
+    floor, least, least_argument = per_chunk_ns[4:]
     print(f"{label:<15} ns per 4-character chunk: no-op floor {floor:.0f}, "
           + ", ".join(f"{k} {v:.0f}" for k, v in costs.items())
           + f"; dense/plain {costs['dense in <'] / costs['plain prose']:.2f}; an argument chunk costs "
@@ -180,7 +241,25 @@ def per_chunk(spec, module, label) -> None:
           f"as a delta): {least:.0f} ns, {least / floor:.1f}x the no-op floor; plain prose costs "
           f"{costs['plain prose'] / least:.1f}x that; inside a string argument (search it for what ends the "
           f"string, emit it as an argument delta): {least_argument:.0f} ns, {least_argument / floor:.1f}x the "
-          f"floor")
+          f"floor; a prose argument's chunk costs {costs['in a prose argument'] / least_argument:.2f}x that")
+
+
+def resumes(module, text, tools) -> int:
+    """How many times feeding `text` 4 characters at a time resumes the parse (the rules'
+    coroutine: what feed() cannot settle by itself)."""
+    parser = module.StreamParser(tools=tools, start="content")
+    count, resume = 0, parser._resume
+
+    def counting(value):
+        nonlocal count
+        count += 1
+        return resume(value)
+
+    parser._resume = counting
+    for i in range(0, len(text), 4):
+        parser.feed(text[i:i + 4])
+    parser.end()
+    return count
 
 
 class _Least:
@@ -227,33 +306,47 @@ def feed_all(module, text, tools):
     parser.end()
 
 
-def measure(spec, module, pattern, label: str, shape: str) -> None:
+def measure(spec, module, pattern, label: str, shape: str, before=None) -> None:
     sizes = {}
     for size in (4_000, 32_000):
         text, tools, args = output(spec, size, shape)
-        message = module.parse(text, tools=tools, start="content")
-        if message["errors"] or len(message["tool_calls"]) != len(args):  # timing a failed parse says nothing
-            raise SystemExit(f"{label} {shape}: the parse does not read the output back: {message['errors']}")
+        for parser in (module, before) if before else (module,):
+            message = parser.parse(text, tools=tools, start="content")
+            if message["errors"] or len(message["tool_calls"]) != len(args):  # timing a failed parse says nothing
+                raise SystemExit(f"{label} {shape}: the parse does not read the output back: {message['errors']}")
         sizes[size] = (text, tools, args)
     # Both sizes timed in the same rounds, so their ratio says how the cost grows (not how the
-    # machine was doing when each was timed).
-    fns = [fn for size in sizes for fn in _timings(module, pattern, *sizes[size])]
+    # machine was doing when each was timed); the revision --against names, in them too.
+    per_size = 8 if before else 6
+    fns = [fn for size in sizes for fn in _timings(module, pattern, *sizes[size], before)]
     times = timed(*fns)
     costs = {}
     for k, size in enumerate(sizes):
         text = sizes[size][0]
-        t_one, f_one, t_4, f_4, t_1, f_1 = times[6 * k:6 * k + 6]
+        t_one, f_one, t_4, f_4, t_1, f_1 = times[per_size * k:per_size * k + 6]
         reparse = _reparse(module, *sizes[size])
         t_re = timed(reparse, rounds=1)[0] if size <= 6_000 else float("nan")
         costs[size] = t_4
+        then = ""
+        if before:
+            b_one, b_4 = times[per_size * k + 6:per_size * k + 8]
+            then = f"   {b_one / f_one:>20.1f} {b_4 / f_4:>13.1f}"
         print(f"{label:<15} {shape:<13} {len(text):>6} {t_one / f_one:>15.1f} {t_4 / f_4:>13.1f} {t_1 / f_1:>13.1f} "
-              f"{t_re / t_4:>15.1f}")
+              f"{t_re / t_4:>15.1f}" + then)
     print(f"{label:<15} {shape:<13} 32k/4k cost ratio (4-char chunks): {costs[32_000] / costs[4_000]:.1f} "
           f"(linear: about 8)")
+    if shape == "calls":
+        text, tools, args = sizes[32_000]
+        t_one, t_4 = times[per_size], times[per_size + 2]
+        print(f"{label:<15} {shape:<13} 32k, per call ({len(args)} calls): "
+              f"{resumes(module, text, tools) / len(args):.1f} resumes of the parse fed 4 characters at a time; "
+              f"the turn costs {t_one / len(args) * 1e6:.1f} us one-shot, {t_4 / len(args) * 1e6:.1f} us fed 4 "
+              f"characters at a time")
 
 
-def _timings(module, pattern, text, tools, args):
-    """One-shot, fed 4 characters at a time, fed one: each beside its floor."""
+def _timings(module, pattern, text, tools, args, before=None):
+    """One-shot, fed 4 characters at a time, fed one: each beside its floor (and the parser at
+    the revision --against names: one-shot, fed 4 characters at a time)."""
 
     def floor_one():
         for _ in pattern.finditer(text):
@@ -267,16 +360,19 @@ def _timings(module, pattern, text, tools, args):
         for i in range(0, len(text), n):
             sink.feed(text[i:i + n])
 
-    def one_shot():
-        module.parse(text, tools=tools, start="content")
+    def one_shot(parser=module):
+        parser.parse(text, tools=tools, start="content")
 
-    def fed(n):
-        parser = module.StreamParser(tools=tools, start="content")
+    def fed(n, parser=module):
+        parser = parser.StreamParser(tools=tools, start="content")
         for i in range(0, len(text), n):
             parser.feed(text[i:i + n])
         parser.end()
 
-    return one_shot, floor_one, lambda: fed(4), lambda: floor_stream(4), lambda: fed(1), lambda: floor_stream(1)
+    timings = [one_shot, floor_one, lambda: fed(4), lambda: floor_stream(4), lambda: fed(1), lambda: floor_stream(1)]
+    if before is not None:
+        timings += [lambda: one_shot(before), lambda: fed(4, before)]
+    return timings
 
 
 def _reparse(module, text, tools, args):
@@ -290,4 +386,12 @@ def _reparse(module, text, tools, args):
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT)
+    arguments = sys.argv[1:]
+    against = None
+    if "--against" in arguments:
+        at = arguments.index("--against")
+        if at + 1 >= len(arguments):
+            raise SystemExit("--against needs a revision (a commit of this repository)")
+        against = arguments.pop(at + 1)
+        arguments.pop(at)
+    main(Path(arguments[0]) if arguments else DEFAULT, against)
