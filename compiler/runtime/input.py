@@ -4,10 +4,11 @@
 can move it. While the parse waits, what it waits in says what can: a search (`_quiet`) for
 the characters that can, a length (`_wait_for`, or `_then` characters after where `_quiet`
 finds the end of a run), the text the template writes next (`_expect`, or one of several
-texts: while the output goes on as it), a value's scan (`_poll`) or a JSON value's argument stream (`_drive`), run
-here by themselves until the value is complete. Plain content or reasoning with nothing held
-back goes straight out as its delta, and so does a chunk inside a string argument whose text
-so far went out (`_fast`: kept aside in `_ahead` until the parse needs the text).
+texts: while the output goes on as it), a value's scan (`_poll`) or a JSON value's argument
+stream (`_drive`), run here by themselves until the value is complete. Plain content or
+reasoning with nothing held back goes straight out as its delta, and so does a chunk inside a
+string argument whose text so far went out (`_fast`: kept aside in `_ahead` until the parse
+needs the text).
 
 Readers come in two forms over the same rules of the grammar: a plain form for text that
 is already here (consumes and returns a result, or consumes nothing and returns None /
