@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -285,6 +286,64 @@ def test_a_duplicate_key_is_the_error_whatever_its_value():
     for chunks in (list(text), [text[:-20], text[-20:]]):
         per_chunk, message = fed(protocol, chunks, tools=tools, start="content")
         assert message == one_shot
+
+
+@needs_corpus
+@pytest.mark.parametrize("value, arguments", [
+    # (found by a differential fuzz: the stream gave out JSON's reading of an escape, and the
+    # value turned out to be a Python literal, which reads it otherwise; the call was dropped
+    # as "a tplparse bug")
+    ('"\\/\\x41"', {"a": "\\/A"}),  # \/ is / in JSON, \/ in Python; \x41 only Python has
+    ('["\\/", \'\\x41\']', {"a": ["\\/", "A"]}),
+    ('{"k": 1, \'\\/\': 2}', {"a": {"k": 1, "\\/": 2}}),
+    # a trailing comma (Python's, not JSON's): the stream gave out the comma before it saw "]"
+    ('{"a": [1,]}', {"a": {"a": [1]}}),
+    ('[1, 2,]', {"a": [1, 2]}),
+])
+def test_a_value_json_and_python_read_otherwise_goes_out_as_it_is_read(value, arguments):
+    """A pythonic call's value is read as JSON, else as a Python literal: which reading it gets
+    is known only at its end, so what the two read differently (\\/, a surrogate escape, a
+    key's escapes) is not given out before then."""
+    _, _, protocol = family("LiquidAI-LFM2.5-8B-A1B")
+    text = f"<|tool_call_start|>[f(a={value})]<|tool_call_end|>"
+    one_shot = runtime.parse(protocol, text, start="content")
+    assert one_shot["errors"] == [] and json.loads(one_shot["tool_calls"][0]["function"]["arguments"]) == arguments
+    for chunks in (list(text), [text[i:i + 4] for i in range(0, len(text), 4)]):
+        per_chunk, message = fed(protocol, chunks, start="content")
+        assert message == one_shot
+        check_deltas_add_up([d for chunk in per_chunk for d in chunk], message)
+
+
+@needs_corpus
+def test_escapes_python_warns_about_are_read_without_a_warning():
+    """A model's 'C:\\dir' in a Python literal is its text, not a warning of this program's."""
+    _, _, protocol = family("LiquidAI-LFM2.5-8B-A1B")
+    text = "<|tool_call_start|>[f(a='C:\\dir', b=[\"C:\\dir\", 'x'])]<|tool_call_end|>"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        message = runtime.parse(protocol, text, start="content")
+        streamed = fed(protocol, list(text), start="content")[1]
+    assert json.loads(message["tool_calls"][0]["function"]["arguments"]) == {"a": "C:\\dir", "b": ["C:\\dir", "x"]}
+    assert streamed == message
+
+
+@needs_corpus
+@pytest.mark.parametrize("stem, text, tools", [
+    # (found by a differential fuzz: a JSON value of a pythonic call kept the last of two
+    # equal keys, after its stream had given out the first: "a tplparse bug")
+    ("LiquidAI-LFM2.5-8B-A1B", '<|tool_call_start|>[f(a={"x": 1, "y": {"z": 1, "z": 3}})]<|tool_call_end|>', None),
+    # a key/value argument typed as an object, written as JSON
+    ("Qwen-Qwen3-Coder", '<tool_call>\n<function=f>\n<parameter=o>\n{"z": 1, "z": 3}\n</parameter>\n</function>\n'
+     "</tool_call>", [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
+         "o": {"type": "object"}}}}}]),
+])
+def test_a_duplicate_key_inside_an_argument_value_is_invalid(stem, text, tools):
+    _, _, protocol = family(stem)
+    one_shot = runtime.parse(protocol, text, tools=tools, start="content")
+    assert one_shot["tool_calls"] == [] and [e["kind"] for e in one_shot["errors"]] == ["invalid_arguments"]
+    assert "'z' appears twice" in one_shot["errors"][0]["message"]
+    for chunks in (list(text), [text]):
+        assert fed(protocol, chunks, tools=tools, start="content")[1] == one_shot
 
 
 def test_a_call_cut_after_its_header_is_dropped(chatml):

@@ -31,11 +31,11 @@ from .protocol import (ARGUMENTS, ARGUMENTS_ALIASES, CALL_ID, CONTENT, LITERAL, 
                        stopped_in)
 from .text import NAME_CHARS, SPACES, BalancedScan, first_of, held_back, literal_here, marker_partials, marker_starts, waker
 from .streams import KeyValueStream, ObjectStream
-from .values import JSON_DECODER, arguments_json, decode_native, keeps_text, object_value, python_value, typed_raw
+from .values import (JSON_DECODER, DuplicateKey, arguments_json, decode_native, keeps_text, object_value, python_value,
+                     typed_raw)
 
 ###{standalone
 import ast
-import json
 import re
 import warnings
 
@@ -1078,9 +1078,11 @@ class Rules:
                 text = yield from self._read_balanced("'\"" if python else '"', "argument value")
                 self._streaming = stream  # (an error above ends the call, and its streams)
         try:
-            return json.loads(text)
+            return JSON_DECODER.decode(text)  # (a key twice is an error, as in arguments objects)
         except RecursionError:
             raise BadArguments(f"the argument value {text[:40]!r} is nested too deeply to read") from None
+        except DuplicateKey as e:
+            raise BadArguments(f"cannot read the argument value {text[:40]!r}: {e}") from None
         except ValueError:
             try:
                 return python_value(text)

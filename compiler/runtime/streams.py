@@ -93,14 +93,17 @@ _MAX_DEPTH = 128
 class ObjectStream:
     """The canonical JSON text of an arguments object read from `pos` on, given out as it arrives."""
 
-    __slots__ = ("index", "pos", "python", "state", "stack", "keys", "comma", "start", "quote", "key", "out", "paused",
-                 "special", "as_is", "escapes", "wake", "held", "ended")
+    __slots__ = ("index", "pos", "python", "either", "state", "stack", "keys", "comma", "start", "quote", "key", "out",
+                 "paused", "special", "as_is", "escapes", "wake", "held", "ended")
 
     def __init__(self, index, pos, python, value=False):
         self.index = index  # the call's index in the deltas
         self.pos = pos  # the next character of the parser's text to read
         self.python = python
         self.state = _VALUE if value else _TOP  # (value: any one value, not only an object)
+        # An argument's value is read as JSON, else as a Python literal (which reading it is is
+        # known at its end): what the two read differently, the stream does not give out.
+        self.either = value
         self.stack = []  # the closing brackets of the open containers
         self.keys = []  # per open object: the keys it has
         self.comma = False  # a comma read, given out with what follows it
@@ -205,7 +208,10 @@ class ObjectStream:
                         out.append('"')
                         state = _AFTER
                 elif ch == "\\":
-                    simple = (_PYTHON_SIMPLE if python else _JSON_SIMPLE).get(text[i + 1:i + 2])
+                    kind = text[i + 1:i + 2]
+                    if self.either and kind == "/":
+                        raise ValueError  # (JSON reads \/ as /, Python as \/)
+                    simple = (_PYTHON_SIMPLE if python else _JSON_SIMPLE).get(kind)
                     if simple is not None:
                         out.append(simple)
                         i += 2
@@ -214,6 +220,8 @@ class ObjectStream:
                     if end < 0:
                         break  # the rest of the escape is still to come
                     escape = text[i:end]
+                    if self.either and kind == "u" and 0xD800 <= int(escape[2:6], 16) < 0xE000:
+                        raise ValueError  # (a surrogate: JSON joins a pair into one character, Python does not)
                     decoded = ast.literal_eval(self.quote + escape + self.quote) if python else json.loads('"' + escape + '"')
                     out.append(encode_json(decoded)[1:-1])
                     i = end
@@ -317,9 +325,9 @@ class ObjectStream:
                 if end >= n and not eof:
                     i = n
                     break  # the next character decides where the number or word ends
-                token = text[self.start:end]
+                scalar = _scalar(text[self.start:end], python)  # (before the comma goes out: it may not be one)
                 self._lead(out)
-                out.append(_scalar(token, python))
+                out.append(scalar)
                 i = end
                 state = _AFTER
             elif state == _KEY_STRING:
@@ -333,6 +341,8 @@ class ObjectStream:
                         i, state = whole, _VALUE
                         continue
                 raw = text[self.start:end]
+                if "\\" in raw and (python or self.either):
+                    raise ValueError  # (read with JSON's escapes below: a Python key's may differ)
                 self.key = self._new_key(json.loads('"' + raw + '"') if "\\" in raw else raw)
                 i = end + 1
                 state = _COLON

@@ -8,6 +8,7 @@ from .errors import BadArguments, InvalidOutput
 import ast
 import json
 import re
+import warnings
 
 class DuplicateKey(ValueError):
     """An object that names a key twice: streamed deltas cannot take back its first value."""
@@ -61,7 +62,9 @@ def python_value(text):
     """A Python literal that is a JSON value (dicts with string keys, lists, tuples, scalars);
     JSON's true / false / null read where Python's words go."""
     try:
-        tree = ast.parse(text.strip(), mode="eval")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # (a model's 'C:\dir' is not this program's warning)
+            tree = ast.parse(text.strip(), mode="eval")
     except (ValueError, TypeError, OverflowError, MemoryError):
         raise ValueError("not a Python literal") from None
     if isinstance(tree.body, ast.Name) and tree.body.id in _JSON_WORD_VALUES:
@@ -187,7 +190,7 @@ def _typed(text, kind, schema, fillers):
             return None
         if kind in ("object", "array"):
             try:
-                value = json.loads(text)
+                value = JSON_DECODER.decode(text)  # (a key twice is an error, as in arguments objects)
             except ValueError:
                 try:
                     value = python_value(text.strip())
