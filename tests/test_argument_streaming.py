@@ -299,11 +299,14 @@ def test_a_duplicate_key_is_the_error_whatever_its_value():
     # a trailing comma (Python's, not JSON's): the stream gave out the comma before it saw "]"
     ('{"a": [1,]}', {"a": {"a": [1]}}),
     ('[1, 2,]', {"a": [1, 2]}),
+    # strings one after the other, which Python joins: the first one's closing quote went out
+    ('["x" "y"]', {"a": ["xy"]}),
+    ('{"k": "x"\n\'y\'}', {"a": {"k": "xy"}}),
 ])
 def test_a_value_json_and_python_read_otherwise_goes_out_as_it_is_read(value, arguments):
     """A pythonic call's value is read as JSON, else as a Python literal: which reading it gets
     is known only at its end, so what the two read differently (\\/, a surrogate escape, a
-    key's escapes) is not given out before then."""
+    key's escapes, a string another follows) is not given out before then."""
     _, _, protocol = family("LiquidAI-LFM2.5-8B-A1B")
     text = f"<|tool_call_start|>[f(a={value})]<|tool_call_end|>"
     one_shot = runtime.parse(protocol, text, start="content")

@@ -102,7 +102,8 @@ class ObjectStream:
         self.python = python
         self.state = _VALUE if value else _TOP  # (value: any one value, not only an object)
         # An argument's value is read as JSON, else as a Python literal (which reading it is is
-        # known at its end): what the two read differently, the stream does not give out.
+        # known at its end): what the two read differently (\/, a surrogate pair, a key's
+        # escapes, a string followed by another), the stream does not give out.
         self.either = value
         self.stack = []  # the closing brackets of the open containers
         self.keys = []  # per open object: the keys it has
@@ -202,8 +203,8 @@ class ObjectStream:
                 ch = text[i]
                 if ch == self.quote:
                     i += 1
-                    if python:
-                        state = _AFTER_PY_STRING
+                    if python or self.either:
+                        state = _AFTER_PY_STRING  # (its quote goes out once no string follows: 'a' 'b' is 'ab')
                     else:
                         out.append('"')
                         state = _AFTER
