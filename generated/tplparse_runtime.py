@@ -1140,12 +1140,13 @@ def _stop_search(stops):
     return found
 
 
-_RAW_SPECIAL = {}
-# The canonical text of a raw string's characters that JSON escapes.
 def _json_string_text(text):
     """A string's canonical text, without its quotes (its quotes, backslashes and control
     characters escaped): json's own escaping, in C where it is."""
     return _encode_basestring(text)[1:-1]
+
+
+_RAW_SPECIAL = {}
 
 
 def _raw_special(stops):
@@ -1163,7 +1164,7 @@ _RAW_SEARCHES = {}
 
 
 def _raw_searches(stops):
-    """(the longest stop, _raw_special's two searches, _stop_search's two): cached per stops."""
+    """(the longest stop, _raw_special's two searches, _stop_search's four): cached per stops."""
     found = _RAW_SEARCHES.get(stops)
     if found is None:
         found = _RAW_SEARCHES[stops] = (max(len(stop) for stop in stops), *_raw_special(stops), *_stop_search(stops))
@@ -1898,10 +1899,7 @@ class Input:
             if not came:
                 self._expect_at = len(self._text)  # (only whitespace: not read again)
                 return []
-            for one in expect:
-                if len(came) < len(one) and one.startswith(came):
-                    return []
-            return self._push("")
+            return [] if _begins_one_of(came, expect) else self._push("")
         quiet = self._quiet
         if quiet is not None and self._then:
             # A run that must be followed by `_then` characters: where this chunk ends it, they
@@ -2201,8 +2199,7 @@ class Input:
         next, whitespace before it any), until it is all here or goes another way: feed() keeps
         the chunks without resuming the parse (one wake-up for a run of literals, not one per
         literal), then the readers read it. Nothing is consumed."""
-        came = self._text[self._pos:].lstrip()
-        if not self._eof and any(len(came) < len(one) and one.startswith(came) for one in texts):
+        if not self._eof and _begins_one_of(self._text[self._pos:].lstrip(), texts):
             self._expect, self._expect_at = texts, self._pos
             yield
 
@@ -2298,6 +2295,14 @@ class Input:
         return self._text[scan.start:scan.end]
 
     # --- the turn ---------------------------------------------------------------------
+
+
+def _begins_one_of(came, texts):
+    """Whether `came` is the start of one of `texts`, and not all of it yet."""
+    for one in texts:
+        if len(came) < len(one) and one.startswith(came):
+            return True
+    return False
 
 
 # --- rules (tplparse/runtime/rules.py) ------------------------------------------------
@@ -3022,7 +3027,7 @@ class Rules:
 
     def _arguments_waiting(self, call, closing, then=""):
         """arguments, waiting for them as they arrive (`then`: the text the template writes after
-        JSON arguments, which feed() may wait for as well before the parse reads on)."""
+        them, Protocol.after_arguments, which feed() may wait for as well before the parse reads on)."""
         p = self._p
         if p.object_arguments:
             if self._json_call is not None:
@@ -3659,7 +3664,7 @@ class StreamParser(Input, Rules, Messages, Output):
         # the call layout being read: its steps, JSON object keys and self-closed form (the
         # family's, or the one without its opener)
         self._steps = self._json_call = self._self_closing = None
-        self._after_arguments = ""  # (and the text the template writes after its JSON arguments)
+        self._after_arguments = ""  # (and the text the template writes after its arguments: Protocol.after_arguments)
         self._streaming = None  # or: the argument stream of that call (see streams), once it had to wait
         # While that stream is inside a string and gave out all the text so far: the stream,
         # for feed's fast path; and the chunks that path gave out, not yet in _text.

@@ -91,10 +91,7 @@ class Input:
             if not came:
                 self._expect_at = len(self._text)  # (only whitespace: not read again)
                 return []
-            for one in expect:
-                if len(came) < len(one) and one.startswith(came):
-                    return []
-            return self._push("")
+            return [] if _begins_one_of(came, expect) else self._push("")
         quiet = self._quiet
         if quiet is not None and self._then:
             # A run that must be followed by `_then` characters: where this chunk ends it, they
@@ -394,8 +391,7 @@ class Input:
         next, whitespace before it any), until it is all here or goes another way: feed() keeps
         the chunks without resuming the parse (one wake-up for a run of literals, not one per
         literal), then the readers read it. Nothing is consumed."""
-        came = self._text[self._pos:].lstrip()
-        if not self._eof and any(len(came) < len(one) and one.startswith(came) for one in texts):
+        if not self._eof and _begins_one_of(self._text[self._pos:].lstrip(), texts):
             self._expect, self._expect_at = texts, self._pos
             yield
 
@@ -491,6 +487,14 @@ class Input:
         return self._text[scan.start:scan.end]
 
     # --- the turn ---------------------------------------------------------------------
+
+
+def _begins_one_of(came, texts):
+    """Whether `came` is the start of one of `texts`, and not all of it yet."""
+    for one in texts:
+        if len(came) < len(one) and one.startswith(came):
+            return True
+    return False
 
 
 ###}

@@ -70,7 +70,7 @@ class StreamParser(Input, Rules, Messages, Output):
         # the call layout being read: its steps, JSON object keys and self-closed form (the
         # family's, or the one without its opener)
         self._steps = self._json_call = self._self_closing = None
-        self._after_arguments = ""  # (and the text the template writes after its JSON arguments)
+        self._after_arguments = ""  # (and the text the template writes after its arguments: Protocol.after_arguments)
         self._streaming = None  # or: the argument stream of that call (see streams), once it had to wait
         # While that stream is inside a string and gave out all the text so far: the stream,
         # for feed's fast path; and the chunks that path gave out, not yet in _text.

@@ -758,7 +758,7 @@ class Rules:
 
     def _arguments_waiting(self, call, closing, then=""):
         """arguments, waiting for them as they arrive (`then`: the text the template writes after
-        JSON arguments, which feed() may wait for as well before the parse reads on)."""
+        them, Protocol.after_arguments, which feed() may wait for as well before the parse reads on)."""
         p = self._p
         if p.object_arguments:
             if self._json_call is not None:

@@ -532,12 +532,13 @@ def _stop_search(stops):
     return found
 
 
-_RAW_SPECIAL = {}
-# The canonical text of a raw string's characters that JSON escapes.
 def _json_string_text(text):
     """A string's canonical text, without its quotes (its quotes, backslashes and control
     characters escaped): json's own escaping, in C where it is."""
     return _encode_basestring(text)[1:-1]
+
+
+_RAW_SPECIAL = {}
 
 
 def _raw_special(stops):
@@ -555,7 +556,7 @@ _RAW_SEARCHES = {}
 
 
 def _raw_searches(stops):
-    """(the longest stop, _raw_special's two searches, _stop_search's two): cached per stops."""
+    """(the longest stop, _raw_special's two searches, _stop_search's four): cached per stops."""
     found = _RAW_SEARCHES.get(stops)
     if found is None:
         found = _RAW_SEARCHES[stops] = (max(len(stop) for stop in stops), *_raw_special(stops), *_stop_search(stops))
