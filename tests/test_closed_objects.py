@@ -31,7 +31,7 @@ from tplparse.grammar.ir import Grammar
 from tplparse.grammar.json_schema import add_schema, closed_objects, extra_properties
 from tplparse.probe import probe
 
-from conftest import EXAMPLES
+from conftest import EXAMPLES, examples
 
 needs_llama = pytest.mark.skipif(not llama_check.available(), reason="llama-cpp-python is not installed")
 needs_llguidance = pytest.mark.skipif(not llguidance_check.available(), reason="llguidance is not installed")
@@ -179,7 +179,7 @@ PYTHON_PIECES = ["a", "b", "\u00e9", "\t", "\\t", "\\'", '"', '\\"', "\\\\", "\\
 
 
 @needs_llama
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=examples(120), deadline=None)
 @given(st.lists(st.sampled_from(JSON_PIECES), max_size=4))
 @example(["\\u0061", "b"]).via("a declared name, escaped")
 @example(["b", "\\u00E9"]).via("a declared name, escaped in upper case")
@@ -193,7 +193,7 @@ def test_json_extra_key_is_no_declared_name(pieces):
 
 
 @needs_llama
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=examples(120), deadline=None)
 @given(st.lists(st.sampled_from(PYTHON_PIECES), max_size=4))
 @example(["a", "\\'", "b"]).via("a declared name with a quote, escaped")
 @example(["\u00e9", "\\t"]).via("a declared name with a tab, escaped")

@@ -23,7 +23,7 @@ from tplparse.check.reference import ReferenceParser
 from tplparse.emit.peg import emit_peg
 from tplparse.probe import probe
 
-from conftest import EXAMPLES, corpus_ids, corpus_templates, needs_corpus
+from conftest import EXAMPLES, corpus_ids, corpus_templates, examples, needs_corpus
 from corpus_outputs import FRESH_TOOLS, outputs, readable
 
 TEMPLATES = corpus_templates()
@@ -224,7 +224,7 @@ def test_unsupported_keywords_are_reported_with_their_path():
 STOPS = ("</think>", "<tool_call>", "<<x")
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(st.text(alphabet="<>/thinkx_ca l", max_size=24))
 def test_text_until_matches_exactly_the_texts_without_a_stop(text):
     g = Grammar(root="root")

@@ -25,7 +25,7 @@ from tplparse.check.reference import ReferenceParser
 from tplparse.errors import InputError
 from tplparse.pipeline import write_text_atomically
 
-from conftest import EXAMPLES, TPLPARSE, corpus_ids, corpus_templates, needs_corpus, run_cli
+from conftest import EXAMPLES, TPLPARSE, corpus_ids, corpus_templates, examples, needs_corpus, run_cli
 
 CHATML_GGUF = EXAMPLES / "chatml-think-tools.gguf"
 CHATML_JINJA = EXAMPLES / "templates" / "chatml-think-tools.jinja"
@@ -265,7 +265,7 @@ _STEP = st.one_of(
 )
 
 
-@settings(max_examples=int(os.environ.get("TPLPARSE_EXAMPLES", 40)) * 5, deadline=None,
+@settings(max_examples=examples(200), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(tools=_TOOLISH, prompt=st.one_of(st.none(), st.text(max_size=8), _WRONG),
        start=st.one_of(st.none(), st.sampled_from(["reasoning", "content"]), _WRONG), steps=st.lists(_STEP, max_size=8))

@@ -25,7 +25,7 @@ from tplparse.grammar.json_schema import add_schema
 from tplparse.probe import probe
 from tplparse.probe.conversations import Call, Turn
 
-from conftest import EXAMPLES, corpus_ids, corpus_templates, needs_corpus
+from conftest import EXAMPLES, corpus_ids, corpus_templates, examples, needs_corpus
 from corpus_outputs import outputs
 from test_grammars import CALLS, SCHEMA_TABLE, TOOL
 
@@ -221,14 +221,14 @@ def _until_grammar(after=None):
     return emit_lark(g)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.text(alphabet="<>/[]thinkENDx_ca l", max_size=24))
 def test_text_until_in_llguidance_matches_the_texts_without_a_stop(text):
     checker = llguidance_check.LarkChecker()
     assert checker.accepts(_until_grammar(), text) == (not any(stop in text for stop in STOPS)), text
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(st.text(alphabet="<>/[]thinkENDx_ca l", max_size=16))
 def test_text_until_ends_where_its_stop_begins(text):
     checker = llguidance_check.LarkChecker()

@@ -12,14 +12,15 @@ import importlib
 import json
 import sys
 
-import httpx
 import pytest
 
-import tplparse
-from conftest import EXAMPLES, REPO, run_cli
-from tplparse.bridge import prompt_for, validate_content, validate_tool_calls
-from tplparse.emit.llama_request import llama_request
-from tplparse.grammar import GrammarOptions
+httpx = pytest.importorskip("httpx", reason="tplparse serve's extra is not installed: pip install 'tplparse[serve]'")
+
+import tplparse  # noqa: E402
+from conftest import EXAMPLES, REPO, run_cli  # noqa: E402
+from tplparse.bridge import prompt_for, validate_content, validate_tool_calls  # noqa: E402
+from tplparse.emit.llama_request import llama_request  # noqa: E402
+from tplparse.grammar import GrammarOptions  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 

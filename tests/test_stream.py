@@ -4,7 +4,6 @@ streaming rule by name."""
 from __future__ import annotations
 
 import importlib.util
-import os
 import json
 import subprocess
 import sys
@@ -21,7 +20,7 @@ from tplparse.grammar.reading import reading_tables
 from tplparse.probe import probe
 from tplparse.spec import ProtocolSpec
 
-from conftest import CORPUS, EXAMPLES, REPO, corpus_ids, corpus_templates, needs_corpus, run_cli
+from conftest import CORPUS, EXAMPLES, REPO, corpus_ids, corpus_templates, examples, needs_corpus, run_cli
 from corpus_outputs import FRESH_TOOLS, outputs, parser_module, readable
 
 TEMPLATES = corpus_templates()
@@ -199,7 +198,7 @@ def test_what_follows_the_reasoning_reads_alone(corpus, stem):
 
 
 @needs_corpus
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_random_chunkings(corpus, data):
     stem = data.draw(st.sampled_from(sorted(corpus)))
@@ -219,7 +218,7 @@ EDITS = st.sampled_from(["", " ", "\n", "  ", "\t", "'", '"', "\\", "}", "]", ",
 
 
 @needs_corpus
-@settings(max_examples=int(os.environ.get("TPLPARSE_EXAMPLES", 40)) * 3, deadline=None,
+@settings(max_examples=examples(120), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_edited_outputs_read_the_same_streamed_and_one_shot(corpus, data):
@@ -258,7 +257,7 @@ SAMPLED = ["Qwen-Qwen3-0.6B", "Qwen-Qwen3-Coder", "LiquidAI-LFM2.5-8B-A1B", "Moo
 
 
 @needs_corpus
-@settings(max_examples=int(os.environ.get("TPLPARSE_EXAMPLES", 40)), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_random_messages_read_back(corpus, data):
     from tplparse.probe.conversations import Call, Turn
@@ -354,7 +353,7 @@ FRAGMENTS = st.sampled_from(["<", "</", "</t", "</think", "</think>", "<tool", "
                              "a", " ", "\n", "<div>", "x < y", "<t", "<th"])
 
 
-@settings(max_examples=int(os.environ.get("TPLPARSE_EXAMPLES", 40)) * 3, deadline=None,
+@settings(max_examples=examples(120), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_text_dense_in_marker_starts_reads_the_same_streamed(chatml, data):

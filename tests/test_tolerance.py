@@ -30,7 +30,7 @@ from tplparse.check.deviations import (CALL_ID_LEFT_OUT, CALL_OBJECT_BY_KEY, CAL
 from tplparse.check.outputs import STANDARD_TOOLS, model_outputs, readable
 from tplparse.spec import kv_parts
 
-from conftest import corpus_ids, corpus_templates, needs_corpus
+from conftest import corpus_ids, corpus_templates, examples, needs_corpus
 
 TEMPLATES = corpus_templates()
 REAL_OUTPUTS = json.loads((Path(__file__).parent / "fixtures" / "real_outputs.json").read_text(encoding="utf-8"))
@@ -183,7 +183,7 @@ def deviated_cases() -> tuple:
 
 
 @needs_corpus
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(120), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_combined_deviations_in_random_chunkings(data):
     """Deviations drawn together (the opener written again, then some of the closing markers
@@ -249,7 +249,7 @@ def structural_cases() -> tuple:
 
 
 @needs_corpus
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_structural_deviations_with_their_closing_markers_eaten_in_random_chunkings(data):
     """A deviation of the call's structure (opener left out, recipient moved, whitespace

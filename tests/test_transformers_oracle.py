@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 import tplparse
 from tplparse import TemplateError
 
-from conftest import corpus_ids, corpus_templates, needs_corpus
+from conftest import corpus_ids, corpus_templates, examples, needs_corpus
 
 transformers = pytest.importorskip("transformers")
 from tokenizers import Tokenizer, models  # noqa: E402  (installed with transformers)
@@ -162,7 +162,7 @@ SAMPLED = [p for p in TEMPLATES if p.stem in {
 
 @needs_corpus
 @pytest.mark.parametrize("path", SAMPLED or [None], ids=corpus_ids(SAMPLED) or ["none"])
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(system=text, user=text, answer=text)
 def test_random_text_matches_transformers(path, system, user, answer):
     if path is None:
