@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,81 @@ SMOLLM2 = FIXTURES / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 def corpus_templates() -> list[Path]:
     return sorted(CORPUS.glob("*.jinja")) if CORPUS.is_dir() else []
+
+
+# --- corpus templates that do not prove yet ------------------------------------------------
+
+# The checks a corpus test makes of one template; NOT_YET_PROVED says which of them fail.
+PROOF = "the compile's proof"  # tests/test_proof.py: every standard turn reads back
+TOLERATED = "the proof's tolerated forms"  # tests/test_proof.py: the deviated forms read back too
+RERENDER = "the spec re-renders the template's turns"  # tests/test_probe.py
+GRAMMAR = "the grammars read back the renders"  # tests/test_grammars.py
+ROUND_TRIP = "the parser reads the renders in every chunking"  # tests/test_stream.py
+DEVIATIONS = "the deviated forms read as the render"  # tests/test_tolerance.py
+ARGUMENTS = "arguments stream before the call is complete"  # tests/test_argument_streaming.py
+UNKNOWN_TOOLS = "calls of tools not offered are refused"  # tests/test_hardening.py
+RESPONSE_TEMPLATE = "transformers' response parser reads the renders as tplparse does"  # test_response_template.py
+PROMPT_START = "transformers' response parser starts where the prompt leaves the output"  # test_response_template.py
+
+
+@dataclass(frozen=True)
+class NotYetProved:
+    why: str  # what the probe or the parser does not read yet (issue #29's class)
+    fails: frozenset[str]  # the checks above that fail on it today
+
+
+# Batch 3 of the corpus brought templates that do not prove yet. Until issue #29 makes them
+# prove, each is listed here with its reason and the checks that fail on it: the parametrized
+# tests of those checks are strict xfails for it (a check that starts passing fails the suite
+# until it is taken off the list), the whole-corpus tests expect exactly these gaps, and the
+# property tests draw from the other templates. Issue #29 empties this list.
+NOT_YET_PROVED: dict[str, NotYetProved] = {
+    "Meta-Llama-4-json-vllm-tool": NotYetProved(
+        "#29 class 8: the generation prompt writes a newline before the assistant header that a content turn's "
+        "render does not, so the probe reads the header as content's wrapper; after the real prompt a JSON call "
+        "object in another key order is not read",
+        frozenset({TOLERATED, DEVIATIONS})),
+    "Moonshot-Kimi-K2.5-style-kite1.0": NotYetProved(
+        "#29 class 6: the template writes a call's name only through its id (tool_call.id, expected as "
+        "functions.NAME:INDEX); the probe does not derive the id slot's structure",
+        frozenset({PROOF, RERENDER, GRAMMAR, ROUND_TRIP, DEVIATIONS, RESPONSE_TEMPLATE})),
+    "NVIDIA-Nemotron-3-Ultra": NotYetProved(
+        "#29 class 1: the assistant header ends with the reasoning opener and the prompt adds only a newline; the "
+        "start state is read from the prompt's tail alone, so the output is read as content",
+        frozenset({PROOF, GRAMMAR, ROUND_TRIP, DEVIATIONS, RESPONSE_TEMPLATE, PROMPT_START})),
+    "Qwen-Qwen3.5-2B-nothink": NotYetProved(
+        "#29 class 1: thinking is off by default (the prompt closes the block); the reasoning turns are read after "
+        "the default prompt, not after the thinking mode's prompt that opens the block",
+        frozenset({PROOF, GRAMMAR, ROUND_TRIP, DEVIATIONS})),
+    "TeamACE-ToolACE-8B-vllm-tool": NotYetProved(
+        "#29 class 10: a bare pythonic list whose string values the template writes unquoted ('%s'|format): no "
+        "value encoding reads them",
+        frozenset({PROOF, RERENDER, GRAMMAR, ROUND_TRIP, DEVIATIONS, ARGUMENTS, UNKNOWN_TOOLS})),
+}
+
+
+def not_yet_proved(check: str) -> dict[str, str]:
+    """stem -> why, of the listed templates on which `check` fails today."""
+    return {stem: entry.why for stem, entry in NOT_YET_PROVED.items() if check in entry.fails}
+
+
+def corpus_stems(check: str) -> list:
+    """Every corpus template's stem as a parameter, a strict xfail where `check` fails on it
+    today (NOT_YET_PROVED)."""
+    return [pytest.param(p.values[0].stem, id=p.id, marks=p.marks) for p in marked_sources(corpus_templates(), check)]
+
+
+def marked_sources(paths, check: str, label=lambda path: path.stem) -> list:
+    """`paths` (templates, the corpus's among them) as parameters with ids `label(path)`, a
+    strict xfail for each corpus template on which `check` fails today (NOT_YET_PROVED)."""
+    failing = not_yet_proved(check)
+    return [pytest.param(path, id=label(path), marks=[pytest.mark.xfail(strict=True, reason=failing[path.stem])]
+                         if path.stem in failing and path.parent == CORPUS else []) for path in paths]
+
+
+def proved_corpus_stems() -> list[str]:
+    """The corpus templates off the NOT_YET_PROVED list (what the property tests draw from)."""
+    return [path.stem for path in corpus_templates() if path.stem not in NOT_YET_PROVED]
 
 
 def vocab_files() -> list[Path]:

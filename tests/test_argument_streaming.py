@@ -18,7 +18,7 @@ from tplparse.bridge import compile_in_memory
 from tplparse.check.outputs import STANDARD_TOOLS, model_outputs
 from tplparse.spec import ArgumentStyle
 
-from conftest import CORPUS, EXAMPLES, corpus_ids, corpus_templates, examples, needs_corpus
+from conftest import ARGUMENTS, CORPUS, EXAMPLES, corpus_ids, corpus_stems, corpus_templates, examples, needs_corpus
 from test_stream import check_deltas_add_up, joined
 
 CHATML = EXAMPLES / "chatml-think-tools.gguf"
@@ -61,7 +61,7 @@ def argument_pieces(deltas_per_chunk):
 
 
 @needs_corpus
-@pytest.mark.parametrize("stem", [p.stem for p in TEMPLATES], ids=corpus_ids(TEMPLATES))
+@pytest.mark.parametrize("stem", corpus_stems(ARGUMENTS))
 def test_arguments_stream_before_the_call_is_complete(stem):
     template, spec, protocol = family(stem)
     turns = [o for o in model_outputs(template, spec) if o.expected["tool_calls"]]

@@ -16,7 +16,7 @@ from tplparse.spec import ProtocolSpec, slot
 from tplparse.source.template import ChatTemplate
 from tplparse.probe import standard_turns, verify
 
-from conftest import EXAMPLES, REPO, corpus_templates, needs_corpus
+from conftest import EXAMPLES, REPO, RERENDER, corpus_templates, needs_corpus, not_yet_proved
 
 TEMPLATES = corpus_templates()
 
@@ -64,6 +64,10 @@ def test_rerendering_table(specs, capsys):
         for (stem, name), detail in failures.items():
             print(f"  FAIL {stem} / {name}: {detail}")
     assert (len(rows) * len(names) - len(failures)) / (len(rows) * len(names)) >= 0.95
+    # (a template on the not-yet-proved list fails some pair of this table, and only those do)
+    listed = not_yet_proved(RERENDER)
+    assert {stem for stem, _ in failures if stem in listed} == set(listed), "take the template off the list"
+    failures = {pair: detail for pair, detail in failures.items() if pair[0] not in listed}
     assert set(failures) == set(KNOWN_FAILURES), "update KNOWN_FAILURES with the reason for each failure"
 
 

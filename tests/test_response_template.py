@@ -27,7 +27,7 @@ from tplparse.spec import ProtocolSpec, Start
 from tplparse.grammar.reading import cut_at_end
 from tplparse.runtime import json_call_object
 
-from conftest import CORPUS, EXAMPLES, corpus_templates, needs_corpus, run_cli
+from conftest import CORPUS, EXAMPLES, PROMPT_START, RESPONSE_TEMPLATE, corpus_templates, marked_sources, needs_corpus, run_cli
 from corpus_outputs import FRESH_TOOLS, outputs, parser_module, readable
 
 transformers = pytest.importorskip("transformers")
@@ -137,7 +137,7 @@ def read_with_transformers(tok, text: str, prefix: str, chunk: int | None) -> di
 # --- every family: read back, or refused by name -----------------------------------------
 
 
-@pytest.mark.parametrize("path", SOURCES, ids=[label(p) for p in SOURCES])
+@pytest.mark.parametrize("path", marked_sources(SOURCES, RESPONSE_TEMPLATE, label))
 def test_transformers_reads_the_renders_as_tplparse_does(path):
     template, spec, exported = family(path)
     if isinstance(exported, CannotExport):
@@ -162,7 +162,7 @@ def test_transformers_reads_the_renders_as_tplparse_does(path):
             assert got == expected, f"{path.stem}, {output.turn} ({how}): {output.text!r}"
 
 
-@pytest.mark.parametrize("path", SOURCES, ids=[label(p) for p in SOURCES])
+@pytest.mark.parametrize("path", marked_sources(SOURCES, PROMPT_START, label))
 def test_the_output_starts_where_the_prompt_leaves_it(path):
     """Each mode's real generation prompt, as the prefix: transformers starts the output where
     tplparse's parser, given the same prompt, starts it (inside reasoning, or in content),
@@ -426,7 +426,7 @@ LONG = 20_000  # (tests/benchmarks/bench_response_template.py times these: each 
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("path", exporting(), ids=[label(p) for p in exporting()])
+@pytest.mark.parametrize("path", marked_sources(exporting(), PROMPT_START, label))
 def test_long_whitespace_runs_read_correctly(path):
     """Runs of LONG spaces and newlines in content, in the prompt before the output and (key/value
     calls) in a tag's value: read as tplparse reads them. (The regexes used to take time

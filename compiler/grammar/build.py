@@ -473,6 +473,10 @@ def _kv_argument_typed(g, fmt: ArgumentFormat, prop: str, kind: str, schema: dic
     elif encoder.startswith("json"):
         value = g.add(f"{name}-json", json_schema.add_schema(g, schema, name + "-schema", warnings, open_objects=open_objects),
                       "a JSON value of the schema")
+    elif encoder == "python":
+        value = g.add(f"{name}-py", json_schema.add_schema(g, schema, name + "-py-schema", warnings, flavor="python",
+                                                           open_objects=open_objects),
+                      "a Python literal of the schema")
     else:
         value = _value_rule(g, fmt, layout_kind, encoder)
     key = g.add(f"argument-key-{name.removeprefix('argument-')}", Lit(prop), "the argument's name")
