@@ -501,7 +501,7 @@ def _kv_outputs(spec):
 
 
 @needs_corpus
-@pytest.mark.parametrize("stem", [p.stem for p in TEMPLATES], ids=corpus_ids(TEMPLATES))
+@pytest.mark.parametrize("stem", corpus_stems(ARGUMENTS))
 def test_what_follows_a_key_value_argument_reads_the_same_in_every_chunking(stem):
     """After a key/value argument's value, feed() keeps chunks without resuming the parse while
     they go on as the template's next text (one wait, not one per literal): whatever the output

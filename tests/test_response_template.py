@@ -21,7 +21,7 @@ import pytest
 import tplparse
 from tplparse.export import CannotExport, response_template
 from tplparse.probe import PLACEHOLDER_TOKENS, probe, standard_turns
-from tplparse.probe.conversations import FRESH, SHAPES, ShapedRenderer, tool_definition
+from tplparse.probe.conversations import FRESH, ShapedRenderer, tool_definition
 from tplparse.spec import ProtocolSpec, Start
 
 from tplparse.grammar.reading import cut_at_end
@@ -81,10 +81,8 @@ def generation_prompts(template, spec: ProtocolSpec) -> dict[str, str]:
     """mode name -> the prompt the template writes for the probe's user message in that mode
     (the same renderer and shape the outputs were rendered with)."""
     template = template.with_tokens(**{k: v for k, v in PLACEHOLDER_TOKENS.items() if k not in template.named_tokens})
-    label = spec.shape.partition(", reasoning as thinking blocks")[0]
-    renderer = ShapedRenderer(template, [tool_definition(n, [FRESH.key1, FRESH.key2]) for n in FRESH.names],
-                              shape=next((s for s in SHAPES if s.label == label), None),
-                              reasoning_blocks=spec.shape.endswith("thinking blocks"))
+    renderer = ShapedRenderer.for_label(template, [tool_definition(n, [FRESH.key1, FRESH.key2]) for n in FRESH.names],
+                                        spec.shape)
     turn = next(iter(standard_turns().values()))
     prompts = {}
     for name, mode in spec.modes.items():

@@ -147,7 +147,9 @@ def build(spec: ProtocolSpec, options: GrammarOptions | None = None, special_tok
             pass  # the prompt closed the block: the body alone
         elif r.start:
             opened = seq(ws, Lit(r.start), ws, ended)
-            turn = g.add("reasoning", alt(opened, Ref("body")), "optional reasoning, then the body")
+            # (its end alone: an empty block, as a template that leaves thinking to the model writes it)
+            empty = seq(ws, Lit(r.end), ws, Ref("body"))
+            turn = g.add("reasoning", alt(opened, empty, Ref("body")), "optional reasoning (or its end alone), then the body")
     # The turn forms: the generic one first, then each rendered turn layout the generic
     # form may not cover (content inside the section's markers, a prefix before content,
     # calls without an opener, ...). Each form runs to the end of the text.

@@ -29,8 +29,8 @@ from ..spec import Piece, PromptMode, ProtocolSpec, Reasoning, SpecError, Start,
 from . import markers
 from .arguments import argument_format
 from .calls import call_format
-from .conversations import SENTINEL_SETS, Call, Sentinels, ShapedRenderer, Turn, tool_definition
-from .modes import find_modes
+from .conversations import ID_FORMS, SENTINEL_SETS, Call, Sentinels, ShapedRenderer, Turn, tool_definition
+from .modes import find_modes, name_thinking_modes
 from .overrides import apply_overrides
 from .renders import assistant_spans, layout_of
 from .spans import Boundaries
@@ -98,6 +98,17 @@ def _probe_with(template: ChatTemplate, s: Sentinels) -> _Findings:
         findings.warnings.append("no probe turn renders: " + "; ".join(renderer.errors[-3:]))
         return findings
     header, tail, spans = rendered
+    if "calls" in spans and s.names[0] not in spans["calls"] and s.ids[0] in spans["calls"]:
+        # The template writes a call's id where its name goes: render ids that carry the name.
+        for form in ID_FORMS:
+            renderer.id_form = form
+            retried = assistant_spans(renderer, s.user, turns)
+            if retried is not None and s.names[0] in retried[2].get("calls", ""):
+                header, tail, spans = retried
+                findings.warnings.append(f"the template writes a call's id where its name goes: call ids are written "
+                                         f"{form!r} (the form the model writes)")
+                break
+            renderer.id_form = ""
     findings.tail, findings.header = tail, header
     findings.shape = renderer.shape_label
 
@@ -203,7 +214,8 @@ def _probe(template: ChatTemplate) -> ProtocolSpec:
             turns[kind] = first.turns[kind]
         else:
             warnings.append(f"the two sentinel sets disagree on the {kind} layout; left out")
-    modes = agreed("modes") or {"default": PromptMode(variables={}, tail=first.tail, start=Start.CONTENT)}
+    modes = agreed("modes") or {"default": PromptMode(variables={}, tail=first.tail, start=Start.CONTENT,
+                                                      header=first.header if first.header == second.header else "")}
     tool_calls = agreed("tool_calls")
 
     # Name the markers.
@@ -249,7 +261,10 @@ def _probe(template: ChatTemplate) -> ProtocolSpec:
             evidence["tool_calls.wrappers"] = (f"{spec.tool_calls.wrappers!r}: the template writes it right before a "
                                                "call's data for some calls only (its code; no standard turn renders it)")
     spec = apply_overrides(spec)
-    markers.start_states(spec.modes, spec.reasoning, turns, thinking_turns)
+    markers.start_states(spec.modes, spec.reasoning, turns, thinking_turns,
+                         first.header if first.header == second.header else "")
+    spec.thinking_switch = name_thinking_modes(spec.modes, spec.thinking_switch,
+                                               spec.reasoning.end if spec.reasoning else "")
     if spec.reasoning is None:
         spec.warnings.append("no reasoning markers: no render shows a reasoning block, and no prompt opens one")
     return spec

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .conversations import FRESH, SHAPES, Call, ShapedRenderer, Turn, tool_definition
+from .conversations import FRESH, Call, ShapedRenderer, Turn, tool_definition
 from .renders import assistant_spans
 from ..source.render import fixed_clock
 from ..spec import ProtocolSpec, SpecError
@@ -57,9 +57,7 @@ def verify(template: ChatTemplate, spec: ProtocolSpec) -> list[Check]:
 
     template = template.with_tokens(**{k: v for k, v in PLACEHOLDER_TOKENS.items() if k not in template.named_tokens})
     tools = [tool_definition(n, [FRESH.key1, FRESH.key2]) for n in FRESH.names]
-    label, _, blocks = spec.shape.partition(", reasoning as thinking blocks")
-    renderer = ShapedRenderer(template, tools, shape=next((s for s in SHAPES if s.label == label), None),
-                              reasoning_blocks=spec.shape.endswith("reasoning as thinking blocks"))
+    renderer = ShapedRenderer.for_label(template, tools, spec.shape)
     turns = standard_turns()
     with fixed_clock():
         rendered = assistant_spans(renderer, FRESH.user, turns)

@@ -162,12 +162,16 @@ class Rules:
         """root, in the generic form: an optional reasoning block, then content and calls."""
         p = self._p
         if self._state == CONTENT and self._reasoning_ended_at is None and p.reasoning_start and p.reasoning_end:
-            # An optional reasoning block first (the model opens it itself).
+            # An optional reasoning block first (the model opens it itself), or its end alone:
+            # an empty block (a template that asks for reasoning by instruction writes the end
+            # marker before an answer without it).
             yield from self._skip_ws()
-            yield from self._need(len(p.reasoning_start))
+            yield from self._need(max(len(p.reasoning_start), len(p.reasoning_end)))
             if self._text.startswith(p.reasoning_start, self._pos):
                 self._pos += len(p.reasoning_start)
                 self._state = REASONING
+            elif self._text.startswith(p.reasoning_end, self._pos):
+                self._pos += len(p.reasoning_end)
         elif self._state == REASONING and p.reasoning_start:
             # The prompt opened the block and the model opens it again: its opener is
             # absorbed, not reasoning (a tolerance: the template never writes it twice).
@@ -231,6 +235,8 @@ class Rules:
         if p.bare_opener:
             stops.append(p.bare_opener)
         stops += p.wrappers
+        if p.opener and not p.section_start.strip():
+            stops += p.call_heads_by_key  # (a call that is a JSON object, opened by another of its keys)
         if p.content_start:
             yield from self._skip_ws()
             yield from self._need(len(p.content_start))
