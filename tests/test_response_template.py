@@ -6,9 +6,10 @@ tokenizer carrying it (`response_template`, as tokenizer_config.json gives it) p
 standard turn's model output (tests/corpus_outputs.py: the template's own renders) one-shot
 (`tokenizer.parse_response`) and streamed in chunks of 1, 3 and 7 characters
 (`tokenizer.get_response_parser` … `feed` … `finalize`), and must read the message tplparse's
-parser reads. Where it refuses (a construct the format cannot express, or a family whose own
-parser does not read its renders back, which the CLI does not export), the CLI exits 2 with
-one line naming why. transformers' response parsing needs no torch.
+parser reads: as rendered, without its end-of-turn marker, and with the template's next turn
+after the marker. Where it refuses (a construct the format cannot express, or a family whose
+own parser does not read its renders back, which the CLI does not export), the CLI exits 2
+with one line naming why. transformers' response parsing needs no torch.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import pytest
 import tplparse
 from tplparse.check.proof import prove
 from tplparse.export import CannotExport, response_template
+from tplparse.export.response_template import AFTER_END_OF_TURN
 from tplparse.probe import PLACEHOLDER_TOKENS, probe, standard_turns
 from tplparse.probe.conversations import FRESH, SHAPES, ShapedRenderer, tool_definition
 from tplparse.spec import ProtocolSpec, Start
@@ -99,14 +101,19 @@ def family(path):
     return template, spec, exported
 
 
+def renderer_of(template, spec: ProtocolSpec) -> ShapedRenderer:
+    """The renderer, shape and placeholder tokens the outputs were rendered with."""
+    template = template.with_tokens(**{k: v for k, v in PLACEHOLDER_TOKENS.items() if k not in template.named_tokens})
+    label = spec.shape.partition(", reasoning as thinking blocks")[0]
+    return ShapedRenderer(template, [tool_definition(n, [FRESH.key1, FRESH.key2]) for n in FRESH.names],
+                          shape=next((s for s in SHAPES if s.label == label), None),
+                          reasoning_blocks=spec.shape.endswith("thinking blocks"))
+
+
 def generation_prompts(template, spec: ProtocolSpec) -> dict[str, str]:
     """mode name -> the prompt the template writes for the probe's user message in that mode
     (the same renderer and shape the outputs were rendered with)."""
-    template = template.with_tokens(**{k: v for k, v in PLACEHOLDER_TOKENS.items() if k not in template.named_tokens})
-    label = spec.shape.partition(", reasoning as thinking blocks")[0]
-    renderer = ShapedRenderer(template, [tool_definition(n, [FRESH.key1, FRESH.key2]) for n in FRESH.names],
-                              shape=next((s for s in SHAPES if s.label == label), None),
-                              reasoning_blocks=spec.shape.endswith("thinking blocks"))
+    renderer = renderer_of(template, spec)
     turn = next(iter(standard_turns().values()))
     prompts = {}
     for name, mode in spec.modes.items():
@@ -149,11 +156,17 @@ def read_with_transformers(tok, text: str, prefix: str, chunk: int | None) -> di
     """The message transformers reads from `text`: one-shot, or fed `chunk` characters at a time."""
     if chunk is None:
         return transformers_message(tok.parse_response(text, prefix=prefix, tools=FRESH_TOOLS))
+    return transformers_message(streamed(tok, text, prefix, chunk)[0])
+
+
+def streamed(tok, text: str, prefix: str, chunk: int) -> tuple[dict, list[dict]]:
+    """transformers' message and events, `text` fed `chunk` characters at a time."""
     parser = tok.get_response_parser(prefix=prefix, tools=FRESH_TOOLS)
+    events = list(parser.initial_events)
     for i in range(0, len(text), chunk):
-        parser.feed(text[i:i + chunk])
-    message, _ = parser.finalize()
-    return transformers_message(message)
+        events += parser.feed(text[i:i + chunk])
+    message, last = parser.finalize()
+    return message, events + last
 
 
 # --- every family: read back, or refused by name -----------------------------------------
@@ -182,6 +195,68 @@ def test_transformers_reads_the_renders_as_tplparse_does(path):
             got = read_with_transformers(tok, output.text, prefix, chunk)
             how = "one-shot" if chunk is None else f"streamed in chunks of {chunk}"
             assert got == expected, f"{path.stem}, {output.turn} ({how}): {output.text!r}"
+
+
+def exporting() -> list:
+    return [p for p in SOURCES if isinstance(family(p)[2], dict)]
+
+
+def exporting_where(condition) -> list:
+    return [p for p in exporting() if condition(*family(p))]
+
+
+def next_turn(template, spec: ProtocolSpec) -> str:
+    """What the template writes after an assistant turn's end-of-turn marker when the
+    conversation goes on (its render of [user, the content turn, another user message], from
+    the turn's first end marker after its content): what follows the marker when a model runs
+    on past it, or an engine does not stop there (a Llama-3 header, another eos)."""
+    turn = standard_turns()["content"]
+    followed = renderer_of(template, spec).render_followed(FRESH.user, turn, "And to pounds?")
+    assert followed is not None, f"{spec.family}: the template does not render a conversation that goes on"
+    after = followed.index(turn.content) + len(turn.content)
+    at, marker = min((followed.find(m, after), m) for m in spec.end_of_turn if m.strip() and m in followed[after:])
+    return followed[at + len(marker):]
+
+
+def around_the_end(spec: ProtocolSpec, text: str, following: str) -> dict[str, str]:
+    """A rendered output as engines give it: without its end-of-turn marker (the stop token
+    stripped), with it, and with the template's next turn after it. (The render ends at its
+    first marker; one that writes none gets the spec's first.)"""
+    ends = sorted((m for m in spec.end_of_turn if m.strip()), key=len, reverse=True)
+    marker = next((m for m in ends if text.endswith(m)), None)
+    bare = text[:len(text) - len(marker)] if marker else text
+    marked = bare + (marker or next(m for m in spec.end_of_turn if m.strip()))
+    return {"without the end marker": bare, "with it": marked, "with the next turn after it": marked + following}
+
+
+@pytest.mark.parametrize("path", exporting(), ids=[label(p) for p in exporting()])
+def test_the_end_of_turn_ends_the_message_with_or_without_its_marker(path):
+    """Each render without its end-of-turn marker, with it, and with the template's own next
+    turn after it (HyperCLOVAX's `<|endofturn|>`, a Llama-3 header, Mistral's `[INST]`): tplparse's
+    parser reads the three alike (the message ends at the marker; the text after it is reported,
+    not read), and transformers reads each as tplparse does. The text after the marker streams
+    under the field that takes it, whole, and no field of the message holds any of it."""
+    template, spec, exported = family(path)
+    tok, parser = tokenizer(exported), parser_module(spec, template.special_tokens)
+    prompts, following = generation_prompts(template, spec), next_turn(template, spec)
+    assert following.strip(), f"{path.stem}: the template writes nothing after an assistant turn"
+    for output in outputs(template, spec):
+        prefix = prefix_for(spec, prompts, output.start)
+        variants = around_the_end(spec, output.text, following)
+        read = {how: parser.parse(text, tools=FRESH_TOOLS, start=output.start) for how, text in variants.items()}
+        expected = tplparse_message(read["with it"])
+        assert {how: tplparse_message(m) for how, m in read.items()} == dict.fromkeys(variants, expected), output.turn
+        assert [e["kind"] for e in read["with the next turn after it"]["errors"]] == ["text_after_end_of_turn"]
+        for how, text in variants.items():
+            if text == output.text:
+                continue  # (as rendered: test_transformers_reads_the_renders_as_tplparse_does)
+            for chunk in (None, *CHUNKS):
+                got = read_with_transformers(tok, text, prefix, chunk)
+                mode = "one-shot" if chunk is None else f"streamed in chunks of {chunk}"
+                assert got == expected, f"{path.stem}, {output.turn} {how} ({mode}): {text!r}"
+        _, events = streamed(tok, variants["with the next turn after it"], prefix, 7)
+        after = "".join(e["text"] for e in events if e["type"] == "region_chunk" and e["field"] == AFTER_END_OF_TURN)
+        assert after == following, f"{path.stem}, {output.turn}"
 
 
 @pytest.mark.parametrize("path", SOURCES, ids=[label(p) for p in SOURCES])
@@ -331,14 +406,6 @@ def test_markers_with_regex_characters_are_matched_as_written():
 # parser, the reference, for every exporting family where the construct applies.
 
 
-def exporting() -> list:
-    return [p for p in SOURCES if isinstance(family(p)[2], dict)]
-
-
-def exporting_where(condition) -> list:
-    return [p for p in exporting() if condition(*family(p))]
-
-
 def calls_section(spec: ProtocolSpec, arguments: dict | None = None) -> str:
     """The spec's own writing of a calls section of one call (get_rate, the probe's id), up to
     the end of turn if the section's end writes one (the model stops there)."""
@@ -416,6 +483,21 @@ def test_content_with_brackets_and_markers_read_as_text(path):
     _, spec, _ = family(path)
     message = assert_read_alike(path, content(spec, "Use [1, 2] or x[0].") + end_of_turn(spec))
     assert message["content"] == "Use [1, 2] or x[0].", message
+
+
+def _wrapped_content(template, spec, exported) -> bool:
+    return bool(spec.content_start.strip() and spec.content_end.strip())
+
+
+@pytest.mark.parametrize("path", exporting_where(_wrapped_content), ids=[label(p) for p in exporting_where(_wrapped_content)])
+def test_wrapped_content_the_turn_ends_without_closing(path):
+    """Content in its wrapper, the turn ended before the wrapper's end (Cohere's
+    `<|START_RESPONSE|>The answer.<|END_OF_TURN_TOKEN|>`), and the next turn after it: the end
+    of turn ends the content there (transformers kept the marker, and the next turn, in it)."""
+    template, spec, _ = family(path)
+    text = spec.content_start + "The answer." + end_of_turn(spec)
+    for following in ("", next_turn(template, spec)):
+        assert assert_read_alike(path, text + following)["content"] == "The answer."
 
 
 def _closed_calls(template, spec, exported) -> bool:
