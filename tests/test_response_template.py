@@ -16,15 +16,18 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from dataclasses import dataclass
 from functools import lru_cache
+from importlib import metadata
 
 import pytest
 
 import tplparse
 from tplparse.check.proof import prove
 from tplparse.export import CannotExport, response_template
-from tplparse.export.response_template import AFTER_END_OF_TURN
+from tplparse.export.response_template import (AFTER_END_OF_TURN, TRANSFORMERS_SINCE, transformers_features,
+                                               transformers_needed)
 from tplparse.probe import PLACEHOLDER_TOKENS, probe, standard_turns
 from tplparse.probe.conversations import FRESH, SHAPES, ShapedRenderer, tool_definition
 from tplparse.spec import ProtocolSpec, Start
@@ -322,6 +325,8 @@ def test_the_cli_prints_the_export_and_tokenizer_config_carries_it(tmp_path):
     assert printed.returncode == 0, printed.stderr
     template, spec, exported = family(source)
     assert json.loads(printed.stdout) == exported
+    assert printed.stderr == ("tplparse: this response_template needs transformers >= 5.16.0 (join, transform "
+                              "paths: 5.16.0; response_template, text, json: 5.13.0)\n"), printed.stderr
     out = tmp_path / "response_template.json"
     written = run_cli("export", "response-template", source, "-o", out)
     assert written.returncode == 0 and written.stdout == f"wrote {out}\n", written.stderr
@@ -358,6 +363,87 @@ def test_a_construct_the_format_cannot_express_is_exit_2_naming_it(tmp_path):
     if harmony.is_file():
         result = run_cli("export", "response-template", harmony)
         assert result.returncode == 2 and "cannot express channel messages" in result.stderr, result.stderr
+
+
+# --- the transformers release an export needs ---------------------------------------------
+
+
+def test_the_installed_transformers_reads_every_feature_the_exports_use():
+    """The recorded releases against the transformers installed here, which every test above
+    parses with: it is at least each of them, and its parser has each content parser the table
+    names. Every export's features are rows of the table (the exporter raises on one that is
+    not), its need is the latest of theirs, and, on the corpus, every row is used."""
+    from transformers.utils.chat_parsing.content_parsers import CONTENT_PARSERS
+
+    installed = metadata.version("transformers")
+    parsers = {"text", "json", "xml-inline", "python-call-list"}
+    assert parsers <= TRANSFORMERS_SINCE.keys() and parsers <= CONTENT_PARSERS.keys()
+    used = set()
+    for path in exporting():
+        features = transformers_features(family(path)[2])
+        assert transformers_needed(family(path)[2]) == max(features.values(), key=release)
+        used |= features.keys()
+    assert {f: since for f, since in TRANSFORMERS_SINCE.items() if release(installed) < release(since)} == {}, installed
+    if corpus_templates():
+        assert used == TRANSFORMERS_SINCE.keys()
+
+
+def release(version: str) -> tuple[int, ...]:
+    """A release's numbers (5.24.0 -> (5, 24, 0); a dev or rc build's as its release's)."""
+    return tuple(int(n) for n in re.match(r"\d+(?:\.\d+)*", version).group().split("."))
+
+
+def release_before(version: str) -> str:
+    """The minor release before `version` (5.16.0 -> 5.15.0)."""
+    major, minor = release(version)[:2]
+    return f"{major}.{minor - 1}.0"
+
+
+def python_call_list_source():
+    """A family whose export reads calls with python-call-list (the latest need), or else an example."""
+    path = CORPUS / "LiquidAI-LFM2.5-8B-A1B.jinja"
+    return path if path.is_file() and isinstance(family(path)[2], dict) else EXAMPLES / "chatml-think-tools.gguf"
+
+
+def test_an_older_transformers_target_is_exit_2_naming_what_it_lacks(tmp_path):
+    """`--transformers VERSION` older than the export needs: one line naming each feature that
+    release lacks and the release that first reads it, and nothing written. The release it
+    needs exports; a version that is no release number is exit 2 too."""
+    source = python_call_list_source()
+    exported = family(source)[2]
+    needed = transformers_needed(exported)
+    out = tmp_path / "response_template.json"
+    result = run_cli("export", "response-template", source, "-o", out, "--transformers", release_before(needed))
+    assert result.returncode == 2 and result.stdout == "" and not out.exists(), result.stdout + result.stderr
+    lacks = [f for f, since in transformers_features(exported).items() if since == needed]
+    assert result.stderr.startswith(f"tplparse: error: transformers {release_before(needed)} cannot read this "
+                                    f"response_template ({lacks[0]} needs {needed}") and \
+        result.stderr.count("\n") == 1, result.stderr
+    result = run_cli("export", "response-template", source, "-o", out, "--transformers", needed)
+    assert result.returncode == 0 and json.loads(out.read_text(encoding="utf-8")) == exported, result.stderr
+    assert f"needs transformers >= {needed} (" in result.stderr and "warning" not in result.stderr, result.stderr
+    result = run_cli("export", "response-template", source, "--transformers", "five")
+    assert result.returncode == 2 and result.stdout == "" and result.stderr == \
+        "tplparse: error: transformers 'five': not a release number (as 5.16.0)\n", result.stderr
+
+
+def test_an_older_installed_transformers_is_a_warning(tmp_path, monkeypatch):
+    """No --transformers: the installed release is checked, and one older than the export needs
+    is a warning (the file is often parsed on another machine), the export written anyway.
+    An older install is stood in for by its metadata, first on the path."""
+    source = python_call_list_source()
+    exported = family(source)[2]
+    older = release_before(transformers_needed(exported))
+    dist = tmp_path / "site" / f"transformers-{older}.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: transformers\nVersion: {older}\n", encoding="utf-8")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site"))
+    result = run_cli("export", "response-template", source)
+    assert result.returncode == 0 and json.loads(result.stdout) == exported, result.stderr
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("tplparse: warning: ")]
+    assert warnings == [f"tplparse: warning: the installed transformers {older} cannot read it "
+                        f"({', '.join(f'{f} needs {s}' for f, s in transformers_features(exported).items() if release(s) > release(older))}): "
+                        f"parse it with transformers >= {transformers_needed(exported)}"], result.stderr
 
 
 # --- markers are data, never regex ---------------------------------------------------------

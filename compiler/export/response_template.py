@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import re
 
-from ..errors import CannotExport
+from ..errors import CannotExport, InputError
 from ..grammar.reading import cut_at_end, end_of_turn_markers, message_format, one_call_object, section_with_content
 from ..probe.spans import Boundaries
 from ..runtime import json_call_object
@@ -44,6 +44,67 @@ def _char_class(chars) -> str:
             runs.append([p, p])
     return "[" + "".join(re.escape(chr(a)) + ("" if a == b else ("-" if b > a + 1 else "") + re.escape(chr(b)))
                          for a, b in runs) + "]"
+
+
+# The first transformers release whose response parser reads each feature an export may use,
+# read in each release's own transformers/utils/chat_parsing (the published wheels): the
+# content parsers its CONTENT_PARSERS lists, the field keys its loader accepts (an unknown one
+# is a ValueError there), its transform placeholders, and ResponseParser's `tools=`.
+# 5.12.1 has no chat_parsing package (only the older chat_parsing_utils).
+TRANSFORMERS_SINCE = {
+    "response_template": "5.13.0",  # the format: fields, open/close patterns, start_anchor_pattern, repeats,
+                                    # transform, transform_each; get_response_parser(prefix=)
+    "text": "5.13.0",
+    "json": "5.13.0",
+    "xml-inline": "5.13.0",
+    "tools= typing": "5.15.0",      # xml-inline values typed by the tool's JSON Schema (else all strings)
+    "join": "5.16.0",               # a repeated text field's regions joined (5.13-5.15 refuse the key)
+    "transform paths": "5.16.0",    # `{content.name}`: a key of the parsed value (5.13-5.15: whole names only)
+    "python-call-list": "5.24.0",
+}
+# A transform placeholder that names a key of a value (`{content.name}`), not the whole value.
+_PATH_PLACEHOLDER = re.compile(r"\{\w+(?:\.\w+)+\}")
+_RELEASE = re.compile(r"v?(\d+)(?:\.(\d+))?(?:\.(\d+))?(\.?(?:a|b|rc|dev)\d*)?(?:\.?post\d*)?(?:\+[\w.]+)?")
+
+
+def transformers_features(template: dict) -> dict[str, str]:
+    """feature -> the first transformers release that reads it, for each feature `template`
+    (an export) uses."""
+    used = {"response_template"}
+    for field in template["fields"].values():
+        used.add(field.get("content", "text"))
+        if field.get("content") == "xml-inline":
+            used.add("tools= typing")
+        if "join" in field:
+            used.add("join")
+        if _PATH_PLACEHOLDER.search(json.dumps(field.get("transform", ""))):
+            used.add("transform paths")
+    return {feature: TRANSFORMERS_SINCE[feature] for feature in sorted(used, key=_order)}
+
+
+def _order(feature: str) -> tuple:
+    return (_release(TRANSFORMERS_SINCE[feature]), list(TRANSFORMERS_SINCE).index(feature))
+
+
+def transformers_needed(template: dict) -> str:
+    """The first transformers release that reads every feature `template` uses."""
+    return max(transformers_features(template).values(), key=_release)
+
+
+def transformers_missing(template: dict, version: str) -> dict[str, str]:
+    """The features of `template` that transformers `version` does not read (feature -> the
+    release that first does); an InputError when `version` is no release number."""
+    have = _release(version)
+    return {f: since for f, since in transformers_features(template).items() if have < _release(since)}
+
+
+def _release(version: str) -> tuple:
+    """A release number as a comparable tuple: a pre-release (rc, dev) before its release."""
+    m = _RELEASE.fullmatch(version.strip())
+    if m is None:
+        raise InputError(f"transformers {version!r}: not a release number (as 5.16.0)")
+    major, minor, micro, pre = m.groups()
+    return int(major), int(minor or 0), int(micro or 0), 0 if pre else 1
 
 
 # What a call's name and id may be made of: the runtime's own sets, mirrored (the runtime
@@ -548,4 +609,5 @@ def _shown(layout: list) -> str:
     return "".join(p if isinstance(p, str) else "{" + p["slot"] + "}" for p in layout)
 
 
-__all__ = ["AFTER_END_OF_TURN", "CannotExport", "VERSION", "response_template"]
+__all__ = ["AFTER_END_OF_TURN", "CannotExport", "TRANSFORMERS_SINCE", "VERSION", "response_template",
+           "transformers_features", "transformers_missing", "transformers_needed"]
