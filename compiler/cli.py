@@ -559,13 +559,17 @@ def export_group():
 @click.argument("source", type=_PATH)
 @click.option("-o", "--out", "out_file", type=_PATH, help="Write the JSON to this file (default: print it).")
 @click.option("--variant", help="A named template of the source (e.g. tool_use).")
+@click.option("--transformers", "target", metavar="VERSION",
+              help="The transformers release that will parse it (default: the installed one, if any). "
+                   "Older than the export needs: exit 2 (the installed one: a warning).")
 @_token_options
-def export_response_template(source, out_file, variant, bos_token, eos_token):
+def export_response_template(source, out_file, variant, target, bos_token, eos_token):
     """Print SOURCE's response_template: the declarative output parser transformers 5 reads
     from tokenizer_config.json (tokenizer.parse_response, get_response_parser).
 
     A construct of the protocol that the format cannot express (channel messages, a call
-    written as a bare JSON object, ...) is exit 2, naming it.
+    written as a bare JSON object, ...) is exit 2, naming it. The first transformers release
+    that reads the export goes to stderr.
     """
     from pathlib import Path
 
@@ -575,6 +579,7 @@ def export_response_template(source, out_file, variant, bos_token, eos_token):
     compiled, exported = export(template)
     if exported is None:
         raise InputError(_proof_error(compiled.proof))
+    _check_transformers(exported, target)
     text = json.dumps(exported, ensure_ascii=False, indent=2) + "\n"
     _warn_stand_ins(template, text)
     if out_file:
@@ -582,6 +587,52 @@ def export_response_template(source, out_file, variant, bos_token, eos_token):
         click.echo(f"wrote {out_file}")
     else:
         click.echo(text, nl=False)
+
+
+def _check_transformers(exported: dict, target: str | None) -> None:
+    """Say on stderr which transformers release first reads the export, and what for. A
+    --transformers release older than that is an InputError (that release cannot load the
+    file); the installed one older, a warning (the file is often read on another machine)."""
+    from .export.response_template import transformers_features, transformers_needed
+
+    if target is not None and _lacks(exported, target):
+        raise InputError(f"transformers {target} cannot read this response_template ({_lacks(exported, target)}): "
+                         f"it needs transformers >= {transformers_needed(exported)}")
+    by_release: dict[str, list[str]] = {}
+    for feature, since in transformers_features(exported).items():
+        by_release.setdefault(since, []).append(feature)
+    said = "; ".join(f"{', '.join(names)}: {since}" for since, names in reversed(by_release.items()))
+    click.echo(f"tplparse: this response_template needs transformers >= {transformers_needed(exported)} ({said})",
+               err=True)
+    installed = _installed("transformers") if target is None else None
+    if installed and _lacks(exported, installed, quiet=True):
+        click.echo(f"tplparse: warning: the installed transformers {installed} cannot read it "
+                   f"({_lacks(exported, installed)}): parse it with transformers >= {transformers_needed(exported)}",
+                   err=True)
+
+
+def _lacks(exported: dict, version: str, quiet: bool = False) -> str:
+    """What transformers `version` lacks to read the export ("join needs 5.16.0, …"), or "".
+    A version that is no release number is an InputError, or (`quiet`: an installed build's) nothing."""
+    from .export.response_template import transformers_missing
+
+    try:
+        missing = transformers_missing(exported, version)
+    except InputError:
+        if not quiet:
+            raise
+        missing = {}
+    return ", ".join(f"{feature} needs {since}" for feature, since in missing.items())
+
+
+def _installed(package: str) -> str | None:
+    """The installed version of `package`, or None."""
+    from importlib import metadata
+
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def _warn_stand_ins(template, *texts: str) -> None:
