@@ -32,6 +32,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import string
 import threading
 import time
 from collections.abc import Iterator
@@ -228,6 +229,7 @@ class _ChatTemplateEnvironment(ImmutableSandboxedEnvironment):
         self.filters["tojson"] = _tojson
         self.filters["center"] = self._checked_filter(self.filters["center"], "width")
         self.filters["indent"] = self._checked_filter(self.filters["indent"], "width")
+        self.filters["format"] = self._checked_format_filter(self.filters["format"])
         self.globals["raise_exception"] = _raise_exception
         self.globals["strftime_now"] = _strftime_now
         self.globals["dict"] = _DictConstructor()
@@ -247,6 +249,39 @@ class _ChatTemplateEnvironment(ImmutableSandboxedEnvironment):
         checked.__name__ = getattr(filter_func, "__name__", "filter")
         return checked
 
+    def _checked_format_filter(self, filter_func):
+        """`'%05d'|format(x)` is `'%05d' % x`: its widths are checked as the operator's are."""
+        def checked(value, *args, **kwargs):
+            if isinstance(value, str):
+                self._check_percent_widths(value, kwargs or args)
+            return filter_func(value, *args, **kwargs)
+
+        checked.__name__ = getattr(filter_func, "__name__", "format")
+        return checked
+
+    def _check_percent_widths(self, text: str, values) -> None:
+        """The widths and precisions of `text % values`: those written in `text`, and with a `*`
+        in it, those taken from `values` (checked all: a `*` takes its width from among them)."""
+        for number in _digit_runs(text):
+            self._too_big("a %-format width", number)
+        if "*" in text:
+            for value in values if isinstance(values, (tuple, list)) else (values,):
+                if isinstance(value, int):
+                    self._too_big("a %-format width", abs(value))
+
+    def _check_format_widths(self, text: str, args, kwargs) -> None:
+        """The widths of `text.format(...)`: those written in `text`, and where a field's spec
+        holds a nested field (`{0:{1}}`), the integers among the arguments (one is that width)."""
+        for number in _digit_runs(text):
+            self._too_big("a format width", number)
+        if _has_nested_format_field(text):
+            values = list(args) + list(kwargs.values())
+            if len(args) == 1 and isinstance(args[0], Mapping):  # (format_map)
+                values += list(args[0].values())
+            for value in values:
+                if isinstance(value, int):
+                    self._too_big("a format width", abs(value))
+
     def call_binop(self, context, operator, left, right):
         if operator == "*":
             for seq, times in ((left, right), (right, left)):
@@ -257,8 +292,7 @@ class _ChatTemplateEnvironment(ImmutableSandboxedEnvironment):
                 # the result has about right * log2(left) bits
                 self._too_big("a power", right * abs(left).bit_length() // 8)
         elif operator == "%" and isinstance(left, str):
-            for number in _digit_runs(left):
-                self._too_big("a %-format width", number)
+            self._check_percent_widths(left, right)
         elif operator == "+" and isinstance(left, (str, list, tuple)) and isinstance(right, (str, list, tuple)):
             self._too_big("joining two sequences", len(left) + len(right))  # (doubling a list in a loop)
         return super().call_binop(context, operator, left, right)
@@ -270,6 +304,8 @@ class _ChatTemplateEnvironment(ImmutableSandboxedEnvironment):
                 for value in list(args) + list(kwargs.values()):
                     if isinstance(value, int):
                         __self._too_big(f"str.{name}()", value)
+                        if name == "expandtabs":  # (each tab becomes up to that many spaces)
+                            __self._too_big("str.expandtabs()", len(__obj.__self__) + __obj.__self__.count("\t") * value)
         return super().call(__context, __obj, *args, **kwargs)
 
     def is_safe_attribute(self, obj, attr, value):
@@ -281,11 +317,18 @@ class _ChatTemplateEnvironment(ImmutableSandboxedEnvironment):
         return True
 
     def wrap_str_format(self, value):
-        # Jinja wraps `str.format` when the template looks the method up; check the widths then.
-        if getattr(value, "__name__", "") in ("format", "format_map") and isinstance(getattr(value, "__self__", None), str):
-            for number in _digit_runs(value.__self__):
-                self._too_big("a format width", number)
-        return super().wrap_str_format(value)
+        # Jinja wraps `str.format` when the template looks the method up; the widths are
+        # checked when it is called (a nested field takes its width from the arguments).
+        wrapped = super().wrap_str_format(value)
+        if wrapped is None:
+            return None
+        text = value.__self__
+
+        def checked(*args, **kwargs):
+            self._check_format_widths(text, args, kwargs)
+            return wrapped(*args, **kwargs)
+
+        return checked
 
 
 class _OwnContainersEnvironment(_ChatTemplateEnvironment):
@@ -316,6 +359,14 @@ def _container_ids(value, found: set) -> set:
                 found.add(id(item))
                 stack.extend(item)
     return found
+
+
+def _has_nested_format_field(text: str) -> bool:
+    """Whether a replacement field of the str.format string `text` has a field in its spec."""
+    try:
+        return any(spec and "{" in spec for _, field_name, spec, _ in string.Formatter().parse(text) if field_name is not None)
+    except ValueError:  # (not a valid format string: format() refuses it)
+        return False
 
 
 def _digit_runs(text: str):
