@@ -9,6 +9,7 @@ import json
 import os
 import re
 import sys
+import unicodedata
 
 import click
 
@@ -28,7 +29,7 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except TplparseError as e:
-            click.echo(f"tplparse: error: {e}", err=True)
+            click.echo(f"tplparse: error: {_one_line(str(e))}", err=True)
             ctx.exit(2)
 
     def main(self, *args, **kwargs):
@@ -53,6 +54,12 @@ class _Group(click.Group):
             sys.stderr = open(os.devnull, "w")
             code = 1
         sys.exit(code if isinstance(code, int) else 0)
+
+
+def _one_line(text: str) -> str:
+    """`text` with every control character, line break and lone surrogate escaped: an error
+    is one line, and what a file or a template put in it cannot rewrite the terminal."""
+    return "".join(repr(ch)[1:-1] if unicodedata.category(ch) in ("Cc", "Cs", "Zl", "Zp") else ch for ch in text)
 
 
 @click.group(cls=_Group)

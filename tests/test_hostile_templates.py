@@ -71,3 +71,19 @@ def test_ordinary_widths_still_render():
     source = ("[{{ '%5d' % 3 }}][{{ '%*d' % (3, 1) }}][{{ '%s-%s' | format('a', 'b') }}][{{ '{0:{1}}'.format('a', 3) }}]"
               "[{{ '{:>4}'.format(7) }}][{{ 'a\\tb'.expandtabs(4) }}][{{ '%d items' % 12345678901234 }}]")
     assert tpl(source, limits=SMALL).render(USER) == "[    3][  1][a-b][a  ][   7][a   b][12345678901234 items]"
+
+# --- what the template says is printed escaped, on one line ----------------------------------
+
+
+def test_a_raise_exception_message_is_printed_escaped(tmp_path):
+    source = write(tmp_path, "{{ raise_exception('one\\ntwo\\r\\x1b[31mred\\x1b[0m\\x00' ~ 'x' * 5000) }}")
+    result = run_cli("render", source, MESSAGES)
+    line = one_line_error(result, r"'one\ntwo\r\x1b[31mred\x1b[0m\x00xxx", "more characters")
+    assert not any(ch in result.stderr for ch in "\r\x1b\x00")
+    assert len(line) < 600
+
+
+def test_any_error_line_is_escaped(tmp_path):
+    result = run_cli("info", tmp_path / "two\nlines\x1b[2J.jinja")
+    one_line_error(result, r"two\nlines\x1b[2J.jinja", "no such file")
+    assert "\x1b" not in result.stderr

@@ -623,6 +623,19 @@ def render_template(
         _INPUT_CONTAINERS.reset(inputs)
 
 
+# The longest piece of a template's own text (a raise_exception message) an error quotes.
+MAX_QUOTED_CHARS = 300
+
+
+def escaped(text: str, max_chars: int = MAX_QUOTED_CHARS) -> str:
+    """`text` quoted on one line, as Python writes a string (newlines, carriage returns, NUL,
+    terminal escape sequences and lone surrogates as escapes), cut after `max_chars` characters:
+    the template's own words in an error message, never able to rewrite the terminal."""
+    if len(text) <= max_chars:
+        return repr(text)
+    return f"{text[:max_chars]!r}... ({len(text) - max_chars} more characters)"
+
+
 def _limit(message: str, name: str, line: int | None = None) -> TemplateError:
     error = TemplateError(message, template=name, line=line)
     error.limit = True
@@ -647,7 +660,8 @@ def _render(template: jinja2.Template, name: str, variables: dict[str, Any], lim
     except _TooBig as e:
         raise _limit(f"blocked by the sandbox: {e}", name, _template_line(e.__traceback__)) from None
     except _TemplateRaised as e:
-        raise TemplateError(f"the template raised an exception: {e}", template=name, line=_template_line(e.__traceback__)) from None
+        raise TemplateError(f"the template raised an exception: {escaped(str(e))}", template=name,
+                            line=_template_line(e.__traceback__)) from None
     except SecurityError as e:
         raise TemplateError(f"blocked by the sandbox: {e}", template=name, line=_template_line(e.__traceback__)) from None
     except RecursionError as e:
