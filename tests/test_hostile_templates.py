@@ -87,3 +87,112 @@ def test_any_error_line_is_escaped(tmp_path):
     result = run_cli("info", tmp_path / "two\nlines\x1b[2J.jinja")
     one_line_error(result, r"two\nlines\x1b[2J.jinja", "no such file")
     assert "\x1b" not in result.stderr
+
+# --- budgets that hold: a C call the watchdog cannot interrupt is killed at the budget ------
+
+ONE_LONG_C_CALL = {
+    # each squaring is one C call; the 25th takes seconds, the 30th minutes
+    "big-integer squarings": "{% set ns = namespace(x=3) %}{% for i in range(40) %}{% set ns.x = ns.x * ns.x %}"
+                             "{% endfor %}{{ ns.x > 1 }}" + CONVERSATION,
+    # list + list inside one sum(): quadratic, and slow to grow in memory
+    "summing lists": "{{ ([[0] * 1000] * 100000) | sum(start=[]) | length }}" + CONVERSATION,
+}
+
+
+@pytest.mark.parametrize("what", list(ONE_LONG_C_CALL))
+@pytest.mark.parametrize("command", ["render", "compile"])
+def test_the_budget_bounds_the_whole_command(tmp_path, what, command):
+    source = write(tmp_path, ONE_LONG_C_CALL[what])
+    args = [MESSAGES] if command == "render" else ["-o", tmp_path / "out"]
+    started = time.monotonic()
+    result = run_cli("--time-limit", "2", command, source, *args, timeout=120)
+    took = time.monotonic() - started
+    one_line_error(result, "the render budget of 2 s")
+    assert took < 2 + 6, took  # (the budget, a second's grace, and the start of the command)
+    assert not (tmp_path / "out").exists()
+
+
+def test_compile_stops_where_probe_stops(tmp_path):
+    """Each render takes tenths of a second, the probe renders dozens of times: the budget is
+    the whole command's, not the probe's and again the proof's."""
+    source = write(tmp_path, "{%- for i in range(3000) %}{% for j in range(1000) %}{% endfor %}{% endfor %}"
+                             + CONVERSATION)
+    for command, args in (("probe", []), ("compile", ["-o", tmp_path / "out"])):
+        started = time.monotonic()
+        one_line_error(run_cli("--time-limit", "2", command, source, *args), "the render budget of 2 s")
+        assert time.monotonic() - started < 2 + 6
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_time_limit_comes_from_the_environment_too(tmp_path):
+    source = write(tmp_path, ONE_LONG_C_CALL["big-integer squarings"])
+    result = subprocess.run([str(TPLPARSE), "render", str(source), str(MESSAGES)], capture_output=True, text=True,
+                            timeout=120, env={**os.environ, "TPLPARSE_TIME_LIMIT": "1.5"})
+    one_line_error(result, "the render budget of 1.5 s")
+
+
+def test_a_library_caller_gets_the_same_bound():
+    from tplparse.source.isolation import WorkLimits, run_isolated
+
+    template = tpl(ONE_LONG_C_CALL["big-integer squarings"])
+    started = time.monotonic()
+    with pytest.raises(TemplateError, match="the render budget of 1 s") as raised:
+        run_isolated(lambda: template.render(USER), WorkLimits(seconds=1), name="t")
+    assert raised.value.limit and time.monotonic() - started < 4
+    # what a job returns, and what it raises, come back as they were
+    assert run_isolated(lambda: tpl(CONVERSATION).render(USER)) == "<user>hi</s>"
+    with pytest.raises(TemplateError) as raised:
+        run_isolated(lambda: tpl("{{ raise_exception('no') }}").render(USER))
+    assert str(raised.value) == "t, line 1: the template raised an exception: 'no'" and raised.value.line == 1
+
+
+def test_a_probe_inside_a_budget_keeps_to_it():
+    from tplparse.probe import probe
+    from tplparse.source.render import time_budget
+
+    slow = tpl("{%- for i in range(3000) %}{% for j in range(1000) %}{% endfor %}{% endfor %}" + CONVERSATION)
+    started = time.monotonic()
+    with pytest.raises(TemplateError, match="probing stopped: the render budget of 1 s"):
+        with time_budget(1):
+            probe(slow)
+    assert time.monotonic() - started < 4
+
+
+def test_a_template_crosses_to_the_child_and_back():
+    template = tplparse.load(EXAMPLES / "chatml-think-tools.gguf")
+    again = pickle.loads(pickle.dumps(template))
+    assert again == template and dict(again.named_tokens) == dict(template.named_tokens)
+    assert again.render(USER) == template.render(USER)
+
+# --- memory: peak bounded by the limit, not by a poll ---------------------------------------
+
+AMPLIFIERS = {
+    "replace": "{{ ('x' * 5000000) | replace('x', 'y' * 600) | length }}",
+    "join": "{{ (['a'] * 5000000) | join('x' * 600) | length }}",
+    "tojson separators": "{{ ([0] * 5000000) | tojson(separators=('x' * 600, ':')) | length }}",
+}
+
+# Runs the CLI and prints the peak resident memory of it and its child (the test process's own
+# children would count every earlier test's).
+_PEAK = """
+import json, resource, subprocess, sys
+result = subprocess.run(sys.argv[1:], capture_output=True, text=True, timeout=120)
+peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+print(json.dumps({"returncode": result.returncode, "stderr": result.stderr, "peak": peak}))
+"""
+
+
+def peak_run(*args):
+    out = subprocess.run([sys.executable, "-c", _PEAK, str(TPLPARSE), *map(str, args)], capture_output=True,
+                         text=True, timeout=180, check=True)
+    facts = json.loads(out.stdout)
+    return subprocess.CompletedProcess(args, facts["returncode"], "", facts["stderr"]), facts["peak"]
+
+
+@pytest.mark.parametrize("what", list(AMPLIFIERS))
+def test_memory_amplification_stops_at_the_memory_limit(tmp_path, what):
+    limit = 200 << 20
+    _, baseline = peak_run("render", write(tmp_path, CONVERSATION, "plain.jinja"), MESSAGES)
+    result, peak = peak_run("--memory-limit", limit >> 20, "render", write(tmp_path, AMPLIFIERS[what]), MESSAGES)
+    one_line_error(result, "the memory limit of 200 MB")
+    assert peak < baseline + limit + (32 << 20), (peak >> 20, baseline >> 20)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from ..probe import PLACEHOLDER_TOKENS, PROBE_SECONDS, standard_turns
 from ..probe.conversations import FRESH, SHAPES, ShapedRenderer, Turn, tool_definition
 from ..probe.renders import assistant_spans
-from ..source.render import fixed_clock, time_budget
+from ..source.render import default_time_budget, fixed_clock
 from ..source.template import ChatTemplate
 from ..spec import Parallel, ProtocolSpec, Start
 
@@ -67,7 +67,7 @@ def model_outputs(template: ChatTemplate, spec: ProtocolSpec, turns: dict[str, T
                               shape=next((s for s in SHAPES if s.label == label), None),
                               reasoning_blocks=spec.shape.endswith("thinking blocks"))
     turns = turns or standard_turns()
-    with fixed_clock(), time_budget(PROBE_SECONDS):  # (the renders of one turn must agree on the time)
+    with fixed_clock(), default_time_budget(PROBE_SECONDS):  # (the renders of one turn must agree on the time)
         rendered = assistant_spans(renderer, FRESH.user, turns)
     if rendered is None:
         return []

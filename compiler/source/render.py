@@ -64,12 +64,27 @@ _DEADLINE: ContextVar[tuple[float, float] | None] = ContextVar("tplparse_deadlin
 @contextmanager
 def time_budget(seconds: float):
     """Within the block, all renders together may take `seconds` of wall clock: each render's
-    own limit shrinks to what is left, and a render started with nothing left fails (a limit)."""
-    token = _DEADLINE.set((time.monotonic() + seconds, seconds))
+    own limit shrinks to what is left, and a render started with nothing left fails (a limit).
+    Inside another budget, the one that ends first holds (an inner budget never extends an
+    outer one: a command's budget bounds the whole command)."""
+    deadline = (time.monotonic() + seconds, seconds)
+    outer = _DEADLINE.get()
+    token = _DEADLINE.set(deadline if outer is None or deadline[0] < outer[0] else outer)
     try:
         yield
     finally:
         _DEADLINE.reset(token)
+
+
+@contextmanager
+def default_time_budget(seconds: float):
+    """`time_budget(seconds)` unless the block already runs inside a budget, which then holds
+    alone (a probe's own 15 s give way to the budget of the command that runs it)."""
+    if _DEADLINE.get() is not None:
+        yield
+        return
+    with time_budget(seconds):
+        yield
 
 
 def check_time_budget(name: str) -> None:
@@ -77,7 +92,7 @@ def check_time_budget(name: str) -> None:
     for work between renders (a probe diffing large renders)."""
     budget = _DEADLINE.get()
     if budget is not None and budget[0] <= time.monotonic():
-        error = TemplateError(f"the time budget of {budget[1]:g} s is used up", template=name)
+        error = TemplateError(f"the render budget of {budget[1]:g} s is used up", template=name)
         error.limit = True
         raise error
 
@@ -534,6 +549,13 @@ class _Watchdog:
                     # The exception may still be pending (not yet delivered): withdraw it.
                     _async_raise(watch.thread_id, None)
 
+    def after_fork(self) -> None:
+        """In a forked child: no thread of the parent runs here, so no watch of theirs is live
+        and their lock may be held forever; start over (the thread restarts on first use)."""
+        self._lock = threading.Lock()
+        self._active = {}
+        self._pid = None
+
     def _run(self):
         while True:
             while not self._active:
@@ -562,7 +584,7 @@ class _Watchdog:
 def _breach(watch: _Watch, now: float, rss: int | None) -> str | None:
     if now > watch.deadline:
         if watch.limits.budget_seconds is not None:
-            return f"the time budget of {watch.limits.budget_seconds:g} s for all renders is used up"
+            return f"the render budget of {watch.limits.budget_seconds:g} s is used up"
         return f"rendering took longer than {watch.limits.seconds:g} s"
     limit = watch.limits.max_memory_growth_bytes
     if rss is not None and watch.start_rss is not None and rss - watch.start_rss > limit:
@@ -575,6 +597,24 @@ def _async_raise(thread_id: int, exception) -> None:
 
 
 _WATCHDOG = _Watchdog()
+if hasattr(os, "register_at_fork"):
+    # A child forked while another thread held the lock or had renders watched starts clean.
+    os.register_at_fork(after_in_child=_WATCHDOG.after_fork)
+
+
+# The address-space limit this process runs under, when one was set for it (a command's
+# child process, tplparse.source.isolation), which an out-of-memory error names.
+_MEMORY_LIMIT_BYTES: int | None = None
+
+
+def note_memory_limit(limit_bytes: int | None) -> None:
+    """Record the address-space limit this process now runs under (out-of-memory errors name it)."""
+    global _MEMORY_LIMIT_BYTES
+    _MEMORY_LIMIT_BYTES = limit_bytes
+
+
+def _memory_limit_note() -> str:
+    return "" if _MEMORY_LIMIT_BYTES is None else f" (the memory limit of {_MEMORY_LIMIT_BYTES >> 20} MB)"
 
 
 def _template_line(tb) -> int | None:
@@ -604,7 +644,7 @@ def render_template(
     if budget is not None:
         left = budget[0] - time.monotonic()
         if left <= 0:
-            error = TemplateError(f"the time budget of {budget[1]:g} s for all renders is used up", template=name)
+            error = TemplateError(f"the render budget of {budget[1]:g} s is used up", template=name)
             error.limit = True
             raise error
         if left < limits.seconds:
@@ -667,7 +707,7 @@ def _render(template: jinja2.Template, name: str, variables: dict[str, Any], lim
     except RecursionError as e:
         raise TemplateError("recursion too deep", template=name, line=_template_line(e.__traceback__)) from None
     except MemoryError as e:
-        raise _limit("ran out of memory", name, _template_line(e.__traceback__)) from None
+        raise _limit(f"ran out of memory{_memory_limit_note()}", name, _template_line(e.__traceback__)) from None
     except Exception as e:  # any error raised while evaluating untrusted template code
         message = f"{type(e).__name__}: {e}"
         raise TemplateError(message, template=name, line=_template_line(e.__traceback__)) from None
