@@ -196,3 +196,46 @@ def test_memory_amplification_stops_at_the_memory_limit(tmp_path, what):
     result, peak = peak_run("--memory-limit", limit >> 20, "render", write(tmp_path, AMPLIFIERS[what]), MESSAGES)
     one_line_error(result, "the memory limit of 200 MB")
     assert peak < baseline + limit + (32 << 20), (peak >> 20, baseline >> 20)
+
+# --- nesting that Jinja or Python cannot compile: a limit, not a traceback ------------------
+
+NESTED = {
+    "parentheses": "{{ " + "(" * 300 + "1" + ")" * 300 + " }}",
+    "lists": "{{ " + "[" * 300 + "1" + "]" * 300 + " }}",
+    "ifs": "{% if true %}" * 500 + "x" + "{% endif %}" * 500,
+    "a filter chain": "{{ 'x'" + "|string" * 2000 + " }}",
+    "30 nested for loops": "".join(f"{{% for i{n} in [1] %}}" for n in range(30)) + "x" + "{% endfor %}" * 30,
+}
+
+
+@pytest.mark.parametrize("what", list(NESTED))
+def test_nesting_too_deep_to_compile_is_one_line(tmp_path, what):
+    line = one_line_error(run_cli("probe", write(tmp_path, NESTED[what])), "nests too deeply to compile")
+    assert "Traceback" not in line
+
+
+@pytest.mark.parametrize("what", list(NESTED))
+def test_nesting_too_deep_is_a_limit_error_for_the_library_too(what):
+    with pytest.raises(TemplateError, match="nests too deeply to compile") as raised:
+        tpl(NESTED[what]).check()
+    assert raised.value.limit
+
+# --- the size of a template, and the time its compile may take ------------------------------
+
+
+def test_a_template_over_the_size_limit_is_not_compiled(tmp_path):
+    source = write(tmp_path, "x" * (256 * 1024 + 1))
+    one_line_error(run_cli("info", source), "262145 characters", "262144")
+    with pytest.raises(TemplateError, match="the limit is 100") as raised:
+        tpl("x" * 101, limits=RenderLimits(max_template_chars=100)).check()
+    assert raised.value.limit
+
+
+def test_a_slow_compile_is_stopped_at_the_budget(tmp_path):
+    # Under the size limit, but some seconds of Jinja's compile (filter chains are its slowest).
+    source = write(tmp_path, "{{ a|e|e|e|e }}" * 17000)
+    started = time.monotonic()
+    result = run_cli("--time-limit", "1", "info", source)
+    took = time.monotonic() - started
+    one_line_error(result, "the render budget of 1 s")
+    assert took < 8, took

@@ -32,7 +32,7 @@ THINKING_SWITCHES = (
 
 
 def _template_variables(template: ChatTemplate) -> set[str]:
-    return set(jinja_meta.find_undeclared_variables(parse_template(template.source)))
+    return set(jinja_meta.find_undeclared_variables(parse_template(template.source, template.limits)))
 
 
 def find_modes(renderer: ShapedRenderer, user: str, tail: str, header: str) -> tuple[dict[str, PromptMode], dict | None]:

@@ -107,6 +107,10 @@ class RenderLimits:
     # When `seconds` is what is left of a time budget for several renders (time_budget): that
     # budget, which the error then names.
     budget_seconds: float | None = None
+    # The longest template compiled (in characters). Jinja's compile of a template runs no
+    # template code, but its time and memory grow with the text: 256 Ki characters of the
+    # worst constructs take seconds and some 500 MB; real chat templates are under 20 Ki.
+    max_template_chars: int = 256 * 1024
 
 
 DEFAULT_LIMITS = RenderLimits()
@@ -407,17 +411,43 @@ def _compile(source: str, max_result_chars: int, own_containers: bool = False) -
 
 def compile_template(source: str, name: str, limits: RenderLimits = DEFAULT_LIMITS,
                      own_containers: bool = False) -> jinja2.Template:
-    """Compile `source`; a syntax error becomes a `TemplateError` with its line number."""
+    """Compile `source`; a syntax error becomes a `TemplateError` with its line number, and a
+    template too big or nested too deeply to compile a limit `TemplateError` naming the limit."""
+    _check_template_size(source, name, limits)
     try:
         return _compile(source, limits.max_output_chars, own_containers)
     except jinja2.TemplateSyntaxError as e:
         raise TemplateError(f"Jinja syntax error: {e.message}", template=name, line=e.lineno) from None
+    except (RecursionError, SyntaxError, MemoryError) as e:
+        raise _compile_limit(e, name) from None
 
 
-def parse_template(source: str) -> jinja2.nodes.Template:
+def parse_template(source: str, limits: RenderLimits = DEFAULT_LIMITS) -> jinja2.nodes.Template:
     """The template's syntax tree, from the same environment that renders it (for reading
     which variables it uses, never for running it)."""
-    return _environment(DEFAULT_LIMITS.max_output_chars).parse(source)
+    _check_template_size(source, "template", limits)
+    try:
+        return _environment(limits.max_output_chars).parse(source)
+    except (RecursionError, MemoryError) as e:
+        raise _compile_limit(e, "template") from None
+
+
+def _check_template_size(source: str, name: str, limits: RenderLimits) -> None:
+    if len(source) > limits.max_template_chars:
+        raise _limit(f"the template is {len(source)} characters long; the limit is {limits.max_template_chars} "
+                     "(RenderLimits.max_template_chars)", name)
+
+
+def _compile_limit(error: BaseException, name: str) -> TemplateError:
+    """The limit `TemplateError` for a template Jinja or Python cannot compile within its limits:
+    nesting deeper than Python's recursion limit (parentheses, lists, ifs, filter chains), more
+    nested loops than Python's compiler takes, or no memory left."""
+    if isinstance(error, RecursionError):
+        return _limit("the template nests too deeply to compile (Python's recursion limit)", name)
+    if isinstance(error, MemoryError):
+        return _limit(f"compiling the template ran out of memory{_memory_limit_note()}", name)
+    # (a SyntaxError from compiling Jinja's generated code: the template's own syntax is Jinja's)
+    return _limit(f"the template nests too deeply to compile (Python's compiler: {error.msg})", name)
 
 
 # ---------------------------------------------------------------------------
