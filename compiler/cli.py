@@ -244,16 +244,10 @@ def render(source, messages, tools_path, no_generation_prompt, variables, string
 @_token_options
 def probe(source, variant, as_json, bos_token, eos_token):
     """Derive SOURCE's protocol (reasoning, content, tool calls, end of turn) by rendering it."""
-    from .probe import probe as run_probe
-    from .probe import verify
     from .probe.report import as_text, protocol_sections, provenance_sections
 
-    def probed():
-        template = _load(source, variant=variant, bos_token=bos_token, eos_token=eos_token)
-        spec = run_probe(template)
-        return template, spec, None if as_json else verify(template, spec)
-
-    template, spec, checks = _isolated(probed, source)
+    template, spec, checks = _isolated(lambda: _probed(_load(source, variant=variant, bos_token=bos_token,
+                                                              eos_token=eos_token)), source)
     if as_json:
         click.echo(spec.to_json(), nl=False)
         return
@@ -264,6 +258,21 @@ def probe(source, variant, as_json, bos_token, eos_token):
     for check in checks:
         if not check.passed:
             click.echo(f"  {check.turn}: {check.detail}")
+
+
+def _probed(template):
+    """(template, its spec, the spec's checks against the standard turns); a template that
+    renders none of them is an error, as it is for compile (nothing to derive a protocol from)."""
+    from .probe import probe as run_probe
+    from .probe import verify
+    from .probe.verify import RENDERS_NONE
+
+    spec = run_probe(template)
+    checks = verify(template, spec)
+    if all(c.detail == RENDERS_NONE for c in checks):
+        why = next((w.partition(": ")[2] for w in spec.warnings if w.startswith("no probe turn renders: ")), "")
+        raise InputError(f"{spec.family}: {RENDERS_NONE}" + (f" ({why})" if why else ""))
+    return template, spec, checks
 
 
 def _grammar_options(command):
@@ -319,10 +328,6 @@ def gbnf(source, llama_request, tools_path, tool_choice, parallel, schema_path, 
                    variant, bos_token, eos_token)
 
 
-def _probe_loaded(template, run_probe):
-    return template, run_probe(template)
-
-
 def _check_tools(tools, path) -> None:
     """A list of tool definitions, each with a name (OpenAI's shape, or the function alone)."""
     if not isinstance(tools, list):
@@ -351,7 +356,6 @@ def _print_grammar(source, grammar_format, llama_request, tools_path, tool_choic
     from .emit.lark import emit_lark, lark_warnings
     from .emit.llama_request import llama_request as make_request
     from .grammar import GrammarOptions, build
-    from .probe import probe as run_probe
 
     if llama_request and grammar_format != "gbnf":
         raise InputError("--llama-request: llama.cpp's server fields carry a GBNF grammar; leave out --format lark")
@@ -362,8 +366,8 @@ def _print_grammar(source, grammar_format, llama_request, tools_path, tool_choic
     if tool_choice not in ("auto", "required", "none") and not any(
             (t.get("function") or t).get("name") == tool_choice for t in tools or []):
         raise InputError(f"--tool-choice {tool_choice!r}: not auto, required, none, or the name of a tool in --tools")
-    template, spec = _isolated(lambda: _probe_loaded(_load(source, variant=variant, bos_token=bos_token,
-                                                              eos_token=eos_token), run_probe), source)
+    template, spec, _ = _isolated(lambda: _probed(_load(source, variant=variant, bos_token=bos_token,
+                                                         eos_token=eos_token)), source)
     if mode not in spec.modes:
         raise InputError(f"--mode {mode!r}: this template has the modes {', '.join(spec.modes)}")
     if spec.tool_calls is None and tool_choice == "required":

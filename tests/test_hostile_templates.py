@@ -239,3 +239,15 @@ def test_a_slow_compile_is_stopped_at_the_budget(tmp_path):
     took = time.monotonic() - started
     one_line_error(result, "the render budget of 1 s")
     assert took < 8, took
+
+# --- probe and compile agree on a template that renders nothing ------------------------------
+
+
+def test_probe_refuses_a_template_that_raises_on_every_render(tmp_path):
+    source = write(tmp_path, "{{ raise_exception('no conversation is good enough') }}")
+    compiled = run_cli("compile", source, "-o", tmp_path / "out")
+    one_line_error(compiled, "renders none of the standard turns")
+    for args in (["probe"], ["probe", "--json"], ["gbnf"]):
+        result = run_cli(*args, source)
+        one_line_error(result, "renders none of the standard turns", "no conversation is good enough")
+        assert result.stdout == ""
