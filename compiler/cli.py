@@ -234,7 +234,18 @@ def render(source, messages, tools_path, no_generation_prompt, variables, string
         return template.render(conversation, tools=tools, add_generation_prompt=not no_generation_prompt, **extra)
 
     text = _isolated(rendered, source)
+    _check_unicode(text, source)
     click.echo(text, nl=False)
+
+
+def _check_unicode(text: str, source) -> None:
+    """A prompt holding a lone surrogate (a template can write '\\ud800') is no Unicode text: no
+    UTF-8 encodes it, and printing it another way would change it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise InputError(f"{source}: the rendered prompt is not valid Unicode: the template writes a lone surrogate "
+                         f"({text[e.start]!r}) at character {e.start}") from None
 
 
 @main.command()

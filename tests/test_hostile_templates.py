@@ -251,3 +251,11 @@ def test_probe_refuses_a_template_that_raises_on_every_render(tmp_path):
         result = run_cli(*args, source)
         one_line_error(result, "renders none of the standard turns", "no conversation is good enough")
         assert result.stdout == ""
+
+# --- a prompt is Unicode text, or an error ------------------------------------------------
+
+
+def test_a_prompt_with_a_lone_surrogate_is_an_error(tmp_path):
+    result = run_cli("render", write(tmp_path, "{{ '\\ud800' }}"), MESSAGES)
+    one_line_error(result, "lone surrogate", r"'\ud800'")
+    assert result.stdout == ""
