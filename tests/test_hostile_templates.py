@@ -259,3 +259,22 @@ def test_a_prompt_with_a_lone_surrogate_is_an_error(tmp_path):
     result = run_cli("render", write(tmp_path, "{{ '\\ud800' }}"), MESSAGES)
     one_line_error(result, "lone surrogate", r"'\ud800'")
     assert result.stdout == ""
+
+# --- GGUF: a chat template is read as written, or not at all ---------------------------------
+
+
+def test_a_gguf_template_that_is_not_utf8_is_refused(tmp_path):
+    path = tmp_path / "bad.gguf"
+    writer = gguf.GGUFWriter(str(path), arch="llama")
+    writer.add_name("not utf-8")
+    writer.add_chat_template("{{ messages[0].content }}<|end|>")
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    data = path.read_bytes()
+    at = data.index(b"<|end|>")
+    path.write_bytes(data[:at] + b"\xff" + data[at + 1:])  # one byte of the template is no UTF-8
+    with pytest.raises(LoadError, match=r"the chat template .*'tokenizer.chat_template'.* not valid UTF-8"):
+        tplparse.load(path)
+    one_line_error(run_cli("info", path), "not valid UTF-8", "0xff")
