@@ -24,6 +24,7 @@ in this process under the budget and the watchdog alone.
 
 from __future__ import annotations
 
+import gc
 import os
 import pickle
 import select
@@ -75,7 +76,7 @@ def run_isolated(job: Callable[[], T], limits: WorkLimits = DEFAULT_WORK_LIMITS,
     for stream in (sys.stdout, sys.stderr):  # (what the parent buffered is written once, by the parent)
         stream.flush()
     read_end, write_end = os.pipe()
-    pid = os.fork()
+    pid = _fork()
     if pid == 0:
         os.close(read_end)
         _run_child(job, limits, write_end)  # never returns
@@ -92,6 +93,20 @@ def run_isolated(job: Callable[[], T], limits: WorkLimits = DEFAULT_WORK_LIMITS,
         raise _budget_error(limits, name)
     status = _wait(pid)
     return _outcome(payload, status, limits, name)
+
+
+def _fork() -> int:
+    """os.fork(), the garbage collector's objects frozen across it (unless the caller froze some
+    itself): a collection in the child then leaves the parent's objects alone, and their pages
+    shared, where it would touch, and so copy, every page of the parent's heap (100-150 ms of a
+    compile's 2 s; 25 ms frozen)."""
+    freeze = gc.get_freeze_count() == 0
+    if freeze:
+        gc.freeze()
+    pid = os.fork()
+    if pid != 0 and freeze:
+        gc.unfreeze()
+    return pid
 
 
 # --- the child ------------------------------------------------------------------------------
