@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from ..probe import PLACEHOLDER_TOKENS, PROBE_SECONDS, standard_turns
 from ..probe.conversations import FRESH, ShapedRenderer, Turn, tool_definition
 from ..probe.renders import assistant_spans
-from ..source.render import fixed_clock, time_budget
+from ..source.render import default_time_budget, fixed_clock
 from ..source.template import ChatTemplate
 from ..spec import Parallel, ProtocolSpec, Start
 
@@ -86,7 +86,7 @@ def model_outputs(template: ChatTemplate, spec: ProtocolSpec, turns: dict[str, T
         # (each turn without reasoning with reasoning added: see _after_an_empty_block)
         counterparts = {f"{name} with reasoning": Turn(reasoning=FRESH.reasoning, content=t.content, calls=t.calls)
                         for name, t in turns.items() if not t.reasoning}
-    with fixed_clock(), time_budget(PROBE_SECONDS):  # (the renders of one turn must agree on the time)
+    with fixed_clock(), default_time_budget(PROBE_SECONDS):  # (the renders of one turn must agree on the time)
         rendered = assistant_spans(renderer, FRESH.user, {**turns, **counterparts}, variables, system=system)
         asked = renderer.render_turn(FRESH.user, Turn(content=FRESH.content), variables, system=system)
     if rendered is None or asked is None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import TemplateError
-from ..source.render import fixed_clock, time_budget
+from ..source.render import default_time_budget, fixed_clock, time_budget
 from ..source.template import ChatTemplate
 from ..spec import Piece, PromptMode, ProtocolSpec, Reasoning, SpecError, Start, ToolCallFormat, slot
 from . import markers
@@ -167,14 +167,16 @@ PLACEHOLDER_TOKENS = {"bos_token": "<|bos_token|>", "eos_token": "<|eos_token|>"
 PROBE_SECONDS = 15.0
 
 
-def probe(template: ChatTemplate, budget: float = PROBE_SECONDS) -> ProtocolSpec:
+def probe(template: ChatTemplate, budget: float | None = None) -> ProtocolSpec:
     """Derive the template's ProtocolSpec (both sentinel sets must agree on each field).
 
-    The probe renders dozens of times; all of them together get `budget` seconds, and the
-    first render that hits a limit (time, memory, output size) ends the probe: a
-    `TemplateError` saying so."""
+    The probe renders dozens of times; all of them together get `budget` seconds (by default
+    PROBE_SECONDS, or what is left of the budget the probe runs in: a command's, see
+    tplparse.source.isolation), and the first render that hits a limit (time, memory, output
+    size) ends the probe: a `TemplateError` saying so."""
+    within = time_budget(budget) if budget is not None else default_time_budget(PROBE_SECONDS)
     try:
-        with fixed_clock(), time_budget(budget):  # (templates that print the time print the same one)
+        with fixed_clock(), within:  # (templates that print the time print the same one)
             return _probe(template)
     except TemplateError as e:
         if not e.limit:

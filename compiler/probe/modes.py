@@ -62,7 +62,7 @@ class Switch:
 def template_switches(template: ChatTemplate) -> list[Switch]:
     """The variables the template reads that are not inputs, each with the values its code
     compares it to (and true, false): the known thinking switches first, then by name."""
-    ast = parse_template(template.source)
+    ast = parse_template(template.source, template.limits)
     read = set(jinja_meta.find_undeclared_variables(ast)) - INPUTS - set(template.named_tokens)
     literals: dict[str, list] = {name: [] for name in read}
     for compare in ast.find_all(nodes.Compare):
@@ -138,7 +138,7 @@ def _known_switch(current: ShapedRenderer, user: str, header: str, boundaries: B
                   modes: dict[str, PromptMode]) -> dict | None:
     """A switch whose name says thinking on / off (or a system flag): the modes `thinking` and
     `no_thinking` added to `modes`, and the switch; None when none changes the prompt."""
-    read = set(jinja_meta.find_undeclared_variables(parse_template(current.template.source)))
+    read = set(jinja_meta.find_undeclared_variables(parse_template(current.template.source, current.template.limits)))
     candidates = [
         ({"variable": name, "on": on, "off": off}, ({name: on}, ""), ({name: off}, ""))
         for name, on, off in THINKING_SWITCHES if name in read

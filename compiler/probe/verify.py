@@ -19,6 +19,10 @@ TYPED_ARGUMENTS = {"amount": "EUR 12", "count": 3, "rate": 1.08, "exact": False,
                    "options": {"round": True, "places": 2}, "tags": ["fx", "daily"]}
 
 
+# The detail of every check when no standard turn renders (the template raises on each).
+RENDERS_NONE = "the template renders none of the standard turns"
+
+
 def standard_turns() -> dict[str, Turn]:
     s = FRESH
     call_a = Call(s.names[0], {s.key1: s.value1, s.key2: s.value2}, s.ids[0])
@@ -62,7 +66,7 @@ def verify(template: ChatTemplate, spec: ProtocolSpec) -> list[Check]:
     with fixed_clock():
         rendered = assistant_spans(renderer, FRESH.user, turns)
     if rendered is None:
-        return [Check(name, False, "the template renders none of the standard turns") for name in turns]
+        return [Check(name, False, RENDERS_NONE) for name in turns]
     spans = rendered[2]
     checks = []
     for name, turn in turns.items():
