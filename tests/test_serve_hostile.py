@@ -346,3 +346,37 @@ def test_an_older_llama_server_error_line_is_said(line):
     with pytest.raises(UpstreamError) as caught:
         asyncio.run(drain())
     assert caught.value.status == 502 and "exceeds the available context size" in caught.value.message
+
+
+@pytest.mark.e2e
+def test_no_double_bos_with_a_real_llama_server_that_adds_its_own(tmp_path):
+    """SmolLM2's vocabulary adds no BOS; told to (llama.cpp's --override-kv), with
+    <|endoftext|> as its BOS, llama-server puts one before every prompt, and logs a warning
+    when the prompt starts with one too. A template that starts with {{ bos_token }}, served
+    through tplparse serve: one BOS, and a note saying the template's was left out."""
+    from conftest import SMOLLM2
+    from servers import llama_server_binary, start_llama_server
+
+    binary = llama_server_binary()
+    if binary is None or not SMOLLM2.is_file():
+        pytest.skip("llama-server or SmolLM2 is missing (.ci/llama-server.sh, tests/fetch_fixtures.py)")
+    (tmp_path / "bos.jinja").write_text(BOS_TEMPLATE)
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"bos_token": "<|endoftext|>", "eos_token": "<|im_end|>"}))
+    log = tmp_path / "llama.log"
+    upstream = start_llama_server(binary, SMOLLM2, log, None, "--override-kv", "tokenizer.ggml.add_bos_token=bool:true",
+                                  "--override-kv", "tokenizer.ggml.bos_token_id=int:0")
+    serve = start_tplparse_serve(tmp_path / "bos.jinja", upstream.url, tmp_path / "serve.log", "--model-name", MODEL)
+    try:
+        response = httpx.post(serve.url + "/v1/chat/completions", timeout=120,
+                              json={"messages": ASK, "max_tokens": 2, "temperature": 0})
+        assert response.status_code == 200, response.text
+        assert any("left to the upstream" in note for note in response.json()["tplparse"]["notes"])
+        assert "2 BOS tokens" not in log.read_text()
+        # the check can see one: the prompt as the template renders it, counted as /completion counts it
+        rendered = tplparse.prompt(tplparse.load(tmp_path / "bos.jinja"), ASK).text
+        tokens = httpx.post(upstream.url + "/tokenize", timeout=30,
+                            json={"content": rendered, "add_special": True, "parse_special": True}).json()["tokens"]
+        assert tokens[:2] == [0, 0] and "2 BOS tokens" in log.read_text()
+    finally:
+        serve.stop()
+        upstream.stop()
