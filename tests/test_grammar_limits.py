@@ -98,6 +98,8 @@ def test_a_schema_no_grammar_holds_is_an_error_naming_where(schema, path, words)
     ({"type": "string", "pattern": "^a{100000}$"}, ['"b"'], [], "pattern"),
     ({"type": "object", "properties": {"kids": {"type": "array", "items": {"$ref": "#"}}}, "additionalProperties": False},
      ['{"kids": [{"kids": []}, {}]}'], ['{"kids": [1]}'], None),
+    ({"$defs": {"a b": {"type": "boolean"}}, "type": "array", "items": {"$ref": "#/$defs/a%20b"}}, ["[true]"], ['["x"]'],
+     None),
     ({"$defs": {"a-b": {"type": "string"}, "a_b": {"type": "integer"}},
       "type": "object", "properties": {"x": {"$ref": "#/$defs/a-b"}, "y": {"$ref": "#/$defs/a_b"}}, "required": ["x", "y"]},
      ['{"x": "s", "y": 1}'], ['{"x": 1, "y": 1}'], None),

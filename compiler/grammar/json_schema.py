@@ -38,6 +38,7 @@ context-free grammar (that would take a rule per set of names written so far), s
 from __future__ import annotations
 
 import json
+from urllib.parse import unquote
 
 from ..spec.encodings import json_type
 from .ir import AnyChar, Chars, Grammar, Lit, Node, Ref, Rep, TextUntil, alt, chars, children, opt, seq
@@ -557,7 +558,7 @@ def resolve_ref(root, target, path: str = "#"):
         raise SchemaError(path, f"$ref {target!r} is not a local reference (# or #/...): only those are read, nothing is fetched")
     node = root
     for part in target[2:].split("/") if target != "#" else []:
-        part = part.replace("~1", "/").replace("~0", "~")
+        part = unquote(part).replace("~1", "/").replace("~0", "~")  # (a URI fragment: %-escaped, RFC 6901)
         if isinstance(node, list) and part.isdigit() and int(part) < len(node):
             node = node[int(part)]
         elif isinstance(node, dict) and part in node:
