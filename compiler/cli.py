@@ -290,7 +290,8 @@ def _grammar_options(command):
     """The options every grammar command takes: what the output may be."""
     for option in reversed([
         click.option("--tools", "tools_path", type=_PATH, help="OpenAI-style tool definitions: names and argument schemas."),
-        click.option("--tool-choice", default="auto", show_default=True, help="auto, required, none, or a tool name."),
+        click.option("--tool-choice", default=None, help="auto (the default), required, none, a tool name, or "
+                     '{"type": "function", "function": {"name": NAME}} for a tool named like a mode.'),
         click.option("--parallel/--no-parallel", default=True, show_default=True, help="Allow several calls in one turn."),
         click.option("--json-schema", "schema_path", type=_PATH, help="Structured output: the answer is JSON of this schema."),
         click.option("--open-objects", is_flag=True,
@@ -374,9 +375,18 @@ def _print_grammar(source, grammar_format, llama_request, tools_path, tool_choic
     if tools is not None:
         _check_tools(tools, tools_path)
     schema = _read_json_file(schema_path, "JSON schema") if schema_path else None
-    if tool_choice not in ("auto", "required", "none") and not any(
+    if tool_choice is not None and tool_choice.lstrip().startswith("{"):
+        try:
+            tool_choice = json.loads(tool_choice)
+        except json.JSONDecodeError as e:
+            raise InputError(f"--tool-choice {tool_choice!r}: not JSON ({e.msg})") from None
+    elif tool_choice not in (None, "auto", "required", "none") and not any(
             (t.get("function") or t).get("name") == tool_choice for t in tools or []):
         raise InputError(f"--tool-choice {tool_choice!r}: not auto, required, none, or the name of a tool in --tools")
+    try:
+        GrammarOptions(tools=tools, tool_choice=tool_choice)
+    except ValueError as e:
+        raise InputError(f"--tool-choice: {e}") from None
     template, spec, _ = _isolated(lambda: _probed(_load(source, variant=variant, bos_token=bos_token,
                                                          eos_token=eos_token)), source)
     if mode not in spec.modes:
