@@ -14,7 +14,7 @@ from tplparse.probe import probe
 from tplparse.source import ChatTemplate
 from tplparse.spec import Start
 
-from conftest import CORPUS, needs_corpus
+from conftest import CORPUS, EXAMPLES, needs_corpus
 
 CHATML = ("{%- for m in messages %}<|im_start|>{{ m.role + '\\n' }}"
           "{%- if m.role == 'assistant' and m.reasoning_content %}<think>\n{{ m.reasoning_content }}\n</think>\n\n{% endif %}"
@@ -188,3 +188,52 @@ def test_whitespace_before_the_assistant_header_is_the_prompts():
     assert read(protocol, "Hello.<|eot|>", prompt)["content"] == "Hello."
     message = read(protocol, '{"parameters": {"city": "Paris"}, "name": "get_weather"}<|eot|>', prompt)
     assert [c["function"]["name"] for c in message["tool_calls"]] == ["get_weather"]
+
+
+# --- class 9: a call quoted inside reasoning ----------------------------------------------
+
+QUOTED_CALLS = {  # family -> (a call in its format, its reasoning end marker)
+    "examples/chatml-think-tools.gguf": ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
+                                         "</think>"),
+    "InclusionAI-Ling-2.0": ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
+                             "</think>"),
+    "DeepSeek-V3.2": ('<｜DSML｜function_calls>\n<｜DSML｜invoke name="get_weather">\n<｜DSML｜parameter name="city" '
+                      'string="true">Paris</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜function_calls>', "</think>"),
+}
+
+
+def _quoted_call_family(name):
+    return tplparse.load(EXAMPLES / name.removeprefix("examples/")) if name.startswith("examples/") else corpus(name)
+
+
+@pytest.mark.parametrize("name", sorted(QUOTED_CALLS))
+def test_a_call_quoted_inside_open_reasoning_is_reasoning_if_the_reasoning_closes_after_it(name):
+    """Ling's rule (a call opener inside open reasoning ends it) against models that quote a call
+    in their reasoning and close the block later: decided by what follows, nothing dispatched
+    (or shown) until the output tells."""
+    template = _quoted_call_family(name)
+    spec, protocol = compile_in_memory(template)
+    call, end = QUOTED_CALLS[name]
+    assert spec.reasoning.tool_call_ends_reasoning  # the policy this rule refines
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+    quoted = f"I could answer with {call} but first I check the units.{end}Paris is sunny."
+    called = f"The user wants the weather. {call}"
+    for text, calls, content in ((quoted, [], "Paris is sunny."), (called, ["get_weather"], None)):
+        one_shot = runtime.parse(protocol, text, tools=tools, start="reasoning")
+        assert [c["function"]["name"] for c in one_shot["tool_calls"]] == calls and one_shot["content"] == content
+        assert one_shot["errors"] == []
+        for size in (1, 3, 7):
+            parser = runtime.StreamParser(protocol, tools=tools, start="reasoning")
+            deltas = [d for i in range(0, len(text), size) for d in parser.feed(text[i:i + size])]
+            before_the_end = list(deltas)
+            deltas += parser.end()
+            assert parser.message == one_shot
+            # Until the output tells, nothing of the call goes out: no header, no arguments, and
+            # none of its text as reasoning either.
+            assert not any("tool_calls" in d for d in before_the_end)
+            if calls:
+                shown = "".join(d.get("reasoning_content", "") for d in before_the_end)
+                assert "<tool_call>" not in shown
+    if name == "examples/chatml-think-tools.gguf":
+        quoted_message = runtime.parse(protocol, quoted, tools=tools, start="reasoning")
+        assert call in quoted_message["reasoning_content"]

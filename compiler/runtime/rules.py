@@ -215,7 +215,8 @@ class Rules:
         return False
 
     def _reasoning_block(self):
-        """reasoning-text, up to its end marker (or a call opener, by policy)."""
+        """reasoning-text, up to its end marker (or a call opener, by policy: a call inside
+        open reasoning ends it, unless the reasoning closes after it, when it was quoted)."""
         p = self._p
         stops = [p.reasoning_end] + list(p.end_of_turn)
         if p.opener and p.call_ends_reasoning:
@@ -223,10 +224,32 @@ class Rules:
             if p.bare_opener:
                 stops.append(p.bare_opener)
         stop = yield from self._text_until(stops, self._reasoning_text)
+        while stop is not None and stop in (p.opener, p.bare_opener) and (yield from self._closes_later(self._pos)):
+            self._emit_text(self._reasoning_text, stop)  # (a call the reasoning quotes: reasoning)
+            self._pos += len(stop)
+            stop = yield from self._text_until(stops, self._reasoning_text)
         if stop == p.reasoning_end:
             self._pos += len(stop)
             self._state = CONTENT
         return stop
+
+    def _closes_later(self, start):
+        """Whether the reasoning block closes after `start` (where a call opens inside it): its
+        end marker comes before the turn ends. Decided only when the output tells, by that
+        marker, the turn's end or the output's; until then nothing from `start` on goes out."""
+        p = self._p
+        stops = [p.reasoning_end] + [m for m in p.end_of_turn if m]
+        find = first_of(stops)
+        searched = start
+        while True:
+            found = find(self._text, searched)
+            if found is not None:
+                return found.group() == p.reasoning_end
+            if self._eof:
+                return False
+            searched = max(start, len(self._text) - max(len(s) for s in stops) + 1)
+            self._quiet = waker("".join(sorted({s[-1] for s in stops})))
+            yield
 
     def _content(self):
         """content-text (tool-calls content-text?)* end-of-turn?"""
