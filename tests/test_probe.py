@@ -310,6 +310,7 @@ def _string_constants(tree: ast.AST):
 ALLOWED_FAMILY_STRINGS = {
     ("byte_vocab.py", "llama"): "the GGUF architecture llama.cpp loads a vocabulary under",
     ("requests.py", "seed"): "OpenAI's sampling field (a random seed), not the Seed model family",
+    ("requests.py", "the sampling seed must be a 64-bit integer"): "the same sampling field, in its error",
 }
 
 

@@ -174,7 +174,7 @@ def parse_request(body, limits: RequestLimits = LIMITS) -> ChatRequest:
     seed = _optional(body, "seed", int)
     if seed is not None:
         if not -2**63 <= seed < 2**63:
-            raise RequestError("seed", "seed must be a 64-bit integer")
+            raise RequestError("seed", "the sampling seed must be a 64-bit integer")
         request.sampling["seed"] = seed
     request.stop = _stop(body.get("stop"), limits)
     request.thinking = _thinking(body)
