@@ -134,6 +134,22 @@ def _token_options(command):
     return click.option("--bos-token", help="The bos token the template is rendered with (a bare .jinja names none).")(command)
 
 
+def _override_option(command):
+    """--override FILE: a user's declarative override of the probe's spec (README, compile)."""
+    return click.option("--override", "override_path", type=_PATH, metavar="FILE",
+                        help="A declarative override of the probe's spec (JSON: why, patch, template_sha256, "
+                             "source), applied after the shipped ones and proved like the rest.")(command)
+
+
+def _read_override(path):
+    """The override file, read and checked here, before any work with the template."""
+    from pathlib import Path
+
+    from .probe.overrides import read_override
+
+    return read_override(Path(path)) if path else None
+
+
 def _load(source, variant=None, family=None, bos_token=None, eos_token=None):
     template = load(source, variant=variant, family=family, limits=_render_limits())
     tokens = {k: v for k, v in (("bos_token", bos_token), ("eos_token", eos_token)) if v is not None}
@@ -252,13 +268,15 @@ def _check_unicode(text: str, source) -> None:
 @click.argument("source", type=_PATH)
 @click.option("--variant", help="A named template of the source (e.g. tool_use).")
 @click.option("--json", "as_json", is_flag=True, help="Print the ProtocolSpec as JSON.")
+@_override_option
 @_token_options
-def probe(source, variant, as_json, bos_token, eos_token):
+def probe(source, variant, as_json, override_path, bos_token, eos_token):
     """Derive SOURCE's protocol (reasoning, content, tool calls, end of turn) by rendering it."""
     from .probe.report import as_text, protocol_sections, provenance_sections
 
+    override = _read_override(override_path)
     template, spec, checks = _isolated(lambda: _probed(_load(source, variant=variant, bos_token=bos_token,
-                                                              eos_token=eos_token)), source)
+                                                              eos_token=eos_token), override), source)
     if as_json:
         click.echo(spec.to_json(), nl=False)
         return
@@ -271,14 +289,15 @@ def probe(source, variant, as_json, bos_token, eos_token):
             click.echo(f"  {check.turn}: {check.detail}")
 
 
-def _probed(template):
+def _probed(template, override=None):
     """(template, its spec, the spec's checks against the standard turns); a template that
-    renders none of them is an error, as it is for compile (nothing to derive a protocol from)."""
+    renders none of them is an error, as it is for compile (nothing to derive a protocol from).
+    `override`: a user's, applied to the spec."""
     from .probe import probe as run_probe
     from .probe import verify
     from .probe.verify import RENDERS_NONE
 
-    spec = run_probe(template)
+    spec = run_probe(template, override=override)
     checks = verify(template, spec)
     if all(c.detail == RENDERS_NONE for c in checks):
         why = next((w.partition(": ")[2] for w in spec.warnings if w.startswith("no probe turn renders: ")), "")
@@ -303,7 +322,7 @@ def _grammar_options(command):
         click.option("--variant", help="A named template of the source (e.g. tool_use)."),
     ]):
         command = option(command)
-    return _token_options(command)
+    return _override_option(_token_options(command))
 
 
 @main.command()
@@ -314,7 +333,7 @@ def _grammar_options(command):
 @click.option("--llama-request", is_flag=True, help="Print the JSON fields llama.cpp's server takes (GBNF only).")
 @_grammar_options
 def grammar(source, grammar_format, llama_request, tools_path, tool_choice, parallel, schema_path, open_objects, mode,
-            variant, bos_token, eos_token):
+            variant, bos_token, eos_token, override_path):
     """Print a grammar for SOURCE's output, for constrained decoding.
 
     Without --tools: any tool name, any JSON arguments. With --tools: the offered names only,
@@ -325,7 +344,7 @@ def grammar(source, grammar_format, llama_request, tools_path, tool_choice, para
     lark, and with llama.cpp when it is installed; Lark with llguidance when it is installed.
     """
     _print_grammar(source, grammar_format, llama_request, tools_path, tool_choice, parallel, schema_path, open_objects,
-                   mode, variant, bos_token, eos_token)
+                   mode, variant, bos_token, eos_token, override_path)
 
 
 @main.command()
@@ -333,10 +352,10 @@ def grammar(source, grammar_format, llama_request, tools_path, tool_choice, para
 @click.option("--llama-request", is_flag=True, help="Print the JSON fields llama.cpp's server takes.")
 @_grammar_options
 def gbnf(source, llama_request, tools_path, tool_choice, parallel, schema_path, open_objects, mode, variant, bos_token,
-         eos_token):
+         eos_token, override_path):
     """Print a GBNF grammar for SOURCE's output (`tplparse grammar --format gbnf`)."""
     _print_grammar(source, "gbnf", llama_request, tools_path, tool_choice, parallel, schema_path, open_objects, mode,
-                   variant, bos_token, eos_token)
+                   variant, bos_token, eos_token, override_path)
 
 
 def _check_tools(tools, path) -> None:
@@ -359,7 +378,7 @@ def _check_tools(tools, path) -> None:
 
 
 def _print_grammar(source, grammar_format, llama_request, tools_path, tool_choice, parallel, schema_path, open_objects,
-                   mode, variant, bos_token, eos_token):
+                   mode, variant, bos_token, eos_token, override_path=None):
     from .check import llama as llama_check
     from .check import llguidance as llguidance_check
     from .check.gbnf_lark import parse_gbnf
@@ -377,8 +396,9 @@ def _print_grammar(source, grammar_format, llama_request, tools_path, tool_choic
     if tool_choice not in ("auto", "required", "none") and not any(
             (t.get("function") or t).get("name") == tool_choice for t in tools or []):
         raise InputError(f"--tool-choice {tool_choice!r}: not auto, required, none, or the name of a tool in --tools")
+    override = _read_override(override_path)
     template, spec, _ = _isolated(lambda: _probed(_load(source, variant=variant, bos_token=bos_token,
-                                                         eos_token=eos_token)), source)
+                                                         eos_token=eos_token), override), source)
     if mode not in spec.modes:
         raise InputError(f"--mode {mode!r}: this template has the modes {', '.join(spec.modes)}")
     if spec.tool_calls is None and tool_choice == "required":
@@ -435,8 +455,9 @@ def _print_grammar(source, grammar_format, llama_request, tools_path, tool_choic
 @click.option("--allow-partial", is_flag=True,
               help="Write the files even when the parser does not read back every turn the template renders "
                    "(the spec and the module record which); exit status 1.")
+@_override_option
 @_token_options
-def compile_command(source, out_dir, family, variant, standalone, allow_partial, bos_token, eos_token):
+def compile_command(source, out_dir, family, variant, standalone, allow_partial, override_path, bos_token, eos_token):
     """Write SOURCE's PEG, GBNF and Lark grammars, its spec and its streaming parser module.
 
     The compile proves the parser first: every standard turn the template renders is read
@@ -444,14 +465,20 @@ def compile_command(source, out_dir, family, variant, standalone, allow_partial,
     grammar. A turn that does not prove is an error (exit 2, nothing written). The deviated
     forms of the proved turns (what the tolerance rules read) are fed too; one that does not
     read back as its render is a warning.
+
+    A turn that does not prove names the spec fields involved; --override FILE sets them
+    (a partial spec keyed to the template's sha256, with why and source), and the result is
+    proved like any other.
     """
     from pathlib import Path
 
     from .pipeline import compile_template, write_files
 
+    override = _read_override(override_path)
     compiled = _isolated(lambda: compile_template(_load(source, variant=variant, family=family, bos_token=bos_token,
                                                         eos_token=eos_token),
-                                                  standalone=standalone, allow_partial=allow_partial), source)
+                                                  standalone=standalone, allow_partial=allow_partial,
+                                                  override=override), source)
     click.echo(compiled.proof.table(), nl=False)
     proof = compiled.proof
     if not proof.ok and not allow_partial:
@@ -471,7 +498,9 @@ def _proof_error(proof) -> str:
         return f"{proof.family}: {proof.error}: nothing to prove the parser on"
     first = proof.unproved[0]
     more = f" (and {len(proof.unproved) - 1} more turns)" if len(proof.unproved) > 1 else ""
-    return f"{proof.family}: the parser does not read back the {first.turn!r} turn: {first.detail}{more}"
+    fields = (f"; spec fields involved: {', '.join(first.fields)} (an override sets them: compile --override FILE)"
+              if first.fields else "")
+    return f"{proof.family}: the parser does not read back the {first.turn!r} turn: {first.detail}{more}{fields}"
 
 
 class _Parsers:
