@@ -295,10 +295,12 @@ def _probed(template, override=None):
     `override`: a user's, applied to the spec."""
     from .probe import probe as run_probe
     from .probe import verify
+    from .probe.overrides import blamed_on
     from .probe.verify import RENDERS_NONE
 
     spec = run_probe(template, override=override)
-    checks = verify(template, spec)
+    with blamed_on(override):
+        checks = verify(template, spec)
     if all(c.detail == RENDERS_NONE for c in checks):
         why = next((w.partition(": ")[2] for w in spec.warnings if w.startswith("no probe turn renders: ")), "")
         raise InputError(f"{spec.family}: {RENDERS_NONE}" + (f" ({why})" if why else ""))
@@ -386,6 +388,7 @@ def _print_grammar(source, grammar_format, llama_request, tools_path, tool_choic
     from .emit.lark import emit_lark, lark_warnings
     from .emit.llama_request import llama_request as make_request
     from .grammar import GrammarOptions, build
+    from .probe.overrides import blamed_on
 
     if llama_request and grammar_format != "gbnf":
         raise InputError("--llama-request: llama.cpp's server fields carry a GBNF grammar; leave out --format lark")
@@ -406,15 +409,16 @@ def _print_grammar(source, grammar_format, llama_request, tools_path, tool_choic
     options = GrammarOptions(tools=tools, tool_choice=tool_choice, parallel=parallel, mode=mode, content_schema=schema,
                              open_objects=open_objects)
     try:
-        if llama_request:
-            request = make_request(spec, options, template.special_tokens)
-            text = request["grammar"]
-        else:
-            grammar_ir = build(spec, options, template.special_tokens)
-            if grammar_format == "lark":
-                text = emit_lark(grammar_ir, template.control_tokens)
+        with blamed_on(override):
+            if llama_request:
+                request = make_request(spec, options, template.special_tokens)
+                text = request["grammar"]
             else:
-                text = emit_gbnf(grammar_ir)
+                grammar_ir = build(spec, options, template.special_tokens)
+                if grammar_format == "lark":
+                    text = emit_lark(grammar_ir, template.control_tokens)
+                else:
+                    text = emit_gbnf(grammar_ir)
     except ValueError as e:
         raise InputError(str(e)) from None
     warnings = lark_warnings(grammar_ir, options.warnings) if grammar_format == "lark" else options.warnings

@@ -36,7 +36,7 @@ from .export.vllm_plugin import VllmPlugin, vllm_plugin
 from .grammar import build as build_grammar
 from .grammar.reading import reading_tables
 from .probe import probe
-from .probe.overrides import Override, read_override
+from .probe.overrides import Override, blamed_on, read_override
 from .source import ChatTemplate, load
 from .spec import ProtocolSpec, SpecError
 from .spec.diff import protocol_differences
@@ -59,11 +59,12 @@ def compile_template(template: ChatTemplate, standalone: bool = False, allow_par
     """Probe, prove, and (when proved, or allowed partially) the files of one template; with
     a user's `override` (tplparse.probe.overrides.read_override) applied to its spec."""
     spec = probe(template, override=override)
-    proof = prove(template, spec)
-    if not proof.ok and not allow_partial:
-        return Compiled(spec, proof, {})
-    spec.unproved = [f"{t.turn}: {t.detail}" for t in proof.unproved] + ([proof.error] if proof.error else [])
-    return Compiled(spec, proof, artifacts(template, spec, standalone))
+    with blamed_on(override):
+        proof = prove(template, spec)
+        if not proof.ok and not allow_partial:
+            return Compiled(spec, proof, {})
+        spec.unproved = [f"{t.turn}: {t.detail}" for t in proof.unproved] + ([proof.error] if proof.error else [])
+        return Compiled(spec, proof, artifacts(template, spec, standalone))
 
 
 def artifacts(template: ChatTemplate, spec: ProtocolSpec, standalone: bool = False) -> dict[str, str]:

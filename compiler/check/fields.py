@@ -33,7 +33,7 @@ def involved_fields(spec: ProtocolSpec, expected: dict, got: dict, errors: list[
     if got["tool_calls"] != expected["tool_calls"] and not call_errors:
         found += _call_fields(spec, expected["tool_calls"], got["tool_calls"])
     if grammar_rejected:
-        found += [f"turns.{turn_kind(expected)}", f"modes.{mode}.start"]
+        found += _grammar_fields(spec, expected, mode)
     return list(dict.fromkeys(found))
 
 
@@ -104,6 +104,19 @@ def _argument_fields(spec: ProtocolSpec, want, read) -> list[str]:
             layout = kind if kind in arguments.argument else "string"
             found += [f"tool_calls.arguments.value_encoders.{kind}", f"tool_calls.arguments.argument.{layout}"]
     return found
+
+
+def _grammar_fields(spec: ProtocolSpec, expected: dict, mode: str) -> list[str]:
+    """The grammar refuses a turn the parser reads: it is written from the turn's layout and
+    the markers of the parts the turn has (the parser reads more forms than it writes)."""
+    found = [f"turns.{turn_kind(expected)}"]
+    if expected["reasoning_content"]:
+        found += _reasoning_fields(spec, mode)
+    if expected["content"]:
+        found += ["content_start", "content_end"]
+    if expected["tool_calls"]:
+        found += _call_layout_fields(spec, len(expected["tool_calls"]))
+    return found + ["end_of_turn", f"modes.{mode}.start"]
 
 
 def _error_fields(spec: ProtocolSpec, error: dict, expected: dict, mode: str) -> list[str]:

@@ -23,13 +23,15 @@ import json
 import re
 import types
 import typing
+from contextlib import contextmanager
 from dataclasses import MISSING, dataclass, fields, is_dataclass
 from enum import Enum
 from functools import lru_cache
 from pathlib import Path
 
-from ..errors import InputError
-from ..spec import ProtocolSpec, SpecError
+from ..errors import InputError, TplparseError
+from ..spec import ArgumentStyle, ProtocolSpec, SpecError
+from ..spec.encodings import ENCODERS
 from ..spec.diff import NOT_PROTOCOL
 
 OVERRIDES_DIR = Path(__file__).resolve().parent / "family_overrides"
@@ -213,6 +215,55 @@ def _kind(kind: type) -> str:
         kind, kind.__name__)
 
 
+# How one value may be written (ArgumentFormat): an encoder of the whole value, or these.
+VALUE_WRITINGS = ("raw", "quoted", "raw-or-quoted", "native")
+
+
+def _check_calls(calls: dict, name: str) -> None:
+    """What every later stage needs of a calls format: a call layout with the name and the
+    arguments, known encoders, and (arguments written one by one) a layout for strings,
+    each layout with the key and the value."""
+    for needed in ("name", "arguments"):
+        if {"slot": needed} not in calls["call"]:
+            raise InputError(f"{name}: tool_calls.call: the call's layout has no {{\"slot\": \"{needed}\"}}")
+    arguments = calls["arguments"]
+    if arguments["encoder"] not in ENCODERS:
+        raise InputError(f"{name}: tool_calls.arguments.encoder: {arguments['encoder']!r} is not one of "
+                         f"{', '.join(ENCODERS)}")
+    for kind, writing in arguments["value_encoders"].items():
+        if writing not in ENCODERS and writing not in VALUE_WRITINGS:
+            raise InputError(f"{name}: tool_calls.arguments.value_encoders.{kind}: {writing!r} is not one of "
+                             f"{', '.join(list(ENCODERS) + list(VALUE_WRITINGS))}")
+    if arguments["style"] != ArgumentStyle.KV:
+        return
+    if "string" not in arguments["argument"]:
+        raise InputError(f"{name}: tool_calls.arguments.argument: arguments written one by one need a layout for "
+                         "strings (argument.string), the one every type without its own uses")
+    for kind, layout in arguments["argument"].items():
+        for needed in ("key", "value"):
+            if {"slot": needed} not in layout:
+                raise InputError(f"{name}: tool_calls.arguments.argument.{kind}: the layout has no "
+                                 f"{{\"slot\": \"{needed}\"}}")
+
+
+@contextmanager
+def blamed_on(override: Override | None):
+    """Work with a spec a user's override patched: an error that is no TplparseError (the
+    patch made a spec a later stage cannot use, which the checks above did not foresee) is
+    an InputError naming the override, one line, not a traceback."""
+    if override is None:
+        yield
+        return
+    try:
+        yield
+    except (TplparseError, MemoryError):
+        raise
+    except Exception as e:  # noqa: BLE001 - what a user's patch made is bad input
+        raise InputError(f"{override.name}: the patched spec cannot be compiled ({type(e).__name__}: {e}); the fields "
+                         f"it sets: {', '.join(patched_paths(override.patch))} (if the patch is right, this is a "
+                         "tplparse bug: please report it)") from None
+
+
 def patched_paths(patch: dict, path: str = "") -> list[str]:
     """The dotted paths `patch` sets (down to its values that are not objects)."""
     found = []
@@ -245,6 +296,8 @@ def patched_spec(spec: ProtocolSpec, patch: dict, name: str) -> ProtocolSpec:
     naming the field."""
     data = _merge(spec.to_dict(), patch)
     _check(data, ProtocolSpec, "", name, partial=False)
+    if data["tool_calls"] is not None:
+        _check_calls(data["tool_calls"], name)
     try:
         return ProtocolSpec.from_dict(data)
     except (SpecError, TypeError, ValueError, KeyError) as e:  # (the check above should have said which field)
@@ -288,5 +341,5 @@ def _applied(spec: ProtocolSpec, override: Override, patch: dict) -> ProtocolSpe
     return patched
 
 
-__all__ = ["OVERRIDES_DIR", "Override", "apply_overrides", "check_patch", "check_template", "load_overrides", "parse_override",
+__all__ = ["OVERRIDES_DIR", "Override", "apply_overrides", "blamed_on", "check_patch", "check_template", "load_overrides", "parse_override",
            "patched_paths", "patched_spec", "read_override", "settle_override"]
