@@ -116,6 +116,7 @@ def _grammar_fields(spec: ProtocolSpec, expected: dict, mode: str) -> list[str]:
         found += ["content_start", "content_end"]
     if expected["tool_calls"]:
         found += _call_layout_fields(spec, len(expected["tool_calls"]))
+        found += _arguments_format_fields(spec) if spec.tool_calls is not None else []
     return found + ["end_of_turn", f"modes.{mode}.start"]
 
 
