@@ -162,6 +162,18 @@ def test_a_part_the_spec_lacks_must_be_given_whole(example):
     assert "b.json: reasoning: the spec has none, so the patch must give all of it (missing: end)" in str(raised.value)
 
 
+def test_a_new_part_takes_the_defaults_of_what_it_leaves_out(example):
+    """As the shipped overrides give a calls format to a template that renders none (IBM
+    Granite 3.3): the fields with defaults may be left out."""
+    _, spec = example
+    bare = patched_spec(spec, {"tool_calls": None}, "a.json")
+    calls = {"section_start": "<|tool_call|>[", "section_end": "]", "separator": ", ",
+             "call": ['{"name": "', {"slot": "name"}, '", "arguments": ', {"slot": "arguments"}, "}"],
+             "arguments": {"style": "object"}}
+    patched = patched_spec(bare, {"tool_calls": calls}, "b.json")
+    assert patched.tool_calls.arguments.encoder == "json" and patched.tool_calls.parallel == "all"
+
+
 @pytest.mark.parametrize("patch, message", [
     ({"tool_calls": {"call": ["{", {"slot": "arguments"}, "}"]}}, 'tool_calls.call: the call\'s layout has no {"slot": "name"}'),
     ({"tool_calls": {"arguments": {"encoder": "yaml"}}}, "tool_calls.arguments.encoder: 'yaml' is not one of json"),

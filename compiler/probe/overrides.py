@@ -226,20 +226,21 @@ def _check_calls(calls: dict, name: str) -> None:
     for needed in ("name", "arguments"):
         if {"slot": needed} not in calls["call"]:
             raise InputError(f"{name}: tool_calls.call: the call's layout has no {{\"slot\": \"{needed}\"}}")
-    arguments = calls["arguments"]
-    if arguments["encoder"] not in ENCODERS:
-        raise InputError(f"{name}: tool_calls.arguments.encoder: {arguments['encoder']!r} is not one of "
-                         f"{', '.join(ENCODERS)}")
-    for kind, writing in arguments["value_encoders"].items():
+    arguments = calls["arguments"]  # (a field the patch of a new calls format leaves out has its default)
+    encoder = arguments.get("encoder", "json")
+    if encoder not in ENCODERS:
+        raise InputError(f"{name}: tool_calls.arguments.encoder: {encoder!r} is not one of {', '.join(ENCODERS)}")
+    for kind, writing in arguments.get("value_encoders", {}).items():
         if writing not in ENCODERS and writing not in VALUE_WRITINGS:
             raise InputError(f"{name}: tool_calls.arguments.value_encoders.{kind}: {writing!r} is not one of "
                              f"{', '.join(list(ENCODERS) + list(VALUE_WRITINGS))}")
     if arguments["style"] != ArgumentStyle.KV:
         return
-    if "string" not in arguments["argument"]:
+    layouts = arguments.get("argument", {})
+    if "string" not in layouts:
         raise InputError(f"{name}: tool_calls.arguments.argument: arguments written one by one need a layout for "
                          "strings (argument.string), the one every type without its own uses")
-    for kind, layout in arguments["argument"].items():
+    for kind, layout in layouts.items():
         for needed in ("key", "value"):
             if {"slot": needed} not in layout:
                 raise InputError(f"{name}: tool_calls.arguments.argument.{kind}: the layout has no "
