@@ -289,6 +289,14 @@ def test_a_field_the_patch_sets_keeps_its_value(example):
     assert patched.overrides == [f"user override fix.json (sha256 {'f' * 16}, sets modes.default.start): why"]
 
 
+def test_the_probes_evidence_for_a_replaced_value_is_dropped(example):
+    template, spec = example
+    assert "reasoning.end" in spec.evidence and "reasoning.start" in spec.evidence
+    override = Override("fix.json", "why", {"reasoning": {"end": "</reflect>"}}, (template.sha256,), user=True)
+    patched = probe(template, override=override)
+    assert "reasoning.end" not in patched.evidence and "reasoning.start" in patched.evidence
+
+
 def test_the_shipped_overrides_are_checked_as_a_users_are():
     assert {o.name for o in load_overrides()} >= {"granite-3.3.json", "lfm2.5-instruct.json"}
     assert all(not o.user and o.why and o.patch for o in load_overrides())

@@ -84,8 +84,7 @@ def read_override(path: Path, name: str | None = None) -> Override:
         data = json.loads(text)
     except json.JSONDecodeError as e:
         raise InputError(f"{path}: invalid JSON ({what}) at line {e.lineno}, column {e.colno}: {e.msg}") from None
-    override = parse_override(data, name or str(path), user=True, file_sha256=hashlib.sha256(raw).hexdigest())
-    return override
+    return parse_override(data, name or str(path), user=True, file_sha256=hashlib.sha256(raw).hexdigest())
 
 
 def parse_override(data, name: str, user: bool = False, file_sha256: str = "") -> Override:
@@ -174,8 +173,9 @@ def _check_object(value, cls, path: str, name: str, partial: bool) -> None:
     for key, item in value.items():
         where = f"{path}.{key}" if path else key
         if key not in known:
+            listed = [k for k in known if path or k not in NOT_PROTOCOL]
             raise InputError(f"{name}: {where}: no such field (the fields{' of ' + path if path else ''}: "
-                             f"{', '.join(known)})")
+                             f"{', '.join(listed)})")
         _check(item, hints[key], where, name, partial)
     if not partial:
         missing = [f.name for f in known.values() if f.name not in value
@@ -331,16 +331,22 @@ def settle_override(spec: ProtocolSpec, user: Override | None) -> ProtocolSpec:
     """The user's patch once more over the finished spec: each field it sets has its value."""
     if user is None:
         return spec
-    settled = patched_spec(spec, user.patch, user.name)
-    settled.overrides = list(spec.overrides)
-    return settled
+    return patched_spec(spec, user.patch, user.name)  # (recorded once, by apply_overrides)
 
 
 def _applied(spec: ProtocolSpec, override: Override, patch: dict) -> ProtocolSpec:
     patched = patched_spec(spec, patch, override.name)
     patched.overrides = list(spec.overrides) + [override.record()]
+    if override.user:  # (the probe's evidence for a value the user replaced is no evidence for the new one)
+        patched.evidence = {key: why for key, why in patched.evidence.items()
+                            if not any(_under(key, path) for path in patched_paths(override.patch))}
     return patched
 
 
-__all__ = ["OVERRIDES_DIR", "Override", "apply_overrides", "blamed_on", "check_patch", "check_template", "load_overrides", "parse_override",
-           "patched_paths", "patched_spec", "read_override", "settle_override"]
+def _under(key: str, path: str) -> bool:
+    """An evidence key (`reasoning.start`, `end_of_turn '<|im_end|>'`) is about the field at `path` or in it."""
+    return key == path or key.startswith((path + ".", path + " ", path + "["))
+
+
+__all__ = ["OVERRIDES_DIR", "Override", "apply_overrides", "blamed_on", "check_patch", "check_template",
+           "load_overrides", "parse_override", "patched_paths", "patched_spec", "read_override", "settle_override"]
