@@ -134,6 +134,22 @@ def _token_options(command):
     return click.option("--bos-token", help="The bos token the template is rendered with (a bare .jinja names none).")(command)
 
 
+def _override_option(command):
+    """--override FILE: a user's declarative override of the probe's spec (README, compile)."""
+    return click.option("--override", "override_path", type=_PATH, metavar="FILE",
+                        help="A declarative override of the probe's spec (JSON: why, patch, template_sha256, "
+                             "source), applied after the shipped ones and proved like the rest.")(command)
+
+
+def _read_override(path):
+    """The override file, read and checked here, before any work with the template."""
+    from pathlib import Path
+
+    from .probe.overrides import read_override
+
+    return read_override(Path(path)) if path else None
+
+
 def _load(source, variant=None, family=None, bos_token=None, eos_token=None):
     template = load(source, variant=variant, family=family, limits=_render_limits())
     tokens = {k: v for k, v in (("bos_token", bos_token), ("eos_token", eos_token)) if v is not None}
@@ -252,13 +268,15 @@ def _check_unicode(text: str, source) -> None:
 @click.argument("source", type=_PATH)
 @click.option("--variant", help="A named template of the source (e.g. tool_use).")
 @click.option("--json", "as_json", is_flag=True, help="Print the ProtocolSpec as JSON.")
+@_override_option
 @_token_options
-def probe(source, variant, as_json, bos_token, eos_token):
+def probe(source, variant, as_json, override_path, bos_token, eos_token):
     """Derive SOURCE's protocol (reasoning, content, tool calls, end of turn) by rendering it."""
     from .probe.report import as_text, protocol_sections, provenance_sections
 
+    override = _read_override(override_path)
     template, spec, checks = _isolated(lambda: _probed(_load(source, variant=variant, bos_token=bos_token,
-                                                              eos_token=eos_token)), source)
+                                                              eos_token=eos_token), override), source)
     if as_json:
         click.echo(spec.to_json(), nl=False)
         return
@@ -271,15 +289,18 @@ def probe(source, variant, as_json, bos_token, eos_token):
             click.echo(f"  {check.turn}: {check.detail}")
 
 
-def _probed(template):
+def _probed(template, override=None):
     """(template, its spec, the spec's checks against the standard turns); a template that
-    renders none of them is an error, as it is for compile (nothing to derive a protocol from)."""
+    renders none of them is an error, as it is for compile (nothing to derive a protocol from).
+    `override`: a user's, applied to the spec."""
     from .probe import probe as run_probe
     from .probe import verify
+    from .probe.overrides import blamed_on
     from .probe.verify import RENDERS_NONE
 
-    spec = run_probe(template)
-    checks = verify(template, spec)
+    spec = run_probe(template, override=override)
+    with blamed_on(override):
+        checks = verify(template, spec)
     if all(c.detail == RENDERS_NONE for c in checks):
         why = next((w.partition(": ")[2] for w in spec.warnings if w.startswith("no probe turn renders: ")), "")
         raise InputError(f"{spec.family}: {RENDERS_NONE}" + (f" ({why})" if why else ""))
@@ -304,7 +325,7 @@ def _grammar_options(command):
         click.option("--variant", help="A named template of the source (e.g. tool_use)."),
     ]):
         command = option(command)
-    return _token_options(command)
+    return _override_option(_token_options(command))
 
 
 @main.command()
@@ -315,7 +336,7 @@ def _grammar_options(command):
 @click.option("--llama-request", is_flag=True, help="Print the JSON fields llama.cpp's server takes (GBNF only).")
 @_grammar_options
 def grammar(source, grammar_format, llama_request, tools_path, tool_choice, parallel, schema_path, open_objects, mode,
-            variant, bos_token, eos_token):
+            variant, bos_token, eos_token, override_path):
     """Print a grammar for SOURCE's output, for constrained decoding.
 
     Without --tools: any tool name, any JSON arguments. With --tools: the offered names only,
@@ -326,7 +347,7 @@ def grammar(source, grammar_format, llama_request, tools_path, tool_choice, para
     lark, and with llama.cpp when it is installed; Lark with llguidance when it is installed.
     """
     _print_grammar(source, grammar_format, llama_request, tools_path, tool_choice, parallel, schema_path, open_objects,
-                   mode, variant, bos_token, eos_token)
+                   mode, variant, bos_token, eos_token, override_path)
 
 
 @main.command()
@@ -334,10 +355,10 @@ def grammar(source, grammar_format, llama_request, tools_path, tool_choice, para
 @click.option("--llama-request", is_flag=True, help="Print the JSON fields llama.cpp's server takes.")
 @_grammar_options
 def gbnf(source, llama_request, tools_path, tool_choice, parallel, schema_path, open_objects, mode, variant, bos_token,
-         eos_token):
+         eos_token, override_path):
     """Print a GBNF grammar for SOURCE's output (`tplparse grammar --format gbnf`)."""
     _print_grammar(source, "gbnf", llama_request, tools_path, tool_choice, parallel, schema_path, open_objects, mode,
-                   variant, bos_token, eos_token)
+                   variant, bos_token, eos_token, override_path)
 
 
 def _check_tools(tools, path) -> None:
@@ -360,7 +381,7 @@ def _check_tools(tools, path) -> None:
 
 
 def _print_grammar(source, grammar_format, llama_request, tools_path, tool_choice, parallel, schema_path, open_objects,
-                   mode, variant, bos_token, eos_token):
+                   mode, variant, bos_token, eos_token, override_path=None):
     from .check import llama as llama_check
     from .check import llguidance as llguidance_check
     from .check.gbnf_lark import parse_gbnf
@@ -368,6 +389,7 @@ def _print_grammar(source, grammar_format, llama_request, tools_path, tool_choic
     from .emit.lark import emit_lark, lark_warnings
     from .emit.llama_request import llama_request as make_request
     from .grammar import GrammarOptions, build
+    from .probe.overrides import blamed_on
 
     if llama_request and grammar_format != "gbnf":
         raise InputError("--llama-request: llama.cpp's server fields carry a GBNF grammar; leave out --format lark")
@@ -387,8 +409,9 @@ def _print_grammar(source, grammar_format, llama_request, tools_path, tool_choic
         GrammarOptions(tools=tools, tool_choice=tool_choice)
     except ValueError as e:
         raise InputError(f"--tool-choice: {e}") from None
+    override = _read_override(override_path)
     template, spec, _ = _isolated(lambda: _probed(_load(source, variant=variant, bos_token=bos_token,
-                                                         eos_token=eos_token)), source)
+                                                         eos_token=eos_token), override), source)
     if mode not in spec.modes:
         raise InputError(f"--mode {mode!r}: this template has the modes {', '.join(spec.modes)}")
     if spec.tool_calls is None and tool_choice == "required":
@@ -396,15 +419,16 @@ def _print_grammar(source, grammar_format, llama_request, tools_path, tool_choic
     options = GrammarOptions(tools=tools, tool_choice=tool_choice, parallel=parallel, mode=mode, content_schema=schema,
                              open_objects=open_objects)
     try:
-        if llama_request:
-            request = make_request(spec, options, template.special_tokens)
-            text = request["grammar"]
-        else:
-            grammar_ir = build(spec, options, template.special_tokens)
-            if grammar_format == "lark":
-                text = emit_lark(grammar_ir, template.control_tokens)
+        with blamed_on(override):
+            if llama_request:
+                request = make_request(spec, options, template.special_tokens)
+                text = request["grammar"]
             else:
-                text = emit_gbnf(grammar_ir)
+                grammar_ir = build(spec, options, template.special_tokens)
+                if grammar_format == "lark":
+                    text = emit_lark(grammar_ir, template.control_tokens)
+                else:
+                    text = emit_gbnf(grammar_ir)
     except ValueError as e:
         raise InputError(str(e)) from None
     warnings = lark_warnings(grammar_ir, options.warnings) if grammar_format == "lark" else options.warnings
@@ -445,8 +469,9 @@ def _print_grammar(source, grammar_format, llama_request, tools_path, tool_choic
 @click.option("--allow-partial", is_flag=True,
               help="Write the files even when the parser does not read back every turn the template renders "
                    "(the spec and the module record which); exit status 1.")
+@_override_option
 @_token_options
-def compile_command(source, out_dir, family, variant, standalone, allow_partial, bos_token, eos_token):
+def compile_command(source, out_dir, family, variant, standalone, allow_partial, override_path, bos_token, eos_token):
     """Write SOURCE's PEG, GBNF and Lark grammars, its spec and its streaming parser module.
 
     The compile proves the parser first: every standard turn the template renders is read
@@ -454,14 +479,20 @@ def compile_command(source, out_dir, family, variant, standalone, allow_partial,
     grammar. A turn that does not prove is an error (exit 2, nothing written). The deviated
     forms of the proved turns (what the tolerance rules read) are fed too; one that does not
     read back as its render is a warning.
+
+    A turn that does not prove names the spec fields involved; --override FILE sets them
+    (a partial spec keyed to the template's sha256, with why and source), and the result is
+    proved like any other.
     """
     from pathlib import Path
 
     from .pipeline import compile_template, write_files
 
+    override = _read_override(override_path)
     compiled = _isolated(lambda: compile_template(_load(source, variant=variant, family=family, bos_token=bos_token,
                                                         eos_token=eos_token),
-                                                  standalone=standalone, allow_partial=allow_partial), source)
+                                                  standalone=standalone, allow_partial=allow_partial,
+                                                  override=override), source)
     click.echo(compiled.proof.table(), nl=False)
     proof = compiled.proof
     if not proof.ok and not allow_partial:
@@ -481,7 +512,9 @@ def _proof_error(proof) -> str:
         return f"{proof.family}: {proof.error}: nothing to prove the parser on"
     first = proof.unproved[0]
     more = f" (and {len(proof.unproved) - 1} more turns)" if len(proof.unproved) > 1 else ""
-    return f"{proof.family}: the parser does not read back the {first.turn!r} turn: {first.detail}{more}"
+    fields = (f"; spec fields involved: {', '.join(first.fields)} (an override sets them: compile --override FILE)"
+              if first.fields else "")
+    return f"{proof.family}: the parser does not read back the {first.turn!r} turn: {first.detail}{more}{fields}"
 
 
 class _Parsers:

@@ -36,6 +36,7 @@ from .export.vllm_plugin import VllmPlugin, vllm_plugin
 from .grammar import build as build_grammar
 from .grammar.reading import reading_tables
 from .probe import probe
+from .probe.overrides import Override, blamed_on, read_override
 from .source import ChatTemplate, load
 from .spec import ProtocolSpec, SpecError
 from .spec.diff import protocol_differences
@@ -53,14 +54,17 @@ class Compiled:
     files: dict[str, str]  # relative path -> text; empty when the proof failed (and no allow_partial)
 
 
-def compile_template(template: ChatTemplate, standalone: bool = False, allow_partial: bool = False) -> Compiled:
-    """Probe, prove, and (when proved, or allowed partially) the files of one template."""
-    spec = probe(template)
-    proof = prove(template, spec)
-    if not proof.ok and not allow_partial:
-        return Compiled(spec, proof, {})
-    spec.unproved = [f"{t.turn}: {t.detail}" for t in proof.unproved] + ([proof.error] if proof.error else [])
-    return Compiled(spec, proof, artifacts(template, spec, standalone))
+def compile_template(template: ChatTemplate, standalone: bool = False, allow_partial: bool = False,
+                     override: Override | None = None) -> Compiled:
+    """Probe, prove, and (when proved, or allowed partially) the files of one template; with
+    a user's `override` (tplparse.probe.overrides.read_override) applied to its spec."""
+    spec = probe(template, override=override)
+    with blamed_on(override):
+        proof = prove(template, spec)
+        if not proof.ok and not allow_partial:
+            return Compiled(spec, proof, {})
+        spec.unproved = [f"{t.turn}: {t.detail}" for t in proof.unproved] + ([proof.error] if proof.error else [])
+        return Compiled(spec, proof, artifacts(template, spec, standalone))
 
 
 def artifacts(template: ChatTemplate, spec: ProtocolSpec, standalone: bool = False) -> dict[str, str]:
@@ -172,19 +176,21 @@ class Family:
     source: Path
     tokens: dict
     optional: bool = False  # a source that may be absent (skipped, said): data that is not always checked out
+    override: str = ""  # a user's override file, relative to the manifest's folder (as the manifest writes it)
 
 
 # A family name becomes file names (grammars/<name>.gbnf, generated/<module>.py): lower-case
 # words joined by "-", as the loader names a family it is given.
 FAMILY_NAME = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")
 RESERVED_MODULES = {RUNTIME_MODULE, "__init__"}
-MANIFEST_KEYS = {"name", "source", "optional"}
+MANIFEST_KEYS = {"name", "source", "optional", "override"}
 
 
 def read_manifest(path: Path) -> list[Family]:
     """The [[family]] entries of a manifest: name, source (relative to the manifest's
     folder: a .jinja, a tokenizer_config.json, a model folder or a GGUF), bos_token /
-    eos_token (for a source that names none), optional."""
+    eos_token (for a source that names none), optional, override (a user's override file,
+    relative to the manifest's folder)."""
     if path.is_dir():
         raise InputError(f"{path}: is a folder, not a manifest")
     try:
@@ -216,7 +222,7 @@ def read_manifest(path: Path) -> list[Family]:
         unknown = [k for k in entry if k not in MANIFEST_KEYS and not k.endswith("_token")]
         if unknown:
             raise InputError(f"{where} ({name}): unknown key(s) {', '.join(map(repr, unknown))} "
-                             f"(known: name, source, optional, bos_token, eos_token)")
+                             f"(known: name, source, optional, override, bos_token, eos_token)")
         tokens = {k: v for k, v in entry.items() if k.endswith("_token")}
         bad = [k for k, v in tokens.items() if not isinstance(v, str)]
         if bad:
@@ -224,15 +230,26 @@ def read_manifest(path: Path) -> list[Family]:
         optional = entry.get("optional", False)
         if not isinstance(optional, bool):
             raise InputError(f"{where} ({name}): optional must be true or false")
+        override = entry.get("override", "")
+        if not isinstance(override, str) or ("override" in entry and not override):
+            raise InputError(f"{where} ({name}): override must be the path of an override file")
         if any(f.name == name for f in families):
             raise InputError(f"{where}: the family name {name!r} is used twice")
-        families.append(Family(name, path.parent / source, tokens, optional))
+        families.append(Family(name, path.parent / source, tokens, optional, override))
     return families
 
 
 def family_template(family: Family) -> ChatTemplate:
     template = load(family.source, family=family.name)
     return template.with_tokens(**family.tokens) if family.tokens else template
+
+
+def family_override(family: Family, manifest: Path) -> Override | None:
+    """The family's override file, read and checked; the spec records it by the path the
+    manifest gives (the same on every machine)."""
+    if not family.override:
+        return None
+    return read_override(manifest.parent / family.override, name=family.override)
 
 
 @dataclass
@@ -296,7 +313,7 @@ def build(manifest: Path, check: bool = False, progress=lambda family: None, out
             kept |= _family_files(family)
             continue
         try:
-            compiled = compile_template(family_template(family))
+            compiled = compile_template(family_template(family), override=family_override(family, manifest))
         except TplparseError as e:
             raise InputError(f"{manifest}: family {family.name}: {e}") from None
         if not compiled.proof.ok:
@@ -327,5 +344,5 @@ def build(manifest: Path, check: bool = False, progress=lambda family: None, out
     return result
 
 
-__all__ = ["BuildResult", "Compiled", "Family", "artifacts", "build", "compile_template", "family_template",
-           "read_manifest", "write_files", "write_text_atomically"]
+__all__ = ["BuildResult", "Compiled", "Family", "artifacts", "build", "compile_template", "family_override",
+           "family_template", "read_manifest", "write_files", "write_text_atomically"]

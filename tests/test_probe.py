@@ -333,8 +333,8 @@ def test_overrides_are_few_and_justified():
     shas = {tplparse.load(p).sha256 for p in TEMPLATES}
     assert len(overrides) <= 0.10 * len(TEMPLATES)
     for override in overrides:
-        assert len(override["why"]) > 40, override["file"]
-        assert set(override["template_sha256"]) & shas, f"{override['file']} matches no corpus template"
+        assert len(override.why) > 40, override.name
+        assert set(override.template_sha256) & shas, f"{override.name} matches no corpus template"
 
 
 @needs_corpus

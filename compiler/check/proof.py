@@ -23,6 +23,7 @@ from ..spec import ProtocolSpec
 from . import gbnf_lark
 from . import llama as llama_check
 from .deviations import deviations
+from .fields import involved_fields
 from .outputs import STANDARD_TOOLS, ModelOutput, difference, mode_outputs, readable
 
 # --- the proof --------------------------------------------------------------------------
@@ -34,6 +35,7 @@ class TurnProof:
     proved: bool
     detail: str = ""  # why not; or, when proved, what the template loses ("lossy: ...")
     text: str = ""
+    fields: list[str] = field(default_factory=list)  # not proved: the spec fields involved (check.fields)
 
 
 @dataclass
@@ -63,6 +65,7 @@ class Proof:
             lines.append(f"  {'turn':<{width}}result")
         for t in self.turns:
             result = ("proved" + (f" (lossy: {t.detail})" if t.detail else "")) if t.proved else f"NOT PROVED: {t.detail}"
+            result += f" [spec fields: {', '.join(t.fields)}]" if t.fields else ""
             lines.append(f"  {t.turn:<{width}}{result}")
         total = self.tolerated + len(self.not_tolerated)
         if total:
@@ -108,6 +111,7 @@ def prove(template: ChatTemplate, spec: ProtocolSpec, grammars: bool = True) -> 
     for output in outputs:
         one_shot = runtime.parse(protocol, output.text, tools=STANDARD_TOOLS, generation_prompt=output.prompt)
         problems = []
+        rejected = False
         if one_shot["errors"]:
             problems.append("the parser reports " + "; ".join(f"{e['kind']}: {e['message']}" for e in one_shot["errors"]))
         elif readable(one_shot) != output.expected:
@@ -117,10 +121,13 @@ def prove(template: ChatTemplate, spec: ProtocolSpec, grammars: bool = True) -> 
         if not problems and accepts is not None:
             if output.start not in gbnf:
                 gbnf[output.start] = emit_gbnf(build(spec, GrammarOptions(start=output.start), template.special_tokens))
-            if not accepts(gbnf[output.start], output.text):
+            rejected = not accepts(gbnf[output.start], output.text)
+            if rejected:
                 problems.append(f"the GBNF grammar ({checker}) does not accept it")
         detail = "; ".join(problems) if problems else "; ".join(output.lossy)
-        results.append(TurnProof(output.label, not problems, detail, output.text))
+        fields = involved_fields(spec, output.expected, readable(one_shot), one_shot["errors"], output.mode,
+                                 rejected) if problems else []
+        results.append(TurnProof(output.label, not problems, detail, output.text, fields))
         if not problems:
             tolerance.extend(_deviations_read_back(protocol, output, spec, one_shot))
     failed = [problem for problem in tolerance if problem]

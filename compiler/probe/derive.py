@@ -31,7 +31,7 @@ from .arguments import argument_format
 from .calls import call_format
 from .conversations import ID_FORMS, SENTINEL_SETS, Call, Sentinels, ShapedRenderer, Turn, tool_definition
 from .modes import find_modes, name_thinking_modes
-from .overrides import apply_overrides
+from .overrides import Override, apply_overrides, check_template, settle_override
 from .renders import assistant_spans, layout_of
 from .spans import Boundaries
 from .wrappers import call_wrappers
@@ -167,17 +167,20 @@ PLACEHOLDER_TOKENS = {"bos_token": "<|bos_token|>", "eos_token": "<|eos_token|>"
 PROBE_SECONDS = 15.0
 
 
-def probe(template: ChatTemplate, budget: float | None = None) -> ProtocolSpec:
-    """Derive the template's ProtocolSpec (both sentinel sets must agree on each field).
+def probe(template: ChatTemplate, budget: float | None = None, override: Override | None = None) -> ProtocolSpec:
+    """Derive the template's ProtocolSpec (both sentinel sets must agree on each field), and
+    apply the shipped overrides for it and `override`, a user's (tplparse.probe.overrides).
 
     The probe renders dozens of times; all of them together get `budget` seconds (by default
     PROBE_SECONDS, or what is left of the budget the probe runs in: a command's, see
     tplparse.source.isolation), and the first render that hits a limit (time, memory, output
     size) ends the probe: a `TemplateError` saying so."""
+    if override is not None:
+        check_template(override, template.sha256)
     within = time_budget(budget) if budget is not None else default_time_budget(PROBE_SECONDS)
     try:
         with fixed_clock(), within:  # (templates that print the time print the same one)
-            return _probe(template)
+            return _probe(template, override)
     except TemplateError as e:
         if not e.limit:
             raise
@@ -186,7 +189,7 @@ def probe(template: ChatTemplate, budget: float | None = None) -> ProtocolSpec:
         raise error from None
 
 
-def _probe(template: ChatTemplate) -> ProtocolSpec:
+def _probe(template: ChatTemplate, override: Override | None = None) -> ProtocolSpec:
     notes = []
     missing = {k: v for k, v in PLACEHOLDER_TOKENS.items() if k not in template.named_tokens}
     if missing:
@@ -262,14 +265,14 @@ def _probe(template: ChatTemplate) -> ProtocolSpec:
         if spec.tool_calls.wrappers:
             evidence["tool_calls.wrappers"] = (f"{spec.tool_calls.wrappers!r}: the template writes it right before a "
                                                "call's data for some calls only (its code; no standard turn renders it)")
-    spec = apply_overrides(spec)
+    spec = apply_overrides(spec, override)
     markers.start_states(spec.modes, spec.reasoning, turns, thinking_turns,
                          first.header if first.header == second.header else "")
     spec.thinking_switch = name_thinking_modes(spec.modes, spec.thinking_switch,
                                                spec.reasoning.end if spec.reasoning else "")
     if spec.reasoning is None:
         spec.warnings.append("no reasoning markers: no render shows a reasoning block, and no prompt opens one")
-    return spec
+    return settle_override(spec, override)
 
 
 def _close_the_section(turns: dict, tool_calls: ToolCallFormat, end_of_turn: list[str], evidence: dict) -> None:
