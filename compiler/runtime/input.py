@@ -423,12 +423,12 @@ class Input:
                     yield
                 break
             if self._eof:
-                raise TruncatedOutput(f"the output ended inside a {what}")
+                raise TruncatedOutput(f"the output ended inside {_a(what)}")
             self._quiet = outside(chars)
             self._then = then  # (feed waits for it from where the run ends)
             yield
         if self._pos == start:
-            raise InvalidOutput(f"expected a {what} at {self._text[start]!r}")
+            raise InvalidOutput(f"expected {_a(what)} at {self._text[start]!r}")
         return self._text[start:self._pos]
 
     def _read_until(self, stop, what):
@@ -440,7 +440,7 @@ class Input:
                 value, self._pos = self._text[self._pos:at], at
                 return value
             if self._eof:
-                raise TruncatedOutput(f"the output ended inside a {what}")
+                raise TruncatedOutput(f"the output ended inside {_a(what)}")
             searched = max(self._pos, len(self._text) - len(stop) + 1)
             self._quiet = waker(stop[-1])
             if self._streaming is not None:
@@ -471,7 +471,7 @@ class Input:
         while not scan.scan(self._text, self._eof):
             if self._eof:  # (reported where the value starts, or at the end if it never did)
                 self._pos = scan.start if scan.start is not None else len(self._text)
-                raise TruncatedOutput(f"the output ended inside a {what}")
+                raise TruncatedOutput(f"the output ended inside {_a(what)}")
             # A chunk that can move the scan on is scanned by feed() itself (`_poll`): the
             # parse is resumed only once the value is complete.
             self._quiet = scan.quiet(len(self._text))
@@ -495,6 +495,11 @@ def _begins_one_of(came, texts):
         if len(came) < len(one) and one.startswith(came):
             return True
     return False
+
+
+def _a(what):
+    """`what` with its indefinite article ("a tool name", "an argument name")."""
+    return ("an " if what[:1] in "aeiou" else "a ") + what
 
 
 ###}

@@ -1145,7 +1145,7 @@ class Rules:
             if self._eof:
                 found = settling(self._text, start)
                 if found is None:
-                    raise TruncatedOutput("the output ended inside a argument value")
+                    raise TruncatedOutput("the output ended inside an argument value")
                 self._pos = found.start()
                 st.unclosed = True
                 value = self._text[start:self._pos]
