@@ -96,6 +96,8 @@ TABLES = {
         'self_closing': None,
         'bare_list': None,
         'wrappers': [],
+        'instructed_bare': False,
+        'instructed_separators': [],
     },
     'messages': None,
 }

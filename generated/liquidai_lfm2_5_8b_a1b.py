@@ -82,6 +82,8 @@ TABLES = {
         'self_closing': None,
         'bare_list': {'open': '[', 'close': ']', 'call': '('},
         'wrappers': [],
+        'instructed_bare': False,
+        'instructed_separators': [],
     },
     'messages': None,
 }

@@ -69,6 +69,8 @@ TABLES = {
         'self_closing': {'at': 2, 'written': ' />', 'resume': 4, 'rest': ''},
         'bare_list': None,
         'wrappers': ['<|python_tag|>'],
+        'instructed_bare': False,
+        'instructed_separators': [],
     },
     'messages': None,
 }

@@ -69,6 +69,8 @@ TABLES = {
         'self_closing': None,
         'bare_list': None,
         'wrappers': ['<|python_tag|>'],
+        'instructed_bare': False,
+        'instructed_separators': [],
     },
     'messages': None,
 }

@@ -21,6 +21,7 @@ or parse(text, ...) for a whole output at once (the same result).
 #   one call       {"name": "{name}", "parameters": {arguments}}
 #   between calls  -   (parallel calls: all)
 #   arguments      one object, json
+#   instructed     without the section's markers   (the template's tool instructions; read too)
 # End of turn
 #   '<|eot|>'
 # Turn layouts
@@ -64,6 +65,8 @@ TABLES = {
         'self_closing': None,
         'bare_list': None,
         'wrappers': [],
+        'instructed_bare': True,
+        'instructed_separators': [],
     },
     'messages': None,
 }

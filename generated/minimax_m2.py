@@ -89,6 +89,8 @@ TABLES = {
         'self_closing': {'at': 2, 'written': '" />', 'resume': 4, 'rest': '\n'},
         'bare_list': None,
         'wrappers': [],
+        'instructed_bare': False,
+        'instructed_separators': [],
     },
     'messages': None,
 }

@@ -88,6 +88,8 @@ TABLES = {
         'self_closing': {'at': 2, 'written': '" />', 'resume': 4, 'rest': ''},
         'bare_list': None,
         'wrappers': [],
+        'instructed_bare': False,
+        'instructed_separators': [],
     },
     'messages': None,
 }

@@ -1644,6 +1644,10 @@ class Protocol:
             self.bare_closer = bare["closer"] if bare else ""
             # Markers the template writes in front of some kinds of call only (`<|python_tag|>`).
             self.wrappers = tuple(tc.get("wrappers") or ())
+            # The variant the template's tool instructions tell the model to write: calls without
+            # the section's markers (read where a call object opens), a separator between calls.
+            self.instructed_bare = bool(tc.get("instructed_bare"))
+            self.instructed_separators = tuple(tc.get("instructed_separators") or ())
             # A call element written self-closing, with no arguments (`<invoke name="f"/>`).
             self.self_closing = tc.get("self_closing")
             self.bare_self_closing = bare.get("self_closing") if bare else None
@@ -2553,8 +2557,10 @@ class Rules:
         if p.bare_opener:
             stops.append(p.bare_opener)
         stops += p.wrappers
-        if p.opener and not p.section_start.strip():
-            stops += p.call_heads_by_key  # (a call that is a JSON object, opened by another of its keys)
+        if p.opener and (not p.section_start.strip() or p.instructed_bare):
+            # (a call that is a JSON object, opened by another of its keys; or, as the template's
+            # instructions say, without the section's markers)
+            stops += p.call_heads_by_key
         if p.content_start:
             yield from self._skip_ws()
             yield from self._need(len(p.content_start))
@@ -2578,7 +2584,8 @@ class Rules:
             if stop in p.wrappers:
                 yield from self._after_wrapper(stop)
                 continue
-            yield from self._tool_calls(bare=stop == p.bare_opener)
+            yield from self._tool_calls(bare=stop == p.bare_opener,
+                                        unopened=p.instructed_bare and stop in p.call_heads_by_key)
 
     def _after_wrapper(self, wrapper):
         """A marker the template writes in front of another kind of call (`<|python_tag|>`):
@@ -2754,17 +2761,19 @@ class Rules:
             yield
             self._trim_ok = False
 
-    def _tool_calls(self, bare=False):
+    def _tool_calls(self, bare=False, unopened=False):
         """tool-calls: section start, tool-call (separator tool-call)*, section end. `bare`:
         written without the marker that opens the calls, from the call's own marker on (a
-        tolerance: the call layout from that marker, its opener's pair read if it comes)."""
+        tolerance: the call layout from that marker, its opener's pair read if it comes).
+        `unopened`: written without the section's markers, as the template's instructions
+        tell the model (the call layout as it is; the section's end read if it comes)."""
         p = self._p
         inner = p.section_inner
         self._steps, self._json_call = (p.bare_steps, None) if bare else (p.call_steps, p.json_call)
         self._after_arguments = "" if bare else p.after_arguments
         self._self_closing = p.bare_self_closing if bare else p.self_closing
-        if bare:
-            pass  # (the call's own marker opens it)
+        if bare or unopened:
+            pass  # (the call's own marker opens it; or its object, as instructed)
         elif inner and not (yield from self._match(p.section_start, required=False)):
             # The section holds content first: <start>content<end>, then the calls.
             yield from self._match(inner[0])
@@ -2797,6 +2806,8 @@ class Rules:
                 if self._here(p.separator) or (yield from self._match(p.separator, required=False)):
                     continue
             elif p.parallel_all:
+                if p.instructed_separators and (yield from self._instructed_separator()):
+                    continue
                 # Calls separated by whitespace only: another call starts with the call's opener.
                 start = self._pos
                 head = p.bare_opener if bare else p.call_head
@@ -2810,8 +2821,23 @@ class Rules:
                 self._pos = start
             break
         if p.section_end.strip():  # (its own words: as the call steps'; without an opener, if it comes)
-            if not (yield from self._match(p.section_end, required=not bare, eats=True)):
+            if not (yield from self._match(p.section_end, required=not (bare or unopened), eats=True)):
                 self._cut_inside(p.section_end)
+
+    def _instructed_separator(self):
+        """A separator the template's instructions tell the model to write between calls
+        (`; `) where its history writes none: read when another call follows it (the
+        separator and the whitespace around it consumed); else nothing is."""
+        p = self._p
+        start = self._pos
+        heads = [h for h in (p.call_head.strip(), *p.call_heads_by_key) if h]
+        if (yield from self._peek_any_after_ws([s.strip() for s in p.instructed_separators])):
+            self._pos += next(len(s.strip()) for s in p.instructed_separators
+                              if self._text.startswith(s.strip(), self._pos))
+            if (yield from self._peek_any_after_ws(heads)):
+                return True
+        self._pos = start
+        return False
 
     def _cut_inside(self, marker):
         """An optional marker the output ended inside of (after whitespace) is read: it is not content."""

@@ -9,6 +9,8 @@ import pytest
 import tplparse
 from tplparse import runtime
 from tplparse.bridge import compile_in_memory
+from tplparse.check.deviations import INSTRUCTED_FORM, deviations
+from tplparse.check.outputs import mode_outputs
 from tplparse.check.proof import prove
 from tplparse.probe import probe
 from tplparse.source import ChatTemplate
@@ -237,3 +239,98 @@ def test_a_call_quoted_inside_open_reasoning_is_reasoning_if_the_reasoning_close
     if name == "examples/chatml-think-tools.gguf":
         quoted_message = runtime.parse(protocol, quoted, tools=tools, start="reasoning")
         assert call in quoted_message["reasoning_content"]
+
+
+# --- class 7: the model is told one format, history renders another ------------------------
+
+LLAMA4_SAYS = "{{- 'Respond in the format {\"name\": function name, \"parameters\": dictionary of argument name and its value}.' }}"
+LLAMA4_TOLD_A_SEPARATOR = ("{{- 'Respond in the format {\"name\": function name, \"parameters\": dictionary of argument name and "
+                           "its value}. Separate calls by \"; \".' }}")
+
+CALLS_IN_A_SECTION = (
+    "{%- if tools %}<|im_start|>system\n{{ INSTRUCTIONS }}<|im_end|>\n{% endif %}"
+    "{%- for m in messages %}<|im_start|>{{ m.role + '\\n' }}"
+    "{%- if m.tool_calls %}{{ m.content or '' }}<calls>{% for c in m.tool_calls %}"
+    "{\"name\": \"{{ c.function.name }}\", \"arguments\": {{ c.function.arguments | tojson }}}{% endfor %}</calls>"
+    "{%- else %}{{ m.content }}{% endif %}<|im_end|>\n{% endfor -%}"
+    "{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+INSTRUCTIONS = 'To call a tool, answer with {\"name\": the tool\'s name, \"arguments\": its arguments as an object}.'
+
+
+def edited(stem: str, old: str, new: str) -> ChatTemplate:
+    """A corpus template with one piece of its instruction text rewritten (every occurrence)."""
+    template = corpus(stem)
+    assert old in template.source, f"{stem} no longer writes {old!r}"
+    return ChatTemplate(source=template.source.replace(old, new), name=f"{template.name}-told", family="told",
+                        origin="test", named_tokens=template.named_tokens)
+
+
+def tool_names(message: dict) -> list[str]:
+    return [call["function"]["name"] for call in message["tool_calls"]]
+
+
+@needs_corpus
+def test_the_instructed_format_is_read_from_the_templates_instructions():
+    """Llama 4 renders a past call inside `<|python_start|><|python_end|>` and tells the model
+    to respond with the bare object; its JSON revision renders calls back to back and tells it
+    to separate them by `; `. Templates whose instructions spell the call inside the section's
+    markers (Qwen 2.5, Nemotron, Apriel) are told nothing else."""
+    told = {stem: probe(corpus(stem)).tool_calls for stem in (
+        "Meta-Llama-4-Instruct", "Meta-Llama-4-json-vllm-tool", "Qwen-Qwen2.5-7B-Instruct",
+        "NVIDIA-Nemotron-Nano-9B-v2", "ServiceNow-Apriel-1.6-15b-Thinker-rev2")}
+    assert {stem: (tc.instructed_bare, tc.instructed_separators) for stem, tc in told.items()} == {
+        "Meta-Llama-4-Instruct": (True, []),
+        "Meta-Llama-4-json-vllm-tool": (False, ["; "]),
+        "Qwen-Qwen2.5-7B-Instruct": (False, []),
+        "NVIDIA-Nemotron-Nano-9B-v2": (False, []),
+        "ServiceNow-Apriel-1.6-15b-Thinker-rev2": (False, []),
+    }
+
+
+@needs_corpus
+def test_a_call_written_as_instructed_reads_as_the_call():
+    """What the instructions tell the model to write is a call, streamed as one-shot, after the
+    real generation prompt: Llama 4's bare object, its JSON revision's `; ` between calls."""
+    bare = corpus("Meta-Llama-4-Instruct")
+    _, protocol = compile_in_memory(bare)
+    message = read(protocol, '{"name": "get_weather", "parameters": {"city": "Paris"}}<|eot|>', rendered_prompt(bare))
+    assert (message["content"], tool_names(message), message["errors"]) == (None, ["get_weather"], [])
+    separated = corpus("Meta-Llama-4-json-vllm-tool")
+    _, protocol = compile_in_memory(separated)
+    text = '{"name": "get_weather", "parameters": {"city": "Paris"}}; {"name": "get_time", "parameters": {}}<|eot|>'
+    message = read(protocol, text, rendered_prompt(separated))
+    assert (message["content"], tool_names(message), message["errors"]) == (None, ["get_weather", "get_time"], [])
+    # The separator is read between calls only: after the last call it is the model's text.
+    message = read(protocol, '{"name": "get_weather", "parameters": {}}; done<|eot|>', rendered_prompt(separated))
+    assert (tool_names(message), message["content"]) == (["get_weather"], "; done")
+
+
+@needs_corpus
+def test_the_instructions_decide_in_built_variants():
+    """A built template that renders calls inside `<calls>…</calls>` and tells the model to
+    answer with the bare object reads that object as a call; without that instruction, the same
+    text is content. Llama 4 told a separator
+    reads calls joined by it; as shipped, each bare call reads, and the `;` between them is content.
+    The compile proves the instructed forms of its call turns (the tolerance rule's deviations)."""
+    text = '{"name": "get_weather", "arguments": {"city": "Paris"}}<|im_end|>'
+    prompt = "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+    told = inline(CALLS_IN_A_SECTION.replace("{{ INSTRUCTIONS }}", INSTRUCTIONS))
+    spec, protocol = compile_in_memory(told)
+    assert spec.tool_calls.instructed_bare and spec.tool_calls.section_start == "<calls>"
+    assert tool_names(read(protocol, text, prompt)) == ["get_weather"]
+    _, protocol = compile_in_memory(inline(CALLS_IN_A_SECTION.replace("{{ INSTRUCTIONS }}", "Call the tools you need.")))
+    message = read(protocol, text, prompt)
+    assert (tool_names(message), message["content"]) == ([], text[: -len("<|im_end|>")])
+
+    told = edited("Meta-Llama-4-Instruct", LLAMA4_SAYS, LLAMA4_TOLD_A_SEPARATOR)
+    spec, protocol = compile_in_memory(told)
+    assert (spec.tool_calls.instructed_bare, spec.tool_calls.instructed_separators) == (True, ["; "])
+    text = '{"name": "get_weather", "parameters": {"city": "Paris"}}; {"name": "get_time", "parameters": {}}<|eot|>'
+    assert tool_names(read(protocol, text, rendered_prompt(told))) == ["get_weather", "get_time"]
+    _, protocol = compile_in_memory(corpus("Meta-Llama-4-Instruct"))
+    message = read(protocol, text, rendered_prompt(told))
+    assert (tool_names(message), message["content"]) == (["get_weather", "get_time"], ";")
+    assert prove(told, spec, grammars=False).ok
+    forms = [d for output in mode_outputs(told, spec) for d in deviations(output, spec) if d.rule == INSTRUCTED_FORM]
+    assert forms and all("<|python_start|>" not in d.text for d in forms)
+    assert any(len(d.expected["tool_calls"]) > 1 and "}; {" in d.text for d in forms)

@@ -38,6 +38,9 @@ the parser does not read is a failing test, not a silent reading.
     wrapper of another call kind  a marker the template writes only in front of another kind
                                   of call (`<|python_tag|>`: spec tool_calls.wrappers) written
                                   in front of the calls
+    the instructed form           a turn of calls written as the template's tool instructions
+                                  tell the model (spec tool_calls.instructed_*): without the
+                                  section's markers, and/or joined by the instructed separator
     message header variants       (a turn written as messages with headers) a call's recipient
                                   moved from the role header to the channel header; its content
                                   type left out; the call on the reasoning channel; its message
@@ -48,7 +51,7 @@ the parser does not read is a failing test, not a silent reading.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import json
 import re
@@ -56,7 +59,7 @@ import re
 from ..grammar.reading import message_format
 from ..probe.spans import Boundaries
 from ..runtime import ARGUMENTS_ALIASES, CLOSES_A_VALUE, MARKER_BOUNDARY, json_call_object, stoppable_word
-from ..spec import ArgumentStyle, ProtocolSpec, SpecError, Start, kv_parts
+from ..spec import ArgumentStyle, ProtocolSpec, SpecError, Start, kv_parts, slot
 
 from .outputs import ModelOutput
 
@@ -71,8 +74,9 @@ WHITESPACE = "whitespace around markers"
 CALLS_OPENER_LEFT_OUT = "calls opener left out"
 LIST_WITHOUT_WRAPPER = "calls list without wrapper"
 OTHER_KINDS_WRAPPER = "wrapper of another call kind"
+INSTRUCTED_FORM = "the instructed form"
 RULES = (OPENER_REPEATED, CLOSING_EATEN, VALUE_CLOSERS_MISSING, CALL_OBJECT_BY_KEY, OTHER_KINDS_WRAPPER, CALL_ID_LEFT_OUT,
-         EMPTY_SECTION, CALLS_OPENER_LEFT_OUT, LIST_WITHOUT_WRAPPER, MESSAGE_HEADERS, WHITESPACE)
+         EMPTY_SECTION, CALLS_OPENER_LEFT_OUT, LIST_WITHOUT_WRAPPER, MESSAGE_HEADERS, WHITESPACE, INSTRUCTED_FORM)
 # A marker: a tag or a bracketed token with a letter or digit in it.
 _MARKER = re.compile(r"[<\[][^\s]*[A-Za-z0-9]")
 # The visible text a preamble message deviation writes before a call.
@@ -241,6 +245,7 @@ def deviations(output: ModelOutput, spec: ProtocolSpec) -> list[Deviation]:
         found += _whitespace_around_markers(output, spec)
         found += _calls_opener_left_out(output, spec)
     found += _list_without_wrapper(output, spec)
+    found += _instructed_form(output, spec)
     calls = spec.tool_calls
     if calls is not None and calls.wrappers and output.expected["tool_calls"]:
         start = calls.section_start.strip() or next((p for p in calls.call if isinstance(p, str)), "").strip()
@@ -249,6 +254,29 @@ def deviations(output: ModelOutput, spec: ProtocolSpec) -> list[Deviation]:
             if at != -1:
                 found.append(Deviation(OTHER_KINDS_WRAPPER, output.text[:at] + wrapper + output.text[at:], output.start,
                                        "stop", output.expected, (wrapper,)))
+    return found
+
+
+def _instructed_form(output: ModelOutput, spec: ProtocolSpec) -> list[Deviation]:
+    """A turn of calls only, its calls section written as the template's tool instructions tell
+    the model: without the section's markers (`instructed_bare`), the calls joined by each
+    instructed separator (or the history's own)."""
+    calls = spec.tool_calls
+    expected = output.expected
+    if calls is None or not (calls.instructed_bare or calls.instructed_separators) or not expected["tool_calls"] \
+            or expected["content"] or expected["reasoning_content"] or slot("id") in calls.call:
+        return []
+    written = [{"name": name, "arguments": arguments} for name, arguments in expected["tool_calls"]]
+    section = calls.format(written)
+    at = output.text.find(section)
+    if at == -1:
+        return []
+    found = []
+    for separator in calls.instructed_separators or [calls.separator]:
+        told = replace(calls, separator=separator)
+        body = told.format_list(written) if calls.instructed_bare else told.format(written)
+        text = output.text[:at] + body + output.text[at + len(section):]
+        found.append(Deviation(INSTRUCTED_FORM, text, output.start, "stop", expected, (separator,)))
     return found
 
 

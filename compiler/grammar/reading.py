@@ -363,6 +363,9 @@ def reading_tables(spec: ProtocolSpec, special_tokens: tuple[str, ...] = ()) -> 
         tables["tool_calls"]["self_closing"] = self_closing_call(call)
         tables["tool_calls"]["bare_list"] = list_without_wrapper(spec, boundaries)
         tables["tool_calls"]["wrappers"] = list(tc.wrappers)
+        # The variant the template's tool instructions tell the model to write (probe/instructions.py).
+        tables["tool_calls"]["instructed_bare"] = tc.instructed_bare and bool(tc.section_start.strip())
+        tables["tool_calls"]["instructed_separators"] = list(tc.instructed_separators)
         tables["messages"] = message_format(spec, boundaries)
     return json.loads(json.dumps(tables))  # a copy that is plain data, or a TypeError here
 

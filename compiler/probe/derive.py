@@ -34,6 +34,7 @@ from .modes import find_modes, name_thinking_modes
 from .overrides import Override, apply_overrides, check_template, settle_override
 from .renders import assistant_spans, layout_of
 from .spans import Boundaries
+from .instructions import instructed_calls
 from .wrappers import call_wrappers
 
 
@@ -85,6 +86,21 @@ def _turn_layout(findings: _Findings, kind: str, turn: Turn, span: str) -> list[
         return None
     section = findings.tool_calls.section_start + call_list + findings.tool_calls.section_end
     return layout_of(span, {**values, "calls": section}) or layout_of(span, {**values, "call_list": call_list})
+
+
+def _read_the_instructions(template: ChatTemplate, spec: ProtocolSpec, evidence: dict[str, str]) -> None:
+    """The call format the template's tool instructions tell the model to write, where its
+    history renders another (probe/instructions.py): recorded in the spec, with its evidence."""
+    s = SENTINEL_SETS[0]
+    tools = [tool_definition(name, [s.key1, s.key2]) for name in s.names]
+    rendered = ShapedRenderer.for_label(template, tools, spec.shape).render_turn(s.user, Turn(content=s.content))
+    if rendered is None:
+        return
+    instructed = instructed_calls(rendered.prompt, spec, s.names)
+    spec.tool_calls.instructed_bare = instructed.bare
+    spec.tool_calls.instructed_separators = list(instructed.separators)
+    if instructed.bare or instructed.separators:
+        evidence["tool_calls.instructed"] = f"the template's tool instructions say: {instructed.evidence!r}"
 
 
 def _probe_with(template: ChatTemplate, s: Sentinels) -> _Findings:
@@ -265,6 +281,7 @@ def _probe(template: ChatTemplate, override: Override | None = None) -> Protocol
         if spec.tool_calls.wrappers:
             evidence["tool_calls.wrappers"] = (f"{spec.tool_calls.wrappers!r}: the template writes it right before a "
                                                "call's data for some calls only (its code; no standard turn renders it)")
+        _read_the_instructions(template, spec, evidence)
     spec = apply_overrides(spec, override)
     markers.start_states(spec.modes, spec.reasoning, turns, thinking_turns,
                          first.header if first.header == second.header else "")

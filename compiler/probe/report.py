@@ -67,6 +67,10 @@ def protocol_sections(spec: ProtocolSpec) -> list[Section]:
             calls.lines.append("  values       " + ", ".join(f"{k}: {v}" for k, v in args.value_encoders.items()))
         if tc.wrappers:
             calls.lines.append(f"wrappers       {', '.join(map(repr, tc.wrappers))}   (written before some kinds of call only)")
+        if tc.instructed_bare or tc.instructed_separators:
+            told = (["without the section's markers"] if tc.instructed_bare else []) + \
+                [f"separated by {sep!r}" for sep in tc.instructed_separators]
+            calls.lines.append(f"instructed     {', '.join(told)}   (the template's tool instructions; read too)")
     else:
         calls.lines.append("the template does not render tool calls")
 

@@ -339,6 +339,10 @@ class Protocol:
             self.bare_closer = bare["closer"] if bare else ""
             # Markers the template writes in front of some kinds of call only (`<|python_tag|>`).
             self.wrappers = tuple(tc.get("wrappers") or ())
+            # The variant the template's tool instructions tell the model to write: calls without
+            # the section's markers (read where a call object opens), a separator between calls.
+            self.instructed_bare = bool(tc.get("instructed_bare"))
+            self.instructed_separators = tuple(tc.get("instructed_separators") or ())
             # A call element written self-closing, with no arguments (`<invoke name="f"/>`).
             self.self_closing = tc.get("self_closing")
             self.bare_self_closing = bare.get("self_closing") if bare else None

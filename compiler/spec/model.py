@@ -168,6 +168,12 @@ class ToolCallFormat:
     # Markers the template writes in front of some kinds of call only (`<|python_tag|>`),
     # which models write in front of the others too: the parser reads past them.
     wrappers: list[str] = field(default_factory=list)
+    # What the template's own tool instructions tell the model to write where its history
+    # renders otherwise (probe/instructions.py): the calls without the section's markers
+    # (`{"name": …, "parameters": …}` for `<|python_start|><|python_end|>{"name": …}`), and
+    # a separator between calls (`; ` where history writes none).
+    instructed_bare: bool = False
+    instructed_separators: list[str] = field(default_factory=list)
 
     def __post_init__(self):
         self.parallel = Parallel(self.parallel)
