@@ -382,13 +382,8 @@ def _check_tools(tools, path) -> None:
 
 def _print_grammar(source, grammar_format, llama_request, tools_path, tool_choice, parallel, schema_path, open_objects,
                    mode, variant, bos_token, eos_token, override_path=None):
-    from .check import llama as llama_check
-    from .check import llguidance as llguidance_check
-    from .check.gbnf_lark import parse_gbnf
-    from .emit.gbnf import emit_gbnf
-    from .emit.lark import emit_lark, lark_warnings
-    from .emit.llama_request import llama_request as make_request
-    from .grammar import GrammarOptions, build
+    from .bridge.grammar import GrammarForm, GrammarRefused, checked, grammar_for
+    from .grammar import GrammarOptions
     from .probe.overrides import blamed_on
 
     if llama_request and grammar_format != "gbnf":
@@ -418,43 +413,26 @@ def _print_grammar(source, grammar_format, llama_request, tools_path, tool_choic
         raise InputError("--tool-choice required: this template does not render tool calls")
     options = GrammarOptions(tools=tools, tool_choice=tool_choice, parallel=parallel, mode=mode, content_schema=schema,
                              open_objects=open_objects)
+    form = GrammarForm.LLAMA_REQUEST if llama_request else GrammarForm(grammar_format)
     try:
         with blamed_on(override):
-            if llama_request:
-                request = make_request(spec, options, template.special_tokens)
-                text = request["grammar"]
-            else:
-                grammar_ir = build(spec, options, template.special_tokens)
-                if grammar_format == "lark":
-                    text = emit_lark(grammar_ir, template.control_tokens)
-                else:
-                    text = emit_gbnf(grammar_ir)
+            grammar = grammar_for(template, spec, options, form, check=False)
     except ValueError as e:
         raise InputError(str(e)) from None
-    warnings = lark_warnings(grammar_ir, options.warnings) if grammar_format == "lark" else options.warnings
-    for warning in warnings:
+    for warning in grammar.warnings:
         click.echo(f"tplparse: warning: {warning}", err=True)
-    if grammar_format == "lark" and not template.control_tokens:
+    if form == GrammarForm.LARK and not template.control_tokens:
         click.echo(f"tplparse: warning: {source} names no control tokens (a bare .jinja names none): the grammar "
                    "writes every marker as text, and a model whose tokenizer keeps a marker as a control token "
                    "writes a token this grammar refuses; give the model's GGUF or tokenizer_config.json", err=True)
-    if grammar_format == "lark":
-        if llguidance_check.available():
-            ok, message = llguidance_check.LarkChecker(template.control_tokens).validate(text)
-            if not ok:
-                raise InputError(f"llguidance rejects the grammar: {message} (a JSON Schema llguidance cannot "
-                                 "compile, such as a dangling $ref or an unsupported pattern, is one cause; "
-                                 "else a tplparse bug, please report it)")
+    try:
+        checked(grammar, template.control_tokens)
+    except GrammarRefused as e:
+        raise InputError(str(e)) from None
+    if form == GrammarForm.LLAMA_REQUEST:
+        click.echo(json.dumps(grammar.fields, ensure_ascii=False, indent=2))
     else:
-        parse_gbnf(text)
-        if llama_check.available():
-            ok, message = llama_check.checker().validate(text)
-            if not ok:
-                raise InputError(f"llama.cpp rejected the generated grammar (a tplparse bug, please report it): {message}")
-    if llama_request:
-        click.echo(json.dumps(request, ensure_ascii=False, indent=2))
-    else:
-        click.echo(text, nl=False)
+        click.echo(grammar.text, nl=False)
 
 
 @main.command(name="compile")

@@ -24,7 +24,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .check import llguidance as llguidance_check
+from .bridge.grammar import GrammarRefused, check_lark
 from .check.proof import Proof, prove
 from .emit.gbnf import emit_gbnf
 from .emit.lark import emit_lark
@@ -111,10 +111,10 @@ def _exported(template: ChatTemplate, export):
 def _checked_lark(text: str, template: ChatTemplate, family: str) -> str:
     """The Lark grammar, compiled by llguidance when it is installed (the proof checks the
     GBNF grammar; this keeps a Lark grammar llguidance refuses from being written)."""
-    if llguidance_check.available():
-        ok, message = llguidance_check.LarkChecker(template.control_tokens).validate(text)
-        if not ok:
-            raise InputError(f"{family}: llguidance rejects the Lark grammar (a tplparse bug, please report it): {message}")
+    try:
+        check_lark(text, template.control_tokens)
+    except GrammarRefused as e:
+        raise InputError(f"{family}: {e}") from None
     return text
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..bridge import Prompt, prompt_for
-from ..emit.llama_request import llama_request
+from ..bridge.grammar import GrammarForm, grammar_for
 from ..grammar import GrammarOptions
 from ..source import ChatTemplate
 from .requests import ChatRequest, RequestError
@@ -44,7 +44,7 @@ def plan(template: ChatTemplate, request: ChatRequest, messages: list[dict] | No
     constraint: dict = {}
     if spec.tool_calls is not None and request.tools or request.schema is not None:
         try:
-            constraint = llama_request(spec, options, template.special_tokens)
+            constraint = grammar_for(template, spec, options, GrammarForm.LLAMA_REQUEST, check=False).fields
         except (ValueError, TypeError) as e:  # a schema the grammar cannot take
             raise RequestError("response_format" if request.schema is not None else "tools", str(e)) from e
         notes.append("lazy grammar: free text until the call opener" if constraint.get("grammar_lazy")
