@@ -92,6 +92,43 @@ def test_a_switch_with_three_values_in_a_corpus_template():
 
 
 @needs_corpus
+@pytest.mark.parametrize("stem", ["DeepSeek-V4", "DeepSeek-V4-Flash-0731"])
+def test_a_switch_whose_prompt_rewrites_the_headers_last_marker(stem):
+    """DeepSeek V4's turns (thinking off) start `<｜Assistant｜></think>`; with thinking on, its
+    prompt is `<｜Assistant｜><think>`: the mode's header is the part both write, its tail the
+    opener, and the output starts inside reasoning."""
+    template = corpus(stem)
+    spec, protocol = compile_in_memory(template)
+    assert spec.thinking_switch == {"variable": "enable_thinking", "on": True, "off": False}
+    assert (spec.modes["thinking"].tail, spec.modes["thinking"].start) == ("<think>", Start.REASONING)
+    thinking = read(protocol, "I'm thinking</think>Hello.", rendered_prompt(template, enable_thinking=True))
+    assert (thinking["reasoning_content"], thinking["content"]) == ("I'm thinking", "Hello.")
+    direct = read(protocol, "Hello.", rendered_prompt(template))
+    assert (direct["reasoning_content"], direct["content"]) == (None, "Hello.")
+    assert prove(template, spec, grammars=False).ok
+
+
+def test_a_switch_whose_prompt_rewrites_the_headers_last_marker_in_a_built_template():
+    source = ("{%- for m in messages %}<|im_start|>{{ m.role }}<|sep|>{% if m.role == 'assistant' %}</think>{% endif %}"
+              "{{ m.content }}<|im_end|>\n{% endfor -%}{%- if add_generation_prompt %}<|im_start|>assistant<|sep|>"
+              "{% if ponder %}<think>{% else %}</think>{% endif %}{% endif %}")
+    template = inline(source)
+    spec, protocol = compile_in_memory(template)
+    assert spec.thinking_switch == {"variable": "ponder", "on": True, "off": False}
+    thinking = read(protocol, "Hm.</think>Hello.<|im_end|>", rendered_prompt(template, ponder=True))
+    assert (thinking["reasoning_content"], thinking["content"]) == ("Hm.", "Hello.")
+    assert read(protocol, "Hello.<|im_end|>", rendered_prompt(template))["content"] == "Hello."
+
+
+@needs_corpus
+def test_a_switch_that_writes_another_role_header_is_no_mode():
+    """Granite 3.3's `controls` write the role header otherwise (`assistant {"citations"}`):
+    not a prompt after the assistant header, so no mode."""
+    spec = probe(corpus("IBM-Granite-3.3-2B-Instruct"))
+    assert not [name for name in spec.modes if name.startswith("controls")]
+
+
+@needs_corpus
 @pytest.mark.parametrize("stem", ["NVIDIA-Nemotron-3-Ultra", "Moonshot-Kimi-K2.5-style-kite1.0"])
 def test_the_start_state_comes_from_the_whole_prompt_the_template_writes(stem):
     """The assistant header every turn shares ends with the opener (`…<think>`), and the

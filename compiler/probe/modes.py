@@ -14,6 +14,7 @@ which one leaves the model inside reasoning and one does not is named the same w
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from jinja2 import meta as jinja_meta
 from jinja2 import nodes
@@ -113,12 +114,12 @@ def find_modes(renderer: ShapedRenderer, user: str, tail: str, header: str) -> t
         switch = _known_switch(current, user, header, boundaries, modes)
         if switch is not None:
             break
-    known_tails = {mode.tail for mode in modes.values()}
+    known_tails = {_Prompt(mode.header, mode.tail) for mode in modes.values()}
     tries = 0
     for candidate in template_switches(renderer.template):
         if switch is not None and switch.get("variable") == candidate.variable:
             continue
-        tails: dict[str, object] = {}  # tail -> the first value that writes it
+        tails: dict[_Prompt, object] = {}  # (header, tail) -> the first value that writes it
         for value in candidate.values[: max(0, MAX_TRIES - tries)]:
             tries += 1
             found = _tail(renderer, user, header, boundaries, {candidate.variable: value}, "")
@@ -129,7 +130,7 @@ def find_modes(renderer: ShapedRenderer, user: str, tail: str, header: str) -> t
         # Each prompt it writes, that one of the default's included (its other values: a pair).
         for found, value in tails.items():
             modes[f"{candidate.variable}={value!r}"] = PromptMode(
-                variables={candidate.variable: value}, tail=found, start=Start.CONTENT, header=header)
+                variables={candidate.variable: value}, tail=found.tail, start=Start.CONTENT, header=found.header)
         known_tails |= set(tails)
     return modes, switch
 
@@ -153,10 +154,10 @@ def _known_switch(current: ShapedRenderer, user: str, header: str, boundaries: B
         }
         if None in rendered.values() or rendered["thinking"].prompt == rendered["no_thinking"].prompt:
             continue
-        tails = {}
+        tails, headers = {}, {}
         for label, r in rendered.items():
-            added = _prompt_addition(r.history, r.prompt, boundaries)
-            tails[label] = added[len(header):] if added.startswith(header) else None
+            found = _after_the_header(_prompt_addition(r.history, r.prompt, boundaries), header, boundaries)
+            tails[label], headers[label] = (found.tail, found.header) if found else (None, header)
         on, off = rendered["thinking"], rendered["no_thinking"]
         if header and on.prompt == on.history and off.prompt == off.history:
             # The template writes its generation prompt whatever add_generation_prompt says:
@@ -170,22 +171,52 @@ def _known_switch(current: ShapedRenderer, user: str, header: str, boundaries: B
         if "system_flag" in switch and tails["thinking"] == tails["no_thinking"]:
             continue  # the flag only shows up as text in the system message
         modes["thinking"] = PromptMode(variables=on_vars, tail=tails["thinking"], start=Start.CONTENT,
-                                       system_flag=on_flag, header=header)
+                                       system_flag=on_flag, header=headers["thinking"])
         modes["no_thinking"] = PromptMode(variables=off_vars, tail=tails["no_thinking"], start=Start.CONTENT,
-                                          system_flag=off_flag, header=header)
+                                          system_flag=off_flag, header=headers["no_thinking"])
         return switch
     return None
 
 
+class _Prompt(NamedTuple):
+    """A mode's generation prompt: the assistant header it writes, and what it writes after it."""
+
+    header: str
+    tail: str
+
+
 def _tail(renderer: ShapedRenderer, user: str, header: str, boundaries: Boundaries, variables: dict,
-          flag: str) -> str | None:
-    """What the generation prompt writes after the assistant header with `variables` set (None:
-    it does not render, or it changes the header itself)."""
+          flag: str) -> _Prompt | None:
+    """What the generation prompt writes with `variables` set (None: it does not render, or
+    it writes no part of the assistant header)."""
     rendered = renderer.render_turn(user, Turn(content="x"), variables, system=flag or None)
     if rendered is None:
         return None
-    added = _prompt_addition(rendered.history, rendered.prompt, boundaries)
-    return added[len(header):] if added.startswith(header) else None
+    return _after_the_header(_prompt_addition(rendered.history, rendered.prompt, boundaries), header, boundaries)
+
+
+def _after_the_header(added: str, header: str, boundaries: Boundaries) -> _Prompt | None:
+    """`added`, a generation prompt, as the assistant header and what follows it. A prompt may
+    end the header otherwise than the history's turns do: DeepSeek V4's turns (thinking off)
+    start `<｜Assistant｜></think>`, and with thinking on its prompt is `<｜Assistant｜><think>`:
+    the header is then the part both write (up to a marker's end), the rest is the tail, where
+    both go on with a marker there. None when it writes no part of the header, or goes on
+    with other text (a role header of its own)."""
+    if added.startswith(header):
+        return _Prompt(header, added[len(header):])
+    shared = boundaries.split_common_prefix(added, header)
+    if not header or shared == 0 or not added[:shared].strip():
+        return None
+    if not (_opens_a_marker(header[shared:], boundaries) and _opens_a_marker(added[shared:], boundaries)):
+        return None  # (a role header written otherwise, `assistant "citations"`: not this header)
+    return _Prompt(header[:shared], added[shared:])
+
+
+def _opens_a_marker(text: str, boundaries: Boundaries) -> bool:
+    """Whether `text` starts (after whitespace) with a special token or a tag-like marker."""
+    text = text.lstrip()
+    return any(token.strip() and text.startswith(token) for token in boundaries.special_tokens) or \
+        (len(text) > 1 and text[0] in "<[" and not text[1].isspace())
 
 
 def name_thinking_modes(modes: dict[str, PromptMode], switch: dict | None, reasoning_end: str) -> dict | None:
@@ -210,7 +241,9 @@ def _thinking_pair(modes: dict[str, PromptMode], switch: dict | None, reasoning_
             by_variable.setdefault(next(iter(mode.variables)), []).append(name)
     for variable, names in by_variable.items():
         on = next((n for n in names if modes[n].start == Start.REASONING), None)
-        off = next((n for n in names if modes[n].start == Start.CONTENT and reasoning_end in modes[n].tail), None)
+        # (the end marker in the prompt after the role: its tail, or the header's last marker)
+        off = next((n for n in names if modes[n].start == Start.CONTENT
+                    and reasoning_end in modes[n].header + modes[n].tail), None)
         if on is None or off is None:
             continue
         modes["thinking"], modes["no_thinking"] = modes.pop(on), modes.pop(off)
