@@ -340,6 +340,29 @@ def test_a_value_left_open_at_the_end_of_the_output_is_cut(stem):
         assert message["tool_calls"] == [] and [e["kind"] for e in message["errors"]] == ["truncated_tool_call"]
 
 
+@needs_corpus
+@pytest.mark.parametrize("stem", VALUE_CLOSER_FAMILIES + ["DeepSeek-V3.2"])
+def test_a_value_cut_right_after_the_calls_closing_word_is_settled_only_at_a_stop(stem):
+    """`<arg_value>Close it with </tool_call>`, the output ending there: at a natural stop the
+    output is whole and the word closes the call (the value's closing tag missing); cut by the
+    length limit, the word may be the start of more of the value: the call is truncated, and
+    a client streaming it is told it is void."""
+    spec, protocol, _ = compiled(stem)
+    call = spec.tool_calls.call
+    word = next(w for p in call[call.index({"slot": "arguments"}) + 1:] if isinstance(p, str) for w in p.split())
+    text = _written_call(spec, {"amount": f"Close it with {word} then stop."})
+    at_stop = parsed(protocol, text[: text.index(word) + len(word)], "content", "stop")
+    assert [json.loads(c["function"]["arguments"]) for c in at_stop["tool_calls"]] == [{"amount": "Close it with "}]
+    for cut in (text.index(word) + len(word), text.index(" then stop.") + len(" then st")):
+        cut_short = parsed(protocol, text[:cut], "content", "length")
+        assert cut_short["tool_calls"] == [], text[:cut]
+        assert "truncated_tool_call" in [e["kind"] for e in cut_short["errors"]]
+        parser = runtime.StreamParser(protocol, tools=STANDARD_TOOLS, start="content")
+        deltas = [d for ch in text[:cut] for d in parser.feed(ch)] + parser.end("length")
+        assert parser.message == cut_short
+        assert [d["tool_call_error"]["kind"] for d in deltas if "tool_call_error" in d] == ["truncated_tool_call"]
+
+
 # --- values typed by the schema -----------------------------------------------------------
 
 RAW_VALUE_FAMILIES = ["Qwen-Qwen3-Coder", "ZAI-GLM-4.6", "MiniMax-M2"]
