@@ -430,6 +430,63 @@ def test_python_and_json_literals_both_read_where_the_format_writes_either(stem)
         assert [json.loads(c["function"]["arguments"]) for c in message["tool_calls"]] == [arguments], written
 
 
+# --- values in a format's own notation --------------------------------------------------------
+
+
+NATIVE_VALUES = {"array": ["x", "y"], "object": {"j": 1, "k": "v"}}
+
+
+def _native_deviations(fmt):
+    """kind -> (the canonical text of NATIVE_VALUES[kind] in the format's own notation, and
+    that value written otherwise: a separator missing, trailing, doubled or leading, an
+    empty key, a key twice), from the format's own writer."""
+    sep = fmt.separator
+    out = {}
+    for kind, value in NATIVE_VALUES.items():
+        open_, close = fmt.brackets[kind]
+        if kind == "array":
+            items = [fmt.encode_value(fmt.value_encoders["string"], v) for v in value]
+        else:
+            items = [fmt.format({k: v}) for k, v in value.items()]
+        canonical = fmt.encode_value("native", value)
+        assert canonical == open_ + sep.join(items) + close
+        first, second = items
+        deviated = {
+            "no separator": open_ + first + second + close,
+            "a trailing separator": open_ + first + sep + second + sep + close,
+            "a separator doubled": open_ + first + sep + sep + second + close,
+            "a leading separator": open_ + sep + first + sep + second + close,
+            "a separator alone": open_ + sep + close,
+        }
+        if kind == "object":
+            deviated["an empty key"] = open_ + first + sep + fmt.format({"": 2}) + close
+            deviated["a key twice"] = open_ + first + sep + first + close
+        out[kind] = (canonical, deviated)
+    return out
+
+
+@needs_corpus
+@pytest.mark.parametrize("stem", [p.stem for p in TEMPLATES], ids=corpus_ids(TEMPLATES))
+def test_a_native_value_written_otherwise_than_its_format_is_invalid(stem):
+    """A list or object in the format's own notation (Gemma 4's `[<|"|>x<|"|>,<|"|>y<|"|>]`)
+    reads as the format writes it: one separator between elements, none after the last, no
+    empty element, a key once. Otherwise the arguments do not read (`invalid_arguments`, the
+    call dropped), one-shot and streamed: not a guess at what was meant."""
+    spec, protocol, _ = compiled(stem)
+    if spec.tool_calls is None or "native" not in spec.tool_calls.arguments.value_encoders.values():
+        pytest.skip(f"{stem}: no values in a notation of the format's own")
+    fmt = spec.tool_calls.arguments
+    for kind, (canonical, deviated) in _native_deviations(fmt).items():
+        value = NATIVE_VALUES[kind]
+        text = spec.tool_calls.format([{"name": "convert_currency", "arguments": {"xs": value}}])
+        assert text.count(canonical) == 1
+        assert _parsed_both_ways(protocol, text, None)["tool_calls"][0]["function"]["arguments"] == json.dumps({"xs": value})
+        for how, written in deviated.items():
+            message = _parsed_both_ways(protocol, text.replace(canonical, written), None)
+            assert message["tool_calls"] == [], (kind, how, written)
+            assert [e["kind"] for e in message["errors"]] == ["invalid_arguments"], (kind, how, message["errors"])
+
+
 # --- turns written as messages with headers (harmony) ---------------------------------------
 
 HARMONY = "OpenAI-gpt-oss-120b"
