@@ -24,9 +24,10 @@ fails) and printed as a JSON reproducer, to keep as a test beside the rule it br
 tests/test_fuzz_stream.py runs a bounded, seeded part of this fuzz in CI.
 
 `--unseen K` adds K formats per family that the corpus does not have: the family's spec with
-the whitespace at and inside its literals changed (calls, arguments, section, turn layouts),
-its reading tables made anew and its turns written by the spec's own writer, as an unseen
-template's would be.
+the whitespace at and inside its literals changed (calls, arguments, section, turn layouts)
+and, half the time, a marker or two renamed to begin as another marker does; its reading
+tables made anew and its turns written by the spec's own writer, as an unseen template's
+would be.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import re
 import sys
 import time
 import traceback
@@ -146,6 +148,25 @@ WHITESPACE_EDITS = [
 ]
 
 
+# A marker in a spec's literals: a special token, a tag, a bracketed word.
+MARKER = re.compile(r"<\|[^|<>\"\\]+\|>|<｜[^｜<>\"\\]+｜>|</?[A-Za-z_:][A-Za-z0-9_:.-]*>|\[[A-Z_]+\]|<[a-z_]+\|>|<\|[a-z_]+>")
+
+
+def _renamed_markers(rng, data):
+    """The spec (as data) with one or two of its markers renamed to share a start with another
+    (`<tool_call>` as `<|im_end|>x`, `<|im_enxd|>`, ...): stops that begin alike, one the
+    start of another."""
+    parts = {k: data.get(k) for k in ("tool_calls", "reasoning", "end_of_turn", "turns", "content_start", "content_end")}
+    marks = sorted(set(MARKER.findall(json.dumps(parts, ensure_ascii=False))))
+    blob = json.dumps(data, ensure_ascii=False)
+    for _ in range(rng.randrange(1, 3) if len(marks) > 1 else 0):
+        old, other = rng.sample(marks, 2)
+        new = rng.choice([other + "x", other[:-1] + "x" + other[-1], other[:3] + old[3:], other[:-1] + old[1:]])
+        if new != old and new not in marks:
+            blob = blob.replace(json.dumps(old, ensure_ascii=False)[1:-1], json.dumps(new, ensure_ascii=False)[1:-1])
+    return json.loads(blob)
+
+
 def _edit_literals(rng, pieces, p):
     return [rng.choice(WHITESPACE_EDITS)(piece) if isinstance(piece, str) and piece.strip() and rng.random() < p
             else piece for piece in pieces]
@@ -153,7 +174,8 @@ def _edit_literals(rng, pieces, p):
 
 def unseen_family(rng: random.Random, family: Family, n: int) -> Family | None:
     """`family` with its format changed where templates differ (whitespace at and inside the
-    literals of its calls, arguments, section and turn layouts): its reading tables made anew,
+    literals of its calls, arguments, section and turn layouts; markers renamed to begin as
+    another does, half the time): its reading tables made anew,
     its seeds written by its own writer (None: the changed spec does not read its own turns)."""
     from tplparse.grammar.reading import reading_tables
     from tplparse.spec import ProtocolSpec
@@ -168,6 +190,8 @@ def unseen_family(rng: random.Random, family: Family, n: int) -> Family | None:
                 tc[key] = rng.choice(WHITESPACE_EDITS)(tc[key])
         tc["arguments"]["argument"] = {k: _edit_literals(rng, v, p) for k, v in tc["arguments"]["argument"].items()}
     data["turns"] = {k: _edit_literals(rng, v, p) for k, v in data["turns"].items()}
+    if rng.random() < 0.5:
+        data = _renamed_markers(rng, data)
     try:
         spec = ProtocolSpec.from_dict(data)
         protocol = runtime.Protocol(reading_tables(spec, family.special_tokens))
