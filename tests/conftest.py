@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,67 @@ SMOLLM2 = FIXTURES / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 def corpus_templates() -> list[Path]:
     return sorted(CORPUS.glob("*.jinja")) if CORPUS.is_dir() else []
+
+
+# --- corpus templates that do not prove yet ------------------------------------------------
+
+# The checks a corpus test makes of one template; NOT_YET_PROVED says which of them fail.
+PROOF = "the compile's proof"  # tests/test_proof.py: every standard turn reads back
+TOLERATED = "the proof's tolerated forms"  # tests/test_proof.py: the deviated forms read back too
+RERENDER = "the spec re-renders the template's turns"  # tests/test_probe.py
+GRAMMAR = "the grammars read back the renders"  # tests/test_grammars.py, tests/test_lark.py
+ROUND_TRIP = "the parser reads the renders in every chunking"  # tests/test_stream.py
+DEVIATIONS = "the deviated forms read as the render"  # tests/test_tolerance.py
+ARGUMENTS = "arguments stream before the call is complete"  # tests/test_argument_streaming.py
+KV_FOLLOWS = "what follows a key/value argument reads the same in every chunking"  # tests/test_argument_streaming.py
+UNKNOWN_TOOLS = "calls of tools not offered are refused"  # tests/test_hardening.py
+CUT = "a stream cut inside a call is truncated"  # tests/test_hardening.py
+RESPONSE_TEMPLATE = "transformers' response parser reads the renders as tplparse does"  # test_response_template.py
+PROMPT_START = "transformers' response parser starts where the prompt leaves the output"  # test_response_template.py
+
+
+@dataclass(frozen=True)
+class NotYetProved:
+    why: str  # what the probe or the parser does not read yet (issue #29's class)
+    fails: frozenset[str]  # the checks above that fail on it today
+
+
+# Batch 3 of the corpus brought templates that do not prove yet. Until issue #29 makes them
+# prove, each is listed here with its reason and the checks that fail on it: the parametrized
+# tests of those checks are strict xfails for it (a check that starts passing fails the suite
+# until it is taken off the list), the whole-corpus tests expect exactly these gaps, and the
+# property tests draw from the other templates. Issue #29 empties this list.
+NOT_YET_PROVED: dict[str, NotYetProved] = {
+    "TeamACE-ToolACE-8B-vllm-tool": NotYetProved(
+        "#29 class 10: a bare pythonic list whose string values the template writes unquoted ('%s'|format) beside "
+        "Python literals of the other types: the parser reads a value of one shared layout as raw text up to the "
+        "separator, so an object value (which holds the separator) or the call's closing bracket ends it early",
+        frozenset({PROOF, GRAMMAR, ROUND_TRIP, DEVIATIONS, KV_FOLLOWS, UNKNOWN_TOOLS, CUT})),
+}
+
+
+def not_yet_proved(check: str) -> dict[str, str]:
+    """stem -> why, of the listed templates on which `check` fails today."""
+    return {stem: entry.why for stem, entry in NOT_YET_PROVED.items() if check in entry.fails}
+
+
+def corpus_stems(check: str) -> list:
+    """Every corpus template's stem as a parameter, a strict xfail where `check` fails on it
+    today (NOT_YET_PROVED)."""
+    return [pytest.param(p.values[0].stem, id=p.id, marks=p.marks) for p in marked_sources(corpus_templates(), check)]
+
+
+def marked_sources(paths, check: str, label=lambda path: path.stem) -> list:
+    """`paths` (templates, the corpus's among them) as parameters with ids `label(path)`, a
+    strict xfail for each corpus template on which `check` fails today (NOT_YET_PROVED)."""
+    failing = not_yet_proved(check)
+    return [pytest.param(path, id=label(path), marks=[pytest.mark.xfail(strict=True, reason=failing[path.stem])]
+                         if path.stem in failing and path.parent == CORPUS else []) for path in paths]
+
+
+def proved_corpus_stems() -> list[str]:
+    """The corpus templates off the NOT_YET_PROVED list (what the property tests draw from)."""
+    return [path.stem for path in corpus_templates() if path.stem not in NOT_YET_PROVED]
 
 
 def vocab_files() -> list[Path]:

@@ -76,11 +76,11 @@ class Server:
         self._log_file.close()
 
 
-def start_llama_server(binary: Path, model: Path, log: Path, port: int | None = None) -> Server:
+def start_llama_server(binary: Path, model: Path, log: Path, port: int | None = None, *extra: str) -> Server:
     # 4 slots of 2048 tokens: concurrent requests are batched, the rest wait their turn.
     port = port or free_port()
     return Server([str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-c", "8192",
-                   "-np", "4", "-t", "2", "--no-webui"], port, log)
+                   "-np", "4", "-t", "2", "--no-webui", *extra], port, log)
 
 
 def start_tplparse_serve(source: Path, upstream: str, log: Path, *extra: str) -> Server:

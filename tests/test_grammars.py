@@ -23,7 +23,7 @@ from tplparse.check.reference import ReferenceParser
 from tplparse.emit.peg import emit_peg
 from tplparse.probe import probe
 
-from conftest import EXAMPLES, corpus_ids, corpus_templates, examples, needs_corpus
+from conftest import EXAMPLES, GRAMMAR, corpus_ids, corpus_stems, corpus_templates, examples, needs_corpus
 from corpus_outputs import FRESH_TOOLS, outputs, readable
 
 TEMPLATES = corpus_templates()
@@ -58,7 +58,7 @@ def corpus():
 
 
 @needs_corpus
-@pytest.mark.parametrize("stem", [p.stem for p in TEMPLATES], ids=corpus_ids(TEMPLATES))
+@pytest.mark.parametrize("stem", corpus_stems(GRAMMAR))
 def test_corpus_grammars_read_back_the_templates_renders(corpus, stem, accepts, tmp_path):
     template, spec = corpus[stem]
     grammar_ir = build(spec, special_tokens=template.special_tokens)

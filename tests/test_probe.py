@@ -16,7 +16,7 @@ from tplparse.spec import ProtocolSpec, slot
 from tplparse.source.template import ChatTemplate
 from tplparse.probe import standard_turns, verify
 
-from conftest import EXAMPLES, REPO, corpus_templates, needs_corpus
+from conftest import EXAMPLES, REPO, RERENDER, corpus_templates, needs_corpus, not_yet_proved
 
 TEMPLATES = corpus_templates()
 
@@ -64,6 +64,10 @@ def test_rerendering_table(specs, capsys):
         for (stem, name), detail in failures.items():
             print(f"  FAIL {stem} / {name}: {detail}")
     assert (len(rows) * len(names) - len(failures)) / (len(rows) * len(names)) >= 0.95
+    # (a template on the not-yet-proved list fails some pair of this table, and only those do)
+    listed = not_yet_proved(RERENDER)
+    assert {stem for stem, _ in failures if stem in listed} == set(listed), "take the template off the list"
+    failures = {pair: detail for pair, detail in failures.items() if pair[0] not in listed}
     assert set(failures) == set(KNOWN_FAILURES), "update KNOWN_FAILURES with the reason for each failure"
 
 
@@ -203,7 +207,9 @@ def test_start_state(specs, stem, mode, start):
     ("ByteDance-Seed-OSS-36B-Instruct", "<seed:think>", "</seed:think>"),
     ("Cohere-Cohere2MoE", "<|START_THINKING|>", "<|END_THINKING|>"),
     ("Mistral-Ministral-3-14B-Reasoning-2512", "[THINK]", "[/THINK]"),  # reasoning as content blocks
-    ("ServiceNow-Apriel-1.6-15b-Thinker-fixed", "", "[BEGIN FINAL RESPONSE]"),  # delimiter only
+    # the reasoning starter its generation prompt writes (after a last user message, whatever
+    # add_generation_prompt says), then a delimiter
+    ("ServiceNow-Apriel-1.6-15b-Thinker-fixed", "Here are my reasoning steps:", "[BEGIN FINAL RESPONSE]"),
     ("Google-Gemma-4-31B-it", "<|channel>thought", "<channel|>"),
 ])
 def test_reasoning_markers(specs, stem, start, end):
@@ -304,6 +310,7 @@ def _string_constants(tree: ast.AST):
 ALLOWED_FAMILY_STRINGS = {
     ("byte_vocab.py", "llama"): "the GGUF architecture llama.cpp loads a vocabulary under",
     ("requests.py", "seed"): "OpenAI's sampling field (a random seed), not the Seed model family",
+    ("requests.py", "the sampling seed must be a 64-bit integer"): "the same sampling field, in its error",
 }
 
 

@@ -30,7 +30,7 @@ from tplparse.check.deviations import (CALL_ID_LEFT_OUT, CALL_OBJECT_BY_KEY, CAL
 from tplparse.check.outputs import STANDARD_TOOLS, model_outputs, readable
 from tplparse.spec import kv_parts
 
-from conftest import corpus_ids, corpus_templates, examples, needs_corpus
+from conftest import DEVIATIONS, NOT_YET_PROVED, corpus_ids, corpus_stems, corpus_templates, examples, needs_corpus
 
 TEMPLATES = corpus_templates()
 REAL_OUTPUTS = json.loads((Path(__file__).parent / "fixtures" / "real_outputs.json").read_text(encoding="utf-8"))
@@ -75,7 +75,7 @@ CHUNKINGS = [every(1), every(3), every(7)]
 
 
 @needs_corpus
-@pytest.mark.parametrize("stem", [p.stem for p in TEMPLATES], ids=corpus_ids(TEMPLATES))
+@pytest.mark.parametrize("stem", corpus_stems(DEVIATIONS))
 def test_deviated_outputs_read_as_the_render(stem):
     """Every deviated form of every standard turn: the canonical form's message (ids and
     all), one-shot and in every chunking; the expected message of the render."""
@@ -175,6 +175,8 @@ def deviated_cases() -> tuple:
     to draw from."""
     cases = []
     for path in TEMPLATES:
+        if path.stem in NOT_YET_PROVED:
+            continue  # (its parametrized tests are strict xfails)
         spec, _, outputs = compiled(path.stem)
         for i, output in enumerate(outputs):
             if any(d.rule == CLOSING_EATEN for d in deviations(output, spec)):
@@ -242,6 +244,8 @@ def structural_cases() -> tuple:
              MESSAGE_HEADERS, WHITESPACE}
     cases = []
     for path in TEMPLATES:
+        if path.stem in NOT_YET_PROVED:
+            continue  # (its parametrized tests are strict xfails)
         spec, _, outputs = compiled(path.stem)
         for i, output in enumerate(outputs):
             cases += [(path.stem, i, j) for j, d in enumerate(deviations(output, spec)) if d.rule in kinds]

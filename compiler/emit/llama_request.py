@@ -64,7 +64,7 @@ def llama_request(spec: ProtocolSpec, options: GrammarOptions, special_tokens: t
         raise ValueError("this template has no tool-call format and no JSON schema was given: nothing to constrain")
     boundaries = Boundaries(special_tokens)
     request: dict = {}
-    lazy = spec.tool_calls is not None and options.tool_choice == "auto" and options.content_schema is None
+    lazy = spec.tool_calls is not None and options.choice.mode == "auto" and options.content_schema is None
     preserved = preserved_tokens(spec, special_tokens)
     if lazy:
         grammar = lazy_grammar(spec, options, special_tokens)
