@@ -7,8 +7,10 @@ Layers, in order: errors, text, values, streams, protocol, output, input, rules,
 
 import ast
 import codecs
+import io
 import json
 import re
+import tokenize
 import warnings
 from json.encoder import encode_basestring as _encode_basestring
 
@@ -375,6 +377,7 @@ def python_value(text):
                     if key.value in seen:
                         raise DuplicateKey(f"the key {key.value!r} appears twice")
                     seen.add(key.value)
+    _separated_as_written(text.strip())
     try:
         value = ast.literal_eval(tree)
     except (ValueError, TypeError, OverflowError):  # ({[1]: 2}: unhashable; messages may hold addresses)
@@ -394,6 +397,35 @@ def python_value(text):
     return value
 
 
+
+
+_LAYOUT_TOKENS = frozenset({tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT,
+                            tokenize.ENDMARKER})
+
+
+def _separated_as_written(text):
+    """ValueError where a Python literal's elements are separated otherwise than Python writes
+    them (repr): two strings side by side, which Python joins ('x' 'y' is 'xy': a separator
+    left out, not a guess to make), or a separator after the last element (but the one a
+    one-element tuple is written with). `text` parses as Python."""
+    try:
+        tokens = [t for t in tokenize.generate_tokens(io.StringIO(text).readline) if t.type not in _LAYOUT_TOKENS]
+    except (tokenize.TokenError, SyntaxError):
+        raise ValueError("not a Python literal") from None
+    commas = []  # per open bracket, the separators seen in it
+    for previous, token in zip([None] + tokens, tokens):
+        if token.type == tokenize.STRING and previous is not None and previous.type == tokenize.STRING:
+            raise ValueError(f"two strings side by side at {token.line[token.start[1]:][:20]!r}: a separator missing")
+        if token.type != tokenize.OP:
+            continue
+        if token.string in ("(", "[", "{"):
+            commas.append(0)
+        elif token.string in (")", "]", "}"):
+            seen = commas.pop() if commas else 0
+            if previous is not None and previous.string == "," and not (token.string == ")" and seen == 1):
+                raise ValueError(f"a separator after the last element, before {token.string!r}")
+        elif token.string == "," and commas:
+            commas[-1] += 1
 
 
 def object_value(text, python):

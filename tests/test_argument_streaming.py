@@ -338,12 +338,8 @@ def test_a_duplicate_key_is_the_error_whatever_its_value():
     ('"\\/\\x41"', {"a": "\\/A"}),  # \/ is / in JSON, \/ in Python; \x41 only Python has
     ('["\\/", \'\\x41\']', {"a": ["\\/", "A"]}),
     ('{"k": 1, \'\\/\': 2}', {"a": {"k": 1, "\\/": 2}}),
-    # a trailing comma (Python's, not JSON's): the stream gave out the comma before it saw "]"
-    ('{"a": [1,]}', {"a": {"a": [1]}}),
-    ('[1, 2,]', {"a": [1, 2]}),
-    # strings one after the other, which Python joins: the first one's closing quote went out
-    ('["x" "y"]', {"a": ["xy"]}),
-    ('{"k": "x"\n\'y\'}', {"a": {"k": "xy"}}),
+    # a one-element tuple, written with its comma (a list in JSON)
+    ("('x',)", {"a": ["x"]}),
 ])
 def test_a_value_json_and_python_read_otherwise_goes_out_as_it_is_read(value, arguments):
     """A pythonic call's value is read as JSON, else as a Python literal: which reading it gets
@@ -353,6 +349,27 @@ def test_a_value_json_and_python_read_otherwise_goes_out_as_it_is_read(value, ar
     text = f"<|tool_call_start|>[f(a={value})]<|tool_call_end|>"
     one_shot = runtime.parse(protocol, text, start="content")
     assert one_shot["errors"] == [] and json.loads(one_shot["tool_calls"][0]["function"]["arguments"]) == arguments
+    for chunks in (list(text), [text[i:i + 4] for i in range(0, len(text), 4)]):
+        per_chunk, message = fed(protocol, chunks, start="content")
+        assert message == one_shot
+        check_deltas_add_up([d for chunk in per_chunk for d in chunk], message)
+
+
+@needs_corpus
+@pytest.mark.parametrize("value", [
+    # (found by a differential fuzz: the stream gave out the comma before it saw "]", and the
+    # first string's closing quote before the second string; both then read, as Python reads
+    # them. Issue #28: a separator is read as the notation's writer writes it, never a guess)
+    '{"a": [1,]}', "[1, 2,]",  # a separator after the last element
+    '["x" "y"]', '{"k": "x"\n\'y\'}',  # strings side by side: Python would join them ("xy")
+])
+def test_a_python_value_separated_otherwise_than_written_is_invalid_streamed_too(value):
+    """A pythonic call's value with a separator left out or after its last element: the call
+    is `invalid_arguments`, whole and fed in pieces, and what went out of it before is void."""
+    _, _, protocol = family("LiquidAI-LFM2.5-8B-A1B")
+    text = f"<|tool_call_start|>[f(a={value})]<|tool_call_end|>"
+    one_shot = runtime.parse(protocol, text, start="content")
+    assert one_shot["tool_calls"] == [] and [e["kind"] for e in one_shot["errors"]] == ["invalid_arguments"]
     for chunks in (list(text), [text[i:i + 4] for i in range(0, len(text), 4)]):
         per_chunk, message = fed(protocol, chunks, start="content")
         assert message == one_shot

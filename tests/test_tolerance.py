@@ -28,7 +28,7 @@ from tplparse.check.deviations import (CALL_ID_LEFT_OUT, CALL_OBJECT_BY_KEY, CAL
                                        WHITESPACE,
                                        closing_markers, deviations, value_closer)
 from tplparse.check.outputs import STANDARD_TOOLS, model_outputs, readable
-from tplparse.spec import kv_parts
+from tplparse.spec import ArgumentStyle, SpecError, kv_parts
 
 from conftest import DEVIATIONS, NOT_YET_PROVED, corpus_ids, corpus_stems, corpus_templates, examples, needs_corpus
 
@@ -489,6 +489,64 @@ def test_a_native_value_written_otherwise_than_its_format_is_invalid(stem):
             message = _parsed_both_ways(protocol, text.replace(canonical, written), None)
             assert message["tool_calls"] == [], (kind, how, written)
             assert [e["kind"] for e in message["errors"]] == ["invalid_arguments"], (kind, how, message["errors"])
+
+
+# A list and an object as JSON or a Python literal writes them (either quote), the elements
+# captured: [open, first, separator, second, close].
+_WRITTEN_LITERALS = {
+    "array": re.compile(r"""(\[)(["']x["'])(,\s*)(["']y["'])(\])"""),
+    "object": re.compile(r"""(\{)(["']j["']:\s*1)(,\s*)(["']k["']:\s*["']v["'])(\})"""),
+}
+
+
+def _separators_deviated(open_, first, sep, second, close):
+    """how -> the two elements separated otherwise than written: the classes issue #28 names."""
+    return {
+        "no separator": open_ + first + second + close,
+        "a trailing separator": open_ + first + sep + second + sep.strip() + close,
+        "a separator doubled": open_ + first + sep.strip() + sep + second + close,
+        "a leading separator": open_ + sep + first + sep + second + close,
+        "a separator alone": open_ + sep.strip() + close,
+    }
+
+
+@needs_corpus
+@pytest.mark.parametrize("stem", corpus_stems(DEVIATIONS))
+def test_a_json_or_python_value_separated_otherwise_than_written_is_invalid(stem):
+    """A list or an object as the family writes it inside arguments, JSON or a Python literal
+    (a JSON arguments object, a pythonic call, a key/value raw value typed by its schema): a
+    separator missing (Python would join 'x' 'y' into 'xy'), trailing, doubled, leading or
+    alone is not the value written: `invalid_arguments` (`invalid_tool_call` where the call is
+    one JSON object, arguments and all), the call dropped, one-shot and streamed; never a guess
+    at what was meant."""
+    spec, protocol, _ = compiled(stem)
+    if spec.tool_calls is None:
+        pytest.skip(f"{stem}: no tool calls")
+    tools = [{"type": "function", "function": {"name": "convert_currency", "parameters": {"type": "object", "properties": {
+        "xs": {"type": "array", "items": {"type": "string"}}, "o": {"type": "object"}}}}}]
+    arguments = {"xs": ["x", "y"], "o": {"j": 1, "k": "v"}}
+    try:
+        text = spec.tool_calls.format([{"name": "convert_currency", "id": "a1b2c3d4e", "arguments": arguments}])
+    except SpecError:
+        pytest.skip(f"{stem}: its writer writes no list or object argument")
+    assert [json.loads(c["function"]["arguments"]) for c in _parsed_both_ways(protocol, text, tools)["tool_calls"]] == [
+        arguments], text
+    checked = 0
+    for kind, pattern in _WRITTEN_LITERALS.items():
+        found = list(pattern.finditer(text))
+        if len(found) != 1:
+            continue  # (written in a notation of the format's own, or as XML elements)
+        checked += 1
+        for how, written in _separators_deviated(*found[0].groups()).items():
+            deviated = text[:found[0].start()] + written + text[found[0].end():]
+            message = _parsed_both_ways(protocol, deviated, tools)
+            assert message["tool_calls"] == [], (kind, how, deviated)
+            kinds = [e["kind"] for e in message["errors"] if e["kind"] != "text_after_end_of_turn"]
+            one_object = spec.tool_calls.arguments.style == ArgumentStyle.OBJECT and {"slot": "arguments"} not in \
+                spec.tool_calls.call
+            assert kinds == ["invalid_tool_call" if one_object else "invalid_arguments"], (kind, how, message["errors"])
+    if not checked:
+        pytest.skip(f"{stem}: its lists and objects are written in no JSON or Python notation")
 
 
 # --- turns written as messages with headers (harmony) ---------------------------------------
