@@ -549,6 +549,39 @@ def test_a_json_or_python_value_separated_otherwise_than_written_is_invalid(stem
         pytest.skip(f"{stem}: its lists and objects are written in no JSON or Python notation")
 
 
+@needs_corpus
+@pytest.mark.parametrize("stem", corpus_stems(DEVIATIONS))
+def test_key_value_arguments_separated_otherwise_than_written_are_no_call(stem):
+    """Key/value arguments (`j=1, k='v'`, `j:1,k:<|"|>v<|"|>`, `<arg_key>j</arg_key>…`) read as
+    the layout writes them: where it writes a separator between arguments, one missing,
+    trailing, doubled or leading is no call but an error (`invalid_tool_call`: the layout is
+    broken; or `invalid_arguments`: a value reads otherwise); an argument with an empty name is
+    one too. One-shot and streamed; never a guess at what was meant."""
+    spec, protocol, _ = compiled(stem)
+    if spec.tool_calls is None or spec.tool_calls.arguments.style == ArgumentStyle.OBJECT:
+        pytest.skip(f"{stem}: no key/value arguments")
+    fmt = spec.tool_calls.arguments
+    tools = [{"type": "function", "function": {"name": "convert_currency", "parameters": {"type": "object", "properties": {
+        "j": {"type": "integer"}, "k": {"type": "string"}}}}}]
+    arguments = {"j": 1, "k": "v"}
+    text = spec.tool_calls.format([{"name": "convert_currency", "id": "a1b2c3d4e", "arguments": arguments}])
+    assert [json.loads(c["function"]["arguments"]) for c in _parsed_both_ways(protocol, text, tools)["tool_calls"]] == [
+        arguments], text
+    first, second = fmt.format({"j": 1}), fmt.format({"k": "v"})
+    canonical = fmt.format(arguments)
+    assert canonical == first + fmt.separator + second and text.count(canonical) == 1, (canonical, text)
+    deviated = {"an empty name": fmt.format({"": 1}) + fmt.separator + second}
+    if fmt.separator.strip():
+        sep = fmt.separator
+        deviated.update({"no separator": first + second, "a trailing separator": canonical + sep,
+                         "a separator doubled": first + sep + sep + second, "a leading separator": sep + canonical})
+    for how, written in deviated.items():
+        message = _parsed_both_ways(protocol, text.replace(canonical, written), tools)
+        assert message["tool_calls"] == [], (how, written)
+        kinds = [e["kind"] for e in message["errors"] if e["kind"] != "text_after_end_of_turn"]
+        assert kinds in (["invalid_tool_call"], ["invalid_arguments"]), (how, written, message["errors"])
+
+
 # --- turns written as messages with headers (harmony) ---------------------------------------
 
 HARMONY = "OpenAI-gpt-oss-120b"
