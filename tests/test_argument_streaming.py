@@ -9,7 +9,7 @@ import os
 import warnings
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import tplparse
@@ -43,11 +43,11 @@ def family(stem):
     return _COMPILED[stem]
 
 
-def fed(protocol, chunks, **kwargs):
+def fed(protocol, chunks, finish_reason="stop", **kwargs):
     """Feed `chunks`; the deltas each one returned (the last entry: end()'s), and the message."""
     parser = runtime.StreamParser(protocol, **kwargs)
     out = [parser.feed(chunk) for chunk in chunks]
-    out.append(parser.end())
+    out.append(parser.end(finish_reason))
     return out, parser.message
 
 
@@ -99,7 +99,7 @@ def test_arguments_stream_before_the_call_is_complete(stem):
 SCALARS = st.one_of(
     st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12),
     st.sampled_from(['say "hi"', "back\\slash", "</tool_call>", "</parameter>", "<|\"|>", "a\nb", "😀 é", "\\u00e9",
-                     "'quoted'", "{\"k\": 1}", ""]),
+                     "'quoted'", "{\"k\": 1}", "", "</function>", "</｜DSML｜invoke>"]),  # (the last: calls' closing words)
     st.integers(-10**12, 10**12), st.floats(allow_nan=False, allow_infinity=False, width=32), st.booleans(), st.none())
 VALUES = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
     st.text("abcxyz_", min_size=1, max_size=4), inner, max_size=3), max_leaves=6)
@@ -122,11 +122,37 @@ def schema_of(value):
     return {"type": kind}
 
 
+CUTS = st.lists(st.integers(1, 10**4), max_size=12)  # (positions, folded into the text: _cut_positions)
+
+
 @settings(max_examples=examples(160), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(data=st.data())
-def test_random_arguments_stream_and_add_up(chatml, data):
-    encoding = data.draw(st.sampled_from(sorted(ENCODINGS)))
+@given(encoding=st.sampled_from(sorted(ENCODINGS)), arguments=st.dictionaries(KEYS, VALUES, max_size=4),
+       name=st.sampled_from(["get_weather", "write_file"]), cuts=CUTS)
+# Draws that once failed (explore mode), kept:
+# - a list whose strings hold the format's own quote, which its writer cannot escape, read as
+#   ["", ",", ""]: the separator between elements was optional (issue #28);
+@example(encoding="native values", arguments={"_": ['<|"|>', '<|"|>']}, name="get_weather", cuts=[])
+# - a value holding the call's own closing word, the output cut by the length limit right after
+#   it (position 127 of this text): the call came back with its value cut there, {"a": "Close it
+#   with "}, beside a truncated_tool_call error (issue #28).
+@example(encoding="key/value, DSML", arguments={"a": "Close it with </｜DSML｜invoke> then stop."},
+         name="write_file", cuts=[127])
+def test_random_arguments_stream_and_add_up(encoding, arguments, name, cuts):
+    check_arguments_stream(encoding, arguments, name, cuts)
+
+
+def _cut_positions(text, drawn):
+    """The drawn positions folded into 1 .. len(text) - 1 (a position already there stays)."""
+    return sorted({1 + (c - 1) % max(1, len(text) - 1) for c in drawn})
+
+
+def check_arguments_stream(encoding, arguments, name, drawn_cuts):
+    """The call written by the encoding's family, read one-shot and in the chunks the cuts
+    make: the same message, deltas that add up to it, canonical JSON, and the call as written
+    or no call at all. And the output cut at each of those positions by the length limit:
+    the call as written or none (never its arguments cut short), once there at every longer
+    cut, the same streamed."""
     stem = ENCODINGS[encoding]
     if stem is None:
         spec, protocol = compile_in_memory(tplparse.load(CHATML))
@@ -134,13 +160,11 @@ def test_random_arguments_stream_and_add_up(chatml, data):
         if not (CORPUS / f"{stem}.jinja").is_file():
             return  # (the corpus is not here: the JSON example still runs)
         _, spec, protocol = family(stem)
-    arguments = data.draw(st.dictionaries(KEYS, VALUES, max_size=4))
-    name = data.draw(st.sampled_from(["get_weather", "write_file"]))
     tools = [{"type": "function", "function": {"name": name, "parameters": {
         "type": "object", "properties": {k: schema_of(v) for k, v in arguments.items()}}}}]
     text = spec.tool_calls.format([{"name": name, "arguments": arguments}])
     one_shot = runtime.parse(protocol, text, tools=tools, start="content")
-    cuts = sorted(set(data.draw(st.lists(st.integers(1, max(1, len(text) - 1)), max_size=12))))
+    cuts = _cut_positions(text, drawn_cuts)
     chunks = [text[a:b] for a, b in zip([0] + cuts, cuts + [len(text)]) if b > a]
     per_chunk, message = fed(protocol, chunks, tools=tools, start="content")
     assert message == one_shot, text
@@ -155,6 +179,24 @@ def test_random_arguments_stream_and_add_up(chatml, data):
     assert [json.loads(c["function"]["arguments"]) for c in message["tool_calls"]] in ([], [arguments]), text
     if encoding == "json object":  # a lossless writer: the call always reads
         assert message["tool_calls"], text
+    check_cut_by_the_length_limit(protocol, tools, text, cuts, message["tool_calls"])
+
+
+def check_cut_by_the_length_limit(protocol, tools, text, cuts, whole):
+    """`text` cut at each of `cuts` with finish_reason "length": nothing incomplete reaches a
+    tool (a closing word inside a value may be the start of more of it), so the calls are the
+    whole text's (`whole`) or none, and a call there at a cut is there at every longer one.
+    Streamed in the pieces the shorter cuts make, the same message."""
+    present = False
+    for cut in cuts:
+        cut_short = runtime.parse(protocol, text[:cut], tools=tools, start="content", finish_reason="length")
+        assert cut_short["tool_calls"] in ([], whole), (cut, text[:cut], cut_short["tool_calls"])
+        assert not present or cut_short["tool_calls"], (cut, text[:cut])  # (monotone)
+        present = bool(cut_short["tool_calls"])
+        pieces = [text[a:b] for a, b in zip([0] + cuts, [c for c in cuts if c < cut] + [cut]) if b > a]
+        per_chunk, streamed = fed(protocol, pieces, tools=tools, start="content", finish_reason="length")
+        assert streamed == cut_short, (cut, text[:cut])
+        check_deltas_add_up([d for chunk in per_chunk for d in chunk], streamed)
 
 
 # --- hold-back: each case a character cannot settle alone ---------------------------------
@@ -296,12 +338,8 @@ def test_a_duplicate_key_is_the_error_whatever_its_value():
     ('"\\/\\x41"', {"a": "\\/A"}),  # \/ is / in JSON, \/ in Python; \x41 only Python has
     ('["\\/", \'\\x41\']', {"a": ["\\/", "A"]}),
     ('{"k": 1, \'\\/\': 2}', {"a": {"k": 1, "\\/": 2}}),
-    # a trailing comma (Python's, not JSON's): the stream gave out the comma before it saw "]"
-    ('{"a": [1,]}', {"a": {"a": [1]}}),
-    ('[1, 2,]', {"a": [1, 2]}),
-    # strings one after the other, which Python joins: the first one's closing quote went out
-    ('["x" "y"]', {"a": ["xy"]}),
-    ('{"k": "x"\n\'y\'}', {"a": {"k": "xy"}}),
+    # a one-element tuple, written with its comma (a list in JSON)
+    ("('x',)", {"a": ["x"]}),
 ])
 def test_a_value_json_and_python_read_otherwise_goes_out_as_it_is_read(value, arguments):
     """A pythonic call's value is read as JSON, else as a Python literal: which reading it gets
@@ -311,6 +349,27 @@ def test_a_value_json_and_python_read_otherwise_goes_out_as_it_is_read(value, ar
     text = f"<|tool_call_start|>[f(a={value})]<|tool_call_end|>"
     one_shot = runtime.parse(protocol, text, start="content")
     assert one_shot["errors"] == [] and json.loads(one_shot["tool_calls"][0]["function"]["arguments"]) == arguments
+    for chunks in (list(text), [text[i:i + 4] for i in range(0, len(text), 4)]):
+        per_chunk, message = fed(protocol, chunks, start="content")
+        assert message == one_shot
+        check_deltas_add_up([d for chunk in per_chunk for d in chunk], message)
+
+
+@needs_corpus
+@pytest.mark.parametrize("value", [
+    # (found by a differential fuzz: the stream gave out the comma before it saw "]", and the
+    # first string's closing quote before the second string; both then read, as Python reads
+    # them. Issue #28: a separator is read as the notation's writer writes it, never a guess)
+    '{"a": [1,]}', "[1, 2,]",  # a separator after the last element
+    '["x" "y"]', '{"k": "x"\n\'y\'}',  # strings side by side: Python would join them ("xy")
+])
+def test_a_python_value_separated_otherwise_than_written_is_invalid_streamed_too(value):
+    """A pythonic call's value with a separator left out or after its last element: the call
+    is `invalid_arguments`, whole and fed in pieces, and what went out of it before is void."""
+    _, _, protocol = family("LiquidAI-LFM2.5-8B-A1B")
+    text = f"<|tool_call_start|>[f(a={value})]<|tool_call_end|>"
+    one_shot = runtime.parse(protocol, text, start="content")
+    assert one_shot["tool_calls"] == [] and [e["kind"] for e in one_shot["errors"]] == ["invalid_arguments"]
     for chunks in (list(text), [text[i:i + 4] for i in range(0, len(text), 4)]):
         per_chunk, message = fed(protocol, chunks, start="content")
         assert message == one_shot

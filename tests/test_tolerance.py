@@ -28,7 +28,7 @@ from tplparse.check.deviations import (CALL_ID_LEFT_OUT, CALL_OBJECT_BY_KEY, CAL
                                        WHITESPACE,
                                        closing_markers, deviations, value_closer)
 from tplparse.check.outputs import STANDARD_TOOLS, model_outputs, readable
-from tplparse.spec import kv_parts
+from tplparse.spec import ArgumentStyle, SpecError, kv_parts
 
 from conftest import DEVIATIONS, NOT_YET_PROVED, corpus_ids, corpus_stems, corpus_templates, examples, needs_corpus
 
@@ -344,6 +344,29 @@ def test_a_value_left_open_at_the_end_of_the_output_is_cut(stem):
         assert message["tool_calls"] == [] and [e["kind"] for e in message["errors"]] == ["truncated_tool_call"]
 
 
+@needs_corpus
+@pytest.mark.parametrize("stem", VALUE_CLOSER_FAMILIES + ["DeepSeek-V3.2"])
+def test_a_value_cut_right_after_the_calls_closing_word_is_settled_only_at_a_stop(stem):
+    """`<arg_value>Close it with </tool_call>`, the output ending there: at a natural stop the
+    output is whole and the word closes the call (the value's closing tag missing); cut by the
+    length limit, the word may be the start of more of the value: the call is truncated, and
+    a client streaming it is told it is void."""
+    spec, protocol, _ = compiled(stem)
+    call = spec.tool_calls.call
+    word = next(w for p in call[call.index({"slot": "arguments"}) + 1:] if isinstance(p, str) for w in p.split())
+    text = _written_call(spec, {"amount": f"Close it with {word} then stop."})
+    at_stop = parsed(protocol, text[: text.index(word) + len(word)], "content", "stop")
+    assert [json.loads(c["function"]["arguments"]) for c in at_stop["tool_calls"]] == [{"amount": "Close it with "}]
+    for cut in (text.index(word) + len(word), text.index(" then stop.") + len(" then st")):
+        cut_short = parsed(protocol, text[:cut], "content", "length")
+        assert cut_short["tool_calls"] == [], text[:cut]
+        assert "truncated_tool_call" in [e["kind"] for e in cut_short["errors"]]
+        parser = runtime.StreamParser(protocol, tools=STANDARD_TOOLS, start="content")
+        deltas = [d for ch in text[:cut] for d in parser.feed(ch)] + parser.end("length")
+        assert parser.message == cut_short
+        assert [d["tool_call_error"]["kind"] for d in deltas if "tool_call_error" in d] == ["truncated_tool_call"]
+
+
 # --- values typed by the schema -----------------------------------------------------------
 
 RAW_VALUE_FAMILIES = ["Qwen-Qwen3-Coder", "ZAI-GLM-4.6", "MiniMax-M2"]
@@ -409,6 +432,154 @@ def test_python_and_json_literals_both_read_where_the_format_writes_either(stem)
     for written in (text, swapped):
         message = runtime.parse(protocol, written, start="content")
         assert [json.loads(c["function"]["arguments"]) for c in message["tool_calls"]] == [arguments], written
+
+
+# --- values in a format's own notation --------------------------------------------------------
+
+
+NATIVE_VALUES = {"array": ["x", "y"], "object": {"j": 1, "k": "v"}}
+
+
+def _native_deviations(fmt):
+    """kind -> (the canonical text of NATIVE_VALUES[kind] in the format's own notation, and
+    that value written otherwise: a separator missing, trailing, doubled or leading, an
+    empty key, a key twice), from the format's own writer."""
+    sep = fmt.separator
+    out = {}
+    for kind, value in NATIVE_VALUES.items():
+        open_, close = fmt.brackets[kind]
+        if kind == "array":
+            items = [fmt.encode_value(fmt.value_encoders["string"], v) for v in value]
+        else:
+            items = [fmt.format({k: v}) for k, v in value.items()]
+        canonical = fmt.encode_value("native", value)
+        assert canonical == open_ + sep.join(items) + close
+        first, second = items
+        deviated = {
+            "no separator": open_ + first + second + close,
+            "a trailing separator": open_ + first + sep + second + sep + close,
+            "a separator doubled": open_ + first + sep + sep + second + close,
+            "a leading separator": open_ + sep + first + sep + second + close,
+            "a separator alone": open_ + sep + close,
+        }
+        if kind == "object":
+            deviated["an empty key"] = open_ + first + sep + fmt.format({"": 2}) + close
+            deviated["a key twice"] = open_ + first + sep + first + close
+        out[kind] = (canonical, deviated)
+    return out
+
+
+@needs_corpus
+@pytest.mark.parametrize("stem", [p.stem for p in TEMPLATES], ids=corpus_ids(TEMPLATES))
+def test_a_native_value_written_otherwise_than_its_format_is_invalid(stem):
+    """A list or object in the format's own notation (Gemma 4's `[<|"|>x<|"|>,<|"|>y<|"|>]`)
+    reads as the format writes it: one separator between elements, none after the last, no
+    empty element, a key once. Otherwise the arguments do not read (`invalid_arguments`, the
+    call dropped), one-shot and streamed: not a guess at what was meant."""
+    spec, protocol, _ = compiled(stem)
+    if spec.tool_calls is None or "native" not in spec.tool_calls.arguments.value_encoders.values():
+        pytest.skip(f"{stem}: no values in a notation of the format's own")
+    fmt = spec.tool_calls.arguments
+    for kind, (canonical, deviated) in _native_deviations(fmt).items():
+        value = NATIVE_VALUES[kind]
+        text = spec.tool_calls.format([{"name": "convert_currency", "arguments": {"xs": value}}])
+        assert text.count(canonical) == 1
+        assert _parsed_both_ways(protocol, text, None)["tool_calls"][0]["function"]["arguments"] == json.dumps({"xs": value})
+        for how, written in deviated.items():
+            message = _parsed_both_ways(protocol, text.replace(canonical, written), None)
+            assert message["tool_calls"] == [], (kind, how, written)
+            assert [e["kind"] for e in message["errors"]] == ["invalid_arguments"], (kind, how, message["errors"])
+
+
+# A list and an object as JSON or a Python literal writes them (either quote), the elements
+# captured: [open, first, separator, second, close].
+_WRITTEN_LITERALS = {
+    "array": re.compile(r"""(\[)(["']x["'])(,\s*)(["']y["'])(\])"""),
+    "object": re.compile(r"""(\{)(["']j["']:\s*1)(,\s*)(["']k["']:\s*["']v["'])(\})"""),
+}
+
+
+def _separators_deviated(open_, first, sep, second, close):
+    """how -> the two elements separated otherwise than written: the classes issue #28 names."""
+    return {
+        "no separator": open_ + first + second + close,
+        "a trailing separator": open_ + first + sep + second + sep.strip() + close,
+        "a separator doubled": open_ + first + sep.strip() + sep + second + close,
+        "a leading separator": open_ + sep + first + sep + second + close,
+        "a separator alone": open_ + sep.strip() + close,
+    }
+
+
+@needs_corpus
+@pytest.mark.parametrize("stem", corpus_stems(DEVIATIONS))
+def test_a_json_or_python_value_separated_otherwise_than_written_is_invalid(stem):
+    """A list or an object as the family writes it inside arguments, JSON or a Python literal
+    (a JSON arguments object, a pythonic call, a key/value raw value typed by its schema): a
+    separator missing (Python would join 'x' 'y' into 'xy'), trailing, doubled, leading or
+    alone is not the value written: `invalid_arguments` (`invalid_tool_call` where the call is
+    one JSON object, arguments and all), the call dropped, one-shot and streamed; never a guess
+    at what was meant."""
+    spec, protocol, _ = compiled(stem)
+    if spec.tool_calls is None:
+        pytest.skip(f"{stem}: no tool calls")
+    tools = [{"type": "function", "function": {"name": "convert_currency", "parameters": {"type": "object", "properties": {
+        "xs": {"type": "array", "items": {"type": "string"}}, "o": {"type": "object"}}}}}]
+    arguments = {"xs": ["x", "y"], "o": {"j": 1, "k": "v"}}
+    try:
+        text = spec.tool_calls.format([{"name": "convert_currency", "id": "a1b2c3d4e", "arguments": arguments}])
+    except SpecError:
+        pytest.skip(f"{stem}: its writer writes no list or object argument")
+    assert [json.loads(c["function"]["arguments"]) for c in _parsed_both_ways(protocol, text, tools)["tool_calls"]] == [
+        arguments], text
+    checked = 0
+    for kind, pattern in _WRITTEN_LITERALS.items():
+        found = list(pattern.finditer(text))
+        if len(found) != 1:
+            continue  # (written in a notation of the format's own, or as XML elements)
+        checked += 1
+        for how, written in _separators_deviated(*found[0].groups()).items():
+            deviated = text[:found[0].start()] + written + text[found[0].end():]
+            message = _parsed_both_ways(protocol, deviated, tools)
+            assert message["tool_calls"] == [], (kind, how, deviated)
+            kinds = [e["kind"] for e in message["errors"] if e["kind"] != "text_after_end_of_turn"]
+            one_object = spec.tool_calls.arguments.style == ArgumentStyle.OBJECT and {"slot": "arguments"} not in \
+                spec.tool_calls.call
+            assert kinds == ["invalid_tool_call" if one_object else "invalid_arguments"], (kind, how, message["errors"])
+    if not checked:
+        pytest.skip(f"{stem}: its lists and objects are written in no JSON or Python notation")
+
+
+@needs_corpus
+@pytest.mark.parametrize("stem", corpus_stems(DEVIATIONS))
+def test_key_value_arguments_separated_otherwise_than_written_are_no_call(stem):
+    """Key/value arguments (`j=1, k='v'`, `j:1,k:<|"|>v<|"|>`, `<arg_key>j</arg_key>…`) read as
+    the layout writes them: where it writes a separator between arguments, one missing,
+    trailing, doubled or leading is no call but an error (`invalid_tool_call`: the layout is
+    broken; or `invalid_arguments`: a value reads otherwise); an argument with an empty name is
+    one too. One-shot and streamed; never a guess at what was meant."""
+    spec, protocol, _ = compiled(stem)
+    if spec.tool_calls is None or spec.tool_calls.arguments.style == ArgumentStyle.OBJECT:
+        pytest.skip(f"{stem}: no key/value arguments")
+    fmt = spec.tool_calls.arguments
+    tools = [{"type": "function", "function": {"name": "convert_currency", "parameters": {"type": "object", "properties": {
+        "j": {"type": "integer"}, "k": {"type": "string"}}}}}]
+    arguments = {"j": 1, "k": "v"}
+    text = spec.tool_calls.format([{"name": "convert_currency", "id": "a1b2c3d4e", "arguments": arguments}])
+    assert [json.loads(c["function"]["arguments"]) for c in _parsed_both_ways(protocol, text, tools)["tool_calls"]] == [
+        arguments], text
+    first, second = fmt.format({"j": 1}), fmt.format({"k": "v"})
+    canonical = fmt.format(arguments)
+    assert canonical == first + fmt.separator + second and text.count(canonical) == 1, (canonical, text)
+    deviated = {"an empty name": fmt.format({"": 1}) + fmt.separator + second}
+    if fmt.separator.strip():
+        sep = fmt.separator
+        deviated.update({"no separator": first + second, "a trailing separator": canonical + sep,
+                         "a separator doubled": first + sep + sep + second, "a leading separator": sep + canonical})
+    for how, written in deviated.items():
+        message = _parsed_both_ways(protocol, text.replace(canonical, written), tools)
+        assert message["tool_calls"] == [], (how, written)
+        kinds = [e["kind"] for e in message["errors"] if e["kind"] != "text_after_end_of_turn"]
+        assert kinds in (["invalid_tool_call"], ["invalid_arguments"]), (how, written, message["errors"])
 
 
 # --- turns written as messages with headers (harmony) ---------------------------------------

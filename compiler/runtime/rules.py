@@ -1165,7 +1165,9 @@ class Rules:
                         f"and {found.group()!r} after it; not guessed")
                 return value
             if self._eof:
-                found = settling(self._text, start)
+                # (only an output that ended by itself is settled so: cut by the length limit,
+                # the settling text may be the start of more of the value)
+                found = settling(self._text, start) if self._finish in NATURAL_STOPS else None
                 if found is None:
                     raise TruncatedOutput("the output ended inside an argument value")
                 self._pos = found.start()

@@ -2,12 +2,15 @@
 a schema, a format's own notation) and writing the final arguments as canonical JSON text.
 The reference parser uses these too, so both parsers type a value the same way."""
 
-from .errors import BadArguments, InvalidOutput
+from .errors import BadArguments
+from .text import NAME_CHARS, run_of
 
 ###{standalone
 import ast
+import io
 import json
 import re
+import tokenize
 import warnings
 
 class DuplicateKey(ValueError):
@@ -83,6 +86,7 @@ def python_value(text):
                     if key.value in seen:
                         raise DuplicateKey(f"the key {key.value!r} appears twice")
                     seen.add(key.value)
+    _separated_as_written(text.strip())
     try:
         value = ast.literal_eval(tree)
     except (ValueError, TypeError, OverflowError):  # ({[1]: 2}: unhashable; messages may hold addresses)
@@ -102,6 +106,35 @@ def python_value(text):
     return value
 
 
+
+
+_LAYOUT_TOKENS = frozenset({tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT,
+                            tokenize.ENDMARKER})
+
+
+def _separated_as_written(text):
+    """ValueError where a Python literal's elements are separated otherwise than Python writes
+    them (repr): two strings side by side, which Python joins ('x' 'y' is 'xy': a separator
+    left out, not a guess to make), or a separator after the last element (but the one a
+    one-element tuple is written with). `text` parses as Python."""
+    try:
+        tokens = [t for t in tokenize.generate_tokens(io.StringIO(text).readline) if t.type not in _LAYOUT_TOKENS]
+    except (tokenize.TokenError, SyntaxError):
+        raise ValueError("not a Python literal") from None
+    commas = []  # per open bracket, the separators seen in it
+    for previous, token in zip([None] + tokens, tokens):
+        if token.type == tokenize.STRING and previous is not None and previous.type == tokenize.STRING:
+            raise ValueError(f"two strings side by side at {token.line[token.start[1]:][:20]!r}: a separator missing")
+        if token.type != tokenize.OP:
+            continue
+        if token.string in ("(", "[", "{"):
+            commas.append(0)
+        elif token.string in (")", "]", "}"):
+            seen = commas.pop() if commas else 0
+            if previous is not None and previous.string == "," and not (token.string == ")" and seen == 1):
+                raise ValueError(f"a separator after the last element, before {token.string!r}")
+        elif token.string == "," and commas:
+            commas[-1] += 1
 
 
 def object_value(text, python):
@@ -307,45 +340,77 @@ def _element_value(text, schema, fillers, depth):
 
 
 def decode_native(text, fmt):
+    """A value in the format's own notation (objects as the format's argument lists, arrays as
+    item lists: ArgumentFormat.encode_value), read as the format writes it: one separator
+    between elements, none after the last, no empty element, each key a name. Anything else
+    is bad arguments (its extent was read: the call's layout is in step), never a guess."""
     try:
         value, end = _native(text, 0, fmt)
     except RecursionError:
         raise BadArguments(f"the value {text[:40]!r} is nested too deeply to read") from None
-    except ValueError:  # a quote or a key's colon that is not there
-        raise InvalidOutput(f"cannot read the value {text[:40]!r}") from None
+    except ValueError as e:  # (a quote, a key, a separator that is not there; a key twice)
+        raise BadArguments(f"cannot read the value {text[:40]!r}: {e}") from None
     if end != len(text):
-        raise InvalidOutput(f"unexpected {text[end:end + 20]!r} in a value")
+        raise BadArguments(f"unexpected {text[end:end + 20]!r} in the value {text[:40]!r}")
     return value
 
 
 _NATIVE_SCALAR = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|true|false|null|None|True|False")
+_NATIVE_KEY = run_of(NAME_CHARS)  # (a key, as an argument's name is read)
+
+
+def _native_member(fmt):
+    """What the format writes around an object's key and value: (before the key, between the
+    key and the value, after the value), from its argument layout (one layout: `key:value`)."""
+    layouts = list((fmt.get("argument") or {}).values())
+    if len(layouts) == 1:
+        pieces = layouts[0]
+        k, v = pieces.index({"slot": "key"}), pieces.index({"slot": "value"})
+        if k < v and all(isinstance(p, str) for i, p in enumerate(pieces) if i not in (k, v)):
+            return "".join(pieces[:k]), "".join(pieces[k + 1:v]), "".join(pieces[v + 1:])
+    return "", ":", ""
 
 
 def _native(text, i, fmt):
     quote_open, quote_close = fmt["quotes"]
     if quote_open and text.startswith(quote_open, i):
-        end = text.index(quote_close, i + len(quote_open))
+        end = text.find(quote_close, i + len(quote_open))
+        if end == -1:
+            raise ValueError("a string without its closing quote")
         return text[i + len(quote_open):end], end + len(quote_close)
+    separator = fmt["separator"]
     for kind in ("object", "array"):
         brackets = fmt.get("brackets", {}).get(kind)
         if brackets and text.startswith(brackets[0], i):
             i += len(brackets[0])
             out = {} if kind == "object" else []
-            while not text.startswith(brackets[1], i):
+            before, middle, after = _native_member(fmt) if kind == "object" else ("", "", "")
+            if text.startswith(brackets[1], i):
+                return out, i + len(brackets[1])
+            while True:  # element (separator element)*, then the closing bracket
                 if kind == "object":
-                    colon = text.index(":", i)
-                    key = text[i:colon]
-                    value, i = _native(text, colon + 1, fmt)
-                    out[key] = value
+                    if not text.startswith(before, i):
+                        raise ValueError(f"expected {before!r} at {text[i:i + 20]!r}")
+                    key = _NATIVE_KEY.match(text, i + len(before))
+                    if not key.group() or not text.startswith(middle, key.end()):
+                        raise ValueError(f"expected a key and {middle!r} at {text[i:i + 20]!r}")
+                    if key.group() in out:
+                        raise DuplicateKey(f"the key {key.group()!r} appears twice")
+                    out[key.group()], i = _native(text, key.end() + len(middle), fmt)
+                    if not text.startswith(after, i):
+                        raise ValueError(f"expected {after!r} at {text[i:i + 20]!r}")
+                    i += len(after)
                 else:
                     value, i = _native(text, i, fmt)
                     out.append(value)
-                if text.startswith(fmt["separator"], i):
-                    i += len(fmt["separator"])
-            return out, i + len(brackets[1])
+                if text.startswith(brackets[1], i):
+                    return out, i + len(brackets[1])
+                if not separator or not text.startswith(separator, i):
+                    raise ValueError(f"expected {separator!r} or {brackets[1]!r} at {text[i:i + 20]!r}")
+                i += len(separator)
     match = _NATIVE_SCALAR.match(text, i)
     if not match:
-        raise InvalidOutput(f"cannot read a value at {text[i:i + 20]!r}")
+        raise ValueError(f"cannot read a value at {text[i:i + 20]!r}")
     word = match.group(0)
     words = {"true": True, "True": True, "false": False, "False": False, "null": None, "None": None}
     return (words[word] if word in words else json.loads(word)), match.end()
