@@ -12,8 +12,13 @@ or parse(text, ...) for a whole output at once (the same result).
 # Generation prompt
 #   mode         set                          prompt ends with                   starts in
 #   default      -                            -                                  content
+#   thinking     enable_thinking=True         '<think>'                          reasoning
+#   no_thinking  enable_thinking=False        -                                  content
 # Reasoning
-#   none found
+#   start          '<think>'
+#   end            '</think>'
+#   in history     yes
+#   a tool call ends open reasoning: yes
 # Content
 #   wrapper        - … -
 # Tool calls
@@ -50,8 +55,12 @@ TEMPLATE_SHA256 = '7bd4fbdf0c06cd7398ddb6913de6e4a5839b9d06569e74e5b2ec246b375ca
 # its evidence and warnings is grammars/<family>.spec.json).
 TABLES = {
     'version': 1,
-    'modes': {'default': {'tail': '', 'start': 'content', 'header': '<｜Assistant｜></think>'}},
-    'reasoning': None,
+    'modes': {
+        'default': {'tail': '', 'start': 'content', 'header': '<｜Assistant｜></think>'},
+        'thinking': {'tail': '<think>', 'start': 'reasoning', 'header': '<｜Assistant｜>'},
+        'no_thinking': {'tail': '', 'start': 'content', 'header': '<｜Assistant｜></think>'},
+    },
+    'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
     'content': {
         'start': '',
         'end': '',

@@ -12,6 +12,8 @@ or parse(text, ...) for a whole output at once (the same result).
 # Generation prompt
 #   mode         set                          prompt ends with                   starts in
 #   default      -                            -                                  reasoning
+#   thinking     enable_thinking=True         -                                  reasoning
+#   no_thinking  enable_thinking=False        '</think>'                         content
 # Reasoning
 #   start          '<think>'
 #   end            '</think>'
@@ -47,7 +49,11 @@ TEMPLATE_SHA256 = '444819b8ad4612870827ac05b9147fe9e3344d3850cae8c2790898fc51409
 # its evidence and warnings is grammars/<family>.spec.json).
 TABLES = {
     'version': 1,
-    'modes': {'default': {'tail': '', 'start': 'reasoning', 'header': '<assistant><think>'}},
+    'modes': {
+        'default': {'tail': '', 'start': 'reasoning', 'header': '<assistant><think>'},
+        'thinking': {'tail': '', 'start': 'reasoning', 'header': '<assistant><think>'},
+        'no_thinking': {'tail': '</think>', 'start': 'content', 'header': '<assistant>'},
+    },
     'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
     'content': {'start': '', 'end': '', 'space_before': {'</assistant>': '', '<tool_call>': '', '': ''}},
     'end_of_turn': ['</assistant>'],
