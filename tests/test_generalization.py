@@ -282,7 +282,7 @@ def test_a_call_quoted_inside_open_reasoning_is_reasoning_if_the_reasoning_close
 
 LLAMA4_SAYS = "{{- 'Respond in the format {\"name\": function name, \"parameters\": dictionary of argument name and its value}.' }}"
 LLAMA4_TOLD_A_SEPARATOR = ("{{- 'Respond in the format {\"name\": function name, \"parameters\": dictionary of argument name and "
-                           "its value}. Separate calls by \"; \".' }}")
+                           "its value}. Separate calls by \" | \".' }}")
 
 CALLS_IN_A_SECTION = (
     "{%- if tools %}<|im_start|>system\n{{ INSTRUCTIONS }}<|im_end|>\n{% endif %}"
@@ -343,11 +343,29 @@ def test_a_call_written_as_instructed_reads_as_the_call():
 
 
 @needs_corpus
+@pytest.mark.parametrize("stem", ["Meta-Llama-3.1-8B-Instruct", "Meta-Llama-4-Instruct"])
+@pytest.mark.parametrize("separator", [";", "; ", ";\n", ", "])
+def test_a_separator_the_format_does_not_write_between_calls(stem, separator):
+    """Calls the layout writes back to back, joined by `;` or `,` as models write them unasked
+    (llama.cpp's Llama 3.x cases): both calls, no content; after the last call the same text
+    is the model's content."""
+    template = corpus(stem)
+    _, protocol = compile_in_memory(template)
+    prompt = rendered_prompt(template)
+    calls = '{"name": "get_weather", "parameters": {"city": "Paris"}}' + separator + '{"name": "get_time", "parameters": {}}'
+    message = read(protocol, calls, prompt)
+    assert (tool_names(message), message["content"], message["errors"]) == (["get_weather", "get_time"], None, [])
+    message = read(protocol, '{"name": "get_time", "parameters": {}}' + separator + "then I answer.", prompt)
+    assert (tool_names(message), message["content"]) == (["get_time"], separator + "then I answer.")
+
+
+@needs_corpus
 def test_the_instructions_decide_in_built_variants():
     """A built template that renders calls inside `<calls>…</calls>` and tells the model to
     answer with the bare object reads that object as a call; without that instruction, the same
     text is content. Llama 4 told a separator
-    reads calls joined by it; as shipped, each bare call reads, and the `;` between them is content.
+    reads calls joined by it (` | `, which models do not write unasked); as shipped, each bare call
+    reads, and the `|` between them is content.
     The compile proves the instructed forms of its call turns (the tolerance rule's deviations)."""
     text = '{"name": "get_weather", "arguments": {"city": "Paris"}}<|im_end|>'
     prompt = "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
@@ -361,13 +379,13 @@ def test_the_instructions_decide_in_built_variants():
 
     told = edited("Meta-Llama-4-Instruct", LLAMA4_SAYS, LLAMA4_TOLD_A_SEPARATOR)
     spec, protocol = compile_in_memory(told)
-    assert (spec.tool_calls.instructed_bare, spec.tool_calls.instructed_separators) == (True, ["; "])
-    text = '{"name": "get_weather", "parameters": {"city": "Paris"}}; {"name": "get_time", "parameters": {}}<|eot|>'
+    assert (spec.tool_calls.instructed_bare, spec.tool_calls.instructed_separators) == (True, [" | "])
+    text = '{"name": "get_weather", "parameters": {"city": "Paris"}} | {"name": "get_time", "parameters": {}}<|eot|>'
     assert tool_names(read(protocol, text, rendered_prompt(told))) == ["get_weather", "get_time"]
     _, protocol = compile_in_memory(corpus("Meta-Llama-4-Instruct"))
     message = read(protocol, text, rendered_prompt(told))
-    assert (tool_names(message), message["content"]) == (["get_weather", "get_time"], ";")
+    assert (tool_names(message), message["content"]) == (["get_weather", "get_time"], "|")
     assert prove(told, spec, grammars=False).ok
     forms = [d for output in mode_outputs(told, spec) for d in deviations(output, spec) if d.rule == INSTRUCTED_FORM]
     assert forms and all("<|python_start|>" not in d.text for d in forms)
-    assert any(len(d.expected["tool_calls"]) > 1 and "}; {" in d.text for d in forms)
+    assert any(len(d.expected["tool_calls"]) > 1 and "} | {" in d.text for d in forms)

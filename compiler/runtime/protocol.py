@@ -190,6 +190,10 @@ _JSON_CALL_FILLS = {"name": "tplparse-name", "id": "tplparse-id", "arguments": '
 ARGUMENTS_ALIASES = {"arguments": "parameters", "parameters": "arguments"}
 
 
+# Separators models write between calls that a format writes back to back (`{…}; {…}`).
+UNWRITTEN_SEPARATORS = (";", ",")
+
+
 def json_call_object(layout):
     """A call layout that writes the call as a JSON object around its slots ({"name": NAME,
     "arguments": ARGUMENTS}, with or without an id): (its first step, the text of that
@@ -343,6 +347,11 @@ class Protocol:
             # the section's markers (read where a call object opens), a separator between calls.
             self.instructed_bare = bool(tc.get("instructed_bare"))
             self.instructed_separators = tuple(tc.get("instructed_separators") or ())
+            # Between calls the layout writes back to back (or with whitespace only): what the
+            # instructions name, and the separators models write there unasked (`;`, `,`),
+            # each read only when another call follows it.
+            self.unwritten_separators = tuple(dict.fromkeys(
+                [s.strip() for s in self.instructed_separators] + list(UNWRITTEN_SEPARATORS)))
             # A call element written self-closing, with no arguments (`<invoke name="f"/>`).
             self.self_closing = tc.get("self_closing")
             self.bare_self_closing = bare.get("self_closing") if bare else None

@@ -287,6 +287,8 @@ class Rules:
                 continue
             yield from self._tool_calls(bare=stop == p.bare_opener,
                                         unopened=p.instructed_bare and stop in p.call_heads_by_key)
+            if not p.separator_core:
+                yield from self._unwritten_separator()  # (`{…}; {…}` where each call is a section)
 
     def _after_wrapper(self, wrapper):
         """A marker the template writes in front of another kind of call (`<|python_tag|>`):
@@ -507,7 +509,7 @@ class Rules:
                 if self._here(p.separator) or (yield from self._match(p.separator, required=False)):
                     continue
             elif p.parallel_all:
-                if p.instructed_separators and (yield from self._instructed_separator()):
+                if (yield from self._unwritten_separator()):
                     continue
                 # Calls separated by whitespace only: another call starts with the call's opener.
                 start = self._pos
@@ -525,16 +527,15 @@ class Rules:
             if not (yield from self._match(p.section_end, required=not (bare or unopened), eats=True)):
                 self._cut_inside(p.section_end)
 
-    def _instructed_separator(self):
-        """A separator the template's instructions tell the model to write between calls
-        (`; `) where its history writes none: read when another call follows it (the
-        separator and the whitespace around it consumed); else nothing is."""
+    def _unwritten_separator(self):
+        """A separator between calls that the layout writes back to back: one the template's
+        instructions name (`; `), or one models write unasked (`;`, `,`). Read when another
+        call follows it (the separator and the whitespace around it consumed); else nothing is."""
         p = self._p
         start = self._pos
-        heads = [h for h in (p.call_head.strip(), *p.call_heads_by_key) if h]
-        if (yield from self._peek_any_after_ws([s.strip() for s in p.instructed_separators])):
-            self._pos += next(len(s.strip()) for s in p.instructed_separators
-                              if self._text.startswith(s.strip(), self._pos))
+        heads = [h for h in (p.call_head.strip(), p.opener.strip(), *p.call_heads_by_key) if h]
+        if heads and (yield from self._peek_any_after_ws(p.unwritten_separators)):
+            self._pos += next(len(s) for s in p.unwritten_separators if self._text.startswith(s, self._pos))
             if (yield from self._peek_any_after_ws(heads)):
                 return True
         self._pos = start
