@@ -272,7 +272,7 @@ def test_a_reasoning_segment_after_content_then_a_call(stem):
     thought, header, content = SEGMENTED[stem]
     call = {"Muse-Glimmer": ' to=get_weather<|message|><atem:function_calls>\n<atem:invoke name="get_weather">\n'
                             '<atem:parameter name="city">Paris</atem:parameter>\n</atem:invoke>\n</atem:function_calls><|eot|>'}.get(
-        stem, ' -> tool/function_call\n[{"name": "get_weather", "arguments": {"city": "Paris"}}]<|im_end|><|stop|>')
+        stem, ' -> tool/function_call\n[{"name": "get_weather", "arguments": {"city": "Paris"}}]<|im_end|>')
     segment_end = {"Muse-Glimmer": "<|eom|>"}.get(stem, "<|im_end|>\n")
     text = content + "Let me check." + segment_end + header + thought.format("Weather tool.") + header + call
     message = read(protocol, text, rendered_prompt(template))
@@ -300,8 +300,8 @@ def gigachat_with_a_call_role():
 CALL_TURNS = {  # template -> (content, then the call's own turn; a call alone; the turn's end)
     "Naver-HyperCLOVAX-SEED-Think-14B-vllm-tool": (
         "\nLet me check.<|im_end|>\n<|im_start|>assistant -> tool/function_call\n"
-        '[{"name": "get_weather", "arguments": {"city": "Paris"}}]<|im_end|><|stop|>',
-        ' -> tool/function_call\n[{"name": "get_weather", "arguments": {"city": "Paris"}}]<|im_end|><|stop|>',
+        '[{"name": "get_weather", "arguments": {"city": "Paris"}}]<|im_end|>',
+        ' -> tool/function_call\n[{"name": "get_weather", "arguments": {"city": "Paris"}}]<|im_end|>',
         "<|im_end|>"),
     GIGACHAT: (
         'Let me check.<|message_sep|>\n\nfunction call<|role_sep|>\n{"name": "get_weather", "arguments": {"city": "Paris"}}'
@@ -398,6 +398,6 @@ def test_a_segment_end_and_a_new_header_do_not_leak_into_content(stem):
     _, protocol = compile_in_memory(template)
     _, header, content = SEGMENTED[stem]
     segment_end, end = {"Muse-Glimmer": ("<|eom|>", "<|eot|>")}.get(stem, ("<|im_end|>\n", "<|im_end|>"))
-    text = content + "Hello." + segment_end + header + content + " More." + end
+    text = content + "Hello." + segment_end + header + content + "More." + end
     message = read(protocol, text, rendered_prompt(template))
-    assert (message["content"], message["reasoning_content"], message["errors"]) == ("Hello. More.", None, [])
+    assert (message["content"], message["reasoning_content"], message["errors"]) == ("Hello.More.", None, [])
