@@ -92,6 +92,8 @@ TABLES = {
         'bare_list': None,
         'wrappers': [],
     },
+    'segments': None,
+    'repeated_headers': ['<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>', '<|CHATBOT_TOKEN|>'],
     'messages': None,
 }
 PROTOCOL = _runtime.Protocol(TABLES)  # prepared once, shared by every parser of the family

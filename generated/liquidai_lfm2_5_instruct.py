@@ -80,6 +80,8 @@ TABLES = {
         'bare_list': {'open': '[', 'close': ']', 'call': '('},
         'wrappers': [],
     },
+    'segments': None,
+    'repeated_headers': ['<|im_start|>assistant'],
     'messages': None,
 }
 PROTOCOL = _runtime.Protocol(TABLES)  # prepared once, shared by every parser of the family

@@ -70,6 +70,8 @@ TABLES = {
         'bare_list': None,
         'wrappers': ['<|python_tag|>'],
     },
+    'segments': None,
+    'repeated_headers': ['<|start_header_id|>assistant<|end_header_id|>'],
     'messages': None,
 }
 PROTOCOL = _runtime.Protocol(TABLES)  # prepared once, shared by every parser of the family

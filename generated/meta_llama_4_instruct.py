@@ -65,6 +65,8 @@ TABLES = {
         'bare_list': None,
         'wrappers': [],
     },
+    'segments': None,
+    'repeated_headers': ['<|header_start|>assistant<|header_end|>'],
     'messages': None,
 }
 PROTOCOL = _runtime.Protocol(TABLES)  # prepared once, shared by every parser of the family

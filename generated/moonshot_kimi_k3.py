@@ -161,6 +161,8 @@ TABLES = {
         'bare_list': None,
         'wrappers': [],
     },
+    'segments': None,
+    'repeated_headers': ['<|open|>message role="assistant"<|sep|><|open|>think<|sep|>', '<|open|>think<|sep|>'],
     'messages': None,
 }
 PROTOCOL = _runtime.Protocol(TABLES)  # prepared once, shared by every parser of the family

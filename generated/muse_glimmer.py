@@ -99,6 +99,8 @@ TABLES = {
         'bare_list': None,
         'wrappers': [],
     },
+    'segments': {'end': '<|eom|>', 'header': '<|start|>assistant', 'calls': False},
+    'repeated_headers': ['<|start|>assistant'],
     'messages': None,
 }
 PROTOCOL = _runtime.Protocol(TABLES)  # prepared once, shared by every parser of the family

@@ -72,6 +72,8 @@ TABLES = {
         'bare_list': None,
         'wrappers': [],
     },
+    'segments': {'end': '<|im_end|>', 'header': '<|im_start|>assistant', 'calls': False},
+    'repeated_headers': ['<|im_start|>assistant'],
     'messages': None,
 }
 PROTOCOL = _runtime.Protocol(TABLES)  # prepared once, shared by every parser of the family

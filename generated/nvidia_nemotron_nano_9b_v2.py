@@ -72,6 +72,8 @@ TABLES = {
         'bare_list': None,
         'wrappers': [],
     },
+    'segments': {'end': '<SPECIAL_12>', 'header': '<SPECIAL_11>Assistant', 'calls': False},
+    'repeated_headers': ['<SPECIAL_11>Assistant'],
     'messages': None,
 }
 PROTOCOL = _runtime.Protocol(TABLES)  # prepared once, shared by every parser of the family

@@ -76,6 +76,8 @@ TABLES = {
         'bare_list': None,
         'wrappers': [],
     },
+    'segments': {'end': '<|end|>', 'header': '<|start|>assistant', 'calls': False},
+    'repeated_headers': ['<|start|>assistant'],
     'messages': {
         'start': '<|start|>assistant',
         'channel': '<|channel|>',

@@ -76,6 +76,8 @@ TABLES = {
         'bare_list': None,
         'wrappers': [],
     },
+    'segments': None,
+    'repeated_headers': ['<|begin_assistant|>'],
     'messages': None,
 }
 PROTOCOL = _runtime.Protocol(TABLES)  # prepared once, shared by every parser of the family

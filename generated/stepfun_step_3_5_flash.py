@@ -96,6 +96,8 @@ TABLES = {
         'bare_list': None,
         'wrappers': [],
     },
+    'segments': None,
+    'repeated_headers': [],
     'messages': None,
 }
 PROTOCOL = _runtime.Protocol(TABLES)  # prepared once, shared by every parser of the family

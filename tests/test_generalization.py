@@ -349,6 +349,25 @@ def test_the_proof_reads_the_call_turn_after_the_content_turn(stem):
         assert "convert_currency" in turns[name].text  # (the call's name: the output runs into the call's turn)
 
 
+@needs_corpus
+def test_nemotron_nanos_call_turn_after_its_content_turn_is_proved_whole():
+    """Nemotron Nano 9B v2 renders content, its end marker, a new assistant header, then the
+    calls (`…\n<SPECIAL_12>\n<SPECIAL_11>Assistant\n<TOOLCALL>[…`): one model turn, read whole."""
+    template = corpus("NVIDIA-Nemotron-Nano-9B-v2")
+    spec, protocol = compile_in_memory(template)
+    proof = prove(template, spec, grammars=False)
+    assert proof.ok, proof.table()
+    turn = next(t for t in proof.turns if t.turn == "content+call (no_thinking)")
+    assert turn.proved and not turn.detail and "<SPECIAL_11>Assistant" in turn.text, proof.table()
+    text = ("Let me check.\n<SPECIAL_12>\n<SPECIAL_11>Assistant\n"
+            '<TOOLCALL>[{"name": "get_weather", "arguments": {"city": "Paris"}}]</TOOLCALL><SPECIAL_12>')
+    prompt = template.render([{"role": "system", "content": "/no_think"}, {"role": "user", "content": "Hi"}],
+                             add_generation_prompt=True)
+    assert prompt.endswith("<think></think>")
+    message = read(protocol, text, prompt)
+    assert (message["content"], [c["function"]["name"] for c in message["tool_calls"]]) == ("Let me check.", ["get_weather"])
+
+
 # --- class 8: role and channel variants at the output's start or between messages -------
 
 ROLE_REPEATED = {  # template -> (an output after its default prompt, (reasoning, content, errors))

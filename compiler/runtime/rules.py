@@ -342,15 +342,16 @@ class Rules:
         while True:
             written = len(field.parts)
             stop = yield from self._text_until(stops, field)
-            if stop is not None and stop == p.segment_end and (yield from self._segment_follows()):
-                # (another segment follows: whitespace before the marker stays held, as
-                # whitespace before any of the format's markup between content and a call is)
+            follows = stop is not None and stop == p.segment_end and (yield from self._segment_follows())
+            space = p.space_before.get("" if stop is None else stop.strip())
+            if space is not None and len(field.parts) > written and not (follows and not p.segment_is_calls):
+                # (text of its own, then whitespace: the model's; before a segment's end and the
+                # next header, it stays held, as before any markup between content and a call)
+                self._keep_trailing_space(field, space)
+            if follows:
                 if (yield from self._next_segment()) == "ended":
                     return
                 continue
-            space = p.space_before.get("" if stop is None else stop.strip())
-            if space is not None and len(field.parts) > written:
-                self._keep_trailing_space(field, space)  # (text of its own, then whitespace: the model's)
             if stop is not None and stop == p.segment_end:
                 if stop not in p.end_of_turn and stop != p.opener:
                     self._emit_text(field, stop)  # (the marker with no header after it: text)
