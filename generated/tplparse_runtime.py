@@ -2261,7 +2261,8 @@ class Input:
             pending = [t for t in texts if len(t) > len(here) and t.startswith(here)]
             if self._eof or not pending:
                 return max(found, key=len) if found else None
-            self._wait_for = self._pos + longest
+            # (woken by the next character: each one may rule the longer texts out)
+            self._wait_for = min(len(self._text) + 1, self._pos + longest)
             yield
 
     def _read_while(self, chars, what, then=0):
@@ -2519,10 +2520,8 @@ class Rules:
         prompt already wrote, written again: absorbed (a tolerance: `<|CHATBOT_TOKEN|>Hello`)."""
         p = self._p
         at = self._pos
-        if (yield from self._peek_any_after_ws(p.repeated_headers)):
-            self._pos += len(next(h for h in p.repeated_headers if self._text.startswith(h, self._pos)))
-        else:
-            self._pos = at
+        header = yield from self._which_after_ws(p.repeated_headers)
+        self._pos = at if header is None else self._pos + len(header)
 
     def _reasoning_again(self):
         """After a reasoning block's end: whether another block opens right after it (a

@@ -421,7 +421,8 @@ class Input:
             pending = [t for t in texts if len(t) > len(here) and t.startswith(here)]
             if self._eof or not pending:
                 return max(found, key=len) if found else None
-            self._wait_for = self._pos + longest
+            # (woken by the next character: each one may rule the longer texts out)
+            self._wait_for = min(len(self._text) + 1, self._pos + longest)
             yield
 
     def _read_while(self, chars, what, then=0):

@@ -203,10 +203,8 @@ class Rules:
         prompt already wrote, written again: absorbed (a tolerance: `<|CHATBOT_TOKEN|>Hello`)."""
         p = self._p
         at = self._pos
-        if (yield from self._peek_any_after_ws(p.repeated_headers)):
-            self._pos += len(next(h for h in p.repeated_headers if self._text.startswith(h, self._pos)))
-        else:
-            self._pos = at
+        header = yield from self._which_after_ws(p.repeated_headers)
+        self._pos = at if header is None else self._pos + len(header)
 
     def _reasoning_again(self):
         """After a reasoning block's end: whether another block opens right after it (a
