@@ -207,10 +207,9 @@ def segment_format(spec: ProtocolSpec, boundaries: Boundaries) -> dict | None:
         return None
     rest = text[len(end):].strip()
     header = next((h for h in headers if rest.startswith(h)), None)
-    if header is not None and between.strip() != end:
+    if header is not None:
         return {"end": end, "header": header, "calls": False}
-    header = first_marker(rest, boundaries) if between.strip() in ("", end) and tc.section_start.lstrip().startswith(end) \
-        else ""
+    header = first_marker(rest, boundaries) if not between.strip() and tc.section_start.lstrip().startswith(end) else ""
     if not header or not any(c.isalnum() for c in header):
         return None
     return {"end": end, "header": header, "calls": True}
