@@ -94,6 +94,8 @@ TABLES = {
         'instructed_bare': False,
         'instructed_separators': [],
     },
+    'segments': None,
+    'repeated_headers': ['<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>', '<|CHATBOT_TOKEN|>'],
     'messages': None,
 }
 PROTOCOL = _runtime.Protocol(TABLES)  # prepared once, shared by every parser of the family

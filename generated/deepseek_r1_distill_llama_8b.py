@@ -47,6 +47,8 @@ TABLES = {
     'content': {'start': '', 'end': '', 'space_before': {'<｜end▁of▁sentence｜>': '', '': ''}},
     'end_of_turn': ['<｜end▁of▁sentence｜>'],
     'tool_calls': None,
+    'segments': None,
+    'repeated_headers': ['<｜Assistant｜>'],
 }
 PROTOCOL = _runtime.Protocol(TABLES)  # prepared once, shared by every parser of the family
 

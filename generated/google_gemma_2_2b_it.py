@@ -44,6 +44,8 @@ TABLES = {
     'content': {'start': '', 'end': '', 'space_before': {'<end_of_turn>': '', '': ''}},
     'end_of_turn': ['<end_of_turn>'],
     'tool_calls': None,
+    'segments': None,
+    'repeated_headers': ['<start_of_turn>model'],
 }
 PROTOCOL = _runtime.Protocol(TABLES)  # prepared once, shared by every parser of the family
 

@@ -44,6 +44,8 @@ TABLES = {
     'content': {'start': '', 'end': '', 'space_before': {'<|im_end|>': '', '': ''}},
     'end_of_turn': ['<|im_end|>'],
     'tool_calls': None,
+    'segments': None,
+    'repeated_headers': ['<|im_start|>assistant'],
 }
 PROTOCOL = _runtime.Protocol(TABLES)  # prepared once, shared by every parser of the family
 

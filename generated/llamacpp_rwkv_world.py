@@ -53,6 +53,8 @@ TABLES = {
     'content': {'start': '', 'end': '', 'space_before': {}},
     'end_of_turn': ['User:'],
     'tool_calls': None,
+    'segments': None,
+    'repeated_headers': [],
 }
 PROTOCOL = _runtime.Protocol(TABLES)  # prepared once, shared by every parser of the family
 

@@ -71,6 +71,8 @@ TABLES = {
         'instructed_bare': False,
         'instructed_separators': [],
     },
+    'segments': None,
+    'repeated_headers': ['<|start_header_id|>assistant<|end_header_id|>\n\n>>>'],
     'messages': None,
 }
 PROTOCOL = _runtime.Protocol(TABLES)  # prepared once, shared by every parser of the family

@@ -68,6 +68,8 @@ TABLES = {
         'instructed_bare': True,
         'instructed_separators': [],
     },
+    'segments': None,
+    'repeated_headers': ['<|header_start|>assistant<|header_end|>'],
     'messages': None,
 }
 PROTOCOL = _runtime.Protocol(TABLES)  # prepared once, shared by every parser of the family

@@ -44,6 +44,8 @@ TABLES = {
     'content': {'start': '', 'end': '', 'space_before': {'<|end|>': '', '': ''}},
     'end_of_turn': ['<|end|>'],
     'tool_calls': None,
+    'segments': None,
+    'repeated_headers': ['<|assistant|>'],
 }
 PROTOCOL = _runtime.Protocol(TABLES)  # prepared once, shared by every parser of the family
 

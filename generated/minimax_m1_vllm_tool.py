@@ -67,6 +67,8 @@ TABLES = {
         'instructed_bare': False,
         'instructed_separators': [],
     },
+    'segments': None,
+    'repeated_headers': ['<beginning_of_sentence>ai name=MiniMax AI'],
     'messages': None,
 }
 PROTOCOL = _runtime.Protocol(TABLES)  # prepared once, shared by every parser of the family

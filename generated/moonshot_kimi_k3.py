@@ -163,6 +163,8 @@ TABLES = {
         'instructed_bare': False,
         'instructed_separators': [],
     },
+    'segments': None,
+    'repeated_headers': ['<|open|>message role="assistant"<|sep|><|open|>think<|sep|>', '<|open|>think<|sep|>'],
     'messages': None,
 }
 PROTOCOL = _runtime.Protocol(TABLES)  # prepared once, shared by every parser of the family

@@ -101,6 +101,8 @@ TABLES = {
         'instructed_bare': False,
         'instructed_separators': [],
     },
+    'segments': {'end': '<|eom|>', 'header': '<|start|>assistant', 'calls': False},
+    'repeated_headers': ['<|start|>assistant'],
     'messages': None,
 }
 PROTOCOL = _runtime.Protocol(TABLES)  # prepared once, shared by every parser of the family

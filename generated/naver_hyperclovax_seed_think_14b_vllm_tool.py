@@ -74,6 +74,8 @@ TABLES = {
         'instructed_bare': False,
         'instructed_separators': [],
     },
+    'segments': {'end': '<|im_end|>', 'header': '<|im_start|>assistant', 'calls': False},
+    'repeated_headers': ['<|im_start|>assistant'],
     'messages': None,
 }
 PROTOCOL = _runtime.Protocol(TABLES)  # prepared once, shared by every parser of the family

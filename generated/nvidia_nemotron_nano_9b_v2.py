@@ -74,6 +74,8 @@ TABLES = {
         'instructed_bare': False,
         'instructed_separators': [],
     },
+    'segments': {'end': '<SPECIAL_12>', 'header': '<SPECIAL_11>Assistant', 'calls': False},
+    'repeated_headers': ['<SPECIAL_11>Assistant'],
     'messages': None,
 }
 PROTOCOL = _runtime.Protocol(TABLES)  # prepared once, shared by every parser of the family

@@ -78,6 +78,8 @@ TABLES = {
         'instructed_bare': False,
         'instructed_separators': [],
     },
+    'segments': {'end': '<|end|>', 'header': '<|start|>assistant', 'calls': False},
+    'repeated_headers': ['<|start|>assistant'],
     'messages': {
         'start': '<|start|>assistant',
         'channel': '<|channel|>',

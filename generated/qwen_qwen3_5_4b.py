@@ -104,6 +104,8 @@ TABLES = {
         'instructed_bare': False,
         'instructed_separators': [],
     },
+    'segments': None,
+    'repeated_headers': [],
     'messages': None,
 }
 PROTOCOL = _runtime.Protocol(TABLES)  # prepared once, shared by every parser of the family

@@ -1686,6 +1686,16 @@ class Protocol:
         self.space_before = tables["content"].get("space_before") or {}
         self.end_of_turn = tuple(tables["end_of_turn"])
         self.modes = tables["modes"]
+        # A turn written as segments, each with a header of its own (tplparse.grammar.reading.
+        # segment_format): the marker that ends a segment the turn goes on after, the header
+        # that opens the next one, and whether that header is the calls section's own.
+        segments = tables.get("segments")
+        self.segment_end = segments["end"] if segments else ""
+        self.segment_header = segments["header"] if segments else ""
+        self.segment_is_calls = bool(segments and segments["calls"])
+        # What the generation prompt wrote that a model may write again at the output's start
+        # (the assistant header, its role token): absorbed there, longest first.
+        self.repeated_headers = tuple(tables.get("repeated_headers") or ())
         tc = self.tool_calls = tables.get("tool_calls")
         self.opener = tc["opener"] if tc else ""
         self.bare_opener, self.bare_list, self.wrappers = "", None, ()  # (the tolerances of a format with calls)
@@ -1754,7 +1764,8 @@ class Protocol:
         self.messages = MessageFormat(tables["messages"], self.end_of_turn) if tc and tables.get("messages") else None
         # Every literal of the format, stripped: an output that ends with the start of one
         # ended inside it (truncated), whatever a reader made of it.
-        literals = [*self.end_of_turn, self.content_start, self.content_end, self.reasoning_start, self.reasoning_end]
+        literals = [*self.end_of_turn, self.content_start, self.content_end, self.reasoning_start, self.reasoning_end,
+                    self.segment_end, self.segment_header]
         if tc:
             literals += [tc["section_start"], tc["section_end"], tc["separator"], self.content_prefix, self.inline_opener]
             literals += [p for p in tc["call"] if isinstance(p, str)]
@@ -2315,6 +2326,22 @@ class Input:
             self._wait_for = self._pos + longest
             yield
 
+    def _which_after_ws(self, texts):
+        """Which of `texts` comes next after whitespace, the longest that does (the whitespace is
+        consumed, the text is not); None when none does. Decided once what is here rules each
+        longer one in or out (`to=` is not taken while `to=user<|message|>` may still come)."""
+        longest = max(len(t) for t in texts)
+        while True:
+            self._pos = SPACES.match(self._text, self._pos).end()
+            here = self._text[self._pos:self._pos + longest]
+            found = [t for t in texts if here.startswith(t)]
+            pending = [t for t in texts if len(t) > len(here) and t.startswith(here)]
+            if self._eof or not pending:
+                return max(found, key=len) if found else None
+            # (woken by the next character: each one may rule the longer texts out)
+            self._wait_for = min(len(self._text) + 1, self._pos + longest)
+            yield
+
     def _read_while(self, chars, what, then=0):
         """A run of `chars` (a tool name, a call id, an index), ended by any other character.
         `then`: the length of the literal that must follow; the parse waits for it too (it
@@ -2533,6 +2560,8 @@ class Rules:
     def _turn_by_layout(self):
         """root, in the generic form: an optional reasoning block, then content and calls."""
         p = self._p
+        if p.repeated_headers and self._reasoning_ended_at is None:
+            yield from self._repeated_header()
         if self._state == CONTENT and self._reasoning_ended_at is None and p.reasoning_start and p.reasoning_end:
             # An optional reasoning block first (the model opens it itself), or its end alone:
             # an empty block (a template that asks for reasoning by instruction writes the end
@@ -2550,7 +2579,7 @@ class Rules:
             yield from self._skip_ws()
             if (yield from self._peek(p.reasoning_start)):
                 self._pos += len(p.reasoning_start)
-        if self._state == REASONING:
+        while self._state == REASONING:
             stop = yield from self._reasoning_block()
             if stop is None or stop in p.end_of_turn:
                 yield from self._after_end(stop)
@@ -2558,6 +2587,8 @@ class Rules:
             if stop == p.opener or stop == p.bare_opener:
                 self._reasoning_ended_at = self._offset()  # (at the call that ended it)
                 yield from self._tool_calls(bare=stop == p.bare_opener)
+            elif (yield from self._reasoning_again()):
+                self._state = REASONING  # (another block, or segment, of reasoning: read on into it)
         if self._reasoning_ended_at is None:
             self._reasoning_ended_at = self._offset()
         self._state = CONTENT
@@ -2565,6 +2596,69 @@ class Rules:
             yield from self._turn_without_opener()
         else:
             yield from self._content()
+
+    def _repeated_header(self):
+        """At the output's start, the assistant header (or its role token) the generation
+        prompt already wrote, written again: absorbed (a tolerance: `<|CHATBOT_TOKEN|>Hello`)."""
+        p = self._p
+        at = self._pos
+        header = yield from self._which_after_ws(p.repeated_headers)
+        self._pos = at if header is None else self._pos + len(header)
+
+    def _reasoning_again(self):
+        """After a reasoning block's end: whether another block opens right after it (a
+        repeated or empty reasoning channel, a second reasoning segment with its own header);
+        its opener and the whitespace after it are consumed, else nothing is."""
+        p = self._p
+        at = self._pos
+        if p.reasoning_start and (yield from self._peek_after_ws(p.reasoning_start)):
+            self._pos += len(p.reasoning_start)
+            yield from self._skip_ws()  # (the opener's own whitespace, as the template writes it)
+            return True
+        self._pos = at
+        return False
+
+    def _segment_follows(self):
+        """At a segment's end marker (p.segment_end): whether the next segment's header
+        follows it (after whitespace), so the turn goes on. Nothing is consumed."""
+        p = self._p
+        at = self._pos
+        self._pos += len(p.segment_end)
+        follows = yield from self._peek_after_ws(p.segment_header)
+        self._pos = at
+        return follows
+
+    def _next_segment(self):
+        """At a segment's end marker that the next segment's header follows (_segment_follows):
+        that segment. A header of the calls' own role (the section starts with the end
+        marker): the calls, read from the marker on. An assistant header: the segment it
+        opens, by what follows it: reasoning (its opener), content (its start, or any other
+        text), a call (the call opener). "ended": the turn ended inside that segment; else
+        the content goes on."""
+        p = self._p
+        if p.segment_is_calls:
+            yield from self._tool_calls()
+            return True
+        self._pos += len(p.segment_end)
+        yield from self._skip_ws()
+        self._pos += len(p.segment_header)
+        while p.reasoning_start and (yield from self._peek_after_ws(p.reasoning_start)):
+            self._pos += len(p.reasoning_start)
+            yield from self._skip_ws()
+            stop = yield from self._reasoning_block()
+            if stop is None or stop in p.end_of_turn:
+                yield from self._after_end(stop)
+                return "ended"
+            if stop == p.opener or stop == p.bare_opener:
+                yield from self._tool_calls(bare=stop == p.bare_opener)
+                return True
+        heads = [h for h in (p.content_start, p.opener, p.bare_opener) if h]
+        head = (yield from self._which_after_ws(heads)) if heads else None
+        if head is not None and head == p.content_start:
+            self._pos += len(head)
+        elif head is not None:
+            yield from self._tool_calls(bare=head == p.bare_opener)
+        return True
 
     def _call_failed(self, kind, message, offset=None):
         """The parse stops at an error; a call whose header went out is dropped, and a delta says so."""
@@ -2630,6 +2724,8 @@ class Rules:
         if p.bare_opener:
             stops.append(p.bare_opener)
         stops += p.wrappers
+        if p.segment_end and p.segment_end not in stops:
+            stops.append(p.segment_end)
         if p.opener and (not p.section_start.strip() or p.instructed_bare):
             # (a call that is a JSON object, opened by another of its keys; or, as the template's
             # instructions say, without the section's markers)
@@ -2645,9 +2741,21 @@ class Rules:
         while True:
             written = len(field.parts)
             stop = yield from self._text_until(stops, field)
+            follows = stop is not None and stop == p.segment_end and (yield from self._segment_follows())
             space = p.space_before.get("" if stop is None else stop.strip())
-            if space is not None and len(field.parts) > written:
-                self._keep_trailing_space(field, space)  # (text of its own, then whitespace: the model's)
+            if space is not None and len(field.parts) > written and not (follows and not p.segment_is_calls):
+                # (text of its own, then whitespace: the model's; before a segment's end and the
+                # next header, it stays held, as before any markup between content and a call)
+                self._keep_trailing_space(field, space)
+            if follows:
+                if (yield from self._next_segment()) == "ended":
+                    return
+                continue
+            if stop is not None and stop == p.segment_end:
+                if stop not in p.end_of_turn and stop != p.opener:
+                    self._emit_text(field, stop)  # (the marker with no header after it: text)
+                    self._pos += len(stop)
+                    continue
             if stop is None or stop in p.end_of_turn:
                 yield from self._after_end(stop)
                 return

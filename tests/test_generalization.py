@@ -4,6 +4,8 @@ after the real generation prompt (streamed as one-shot), and the compile proves 
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 import tplparse
@@ -389,3 +391,184 @@ def test_the_instructions_decide_in_built_variants():
     forms = [d for output in mode_outputs(told, spec) for d in deviations(output, spec) if d.rule == INSTRUCTED_FORM]
     assert forms and all("<|python_start|>" not in d.text for d in forms)
     assert any(len(d.expected["tool_calls"]) > 1 and "} | {" in d.text for d in forms)
+
+
+# --- class 3: reasoning as a segment with its own header ---------------------------------
+
+SEGMENTED = {  # template -> (a reasoning segment's text, the next segment's header, a content segment's start)
+    "Muse-Glimmer": (" to=self<|message|>{}<|eom|>", "<|start|>assistant", " to=user<|message|>"),
+    "Naver-HyperCLOVAX-SEED-Think-14B-vllm-tool": ("/think\n{}<|im_end|>\n", "<|im_start|>assistant", "\n"),
+}
+
+
+@needs_corpus
+@pytest.mark.parametrize("stem", sorted(SEGMENTED))
+def test_reasoning_segments_each_with_its_header_are_one_reasoning(stem):
+    """A turn of several headed segments, two of them reasoning: both bodies are the
+    reasoning (in order, as harmony's reasoning messages are), the content segment the content."""
+    template = corpus(stem)
+    _, protocol = compile_in_memory(template)
+    thought, header, content = SEGMENTED[stem]
+    end = {"Muse-Glimmer": "<|eot|>"}.get(stem, "<|im_end|>")
+    text = thought.format("First.") + header + thought.format("Second.") + header + content + "Hello." + end
+    message = read(protocol, text, rendered_prompt(template))
+    assert (message["reasoning_content"], message["content"], message["errors"]) == ("First.Second.", "Hello.", [])
+
+
+@needs_corpus
+@pytest.mark.parametrize("stem", sorted(SEGMENTED))
+def test_a_reasoning_segment_after_content_then_a_call(stem):
+    """Content, then a reasoning segment, then a call's segment: each read by its header."""
+    template = corpus(stem)
+    _, protocol = compile_in_memory(template)
+    thought, header, content = SEGMENTED[stem]
+    call = {"Muse-Glimmer": ' to=get_weather<|message|><atem:function_calls>\n<atem:invoke name="get_weather">\n'
+                            '<atem:parameter name="city">Paris</atem:parameter>\n</atem:invoke>\n</atem:function_calls><|eot|>'}.get(
+        stem, ' -> tool/function_call\n[{"name": "get_weather", "arguments": {"city": "Paris"}}]<|im_end|>')
+    segment_end = {"Muse-Glimmer": "<|eom|>"}.get(stem, "<|im_end|>\n")
+    text = content + "Let me check." + segment_end + header + thought.format("Weather tool.") + header + call
+    message = read(protocol, text, rendered_prompt(template))
+    assert (message["content"], message["reasoning_content"]) == ("Let me check.", "Weather tool.")
+    assert [(c["function"]["name"], c["function"]["arguments"]) for c in message["tool_calls"]] == \
+        [("get_weather", '{"city": "Paris"}')]
+    assert message["errors"] == []
+
+
+# --- class 4: a call as its own turn after the content turn's end marker ---------------
+
+GIGACHAT = "Sber-GigaChat3.1-10B-A1.8B"
+
+
+def gigachat_with_a_call_role():
+    """GigaChat 3.1 edited to write a call as GigaChat 3 did: its own `function call` turn after
+    the content turn's end marker (`…<|message_sep|>\\n\\nfunction call<|role_sep|>\\n{…}`)."""
+    template = corpus(GIGACHAT)
+    inline_call = "add_tokens.function_call + render_function_call(message.tool_calls[0])"
+    assert inline_call in template.source
+    own_turn = "add_tokens.message_sep + 'function call' + add_tokens.role_sep + render_function_call(message.tool_calls[0])"
+    return dataclasses.replace(template, source=template.source.replace(inline_call, own_turn))
+
+
+CALL_TURNS = {  # template -> (content, then the call's own turn; a call alone; the turn's end)
+    "Naver-HyperCLOVAX-SEED-Think-14B-vllm-tool": (
+        "\nLet me check.<|im_end|>\n<|im_start|>assistant -> tool/function_call\n"
+        '[{"name": "get_weather", "arguments": {"city": "Paris"}}]<|im_end|>',
+        ' -> tool/function_call\n[{"name": "get_weather", "arguments": {"city": "Paris"}}]<|im_end|>',
+        "<|im_end|>"),
+    GIGACHAT: (
+        'Let me check.<|message_sep|>\n\nfunction call<|role_sep|>\n{"name": "get_weather", "arguments": {"city": "Paris"}}'
+        "<|message_sep|>\n\n",
+        '<|message_sep|>\n\nfunction call<|role_sep|>\n{"name": "get_weather", "arguments": {"city": "Paris"}}<|message_sep|>',
+        "<|message_sep|>"),
+}
+
+
+def _call_turn_template(stem):
+    return gigachat_with_a_call_role() if stem == GIGACHAT else corpus(stem)
+
+
+@needs_corpus
+@pytest.mark.parametrize("stem", sorted(CALL_TURNS))
+def test_a_call_in_its_own_turn_after_the_content_turns_end_is_read(stem):
+    template = _call_turn_template(stem)
+    spec, protocol = compile_in_memory(template)
+    with_content, alone, end = CALL_TURNS[stem]
+    prompt = rendered_prompt(template)
+    for text, content in ((with_content, "Let me check."), (alone, None)):
+        message = read(protocol, text, prompt)
+        assert message["content"] == content and message["errors"] == []
+        assert [(c["function"]["name"], c["function"]["arguments"]) for c in message["tool_calls"]] == \
+            [("get_weather", '{"city": "Paris"}')]
+    # The end marker without a call's turn after it still ends the turn, and what follows is not read.
+    plain = read(protocol, "Hello." + end + "\n\nuser said more", prompt)
+    assert (plain["content"], plain["tool_calls"]) == ("Hello.", [])
+    assert [e["kind"] for e in plain["errors"]] == ["text_after_end_of_turn"]
+    assert read(protocol, "Hello." + end, prompt)["content"] == "Hello."
+
+
+@needs_corpus
+@pytest.mark.parametrize("stem", sorted(CALL_TURNS))
+def test_the_proof_reads_the_call_turn_after_the_content_turn(stem):
+    """The proof's outputs run past the content turn's end into the call's turn: the turn with
+    content and a call, and the call alone, are proved whole (not lossy)."""
+    template = _call_turn_template(stem)
+    spec = probe(template)
+    proof = prove(template, spec, grammars=False)
+    assert proof.ok, proof.table()
+    turns = {t.turn: t for t in proof.turns}
+    for name in ("content+call", "typed call"):
+        assert turns[name].proved and not turns[name].detail, proof.table()  # (proved whole: nothing lossy)
+        assert "convert_currency" in turns[name].text  # (the call's name: the output runs into the call's turn)
+
+
+@needs_corpus
+def test_nemotron_nanos_call_turn_after_its_content_turn_is_proved_whole():
+    """Nemotron Nano 9B v2 renders content, its end marker, a new assistant header, then the
+    calls (`…\n<SPECIAL_12>\n<SPECIAL_11>Assistant\n<TOOLCALL>[…`): one model turn, read whole."""
+    template = corpus("NVIDIA-Nemotron-Nano-9B-v2")
+    spec, protocol = compile_in_memory(template)
+    proof = prove(template, spec, grammars=False)
+    assert proof.ok, proof.table()
+    turn = next(t for t in proof.turns if t.turn == "content+call (no_thinking)")
+    assert turn.proved and not turn.detail and "<SPECIAL_11>Assistant" in turn.text, proof.table()
+    text = ("Let me check.\n<SPECIAL_12>\n<SPECIAL_11>Assistant\n"
+            '<TOOLCALL>[{"name": "get_weather", "arguments": {"city": "Paris"}}]</TOOLCALL><SPECIAL_12>')
+    prompt = template.render([{"role": "system", "content": "/no_think"}, {"role": "user", "content": "Hi"}],
+                             add_generation_prompt=True)
+    assert prompt.endswith("<think></think>")
+    message = read(protocol, text, prompt)
+    assert (message["content"], [c["function"]["name"] for c in message["tool_calls"]]) == ("Let me check.", ["get_weather"])
+
+
+# --- class 8: role and channel variants at the output's start or between messages -------
+
+ROLE_REPEATED = {  # template -> (an output after its default prompt, (reasoning, content, errors))
+    "Cohere-Cohere2MoE": ("Plan.<|END_THINKING|><|START_TEXT|>Hello.<|END_TEXT|><|END_OF_TURN_TOKEN|>", ("Plan.", "Hello.", [])),
+    "Cohere-Command-R7B-12-2024-tool_use-rev2": ("<|START_RESPONSE|>Hello.<|END_RESPONSE|><|END_OF_TURN_TOKEN|>",
+                                                 (None, "Hello.", [])),
+}
+
+
+@needs_corpus
+@pytest.mark.parametrize("stem", sorted(ROLE_REPEATED))
+def test_a_role_token_the_prompt_already_wrote_is_absorbed(stem):
+    """`<|CHATBOT_TOKEN|>` again at the output's start: the last marker of the assistant header
+    the generation prompt wrote, repeated, is not text."""
+    template = corpus(stem)
+    spec, protocol = compile_in_memory(template)
+    prompt = rendered_prompt(template)
+    assert prompt.endswith("<|CHATBOT_TOKEN|>" + spec.modes["default"].tail)
+    body, expected = ROLE_REPEATED[stem]
+    plain, again = read(protocol, body, prompt), read(protocol, "<|CHATBOT_TOKEN|>" + body, prompt)
+    assert (again["reasoning_content"], again["content"], again["errors"]) == expected
+    assert again == plain
+
+
+@needs_corpus
+@pytest.mark.parametrize("stem", ["Google-Gemma-4-31B-it", "Google-Gemma-4-31B-it-interleaved"])
+def test_a_repeated_reasoning_channel_is_reasoning_and_an_empty_one_nothing(stem):
+    """Gemma 4's prompt writes the empty thought channel; the model writes it again, twice, or
+    an empty one and then one with thoughts: none of the markers is content."""
+    template = corpus(stem)
+    _, protocol = compile_in_memory(template)
+    prompt = rendered_prompt(template)
+    empty = "<|channel>thought\n<channel|>"
+    for text, reasoning in ((empty + empty + "Hello.<turn|>", None),
+                            (empty + "<|channel>thought\nPlan.<channel|>Hello.<turn|>", "Plan."),
+                            ("<|channel>thought\nPlan.<channel|><|channel>thought\nMore.<channel|>Hello.<turn|>", "Plan.More.")):
+        message = read(protocol, text, prompt)
+        assert (message["reasoning_content"], message["content"], message["errors"]) == (reasoning, "Hello.", [])
+
+
+@needs_corpus
+@pytest.mark.parametrize("stem", sorted(SEGMENTED))
+def test_a_segment_end_and_a_new_header_do_not_leak_into_content(stem):
+    """`Hello.<|eom|><|start|>assistant to=user<|message|> More.`: a content segment, ended, then
+    another content segment: the separator and the header are the format's, not content."""
+    template = corpus(stem)
+    _, protocol = compile_in_memory(template)
+    _, header, content = SEGMENTED[stem]
+    segment_end, end = {"Muse-Glimmer": ("<|eom|>", "<|eot|>")}.get(stem, ("<|im_end|>\n", "<|im_end|>"))
+    text = content + "Hello." + segment_end + header + content + "More." + end
+    message = read(protocol, text, rendered_prompt(template))
+    assert (message["content"], message["reasoning_content"], message["errors"]) == ("Hello.More.", None, [])

@@ -71,7 +71,6 @@ def corpus_outputs(stem):
 @needs_corpus
 @pytest.mark.parametrize("stem, turn, reason", [
     ("OpenAI-gpt-oss-120b", "content+call", "writes the content where reasoning goes"),
-    ("NVIDIA-Nemotron-Nano-9B-v2", "content+call", "renders this message as two turns"),
     ("DeepSeek-R1-Distill-Qwen-32B-rev2", "content+call", "renders this message as two turns"),
     ("Cohere-Command-R7B-12-2024-tool_use", "reasoning+content", "drops the reasoning"),
     ("llamacpp-DeepSeek-R1", "content+call", "renders 0 of this turn's 1 calls"),

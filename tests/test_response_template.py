@@ -54,6 +54,8 @@ EXPORTS = {"Qwen-Qwen2.5-7B-Instruct", "Qwen-Qwen3-0.6B", "Qwen-Qwen3-Coder", "Q
            "MeetKai-Functionary-medium-v3.1", "Google-Gemma-2-2b-it"}
 REFUSES = {
     "OpenAI-gpt-oss-120b": "channel messages",  # harmony: a message's kind is in its header
+    # (its calls follow the content turn's end marker and a new header: the message ends there)
+    "Naver-HyperCLOVAX-SEED-Think-14B-vllm-tool": "calls in a turn of their own after the end of turn",
     "Meta-Llama-3.1-8B-Instruct": "a call written as a bare JSON object",  # nothing opens the region
     "MiniMax-M1-rev2": "a call written as a bare JSON object",
     "Meta-Llama-4-Instruct": "content inside the calls section",

@@ -20,7 +20,9 @@ from dataclasses import dataclass, field
 
 from ..probe import PLACEHOLDER_TOKENS, PROBE_SECONDS, standard_turns
 from ..probe.conversations import FRESH, ShapedRenderer, Turn, tool_definition
+from ..grammar.reading import segment_format
 from ..probe.renders import assistant_spans
+from ..probe.spans import Boundaries
 from ..source.render import default_time_budget, fixed_clock
 from ..source.template import ChatTemplate
 from ..spec import Parallel, ProtocolSpec, Start
@@ -94,6 +96,7 @@ def model_outputs(template: ChatTemplate, spec: ProtocolSpec, turns: dict[str, T
     _, tail, spans = rendered
     reasoning = spec.reasoning
     end_markers = [m for m in spec.end_of_turn if m.strip()]
+    segments = segment_format(spec, Boundaries(template.special_tokens))
     found = []
     for name, turn in turns.items():
         if name not in spans:
@@ -108,13 +111,14 @@ def model_outputs(template: ChatTemplate, spec: ProtocolSpec, turns: dict[str, T
         # of the same message after one renders it as two turns.
         values = [v for v in [turn.content, turn.reasoning] + [c.name for c in turn.calls] if v and v in span]
         last = max((span.index(v) + len(v) for v in values), default=0)
-        first_end = min((at for at in (_end_marker_at(span, m, turn.reasoning, reasoning, start) for m in end_markers)
-                         if at != -1), default=-1)
+        first_end = min((at for at in (_end_marker_at(span, m, turn.reasoning, reasoning, start, segments)
+                                       for m in end_markers) if at != -1), default=-1)
         if first_end != -1 and first_end < last:
             lossy.append("the template renders this message as two turns; a model's turn ends at the first "
                          f"end-of-turn marker ({span[first_end:first_end + 20]!r})")
             last = first_end
-        cuts = [span.index(m, last) + len(m) for m in end_markers if m in span[last:]]
+        cuts = [at + len(m) for m in end_markers
+                if (at := _end_marker_at(span, m, None, reasoning, start, segments, last)) != -1]
         shown = span[: min(cuts)] if cuts else span
         if cuts:
             span = shown
@@ -209,17 +213,28 @@ def _after_an_empty_block(span: str, with_reasoning: str | None, tail: str, reas
                                   "closed by its end marker"]
 
 
-def _end_marker_at(text: str, marker: str, thought: str | None, reasoning, start: Start = Start.CONTENT) -> int:
-    """Where `marker` first ends a turn in `text`: not where, right after the reasoning (or at
-    the start of an output that starts inside reasoning), the reasoning's end marker starts
-    with it (a reasoning end that closes a turn and opens the next: the parser, inside
-    reasoning, reads the longer marker)."""
-    at = text.find(marker)
-    while at != -1 and reasoning is not None and len(reasoning.end) > len(marker) \
-            and text.startswith(reasoning.end.strip(), at) \
-            and ((thought and text[:at].rstrip().endswith(thought)) or (start == Start.REASONING and not text[:at].strip())):
+def _end_marker_at(text: str, marker: str, thought: str | None, reasoning, start: Start = Start.CONTENT,
+                   segments: dict | None = None, after: int = 0) -> int:
+    """Where `marker` first ends a turn in `text` (from `after` on): not where, right after the
+    reasoning (or at the start of an output that starts inside reasoning), the reasoning's end
+    marker starts with it (a reasoning end that closes a turn and opens the next: the parser,
+    inside reasoning, reads the longer marker); nor where it ends a segment the turn goes on
+    after, the next segment's header after it (`segments`: see grammar.reading.segment_format)."""
+    at = text.find(marker, after)
+    while at != -1 and ((reasoning is not None and len(reasoning.end) > len(marker)
+                         and text.startswith(reasoning.end.strip(), at)
+                         and ((thought and text[:at].rstrip().endswith(thought))
+                              or (start == Start.REASONING and not text[:at].strip())))
+                        or _goes_on(text, at, marker, segments)):
         at = text.find(marker, at + 1)
     return at
+
+
+def _goes_on(text: str, at: int, marker: str, segments: dict | None) -> bool:
+    """Whether `marker` at `at` ends a segment of a turn that goes on: the segments' end
+    marker, then (after whitespace) the next segment's header."""
+    return bool(segments) and marker.strip() == segments["end"] \
+        and text[at + len(marker):].lstrip().startswith(segments["header"])
 
 
 def _inside(text: str, value: str, reasoning) -> bool:

@@ -23,7 +23,8 @@ import json
 import re
 
 from ..errors import CannotExport, InputError
-from ..grammar.reading import cut_at_end, end_of_turn_markers, message_format, one_call_object, section_with_content
+from ..grammar.reading import (cut_at_end, end_of_turn_markers, message_format, one_call_object, section_with_content,
+                               segment_format)
 from ..probe.spans import Boundaries
 from ..runtime import json_call_object
 from ..spec import ArgumentStyle, ProtocolSpec, Start, ToolCallFormat, slot
@@ -128,6 +129,11 @@ def response_template(spec: ProtocolSpec) -> dict:
     if spec.tool_calls is not None and message_format(spec, Boundaries(())) is not None:
         raise CannotExport("channel messages", "a turn is a sequence of messages with headers (harmony's "
                            "<|channel|>…<|message|>); a field's region cannot be told by the header before it")
+    segments = segment_format(spec, Boundaries(())) if spec.tool_calls is not None else None
+    if segments and segments["end"] in [m.strip() for m in end_of_turn_markers(spec)]:
+        raise CannotExport("calls in a turn of their own after the end of turn",
+                           f"the template writes the calls after the content turn's end marker ({segments['end']!r}, "
+                           f"then {segments['header']!r}); the response parser ends the message at that marker")
     fields: dict[str, dict] = {}
     calls = _tool_calls_field(spec) if spec.tool_calls is not None else None
     if spec.reasoning is not None:

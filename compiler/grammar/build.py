@@ -183,7 +183,13 @@ def build(spec: ProtocolSpec, options: GrammarOptions | None = None, special_tok
         body = content
     elif options.choice.mode == "auto":
         after = content if content_may_follow_calls(spec) else ws
-        body = seq(content, opt(seq(calls, after)))
+        segment = reading["segments"]
+        if segment and not segment["calls"]:
+            # (or the calls in a segment of their own: the content's end marker, the next header)
+            own = seq(Lit(segment["end"]), ws, Lit(segment["header"]), ws, calls)
+            body = seq(content, opt(alt(seq(calls, after), seq(own, after))))
+        else:
+            body = seq(content, opt(seq(calls, after)))
     else:  # required, or one named tool
         body = seq(ws, calls, ws)
     g.add("body", body, "what follows the reasoning")
@@ -221,7 +227,8 @@ def build(spec: ProtocolSpec, options: GrammarOptions | None = None, special_tok
                 continue  # the prompt closed the reasoning block
             if options.choice.mode != "auto" and ("content" in slots or not slots & {"calls", "call_list"}):
                 continue  # a required call: only layouts that are calls
-            if any(isinstance(p, str) and any(m in p for m in end_markers) for p in layout[:-1]):
+            if any(isinstance(p, str) and any(m in p and not _goes_on(p, m, reading["segments"]) for m in end_markers)
+                   for p in layout[:-1]):
                 continue  # the template renders two turns here; a model's turn ends at the marker
             form = _layout_form(g, spec, layout, number, start_state, options, content_stops, end_markers, calls, ws)
             if form is not None:
@@ -236,6 +243,13 @@ def build(spec: ProtocolSpec, options: GrammarOptions | None = None, special_tok
         alternatives.append(seq(turn, end, after, End()))
     g.add("root", alt(*alternatives), "a whole assistant turn")
     return g
+
+
+def _goes_on(literal: str, marker: str, segments: dict | None) -> bool:
+    """Whether `literal` ends a segment with `marker` and opens the next one (the segments' end
+    marker, then their header: see reading.segment_format): the turn goes on past the marker."""
+    return bool(segments) and marker.strip() == segments["end"] and literal.strip().startswith(segments["end"]) \
+        and literal.strip()[len(segments["end"]):].lstrip().startswith(segments["header"])
 
 
 def _reasoning_closed(spec: ProtocolSpec, options: GrammarOptions, start_state) -> bool:

@@ -163,6 +163,81 @@ def message_format(spec: ProtocolSpec, boundaries: Boundaries) -> dict | None:
     }
 
 
+def _assistant_headers(spec: ProtocolSpec) -> list[str]:
+    """The assistant headers the generation prompts write (stripped, longest first)."""
+    return sorted({m.header.strip() for m in spec.modes.values() if m.header.strip()}, key=len, reverse=True)
+
+
+def segment_format(spec: ProtocolSpec, boundaries: Boundaries) -> dict | None:
+    """A turn written as segments, each with a header of its own (`…<|eom|><|start|>assistant
+    to=user<|message|>…`, `…<|im_end|>\n<|im_start|>assistant -> tool/function_call\n[…`): the
+    marker that ends a segment the turn goes on after, and the header that opens the next one.
+    {"end": that marker, "header": that header, "calls": whether the header is the calls
+    section's own (the section start begins with the end marker: the next segment is calls,
+    read from the end marker on)}; None for other formats. Found in the spec, not by name:
+
+    - the reasoning's end marker is a marker, then an assistant header the generation prompt
+      writes (the reasoning segment ends, the next segment's header follows); or
+    - what the template writes between content and the calls (the content+calls layout's
+      literal, then the section start) begins with an end-of-turn marker: the content turn
+      ends, and the calls follow in a turn of their own (an assistant header, or the calls'
+      own role header)."""
+    headers = _assistant_headers(spec)
+    r = spec.reasoning
+    if r is not None and r.end.strip():
+        end = r.end.strip()
+        for header in headers:
+            before = end[: len(end) - len(header)].strip() if end.endswith(header) else ""
+            if before and first_marker(before, boundaries) == before:
+                return {"end": before, "header": header, "calls": False}
+    tc = spec.tool_calls
+    mixed = spec.turns.get("content+calls") or []
+    if tc is None or slot("content") not in mixed:
+        return None
+    between = ""
+    for piece in mixed[mixed.index(slot("content")) + 1:]:
+        if piece in (slot("calls"), slot("call_list")):
+            break
+        if not isinstance(piece, str):
+            return None
+        between += piece
+    text = (between + tc.section_start).lstrip()
+    end = next((m.strip() for m in end_of_turn_markers(spec) if m.strip() and text.startswith(m.strip())), None)
+    if end is None:
+        return None
+    rest = text[len(end):].strip()
+    header = next((h for h in headers if rest.startswith(h)), None)
+    if header is not None:
+        return {"end": end, "header": header, "calls": False}
+    header = first_marker(rest, boundaries) if not between.strip() and tc.section_start.lstrip().startswith(end) else ""
+    if not header or not any(c.isalnum() for c in header):
+        return None
+    return {"end": end, "header": header, "calls": True}
+
+
+def repeated_headers(spec: ProtocolSpec, boundaries: Boundaries) -> list[str]:
+    """What a model may write again at the output's start that the generation prompt already
+    wrote: the assistant header, and each end of it from one of its markers on (a role token,
+    `<|CHATBOT_TOKEN|>`), longest first. An end that is a plain word (`assistant`: a model's
+    answer may start with it) or holds a reasoning or content marker (the model opening a
+    block is not a repetition) is not one."""
+    markers = [m.strip() for m in (spec.content_start, spec.content_end) if m.strip()]
+    if spec.reasoning is not None:
+        markers += [m.strip() for m in (spec.reasoning.start, spec.reasoning.end) if m.strip()]
+    found = set()
+    for header in _assistant_headers(spec):
+        at = 0
+        while at < len(header):
+            end = header[at:]
+            if end[:1] in "<[" and any(c.isalnum() for c in end) and not any(m in end for m in markers):
+                found.add(end)
+            step = len(first_marker(end, boundaries))
+            at += max(step, 1)
+            while at < len(header) and header[at].isspace():
+                at += 1
+    return sorted(found, key=lambda h: (-len(h), h))
+
+
 def content_space_before(spec: ProtocolSpec, opener: str) -> dict[str, str]:
     """marker -> the whitespace the template writes between the content and that marker
     ("" where it writes none; "" as a key: the end of the output, as for the turn's end
@@ -333,6 +408,8 @@ def reading_tables(spec: ProtocolSpec, special_tokens: tuple[str, ...] = ()) -> 
                         spec, call_opener(spec, boundaries) if spec.tool_calls is not None else "")},
         "end_of_turn": end_markers,
         "tool_calls": None,
+        "segments": segment_format(spec, boundaries),
+        "repeated_headers": repeated_headers(spec, boundaries),
     }
     tc = spec.tool_calls
     if tc is not None:
@@ -371,4 +448,4 @@ def reading_tables(spec: ProtocolSpec, special_tokens: tuple[str, ...] = ()) -> 
 
 
 __all__ = ["call_head", "call_opener", "calls_without_opener", "list_without_wrapper", "self_closing_call", "content_space_before", "content_may_follow_calls", "cut_at_end", "end_of_turn_markers",
-           "message_format", "reading_tables"]
+           "message_format", "reading_tables", "repeated_headers", "segment_format"]

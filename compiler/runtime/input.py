@@ -409,6 +409,22 @@ class Input:
             self._wait_for = self._pos + longest
             yield
 
+    def _which_after_ws(self, texts):
+        """Which of `texts` comes next after whitespace, the longest that does (the whitespace is
+        consumed, the text is not); None when none does. Decided once what is here rules each
+        longer one in or out (`to=` is not taken while `to=user<|message|>` may still come)."""
+        longest = max(len(t) for t in texts)
+        while True:
+            self._pos = SPACES.match(self._text, self._pos).end()
+            here = self._text[self._pos:self._pos + longest]
+            found = [t for t in texts if here.startswith(t)]
+            pending = [t for t in texts if len(t) > len(here) and t.startswith(here)]
+            if self._eof or not pending:
+                return max(found, key=len) if found else None
+            # (woken by the next character: each one may rule the longer texts out)
+            self._wait_for = min(len(self._text) + 1, self._pos + longest)
+            yield
+
     def _read_while(self, chars, what, then=0):
         """A run of `chars` (a tool name, a call id, an index), ended by any other character.
         `then`: the length of the literal that must follow; the parse waits for it too (it

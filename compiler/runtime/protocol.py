@@ -317,6 +317,16 @@ class Protocol:
         self.space_before = tables["content"].get("space_before") or {}
         self.end_of_turn = tuple(tables["end_of_turn"])
         self.modes = tables["modes"]
+        # A turn written as segments, each with a header of its own (tplparse.grammar.reading.
+        # segment_format): the marker that ends a segment the turn goes on after, the header
+        # that opens the next one, and whether that header is the calls section's own.
+        segments = tables.get("segments")
+        self.segment_end = segments["end"] if segments else ""
+        self.segment_header = segments["header"] if segments else ""
+        self.segment_is_calls = bool(segments and segments["calls"])
+        # What the generation prompt wrote that a model may write again at the output's start
+        # (the assistant header, its role token): absorbed there, longest first.
+        self.repeated_headers = tuple(tables.get("repeated_headers") or ())
         tc = self.tool_calls = tables.get("tool_calls")
         self.opener = tc["opener"] if tc else ""
         self.bare_opener, self.bare_list, self.wrappers = "", None, ()  # (the tolerances of a format with calls)
@@ -385,7 +395,8 @@ class Protocol:
         self.messages = MessageFormat(tables["messages"], self.end_of_turn) if tc and tables.get("messages") else None
         # Every literal of the format, stripped: an output that ends with the start of one
         # ended inside it (truncated), whatever a reader made of it.
-        literals = [*self.end_of_turn, self.content_start, self.content_end, self.reasoning_start, self.reasoning_end]
+        literals = [*self.end_of_turn, self.content_start, self.content_end, self.reasoning_start, self.reasoning_end,
+                    self.segment_end, self.segment_header]
         if tc:
             literals += [tc["section_start"], tc["section_end"], tc["separator"], self.content_prefix, self.inline_opener]
             literals += [p for p in tc["call"] if isinstance(p, str)]

@@ -161,6 +161,8 @@ class Rules:
     def _turn_by_layout(self):
         """root, in the generic form: an optional reasoning block, then content and calls."""
         p = self._p
+        if p.repeated_headers and self._reasoning_ended_at is None:
+            yield from self._repeated_header()
         if self._state == CONTENT and self._reasoning_ended_at is None and p.reasoning_start and p.reasoning_end:
             # An optional reasoning block first (the model opens it itself), or its end alone:
             # an empty block (a template that asks for reasoning by instruction writes the end
@@ -178,7 +180,7 @@ class Rules:
             yield from self._skip_ws()
             if (yield from self._peek(p.reasoning_start)):
                 self._pos += len(p.reasoning_start)
-        if self._state == REASONING:
+        while self._state == REASONING:
             stop = yield from self._reasoning_block()
             if stop is None or stop in p.end_of_turn:
                 yield from self._after_end(stop)
@@ -186,6 +188,8 @@ class Rules:
             if stop == p.opener or stop == p.bare_opener:
                 self._reasoning_ended_at = self._offset()  # (at the call that ended it)
                 yield from self._tool_calls(bare=stop == p.bare_opener)
+            elif (yield from self._reasoning_again()):
+                self._state = REASONING  # (another block, or segment, of reasoning: read on into it)
         if self._reasoning_ended_at is None:
             self._reasoning_ended_at = self._offset()
         self._state = CONTENT
@@ -193,6 +197,69 @@ class Rules:
             yield from self._turn_without_opener()
         else:
             yield from self._content()
+
+    def _repeated_header(self):
+        """At the output's start, the assistant header (or its role token) the generation
+        prompt already wrote, written again: absorbed (a tolerance: `<|CHATBOT_TOKEN|>Hello`)."""
+        p = self._p
+        at = self._pos
+        header = yield from self._which_after_ws(p.repeated_headers)
+        self._pos = at if header is None else self._pos + len(header)
+
+    def _reasoning_again(self):
+        """After a reasoning block's end: whether another block opens right after it (a
+        repeated or empty reasoning channel, a second reasoning segment with its own header);
+        its opener and the whitespace after it are consumed, else nothing is."""
+        p = self._p
+        at = self._pos
+        if p.reasoning_start and (yield from self._peek_after_ws(p.reasoning_start)):
+            self._pos += len(p.reasoning_start)
+            yield from self._skip_ws()  # (the opener's own whitespace, as the template writes it)
+            return True
+        self._pos = at
+        return False
+
+    def _segment_follows(self):
+        """At a segment's end marker (p.segment_end): whether the next segment's header
+        follows it (after whitespace), so the turn goes on. Nothing is consumed."""
+        p = self._p
+        at = self._pos
+        self._pos += len(p.segment_end)
+        follows = yield from self._peek_after_ws(p.segment_header)
+        self._pos = at
+        return follows
+
+    def _next_segment(self):
+        """At a segment's end marker that the next segment's header follows (_segment_follows):
+        that segment. A header of the calls' own role (the section starts with the end
+        marker): the calls, read from the marker on. An assistant header: the segment it
+        opens, by what follows it: reasoning (its opener), content (its start, or any other
+        text), a call (the call opener). "ended": the turn ended inside that segment; else
+        the content goes on."""
+        p = self._p
+        if p.segment_is_calls:
+            yield from self._tool_calls()
+            return True
+        self._pos += len(p.segment_end)
+        yield from self._skip_ws()
+        self._pos += len(p.segment_header)
+        while p.reasoning_start and (yield from self._peek_after_ws(p.reasoning_start)):
+            self._pos += len(p.reasoning_start)
+            yield from self._skip_ws()
+            stop = yield from self._reasoning_block()
+            if stop is None or stop in p.end_of_turn:
+                yield from self._after_end(stop)
+                return "ended"
+            if stop == p.opener or stop == p.bare_opener:
+                yield from self._tool_calls(bare=stop == p.bare_opener)
+                return True
+        heads = [h for h in (p.content_start, p.opener, p.bare_opener) if h]
+        head = (yield from self._which_after_ws(heads)) if heads else None
+        if head is not None and head == p.content_start:
+            self._pos += len(head)
+        elif head is not None:
+            yield from self._tool_calls(bare=head == p.bare_opener)
+        return True
 
     def _call_failed(self, kind, message, offset=None):
         """The parse stops at an error; a call whose header went out is dropped, and a delta says so."""
@@ -258,6 +325,8 @@ class Rules:
         if p.bare_opener:
             stops.append(p.bare_opener)
         stops += p.wrappers
+        if p.segment_end and p.segment_end not in stops:
+            stops.append(p.segment_end)
         if p.opener and (not p.section_start.strip() or p.instructed_bare):
             # (a call that is a JSON object, opened by another of its keys; or, as the template's
             # instructions say, without the section's markers)
@@ -273,9 +342,21 @@ class Rules:
         while True:
             written = len(field.parts)
             stop = yield from self._text_until(stops, field)
+            follows = stop is not None and stop == p.segment_end and (yield from self._segment_follows())
             space = p.space_before.get("" if stop is None else stop.strip())
-            if space is not None and len(field.parts) > written:
-                self._keep_trailing_space(field, space)  # (text of its own, then whitespace: the model's)
+            if space is not None and len(field.parts) > written and not (follows and not p.segment_is_calls):
+                # (text of its own, then whitespace: the model's; before a segment's end and the
+                # next header, it stays held, as before any markup between content and a call)
+                self._keep_trailing_space(field, space)
+            if follows:
+                if (yield from self._next_segment()) == "ended":
+                    return
+                continue
+            if stop is not None and stop == p.segment_end:
+                if stop not in p.end_of_turn and stop != p.opener:
+                    self._emit_text(field, stop)  # (the marker with no header after it: text)
+                    self._pos += len(stop)
+                    continue
             if stop is None or stop in p.end_of_turn:
                 yield from self._after_end(stop)
                 return
