@@ -572,3 +572,21 @@ def test_a_segment_end_and_a_new_header_do_not_leak_into_content(stem):
     text = content + "Hello." + segment_end + header + content + "More." + end
     message = read(protocol, text, rendered_prompt(template))
     assert (message["content"], message["reasoning_content"], message["errors"]) == ("Hello.More.", None, [])
+
+
+# --- a key quoted in a format's own notation ------------------------------------------------
+
+@needs_corpus
+@pytest.mark.parametrize("stem", ["Google-Gemma-4-31B-it", "Google-Gemma-4-31B-it-interleaved"])
+def test_an_object_key_in_the_notations_quotes_is_the_key(stem):
+    """Gemma 4's template writes a call's nested keys bare and its other values' keys quoted
+    (`escape_keys`); models write either (llama.cpp's Gemma 4 cases): the quoted key is its
+    text, never the text with its quotes; a key quoted and not closed is invalid_arguments."""
+    template = corpus(stem)
+    _, protocol = compile_in_memory(template)
+    prompt = rendered_prompt(template)
+    message = read(protocol, '<|tool_call>call:f{m:{<|"|>3<|"|>:<|"|>new text<|"|>,b:2}}<tool_call|>', prompt)
+    assert [(c["function"]["name"], c["function"]["arguments"]) for c in message["tool_calls"]] == [
+        ("f", '{"m": {"3": "new text", "b": 2}}')]
+    message = read(protocol, '<|tool_call>call:f{m:{<|"|>3:1}}<tool_call|>', prompt)
+    assert (message["tool_calls"], [e["kind"] for e in message["errors"]]) == ([], ["invalid_arguments"])

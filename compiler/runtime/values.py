@@ -371,6 +371,19 @@ def _native_member(fmt):
     return "", ":", ""
 
 
+def _native_key(text, i, fmt):
+    """An object's key at i, and where it ends: a name, or a string in the format's quotes (the
+    template's other writer of the notation quotes keys: Gemma 4's `escape_keys`)."""
+    quote_open, quote_close = fmt["quotes"]
+    if quote_open and text.startswith(quote_open, i):
+        end = text.find(quote_close, i + len(quote_open))
+        if end == -1:
+            raise ValueError("a key without its closing quote")
+        return text[i + len(quote_open):end], end + len(quote_close)
+    key = _NATIVE_KEY.match(text, i)
+    return key.group(), key.end()
+
+
 def _native(text, i, fmt):
     quote_open, quote_close = fmt["quotes"]
     if quote_open and text.startswith(quote_open, i):
@@ -391,12 +404,12 @@ def _native(text, i, fmt):
                 if kind == "object":
                     if not text.startswith(before, i):
                         raise ValueError(f"expected {before!r} at {text[i:i + 20]!r}")
-                    key = _NATIVE_KEY.match(text, i + len(before))
-                    if not key.group() or not text.startswith(middle, key.end()):
+                    key, key_end = _native_key(text, i + len(before), fmt)
+                    if not key or not text.startswith(middle, key_end):
                         raise ValueError(f"expected a key and {middle!r} at {text[i:i + 20]!r}")
-                    if key.group() in out:
-                        raise DuplicateKey(f"the key {key.group()!r} appears twice")
-                    out[key.group()], i = _native(text, key.end() + len(middle), fmt)
+                    if key in out:
+                        raise DuplicateKey(f"the key {key!r} appears twice")
+                    out[key], i = _native(text, key_end + len(middle), fmt)
                     if not text.startswith(after, i):
                         raise ValueError(f"expected {after!r} at {text[i:i + 20]!r}")
                     i += len(after)
