@@ -1726,7 +1726,9 @@ class Protocol:
             self.python_objects = self.object_arguments and arguments["encoder"] == "python"
             # A call written as a JSON object is also read by its keys when it is not written
             # in the layout's byte order (see Rules._call_object_by_key).
-            self.json_call = json_call_object(tc["call"]) if self.object_arguments and not self.python_objects else None
+            # (a layout whose arguments are Python literals writes its object the same way: a
+            # Python dict reads as well, `{"name": …, "parameters": {…}}` being one too)
+            self.json_call = json_call_object(tc["call"]) if self.object_arguments else None
             self.call_steps = call_steps(tc["call"])
             # A call written without the marker that opens the calls, from its own marker on.
             bare = tc.get("bare")
@@ -3158,13 +3160,14 @@ class Rules:
         if stream is not None:
             stream.pause()  # (what it gave out stays given; the rest goes out when the call is complete)
         self._pos = at
-        text = yield from self._read_balanced('"', "call object")
+        python = self._p.python_objects
+        text = yield from self._read_balanced("\"'" if python else '"', "call object")
         try:
-            value = JSON_DECODER.decode(text)
+            value = python_value(text) if python else JSON_DECODER.decode(text)
         except RecursionError:
             raise InvalidOutput("the call object is nested too deeply to read") from None
         except ValueError as e:
-            raise InvalidOutput(f"the call is not a JSON object: {e}") from None
+            raise InvalidOutput(f"the call is not a {'Python' if python else 'JSON'} object: {e}") from None
         if not isinstance(value, dict):
             raise InvalidOutput(f"the call is not a JSON object: {text[:40]!r}")
         name = value.get(keys["name"])

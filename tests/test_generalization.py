@@ -590,3 +590,29 @@ def test_an_object_key_in_the_notations_quotes_is_the_key(stem):
         ("f", '{"m": {"3": "new text", "b": 2}}')]
     message = read(protocol, '<|tool_call>call:f{m:{<|"|>3:1}}<tool_call|>', prompt)
     assert (message["tool_calls"], [e["kind"] for e in message["errors"]]) == ([], ["invalid_arguments"])
+
+
+# --- a call object whose arguments the template writes as a Python literal ----------------
+
+@needs_corpus
+@pytest.mark.parametrize("stem, old, new", [
+    ("InternLM-InternLM2.5-chat-vllm-tool", None, None),
+    ("Qwen-Qwen2.5-7B-Instruct", "{{- tool_call.arguments | tojson }}", "{{- tool_call.arguments }}"),
+])
+def test_a_call_object_with_python_arguments_is_read_by_its_keys(stem, old, new):
+    """InternLM 2.5 writes a call's arguments as Python's str of the dict inside a JSON-looking
+    call object (Qwen 2.5, edited, the same): a model's `"parameters"` for `"arguments"`, its
+    keys in another order, or the object pretty-printed read as the call (llama.cpp's and
+    vLLM's InternLM cases), as a JSON call object's layout reads them."""
+    template = corpus(stem) if old is None else edited(stem, old, new)
+    spec, protocol = compile_in_memory(template)
+    assert spec.tool_calls.arguments.encoder == "python"
+    head = spec.tool_calls.call[0][: spec.tool_calls.call[0].index("{")]
+    prompt = rendered_prompt(template)
+    for body in ('{"name": "get_weather", "parameters": {"city": "Tokyo"}}',
+                 '{\n  "arguments": {"city": "Tokyo"},\n  "name": "get_weather"\n}',
+                 "{'name': 'get_weather', 'arguments': {'city': 'Tokyo'}}"):
+        call = head + body + spec.tool_calls.call[-1][spec.tool_calls.call[-1].index("}") + 1:]
+        message = read(protocol, call, prompt)
+        assert ([(c["function"]["name"], c["function"]["arguments"]) for c in message["tool_calls"]],
+                message["errors"]) == ([("get_weather", '{"city": "Tokyo"}')], []), body

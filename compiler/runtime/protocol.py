@@ -344,7 +344,9 @@ class Protocol:
             self.python_objects = self.object_arguments and arguments["encoder"] == "python"
             # A call written as a JSON object is also read by its keys when it is not written
             # in the layout's byte order (see Rules._call_object_by_key).
-            self.json_call = json_call_object(tc["call"]) if self.object_arguments and not self.python_objects else None
+            # (a layout whose arguments are Python literals writes its object the same way: a
+            # Python dict reads as well, `{"name": …, "parameters": {…}}` being one too)
+            self.json_call = json_call_object(tc["call"]) if self.object_arguments else None
             self.call_steps = call_steps(tc["call"])
             # A call written without the marker that opens the calls, from its own marker on.
             bare = tc.get("bare")

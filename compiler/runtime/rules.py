@@ -746,13 +746,14 @@ class Rules:
         if stream is not None:
             stream.pause()  # (what it gave out stays given; the rest goes out when the call is complete)
         self._pos = at
-        text = yield from self._read_balanced('"', "call object")
+        python = self._p.python_objects
+        text = yield from self._read_balanced("\"'" if python else '"', "call object")
         try:
-            value = JSON_DECODER.decode(text)
+            value = python_value(text) if python else JSON_DECODER.decode(text)
         except RecursionError:
             raise InvalidOutput("the call object is nested too deeply to read") from None
         except ValueError as e:
-            raise InvalidOutput(f"the call is not a JSON object: {e}") from None
+            raise InvalidOutput(f"the call is not a {'Python' if python else 'JSON'} object: {e}") from None
         if not isinstance(value, dict):
             raise InvalidOutput(f"the call is not a JSON object: {text[:40]!r}")
         name = value.get(keys["name"])
