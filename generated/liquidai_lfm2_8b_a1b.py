@@ -17,7 +17,12 @@ or parse(text, ...) for a whole output at once (the same result).
 # Content
 #   wrapper        - … -
 # Tool calls
-#   the template does not render tool calls
+#   section        '<|tool_call_start|>[' … ']<|tool_call_end|>'
+#   one call       {name}({arguments})
+#   between calls  ', '   (parallel calls: all)
+#   arguments      one per argument, joined by ', ', keys given
+#     string       {key}={value}
+#     values       string: python, integer: json, number: json, boolean: python, null: python, object: json, array: json
 # End of turn
 #   '<|im_end|>'
 # Turn layouts
@@ -43,9 +48,43 @@ TABLES = {
     'reasoning': None,
     'content': {'start': '', 'end': '', 'space_before': {'<|im_end|>': '', '': ''}},
     'end_of_turn': ['<|im_end|>'],
-    'tool_calls': None,
+    'tool_calls': {
+        'opener': '<|tool_call_start|>',
+        'call_head': '(',
+        'section_start': '<|tool_call_start|>[',
+        'section_end': ']<|tool_call_end|>',
+        'section_inner': None,
+        'content_prefix': '',
+        'inline_opener': '',
+        'call': [{'slot': 'name'}, '(', {'slot': 'arguments'}, ')'],
+        'separator': ', ',
+        'parallel': 'all',
+        'arguments': {
+            'style': 'kv',
+            'argument': {'string': [{'slot': 'key'}, '=', {'slot': 'value'}]},
+            'value_encoders': {
+                'string': 'python',
+                'integer': 'json',
+                'number': 'json',
+                'boolean': 'python',
+                'null': 'python',
+                'object': 'json',
+                'array': 'json',
+            },
+            'separator': ', ',
+            'quotes': ['', ''],
+            'brackets': {},
+        },
+        'bare': None,
+        'self_closing': None,
+        'bare_list': {'open': '[', 'close': ']', 'call': '('},
+        'wrappers': [],
+        'instructed_bare': False,
+        'instructed_separators': [],
+    },
     'segments': None,
     'repeated_headers': ['<|im_start|>assistant'],
+    'messages': None,
 }
 PROTOCOL = _runtime.Protocol(TABLES)  # prepared once, shared by every parser of the family
 
