@@ -46,7 +46,7 @@ TEMPLATE_SHA256 = 'e948cba8c2d20fcf65df2ae31f8134e41a7aad8f29a826d2b74724ea8450a
 TABLES = {
     'version': 1,
     'modes': {'default': {'tail': '', 'start': 'content', 'header': '[/INST]'}},
-    'reasoning': {'start': '[THINK]', 'end': '[/THINK]', 'call_ends_reasoning': True},
+    'reasoning': {'start': '[THINK]', 'end': '[/THINK]', 'call_ends_reasoning': True, 'end_opens_content': ''},
     'content': {'start': '', 'end': '', 'space_before': {'</s>': '', '[TOOL_CALLS]': '', '': ''}},
     'end_of_turn': ['</s>'],
     'tool_calls': {

@@ -58,7 +58,12 @@ TABLES = {
             'header': '<seed:bos>assistant\n',
         },
     },
-    'reasoning': {'start': '<seed:think>', 'end': '</seed:think>', 'call_ends_reasoning': True},
+    'reasoning': {
+        'start': '<seed:think>',
+        'end': '</seed:think>',
+        'call_ends_reasoning': True,
+        'end_opens_content': '',
+    },
     'content': {'start': '', 'end': '', 'space_before': {'<seed:eos>': '', '<seed:tool_call>': '\n\n', '': ''}},
     'end_of_turn': ['<seed:eos>'],
     'tool_calls': {

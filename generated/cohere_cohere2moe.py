@@ -64,7 +64,12 @@ TABLES = {
             'header': '<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>',
         },
     },
-    'reasoning': {'start': '<|START_THINKING|>', 'end': '<|END_THINKING|>', 'call_ends_reasoning': True},
+    'reasoning': {
+        'start': '<|START_THINKING|>',
+        'end': '<|END_THINKING|>',
+        'call_ends_reasoning': True,
+        'end_opens_content': '',
+    },
     'content': {'start': '<|START_TEXT|>', 'end': '<|END_TEXT|>', 'space_before': {'<|END_TEXT|>': ''}},
     'end_of_turn': ['<|END_OF_TURN_TOKEN|>'],
     'tool_calls': {

@@ -60,7 +60,12 @@ TABLES = {
             'header': '<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>',
         },
     },
-    'reasoning': {'start': '<|START_THINKING|>', 'end': '<|END_THINKING|>', 'call_ends_reasoning': True},
+    'reasoning': {
+        'start': '<|START_THINKING|>',
+        'end': '<|END_THINKING|>',
+        'call_ends_reasoning': True,
+        'end_opens_content': '',
+    },
     'content': {
         'start': '<|START_RESPONSE|>',
         'end': '<|END_RESPONSE|>',

@@ -43,7 +43,7 @@ TEMPLATE_SHA256 = 'dd2675619a64a449cdcdd2b93e605a0a50764cee41e344f244752bc936439
 TABLES = {
     'version': 1,
     'modes': {'default': {'tail': '<think>\n', 'start': 'reasoning', 'header': '<｜Assistant｜>'}},
-    'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
+    'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True, 'end_opens_content': ''},
     'content': {'start': '', 'end': '', 'space_before': {'<｜end▁of▁sentence｜>': '', '': ''}},
     'end_of_turn': ['<｜end▁of▁sentence｜>'],
     'tool_calls': None,

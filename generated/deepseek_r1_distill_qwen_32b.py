@@ -43,7 +43,7 @@ TEMPLATE_SHA256 = '56a1447ad31926fdc21fb07e56e5642bd9c850c4f52d8c8af7bbe5f079a84
 TABLES = {
     'version': 1,
     'modes': {'default': {'tail': '<think>\n', 'start': 'reasoning', 'header': '<｜Assistant｜>'}},
-    'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
+    'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True, 'end_opens_content': ''},
     'content': {'start': '', 'end': '', 'space_before': {'<｜end▁of▁sentence｜>': '', '': ''}},
     'end_of_turn': ['<｜end▁of▁sentence｜>'],
     'tool_calls': None,

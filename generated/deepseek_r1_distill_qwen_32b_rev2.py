@@ -52,7 +52,7 @@ TABLES = {
         'thinking': {'tail': '<think>\n', 'start': 'reasoning', 'header': '<｜Assistant｜>'},
         'no_thinking': {'tail': '<think>\n</think>', 'start': 'content', 'header': '<｜Assistant｜>'},
     },
-    'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
+    'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True, 'end_opens_content': ''},
     'content': {'start': '', 'end': '', 'space_before': {'<｜end▁of▁sentence｜>': '', '': ''}},
     'end_of_turn': ['<｜end▁of▁sentence｜>'],
     'tool_calls': {

@@ -60,7 +60,7 @@ TABLES = {
         'thinking': {'tail': '<think>', 'start': 'reasoning', 'header': '<｜Assistant｜>'},
         'no_thinking': {'tail': '', 'start': 'content', 'header': '<｜Assistant｜></think>'},
     },
-    'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
+    'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True, 'end_opens_content': ''},
     'content': {
         'start': '',
         'end': '',

@@ -54,7 +54,12 @@ TABLES = {
         'thinking': {'tail': '', 'start': 'content', 'header': '<|turn>model\n'},
         'no_thinking': {'tail': '<|channel>thought\n<channel|>', 'start': 'content', 'header': '<|turn>model\n'},
     },
-    'reasoning': {'start': '<|channel>thought', 'end': '<channel|>', 'call_ends_reasoning': True},
+    'reasoning': {
+        'start': '<|channel>thought',
+        'end': '<channel|>',
+        'call_ends_reasoning': True,
+        'end_opens_content': '',
+    },
     'content': {'start': '', 'end': '', 'space_before': {'<turn|>': ''}},
     'end_of_turn': ['<turn|>', '<|tool_response>'],
     'tool_calls': {

@@ -52,7 +52,7 @@ TABLES = {
         'thinking': {'tail': '', 'start': 'content', 'header': '<|start_of_role|>assistant<|end_of_role|>'},
         'no_thinking': {'tail': '', 'start': 'content', 'header': '<|start_of_role|>assistant<|end_of_role|>'},
     },
-    'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
+    'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True, 'end_opens_content': ''},
     'content': {'start': '<response>', 'end': '</response>', 'space_before': {'<|end_of_text|>': '', '': ''}},
     'end_of_turn': ['<|end_of_text|>'],
     'tool_calls': {

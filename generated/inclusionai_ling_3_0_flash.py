@@ -54,7 +54,7 @@ TABLES = {
         'thinking': {'tail': '', 'start': 'reasoning', 'header': '<role>ASSISTANT</role>\n<think>'},
         'no_thinking': {'tail': '</think>', 'start': 'content', 'header': '<role>ASSISTANT</role>\n<think>'},
     },
-    'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
+    'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True, 'end_opens_content': ''},
     'content': {'start': '', 'end': '', 'space_before': {'<|role_end|>': '', '<tool_call>': '\n', '': ''}},
     'end_of_turn': ['<|role_end|>'],
     'tool_calls': {

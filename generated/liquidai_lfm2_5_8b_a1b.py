@@ -48,7 +48,7 @@ TEMPLATE_SHA256 = '6d65c8804847ad74eea912dd7eca3dc1cf7a457b53a77f47d841a14121910
 TABLES = {
     'version': 1,
     'modes': {'default': {'tail': '', 'start': 'content', 'header': '<|im_start|>assistant\n'}},
-    'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
+    'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True, 'end_opens_content': ''},
     'content': {'start': '', 'end': '', 'space_before': {'<|im_end|>': '', '<|tool_call_start|>': '', '': ''}},
     'end_of_turn': ['<|im_end|>'],
     'tool_calls': {

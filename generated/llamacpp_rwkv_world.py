@@ -49,7 +49,7 @@ TABLES = {
         'thinking': {'tail': ' <think>', 'start': 'reasoning', 'header': 'Assistant:'},
         'no_thinking': {'tail': ' <think>\n</think>', 'start': 'content', 'header': 'Assistant:'},
     },
-    'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
+    'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True, 'end_opens_content': ''},
     'content': {'start': '', 'end': '', 'space_before': {}},
     'end_of_turn': ['User:'],
     'tool_calls': None,

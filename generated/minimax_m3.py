@@ -54,7 +54,12 @@ TABLES = {
         'thinking': {'tail': '<mm:think>', 'start': 'reasoning', 'header': ']~b]ai\n'},
         'no_thinking': {'tail': '</mm:think>', 'start': 'content', 'header': ']~b]ai\n'},
     },
-    'reasoning': {'start': '<mm:think>', 'end': '</mm:think>', 'call_ends_reasoning': True},
+    'reasoning': {
+        'start': '<mm:think>',
+        'end': '</mm:think>',
+        'call_ends_reasoning': True,
+        'end_opens_content': '',
+    },
     'content': {'start': '', 'end': '', 'space_before': {'[e~[': '', ']<]': '', '': ''}},
     'end_of_turn': ['[e~['],
     'tool_calls': {

@@ -64,6 +64,7 @@ TABLES = {
         'start': '',
         'end': '<|close|>think<|sep|><|open|>response<|sep|>',
         'call_ends_reasoning': True,
+        'end_opens_content': '<|open|>response<|sep|>',
     },
     'content': {
         'start': '',

@@ -48,7 +48,12 @@ TEMPLATE_SHA256 = 'cfc67e5f349f37690dfd31ed1f18bc4442a9dd32fe39a648f993cb4eb3cae
 TABLES = {
     'version': 1,
     'modes': {'default': {'tail': '', 'start': 'content', 'header': '<|start|>assistant'}},
-    'reasoning': {'start': 'to=self<|message|>', 'end': '<|eom|><|start|>assistant', 'call_ends_reasoning': True},
+    'reasoning': {
+        'start': 'to=self<|message|>',
+        'end': '<|eom|><|start|>assistant',
+        'call_ends_reasoning': True,
+        'end_opens_content': '',
+    },
     'content': {'start': 'to=user<|message|>', 'end': '', 'space_before': {'<|eot|>': '', '': ''}},
     'end_of_turn': ['<|eot|>'],
     'tool_calls': {

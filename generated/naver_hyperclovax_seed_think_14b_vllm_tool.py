@@ -52,7 +52,12 @@ TABLES = {
         'force_reasoning=True': {'tail': '/think\n', 'start': 'reasoning', 'header': '<|im_start|>assistant'},
         'skip_reasoning=True': {'tail': '\n', 'start': 'content', 'header': '<|im_start|>assistant'},
     },
-    'reasoning': {'start': '/think', 'end': '<|im_end|>\n<|im_start|>assistant', 'call_ends_reasoning': True},
+    'reasoning': {
+        'start': '/think',
+        'end': '<|im_end|>\n<|im_start|>assistant',
+        'call_ends_reasoning': True,
+        'end_opens_content': '',
+    },
     'content': {'start': '', 'end': '', 'space_before': {'<|im_end|>': '', '': ''}},
     'end_of_turn': ['<|im_end|>'],
     'tool_calls': {

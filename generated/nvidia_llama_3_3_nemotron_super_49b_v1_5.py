@@ -64,7 +64,7 @@ TABLES = {
             'header': '<|start_header_id|>assistant<|end_header_id|>\n\n',
         },
     },
-    'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
+    'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True, 'end_opens_content': ''},
     'content': {'start': '', 'end': '', 'space_before': {'<|eot_id|>': '', '<TOOLCALL>': '', '': ''}},
     'end_of_turn': ['<|eot_id|>'],
     'tool_calls': {

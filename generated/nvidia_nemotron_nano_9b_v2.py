@@ -52,7 +52,7 @@ TABLES = {
         'thinking': {'tail': '<think>\n', 'start': 'reasoning', 'header': '<SPECIAL_11>Assistant\n'},
         'no_thinking': {'tail': '<think></think>', 'start': 'content', 'header': '<SPECIAL_11>Assistant\n'},
     },
-    'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
+    'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True, 'end_opens_content': ''},
     'content': {'start': '<think>', 'end': '', 'space_before': {'<SPECIAL_12>': '\n', '': '\n'}},
     'end_of_turn': ['<SPECIAL_12>'],
     'tool_calls': {

@@ -56,6 +56,7 @@ TABLES = {
         'start': '<|channel|>analysis<|message|>',
         'end': '<|end|><|start|>assistant',
         'call_ends_reasoning': True,
+        'end_opens_content': '',
     },
     'content': {'start': '<|channel|>final<|message|>', 'end': '', 'space_before': {'<|return|>': '', '': ''}},
     'end_of_turn': ['<|return|>'],

@@ -54,7 +54,7 @@ TABLES = {
         'thinking': {'tail': '', 'start': 'reasoning', 'header': '<assistant><think>'},
         'no_thinking': {'tail': '</think>', 'start': 'content', 'header': '<assistant>'},
     },
-    'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
+    'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True, 'end_opens_content': ''},
     'content': {'start': '', 'end': '', 'space_before': {'</assistant>': '', '<tool_call>': '', '': ''}},
     'end_of_turn': ['</assistant>'],
     'tool_calls': {

@@ -54,7 +54,7 @@ TABLES = {
         'thinking': {'tail': '<think>', 'start': 'reasoning', 'header': '<assistant>\n'},
         'no_thinking': {'tail': '</think>', 'start': 'content', 'header': '<assistant>\n'},
     },
-    'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
+    'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True, 'end_opens_content': ''},
     'content': {'start': '', 'end': '', 'space_before': {'</assistant>': '\n', '<tool_call>': '\n', '': '\n'}},
     'end_of_turn': ['</assistant>'],
     'tool_calls': {

@@ -52,7 +52,7 @@ TABLES = {
         'thinking': {'tail': '', 'start': 'content', 'header': '<|im_start|>assistant\n'},
         'no_thinking': {'tail': '<think>\n\n</think>\n\n', 'start': 'content', 'header': '<|im_start|>assistant\n'},
     },
-    'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
+    'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True, 'end_opens_content': ''},
     'content': {'start': '', 'end': '', 'space_before': {'<|im_end|>': '', '<tool_call>': '\n', '': ''}},
     'end_of_turn': ['<|im_end|>'],
     'tool_calls': {

@@ -54,7 +54,7 @@ TABLES = {
         'thinking': {'tail': '', 'start': 'reasoning', 'header': '<|im_start|>assistant\n<think>\n'},
         'no_thinking': {'tail': '\n</think>\n\n', 'start': 'content', 'header': '<|im_start|>assistant\n<think>\n'},
     },
-    'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
+    'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True, 'end_opens_content': ''},
     'content': {'start': '', 'end': '', 'space_before': {'<|im_end|>': '', '<tool_call>': '\n\n', '': ''}},
     'end_of_turn': ['<|im_end|>'],
     'tool_calls': {

@@ -52,7 +52,7 @@ TABLES = {
         'thinking': {'tail': ' <think>\n', 'start': 'reasoning', 'header': 'assistant:'},
         'no_thinking': {'tail': '', 'start': 'content', 'header': 'assistant:'},
     },
-    'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
+    'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True, 'end_opens_content': ''},
     'content': {'start': '', 'end': '', 'space_before': {'<sep>': '\n\n', '<tool_call>': '\n', '': '\n\n'}},
     'end_of_turn': ['<sep>'],
     'tool_calls': {

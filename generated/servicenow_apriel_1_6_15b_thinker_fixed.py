@@ -56,6 +56,7 @@ TABLES = {
         'start': 'Here are my reasoning steps:',
         'end': '[BEGIN FINAL RESPONSE]',
         'call_ends_reasoning': True,
+        'end_opens_content': '',
     },
     'content': {'start': '', 'end': '', 'space_before': {'<tool_calls>': '\n'}},
     'end_of_turn': ['<|end|>'],

@@ -54,7 +54,7 @@ TABLES = {
         'thinking': {'tail': '<think>', 'start': 'reasoning', 'header': '<｜start▁of▁sentence｜><|Bot|>'},
         'no_thinking': {'tail': '</think>', 'start': 'content', 'header': '<｜start▁of▁sentence｜><|Bot|>'},
     },
-    'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
+    'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True, 'end_opens_content': ''},
     'content': {'start': '', 'end': '', 'space_before': {'<｜end▁of▁sentence｜>': '', '<tool_call>': '', '': ''}},
     'end_of_turn': ['<｜end▁of▁sentence｜>'],
     'tool_calls': {

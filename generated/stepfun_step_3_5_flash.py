@@ -48,7 +48,7 @@ TEMPLATE_SHA256 = 'b18b99dff7261214c43e0402cba9f573e3240be6f9bb7ccaa54bb8df97e49
 TABLES = {
     'version': 1,
     'modes': {'default': {'tail': '', 'start': 'reasoning', 'header': '<|im_start|>assistant\n<think>\n'}},
-    'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
+    'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True, 'end_opens_content': ''},
     'content': {'start': '', 'end': '', 'space_before': {'<|im_end|>': '', '<tool_call>': '', '': ''}},
     'end_of_turn': ['<|im_end|>'],
     'tool_calls': {

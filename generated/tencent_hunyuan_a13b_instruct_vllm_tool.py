@@ -52,7 +52,7 @@ TABLES = {
         'thinking': {'tail': '', 'start': 'content', 'header': '<|extra_0|>'},
         'no_thinking': {'tail': '<think>\n\n</think>\n', 'start': 'content', 'header': '<|extra_0|>'},
     },
-    'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
+    'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True, 'end_opens_content': ''},
     'content': {'start': '助手：', 'end': '', 'space_before': {'<|eos|>': '', '<tool_calls>': '', '': ''}},
     'end_of_turn': ['<|eos|>'],
     'tool_calls': {

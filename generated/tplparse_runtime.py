@@ -1692,6 +1692,8 @@ class Protocol:
         self.reasoning_start = reasoning.get("start", "")
         self.reasoning_end = reasoning.get("end", "")
         self.call_ends_reasoning = reasoning.get("call_ends_reasoning", True)
+        # The part of a compound reasoning end that opens the content block (reading.end_opens_content).
+        self.end_opens_content = reasoning.get("end_opens_content", "")
         self.content_start = tables["content"]["start"]
         self.content_end = tables["content"]["end"]
         # marker (and "", the end of the output) -> the whitespace the template writes between
@@ -2594,6 +2596,13 @@ class Rules:
             yield from self._skip_ws()
             if (yield from self._peek(p.reasoning_start)):
                 self._pos += len(p.reasoning_start)
+        if self._state == REASONING and p.end_opens_content and self._reasoning_ended_at is None:
+            # The prompt opened the block and the output starts by opening the content block,
+            # the compound end's closing part left out: an empty block.
+            yield from self._skip_ws()
+            if (yield from self._peek(p.end_opens_content)):
+                self._pos += len(p.end_opens_content)
+                self._state = CONTENT
         while self._state == REASONING:
             stop = yield from self._reasoning_block()
             if stop is None or stop in p.end_of_turn:

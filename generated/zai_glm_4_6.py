@@ -54,7 +54,7 @@ TABLES = {
         'thinking': {'tail': '', 'start': 'content', 'header': '<|assistant|>'},
         'no_thinking': {'tail': '\n<think></think>', 'start': 'content', 'header': '<|assistant|>'},
     },
-    'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
+    'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True, 'end_opens_content': ''},
     'content': {'start': '', 'end': '', 'space_before': {'<tool_call>': '\n'}},
     'end_of_turn': ['<|user|>'],
     'tool_calls': {

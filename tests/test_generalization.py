@@ -616,3 +616,37 @@ def test_a_call_object_with_python_arguments_is_read_by_its_keys(stem, old, new)
         message = read(protocol, call, prompt)
         assert ([(c["function"]["name"], c["function"]["arguments"]) for c in message["tool_calls"]],
                 message["errors"]) == ([("get_weather", '{"city": "Tokyo"}')], []), body
+
+
+# --- a compound reasoning end written without its closing part ---------------------------
+
+BLOCKS = ("{%- for m in messages %}<|im_start|>{{ m.role }}<|im_sep|>"
+          "{%- if m.role == 'assistant' %}<|open|>think<|sep|>{{ m.reasoning_content or '' }}<|close|>think<|sep|>"
+          "<|open|>answer<|sep|>{{ m.content or '' }}<|close|>answer<|sep|>"
+          "{%- if m.tool_calls %}<|open|>tools<|sep|>{% for c in m.tool_calls %}<|open|>call<|sep|>"
+          "{\"name\": \"{{ c.function.name }}\", \"arguments\": {{ c.function.arguments | tojson }}}<|close|>call<|sep|>"
+          "{% endfor %}<|close|>tools<|sep|>{% endif %}{% else %}{{ m.content }}{% endif %}<|im_end|>"
+          "{% endfor -%}{%- if add_generation_prompt %}<|im_start|>assistant<|im_sep|><|open|>think<|sep|>{% endif %}")
+
+
+@pytest.mark.parametrize("stem", ["Moonshot-Kimi-K3", "built"])
+def test_an_output_that_opens_the_content_block_first_wrote_an_empty_reasoning_block(stem):
+    """The prompt opens reasoning, and the model opens the content block at once, leaving out
+    the compound end's closing part (llama.cpp's and SGLang's Kimi K3 cases): an empty block,
+    then content; the same opener later in the reasoning is reasoning's text."""
+    if stem == "built":
+        template = ChatTemplate(source=BLOCKS, name="t", family="t", origin="test",
+                                named_tokens={"bos_token": "", "eos_token": "<|im_end|>"},
+                                special_tokens=("<|open|>", "<|close|>", "<|sep|>", "<|im_start|>", "<|im_end|>",
+                                                "<|im_sep|>"))
+        opener, closer, end = "<|open|>answer<|sep|>", "<|close|>answer<|sep|>", "<|im_end|>"
+    else:
+        template = corpus(stem)
+        opener, closer, end = "<|open|>response<|sep|>", "<|close|>response<|sep|>", "<|close|>message<|sep|>"
+    spec, protocol = compile_in_memory(template)
+    prompt = rendered_prompt(template)
+    assert spec.modes["default"].start == Start.REASONING
+    message = read(protocol, f"{opener}Hello, world!{closer}{end}", prompt)
+    assert (message["reasoning_content"], message["content"], message["errors"]) == (None, "Hello, world!", [])
+    message = read(protocol, f"I could write {opener} here.{spec.reasoning.end}Hi.{closer}{end}", prompt)
+    assert (message["reasoning_content"], message["content"]) == (f"I could write {opener} here.", "Hi.")

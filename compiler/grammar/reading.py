@@ -163,6 +163,25 @@ def message_format(spec: ProtocolSpec, boundaries: Boundaries) -> dict | None:
     }
 
 
+def end_opens_content(spec: ProtocolSpec, boundaries: Boundaries) -> str:
+    """The part of a compound reasoning end marker that opens the content block (Kimi K3's
+    `<|open|>response<|sep|>` of `<|close|>think<|sep|><|open|>response<|sep|>`): the suffix,
+    at a marker's start, that pairs with the content's end marker (`<|close|>response<|sep|>`:
+    the same text after a first token of its own). A model whose prompt opened reasoning that
+    begins its output with it wrote an empty block. "" where the end marker has no such part."""
+    end, closer = (spec.reasoning.end if spec.reasoning else ""), spec.content_end.strip()
+    closer_token = first_marker(closer, boundaries) if closer else ""
+    if not end or not closer_token or closer_token == closer:
+        return ""
+    for at in range(1, len(end)):
+        tail = end[at:]
+        token = first_marker(tail, boundaries)
+        if tail.startswith(token) and token != closer_token and tail[len(token):] == closer[len(closer_token):] \
+                and boundaries.is_split_point(end, at):
+            return tail
+    return ""
+
+
 def _assistant_headers(spec: ProtocolSpec) -> list[str]:
     """The assistant headers the generation prompts write (stripped, longest first)."""
     return sorted({m.header.strip() for m in spec.modes.values() if m.header.strip()}, key=len, reverse=True)
@@ -402,7 +421,8 @@ def reading_tables(spec: ProtocolSpec, special_tokens: tuple[str, ...] = ()) -> 
         "modes": {name: {"tail": mode.tail, "start": mode.start.value, "header": mode.header}
                   for name, mode in spec.modes.items()},
         "reasoning": None if r is None else {"start": r.start, "end": r.end,
-                                             "call_ends_reasoning": r.tool_call_ends_reasoning},
+                                             "call_ends_reasoning": r.tool_call_ends_reasoning,
+                                             "end_opens_content": end_opens_content(spec, boundaries)},
         "content": {"start": spec.content_start, "end": spec.content_end,
                     "space_before": content_space_before(
                         spec, call_opener(spec, boundaries) if spec.tool_calls is not None else "")},

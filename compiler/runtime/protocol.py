@@ -310,6 +310,8 @@ class Protocol:
         self.reasoning_start = reasoning.get("start", "")
         self.reasoning_end = reasoning.get("end", "")
         self.call_ends_reasoning = reasoning.get("call_ends_reasoning", True)
+        # The part of a compound reasoning end that opens the content block (reading.end_opens_content).
+        self.end_opens_content = reasoning.get("end_opens_content", "")
         self.content_start = tables["content"]["start"]
         self.content_end = tables["content"]["end"]
         # marker (and "", the end of the output) -> the whitespace the template writes between

@@ -180,6 +180,13 @@ class Rules:
             yield from self._skip_ws()
             if (yield from self._peek(p.reasoning_start)):
                 self._pos += len(p.reasoning_start)
+        if self._state == REASONING and p.end_opens_content and self._reasoning_ended_at is None:
+            # The prompt opened the block and the output starts by opening the content block,
+            # the compound end's closing part left out: an empty block.
+            yield from self._skip_ws()
+            if (yield from self._peek(p.end_opens_content)):
+                self._pos += len(p.end_opens_content)
+                self._state = CONTENT
         while self._state == REASONING:
             stop = yield from self._reasoning_block()
             if stop is None or stop in p.end_of_turn:
