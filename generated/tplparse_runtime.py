@@ -1637,6 +1637,11 @@ class Protocol:
             # in the layout's byte order (see Rules._call_object_by_key).
             self.json_call = json_call_object(tc["call"]) if self.object_arguments and not self.python_objects else None
             self.call_steps = call_steps(tc["call"])
+            # A call that starts with its name (`f(a=1)`, one per line): another call after a
+            # whitespace-only separator starts with a name and the literal after it (`(`).
+            call = tc["call"]
+            self.name_then = call[1].strip() if len(call) > 1 and call[0] == {"slot": "name"} and isinstance(
+                call[1], str) else ""
             # A call written without the marker that opens the calls, from its own marker on.
             bare = tc.get("bare")
             self.bare_opener = bare["opener"] if bare else ""
@@ -2329,6 +2334,8 @@ def _begins_one_of(came, texts):
 # --- rules (tplparse/runtime/rules.py) ------------------------------------------------
 
 
+_NAME_RUN = run_of(NAME_CHARS).match
+
 # A number the output stopped in the middle of (1.  1e  1e-  -).
 _CUT_NUMBER = re.compile(r"-|-?\d+(?:\.\d*)?(?:[eE][-+]?)?|-?\d+\.")
 
@@ -2795,8 +2802,11 @@ class Rules:
                 # Calls separated by whitespace only: another call starts with the call's opener.
                 start = self._pos
                 head = p.bare_opener if bare else p.call_head
-                if head and (self._ws_here() and self._text.startswith(head, self._pos)
-                             or (yield from self._peek_after_ws(head))):
+                if not bare and p.name_then:
+                    if (yield from self._name_then_after_ws(p.name_then)):
+                        continue  # (a call that starts with its name: a name, then what follows it)
+                elif head and (self._ws_here() and self._text.startswith(head, self._pos)
+                               or (yield from self._peek_after_ws(head))):
                     if lead:
                         self._pos = start
                     continue
@@ -2807,6 +2817,21 @@ class Rules:
         if p.section_end.strip():  # (its own words: as the call steps'; without an opener, if it comes)
             if not (yield from self._match(p.section_end, required=not bare, eats=True)):
                 self._cut_inside(p.section_end)
+
+    def _name_then_after_ws(self, then):
+        """Whether a call that starts with its name comes next after whitespace: a name, then
+        `then` (the literal after the name). The whitespace is consumed, nothing else."""
+        while True:
+            pos = self._pos = SPACES.match(self._text, self._pos).end()
+            end = _NAME_RUN(self._text, pos).end()
+            here = self._text[end:end + len(then)]
+            if end < len(self._text) or self._eof:
+                if end == pos or len(here) == len(then) or self._eof:
+                    return end > pos and here == then
+                if not then.startswith(here):
+                    return False
+            self._wait_for = end + len(then)
+            yield
 
     def _cut_inside(self, marker):
         """An optional marker the output ended inside of (after whitespace) is read: it is not content."""

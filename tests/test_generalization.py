@@ -237,3 +237,55 @@ def test_a_call_quoted_inside_open_reasoning_is_reasoning_if_the_reasoning_close
     if name == "examples/chatml-think-tools.gguf":
         quoted_message = runtime.parse(protocol, quoted, tools=tools, start="reasoning")
         assert call in quoted_message["reasoning_content"]
+
+
+# --- class 5: pythonic calls one per line -------------------------------------------------
+
+def read_in_every_chunking(protocol, text: str, prompt: str | None = None, tools=None, start=None) -> dict:
+    """The message of `text`, one-shot; fed in chunks of every size (and one character at a
+    time), the same message every time."""
+    one_shot = runtime.parse(protocol, text, tools=tools, generation_prompt=prompt, start=start)
+    for size in range(1, len(text) + 1):
+        parser = runtime.StreamParser(protocol, tools=tools, generation_prompt=prompt, start=start)
+        for i in range(0, len(text), size):
+            parser.feed(text[i:i + size])
+        parser.end()
+        assert parser.message == one_shot, size
+    return one_shot
+
+
+ONE_PER_LINE = {  # calls that start with their name, one per line, no list brackets around them
+    "Python values, each call ends its line": (
+        "{%- for m in messages %}<|im_start|>{{ m.role + '\\n' }}{{ m.content or '' }}{%- if m.tool_calls %}<fn_calls>\n"
+        "{% for c in m.tool_calls %}{{ c.function.name }}({% for k, v in c.function.arguments.items() %}{{ k }}="
+        "{{ v | tojson if v is not string else \"'\" + v + \"'\" }}{% if not loop.last %}, {% endif %}{% endfor %})\n"
+        "{% endfor %}</fn_calls>{% endif %}<|im_end|>\n{% endfor -%}"
+        "{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
+        "<fn_calls>\nget_weather(city='Paris', days=3)\nget_time(zone='CET')\n</fn_calls><|im_end|>"),
+    "JSON values, a newline between calls": (
+        "{%- for m in messages %}<|im_start|>{{ m.role + '\\n' }}{{ m.content or '' }}{%- if m.tool_calls %}[CALLS]"
+        "{% for c in m.tool_calls %}{{ c.function.name }}({% for k, v in c.function.arguments.items() %}{{ k }}="
+        "{{ v | tojson }}{% if not loop.last %}, {% endif %}{% endfor %}){% if not loop.last %}\n{% endif %}"
+        "{% endfor %}[/CALLS]{% endif %}<|im_end|>\n{% endfor -%}"
+        "{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
+        '[CALLS]get_weather(city="Paris", days=3)\nget_time(zone="CET")[/CALLS]<|im_end|>'),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ONE_PER_LINE))
+def test_calls_one_per_line_each_start_with_a_name(case):
+    """A call layout that starts with its name slot, calls separated by whitespace only: the
+    next call starts where a name and the literal after it (`(`) come, in any chunking."""
+    source, text = ONE_PER_LINE[case]
+    template = inline(source)
+    spec, protocol = compile_in_memory(template)
+    assert spec.tool_calls.call[0] == {"slot": "name"} and not spec.tool_calls.separator.strip()
+    message = read_in_every_chunking(protocol, text, rendered_prompt(template))
+    assert [(c["function"]["name"], c["function"]["arguments"]) for c in message["tool_calls"]] == \
+        [("get_weather", '{"city": "Paris", "days": 3}'), ("get_time", '{"zone": "CET"}')]
+    assert message["errors"] == []
+    # What is not a name and `(` after a call is not another call: the section's end is expected.
+    broken = runtime.parse(protocol, text.replace("get_time(", "get_time ("), generation_prompt=rendered_prompt(template))
+    assert [e["kind"] for e in broken["errors"]] == ["invalid_tool_call"]
+    proof = prove(template, spec)
+    assert proof.ok, proof.table()

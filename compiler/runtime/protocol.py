@@ -332,6 +332,11 @@ class Protocol:
             # in the layout's byte order (see Rules._call_object_by_key).
             self.json_call = json_call_object(tc["call"]) if self.object_arguments and not self.python_objects else None
             self.call_steps = call_steps(tc["call"])
+            # A call that starts with its name (`f(a=1)`, one per line): another call after a
+            # whitespace-only separator starts with a name and the literal after it (`(`).
+            call = tc["call"]
+            self.name_then = call[1].strip() if len(call) > 1 and call[0] == {"slot": "name"} and isinstance(
+                call[1], str) else ""
             # A call written without the marker that opens the calls, from its own marker on.
             bare = tc.get("bare")
             self.bare_opener = bare["opener"] if bare else ""

@@ -29,7 +29,7 @@ call by the same steps.
 from .errors import BadArguments, InvalidOutput, TruncatedOutput
 from .protocol import (ARGUMENTS, ARGUMENTS_ALIASES, CALL_ID, CONTENT, LITERAL, NAME, NATURAL_STOPS, REASONING, UNREAD,
                        stopped_in)
-from .text import NAME_CHARS, SPACES, BalancedScan, first_of, held_back, literal_here, marker_partials, marker_starts, waker
+from .text import NAME_CHARS, SPACES, BalancedScan, first_of, run_of, held_back, literal_here, marker_partials, marker_starts, waker
 from .streams import KeyValueStream, ObjectStream
 from .values import (JSON_DECODER, DuplicateKey, arguments_json, decode_native, keeps_text, object_value, python_value,
                      typed_raw)
@@ -38,6 +38,8 @@ from .values import (JSON_DECODER, DuplicateKey, arguments_json, decode_native, 
 import ast
 import re
 import warnings
+
+_NAME_RUN = run_of(NAME_CHARS).match
 
 # A number the output stopped in the middle of (1.  1e  1e-  -).
 _CUT_NUMBER = re.compile(r"-|-?\d+(?:\.\d*)?(?:[eE][-+]?)?|-?\d+\.")
@@ -505,8 +507,11 @@ class Rules:
                 # Calls separated by whitespace only: another call starts with the call's opener.
                 start = self._pos
                 head = p.bare_opener if bare else p.call_head
-                if head and (self._ws_here() and self._text.startswith(head, self._pos)
-                             or (yield from self._peek_after_ws(head))):
+                if not bare and p.name_then:
+                    if (yield from self._name_then_after_ws(p.name_then)):
+                        continue  # (a call that starts with its name: a name, then what follows it)
+                elif head and (self._ws_here() and self._text.startswith(head, self._pos)
+                               or (yield from self._peek_after_ws(head))):
                     if lead:
                         self._pos = start
                     continue
@@ -517,6 +522,21 @@ class Rules:
         if p.section_end.strip():  # (its own words: as the call steps'; without an opener, if it comes)
             if not (yield from self._match(p.section_end, required=not bare, eats=True)):
                 self._cut_inside(p.section_end)
+
+    def _name_then_after_ws(self, then):
+        """Whether a call that starts with its name comes next after whitespace: a name, then
+        `then` (the literal after the name). The whitespace is consumed, nothing else."""
+        while True:
+            pos = self._pos = SPACES.match(self._text, self._pos).end()
+            end = _NAME_RUN(self._text, pos).end()
+            here = self._text[end:end + len(then)]
+            if end < len(self._text) or self._eof:
+                if end == pos or len(here) == len(then) or self._eof:
+                    return end > pos and here == then
+                if not then.startswith(here):
+                    return False
+            self._wait_for = end + len(then)
+            yield
 
     def _cut_inside(self, marker):
         """An optional marker the output ended inside of (after whitespace) is read: it is not content."""
