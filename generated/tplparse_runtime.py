@@ -445,17 +445,24 @@ def keeps_text(schema):
     """Whether typed_raw gives a raw value of this schema back as written (a string) whatever
     it is: the schema types nothing, or a string first."""
     kinds = _schema_kinds(schema)
-    return not kinds or kinds[0] == "string"
+    return not kinds or kinds[0] == "string" and "null" not in kinds  # (a nullable string may read as null)
+
+
+_NULL_WORDS = ("null", "None")  # (what JSON and Python write for null)
+_BOOLEAN_WORDS = {"true": True, "false": False, "1": True, "0": False}
 
 
 def typed_raw(text, schema, fillers=()):
     """A value written as raw text, typed by its schema (a string when there is none): each
     of the schema's types in its order (["integer", "null"]: 3, or null for `null`; anyOf
     integer then string: 3, or the text); an object or array may be JSON, a Python literal,
-    or XML elements (see xml_elements); a boolean true/false in any case, a null null/None."""
+    or XML elements (see xml_elements); a boolean true/false in any case or 1/0, a null
+    null/None — and null/None is null wherever the schema allows null, a string first too."""
     kinds = _schema_kinds(schema)
     if not kinds:
         return text
+    if "null" in kinds and text.strip() in _NULL_WORDS:
+        return None
     first = None
     for kind in kinds:
         if kind == "string":
@@ -475,7 +482,7 @@ def _typed(text, kind, schema, fillers):
         if kind == "number":
             return float(text.strip()) if any(c in text for c in ".eE") else int(text.strip())
         if kind == "boolean":
-            return {"true": True, "false": False}[text.strip().lower()]
+            return _BOOLEAN_WORDS[text.strip().lower()]
         if kind == "null":
             if text.strip().lower() not in ("null", "none", ""):
                 raise ValueError("not null")

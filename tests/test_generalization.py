@@ -4,6 +4,8 @@ after the real generation prompt (streamed as one-shot), and the compile proves 
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 import tplparse
@@ -289,3 +291,81 @@ def test_calls_one_per_line_each_start_with_a_name(case):
     assert [e["kind"] for e in broken["errors"]] == ["invalid_tool_call"]
     proof = prove(template, spec)
     assert proof.ok, proof.table()
+
+
+# --- class 10: values typed by the schema ---------------------------------------------------
+
+ALARM = [{"type": "function", "function": {"name": "set_alarm", "parameters": {"type": "object", "properties": {
+    "label": {"type": ["string", "null"]}, "loud": {"type": "boolean"}, "days": {"type": "array"},
+    "extra": {"type": "object"}}}}}]
+
+# How each format writes set_alarm's four arguments (the template's own layout, values as a
+# model writes them: `{label}` etc.), and the turn's end after it.
+VALUE_LAYOUTS = {
+    "Qwen-Qwen3-Coder": "<tool_call>\n<function=set_alarm>\n<parameter=label>\n{label}\n</parameter>\n"
+                        "<parameter=loud>\n{loud}\n</parameter>\n<parameter=days>\n{days}\n</parameter>\n"
+                        "<parameter=extra>\n{extra}\n</parameter>\n</function>\n</tool_call><|im_end|>",
+    "ZAI-GLM-4.6": "<tool_call>set_alarm\n<arg_key>label</arg_key>\n<arg_value>{label}</arg_value>\n"
+                   "<arg_key>loud</arg_key>\n<arg_value>{loud}</arg_value>\n<arg_key>days</arg_key>\n"
+                   "<arg_value>{days}</arg_value>\n<arg_key>extra</arg_key>\n<arg_value>{extra}</arg_value>\n"
+                   "</tool_call><|user|>",
+}
+
+
+def _alarm_call(stem, **values):
+    """The message of set_alarm written with `values` in the format of `stem`, after its real
+    generation prompt (the tools offered), streamed in every chunking as one-shot."""
+    template = corpus(stem)
+    spec, protocol = compile_in_memory(template)
+    text = VALUE_LAYOUTS[stem].format(**values)
+    return read_in_every_chunking(protocol, text, rendered_prompt(template, tools=ALARM), tools=ALARM)
+
+
+@needs_corpus
+@pytest.mark.parametrize("stem", sorted(VALUE_LAYOUTS))
+def test_values_are_read_as_the_schema_types_them(stem):
+    """null for a nullable string is null; 1/0 for a boolean are true/false; a JSON object or
+    array written as a parameter's text is that object or array."""
+    for label, loud, days, extra, expected in [
+            ("null", "1", '["mon", "tue"]', '{"at": "07:00", "snooze": 2}',
+             {"label": None, "loud": True, "days": ["mon", "tue"], "extra": {"at": "07:00", "snooze": 2}}),
+            ("None", "0", "[]", "{}", {"label": None, "loud": False, "days": [], "extra": {}}),
+            ("Wake up", "true", '["sun"]', '{"tone": "bell"}',
+             {"label": "Wake up", "loud": True, "days": ["sun"], "extra": {"tone": "bell"}})]:
+        message = _alarm_call(stem, label=label, loud=loud, days=days, extra=extra)
+        assert message["errors"] == [], (label, loud, message["errors"])
+        assert [c["function"]["name"] for c in message["tool_calls"]] == ["set_alarm"]
+        assert json.loads(message["tool_calls"][0]["function"]["arguments"]) == expected
+
+
+@needs_corpus
+@pytest.mark.parametrize("stem", sorted(VALUE_LAYOUTS))
+@pytest.mark.parametrize("bad", ["loud=yes", "loud=2", "days=mon", "extra=[1]"])
+def test_a_value_that_is_not_of_its_schema_type_drops_the_call(stem, bad):
+    """What cannot be read as the schema's type is invalid_arguments, and no call: never a guess."""
+    values = {"label": "Wake up", "loud": "true", "days": '["sun"]', "extra": '{"tone": "bell"}'}
+    key, value = bad.split("=")
+    message = _alarm_call(stem, **{**values, key: value})
+    assert message["tool_calls"] == []
+    assert [e["kind"] for e in message["errors"]] == ["invalid_arguments"]
+
+
+EMPTY_SECTIONS = {  # an empty calls section, in each family's own markers, between two pieces of content
+    "Moonshot-Kimi-K2": "<|tool_calls_section_begin|><|tool_calls_section_end|>",
+    "LiquidAI-LFM2.5-Instruct": "<|tool_call_start|>[]<|tool_call_end|>",
+    "NVIDIA-Llama-3.3-Nemotron-Super-49B-v1.5": "<TOOLCALL>[]</TOOLCALL>",
+    "Mistral-Nemo-Instruct-2407": "[TOOL_CALLS][]",
+}
+
+
+@needs_corpus
+@pytest.mark.parametrize("stem", sorted(EMPTY_SECTIONS))
+def test_an_empty_calls_section_between_content_keeps_both_pieces(stem):
+    template = corpus(stem)
+    spec, protocol = compile_in_memory(template)
+    before, after = "Twelve euros is about thirteen dollars.", "Rates change daily."
+    message = read_in_every_chunking(protocol, before + EMPTY_SECTIONS[stem] + " " + after, rendered_prompt(template))
+    assert (message["tool_calls"], message["errors"]) == ([], [])
+    content = message["content"]  # both pieces, in order, whitespace alone between them
+    assert content.startswith(before) and content[len(before):].strip() == after, content
+
