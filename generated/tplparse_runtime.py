@@ -1418,6 +1418,12 @@ class KeyValueFormat:
         self.before_trails = self.before[-1:].isspace()
         for layout in self.layouts:
             layout.prepare(self.raw_strings and (self.single is not None or layout.kind == "string"), self.separator_core)
+        # One layout for every value, strings written raw, nothing written after a value
+        # (`key=value, key=value`): a value ends at the separator or at the call's literal
+        # after the arguments, and an object or array runs as its brackets balance.
+        single = self.single
+        self.open_values = bool(self.raw_strings and single is not None and single.static is not None
+                                and not single.static.after_core)
         # What begins the next argument, as the text writes it (its opener, a key, a layout's
         # middle): with the call's closing word, it settles a raw value whose closing text
         # never came (see settling). None where an argument's layout does not open with text
@@ -2379,6 +2385,28 @@ def _literal_value(node, depth=0):
     return _NOT_A_LITERAL
 
 
+def _decoded(text):
+    """An argument value written as JSON or a Python literal (BadArguments: neither)."""
+    try:
+        return JSON_DECODER.decode(text)  # (a key twice is an error, as in arguments objects)
+    except RecursionError:
+        raise BadArguments(f"the argument value {text[:40]!r} is nested too deeply to read") from None
+    except DuplicateKey as e:
+        raise BadArguments(f"cannot read the argument value {text[:40]!r}: {e}") from None
+    except ValueError:
+        try:
+            return python_value(text)
+        except (ValueError, SyntaxError, RecursionError, MemoryError) as e:
+            raise BadArguments(f"cannot read the argument value {text[:40]!r}: {e or 'nested too deeply'}") from None
+
+
+def _may_be_container(schema):
+    """Whether a value of this schema may be an object or an array (a schema that types
+    nothing: any value may)."""
+    kinds = _schema_kinds(schema)
+    return not kinds or "object" in kinds or "array" in kinds
+
+
 def _raw_stops(kv, ending, settles, st):
     """What may end a raw value that is still arriving (its closing text, with the whitespace
     before it, which the value loses; and, when a missing closing text may be settled by what
@@ -3247,6 +3275,8 @@ class Rules:
                 pos += len(lead)
             # The value: raw or quoted text that is here to its end; anything else: the waiting reader.
             ending = layout.static or layout.closing(key)  # what the layout writes after this value
+            if kv.open_values:
+                return self._kv_stop(st, pos, _KV_VALUE, key, layout, first)  # (see _open_value)
             if layout.raw and kv.maybe_quoted and text.startswith(quote_open, pos):
                 at = text.find(quote_close, pos + len(quote_open))
                 if at == -1:
@@ -3384,6 +3414,8 @@ class Rules:
                 text = yield from self._read_until(kv.quote_close, "argument value")
             self._pos += len(kv.quote_close)
             return typed_raw(text, schema)
+        if kv.open_values:
+            return (yield from self._open_value(st, key, schema))
         if kv.raw_strings and (len(kv.layouts) == 1 or layout.kind == "string"):
             stop = ending.raw_end
             settling = st.settling if ending.after_core else None
@@ -3428,17 +3460,32 @@ class Rules:
                     self._stream_arguments()
                 text = yield from self._read_balanced("'\"" if python else '"', "argument value")
                 self._streaming = stream  # (an error above ends the call, and its streams)
-        try:
-            return JSON_DECODER.decode(text)  # (a key twice is an error, as in arguments objects)
-        except RecursionError:
-            raise BadArguments(f"the argument value {text[:40]!r} is nested too deeply to read") from None
-        except DuplicateKey as e:
-            raise BadArguments(f"cannot read the argument value {text[:40]!r}: {e}") from None
-        except ValueError:
-            try:
-                return python_value(text)
-            except (ValueError, SyntaxError, RecursionError, MemoryError) as e:
-                raise BadArguments(f"cannot read the argument value {text[:40]!r}: {e or 'nested too deeply'}") from None
+        return _decoded(text)
+
+    def _open_value(self, st, key, schema):
+        """A value the layout writes nothing after (`key=value, key=value)`, strings raw): an
+        object or array (`{` or `[` first, where the schema allows one or there is none) runs
+        as its brackets balance and reads as JSON or a Python literal; any other value is the
+        text up to the separator or the call's literal after the arguments, whichever comes
+        first, typed by the schema (what cannot be read as its type: invalid_arguments)."""
+        if self._text.startswith(("{", "["), self._pos) and _may_be_container(schema):
+            text = yield from self._read_balanced("'\"", "argument value")
+            return typed_raw(text, schema) if _schema_kinds(schema) else _decoded(text)
+        stops = tuple(s for s in (st.kv.separator_core, st.closing_word) if s)
+        self._open_raw_string(key, schema, stops)
+        start = searched = self._pos
+        longest = max(map(len, stops), default=1)
+        while True:
+            found = [at for at in (self._text.find(s, searched) for s in stops) if at != -1]
+            if found or self._eof and not stops:
+                self._pos = min(found) if found else len(self._text)
+                return typed_raw(self._text[start:self._pos], schema)
+            if self._eof:
+                raise TruncatedOutput("the output ended inside a argument value")
+            searched = max(start, len(self._text) - longest + 1)
+            if self._streaming is not None:
+                self._stream_arguments()
+            yield
 
     def _read_raw_value(self, st, key, stop, settling, spaces):
         """A raw value up to its closing text `stop`, where a value left open (its closing text

@@ -16,7 +16,7 @@ from tplparse.probe import probe
 from tplparse.source import ChatTemplate
 from tplparse.spec import Start
 
-from conftest import CORPUS, EXAMPLES, needs_corpus
+from conftest import CORPUS, EXAMPLES, corpus_templates, needs_corpus
 
 CHATML = ("{%- for m in messages %}<|im_start|>{{ m.role + '\\n' }}"
           "{%- if m.role == 'assistant' and m.reasoning_content %}<think>\n{{ m.reasoning_content }}\n</think>\n\n{% endif %}"
@@ -309,6 +309,7 @@ VALUE_LAYOUTS = {
                    "<arg_key>loud</arg_key>\n<arg_value>{loud}</arg_value>\n<arg_key>days</arg_key>\n"
                    "<arg_value>{days}</arg_value>\n<arg_key>extra</arg_key>\n<arg_value>{extra}</arg_value>\n"
                    "</tool_call><|user|>",
+    "TeamACE-ToolACE-8B-vllm-tool": "[set_alarm(label={label}, loud={loud}, days={days}, extra={extra})]<|eot_id|>",
 }
 
 
@@ -369,3 +370,39 @@ def test_an_empty_calls_section_between_content_keeps_both_pieces(stem):
     content = message["content"]  # both pieces, in order, whitespace alone between them
     assert content.startswith(before) and content[len(before):].strip() == after, content
 
+
+# A bare pythonic list whose string values the template writes unquoted ('%s'|format, or
+# {{ v }}) beside Python literals of the other types (ToolACE; built: another wrapper).
+UNQUOTED = {
+    "TeamACE-ToolACE-8B-vllm-tool": ("[", "]<|eot_id|>"),
+    "built: {{ v }} in <calls>": ("<calls>", "</calls><|im_end|>"),
+}
+UNQUOTED_BUILT = (
+    "{%- for m in messages %}<|im_start|>{{ m.role + '\\n' }}{{ m.content or '' }}{%- if m.tool_calls %}<calls>"
+    "{% for c in m.tool_calls %}{{ c.function.name }}({% for k, v in c.function.arguments.items() %}{{ k }}={{ v }}"
+    "{% if not loop.last %}, {% endif %}{% endfor %}){% if not loop.last %}, {% endif %}{% endfor %}</calls>{% endif %}"
+    "<|im_end|>\n{% endfor -%}{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+@pytest.mark.parametrize("case", sorted(UNQUOTED))
+def test_unquoted_strings_beside_python_literals_end_at_the_separator_or_the_call(case):
+    """An object or array value runs as its brackets balance (the `, ` inside it is its own);
+    a string runs to the separator or the call's `)`; with the tools offered or not."""
+    if case in VALUE_LAYOUTS:
+        if not corpus_templates():
+            pytest.skip("the shared template corpus is not here")
+        template = corpus(case)
+    else:
+        template = inline(UNQUOTED_BUILT)
+    spec, protocol = compile_in_memory(template)
+    assert spec.tool_calls.arguments.value_encoders["string"] == "raw"
+    proof = prove(template, spec)
+    assert proof.ok, proof.table()
+    opening, closing = UNQUOTED[case]
+    text = (opening + "set_alarm(extra={'at': '07:00', 'snooze': 2}, label=Wake up, days=['mon', 'tue']), "
+            "set_alarm(label=Tea)" + closing)
+    for tools in (ALARM, None):
+        message = read_in_every_chunking(protocol, text, rendered_prompt(template), tools=tools)
+        assert message["errors"] == []
+        assert [json.loads(c["function"]["arguments"]) for c in message["tool_calls"]] == [
+            {"extra": {"at": "07:00", "snooze": 2}, "label": "Wake up", "days": ["mon", "tue"]}, {"label": "Tea"}]
