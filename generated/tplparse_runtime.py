@@ -452,16 +452,17 @@ _NULL_WORDS = ("null", "None")  # (what JSON and Python write for null)
 _BOOLEAN_WORDS = {"true": True, "false": False, "1": True, "0": False}
 
 
-def typed_raw(text, schema, fillers=()):
+def typed_raw(text, schema, fillers=(), quoted=False):
     """A value written as raw text, typed by its schema (a string when there is none): each
     of the schema's types in its order (["integer", "null"]: 3, or null for `null`; anyOf
     integer then string: 3, or the text); an object or array may be JSON, a Python literal,
     or XML elements (see xml_elements); a boolean true/false in any case or 1/0, a null
-    null/None — and null/None is null wherever the schema allows null, a string first too."""
+    null/None — and null/None is null wherever the schema allows null, a string first too
+    (unless the text was `quoted`: a string literal's text is a string where one is allowed)."""
     kinds = _schema_kinds(schema)
     if not kinds:
         return text
-    if "null" in kinds and text.strip() in _NULL_WORDS:
+    if "null" in kinds and text.strip() in _NULL_WORDS and not (quoted and "string" in kinds):
         return None
     first = None
     for kind in kinds:
@@ -472,6 +473,38 @@ def typed_raw(text, schema, fillers=()):
         except BadArguments as e:
             first = first or e
     raise first
+
+
+def _type_of(value):
+    """The JSON Schema types a decoded literal is (an integer is a number too)."""
+    if value is None:
+        return ("null",)
+    if isinstance(value, bool):
+        return ("boolean",)
+    if isinstance(value, int):
+        return ("integer", "number")
+    if isinstance(value, float):
+        return ("number", "integer") if value.is_integer() else ("number",)
+    return (_LITERAL_TYPES.get(type(value), ""),)
+
+
+_LITERAL_TYPES = {str: "string", list: "array", tuple: "array", dict: "object"}
+
+
+def schema_value(value, schema):
+    """A value written as a JSON or Python literal, read as its schema types it: as it is
+    where the schema allows its type (or types nothing); a string of another type's text as
+    typed_raw reads it (`'{"a": 1}'` for an object, `'3'` for an integer); 1/0 for a
+    boolean true/false; else BadArguments (never a guess)."""
+    kinds = _schema_kinds(schema)
+    types = _type_of(value)
+    if not kinds or any(kind in kinds for kind in types):
+        return value
+    if types[0] == "string":
+        return typed_raw(value, schema, quoted=True)
+    if "boolean" in kinds and types[0] == "integer" and value in (0, 1):
+        return bool(value)
+    raise BadArguments(f"{json.dumps(value)[:40]} is not {' or '.join(kinds)}")
 
 
 def _typed(text, kind, schema, fillers):
@@ -3275,6 +3308,7 @@ class Rules:
                 pos += len(lead)
             # The value: raw or quoted text that is here to its end; anything else: the waiting reader.
             ending = layout.static or layout.closing(key)  # what the layout writes after this value
+            in_quotes = False
             if kv.open_values:
                 return self._kv_stop(st, pos, _KV_VALUE, key, layout, first)  # (see _open_value)
             if layout.raw and kv.maybe_quoted and text.startswith(quote_open, pos):
@@ -3298,6 +3332,7 @@ class Rules:
                 if at == -1:
                     return self._kv_stop(st, pos, _KV_VALUE, key, layout, first)
                 value, pos = text[pos + len(quote_open):at], at + len(quote_close)
+                in_quotes = True
             else:
                 return self._kv_stop(st, pos, _KV_VALUE, key, layout, first)
             schema = properties.get(key)
@@ -3305,7 +3340,7 @@ class Rules:
                 st.bad = st.bad or BadArguments(f"the key {key!r} appears twice")
             elif schema and schema.get("type") != "string":  # (a string stays as written)
                 try:
-                    arguments[key] = typed_raw(value, schema, kv.fillers)
+                    arguments[key] = typed_raw(value, schema, kv.fillers, in_quotes)
                 except BadArguments as e:
                     st.bad = st.bad or e  # the value was read; its closing text keeps the parse in step
             else:
@@ -3413,7 +3448,7 @@ class Rules:
                 self._open_raw_string(key, schema, (kv.quote_close,))
                 text = yield from self._read_until(kv.quote_close, "argument value")
             self._pos += len(kv.quote_close)
-            return typed_raw(text, schema)
+            return typed_raw(text, schema, quoted=True)
         if kv.open_values:
             return (yield from self._open_value(st, key, schema))
         if kv.raw_strings and (len(kv.layouts) == 1 or layout.kind == "string"):
@@ -3439,7 +3474,7 @@ class Rules:
                 self._open_raw_string(key, schema, (kv.quote_close,))
                 text = yield from self._read_until(kv.quote_close, "argument value")
             self._pos += len(kv.quote_close)
-            return typed_raw(text, schema)
+            return typed_raw(text, schema, quoted=True)
         if kv.native:
             text = yield from self._read_native(kv.fmt)
             return decode_native(text, kv.fmt)
@@ -3449,7 +3484,7 @@ class Rules:
             text = (yield from self._read_until(ending.after_core, "argument value")).strip()
         else:
             stream = self._streaming
-            if stream is None:
+            if stream is None or not (yield from self._streams_as_written(schema)):
                 text = yield from self._read_balanced("'\"" if python else '"', "argument value")
             else:
                 # A JSON or Python value (pythonic calls): it goes out as it arrives, through
@@ -3460,7 +3495,19 @@ class Rules:
                     self._stream_arguments()
                 text = yield from self._read_balanced("'\"" if python else '"', "argument value")
                 self._streaming = stream  # (an error above ends the call, and its streams)
-        return _decoded(text)
+        return schema_value(_decoded(text), schema)
+
+    def _streams_as_written(self, schema):
+        """Whether a JSON or Python value about to be read is one its schema takes as it is
+        written, so that it may go out as it arrives: the schema types nothing, or its first
+        character opens an object or array the schema allows (any other value may be read
+        as another type, schema_value: it goes out once read)."""
+        kinds = _schema_kinds(schema)
+        if not kinds:
+            return True
+        yield from self._skip_ws()
+        first = self._text[self._pos:self._pos + 1]
+        return first == "{" and "object" in kinds or first == "[" and "array" in kinds
 
     def _open_value(self, st, key, schema):
         """A value the layout writes nothing after (`key=value, key=value)`, strings raw): an

@@ -297,7 +297,7 @@ def test_calls_one_per_line_each_start_with_a_name(case):
 
 ALARM = [{"type": "function", "function": {"name": "set_alarm", "parameters": {"type": "object", "properties": {
     "label": {"type": ["string", "null"]}, "loud": {"type": "boolean"}, "days": {"type": "array"},
-    "extra": {"type": "object"}}}}}]
+    "extra": {"type": "object"}, "minutes": {"type": "number"}}}}}]
 
 # How each format writes set_alarm's four arguments (the template's own layout, values as a
 # model writes them: `{label}` etc.), and the turn's end after it.
@@ -406,3 +406,34 @@ def test_unquoted_strings_beside_python_literals_end_at_the_separator_or_the_cal
         assert message["errors"] == []
         assert [json.loads(c["function"]["arguments"]) for c in message["tool_calls"]] == [
             {"extra": {"at": "07:00", "snooze": 2}, "label": "Wake up", "days": ["mon", "tue"]}, {"label": "Tea"}]
+
+
+# Pythonic calls: values are Python literals; one of another type than its schema's is read
+# as the schema types it where it can be (a string's text, 1/0), else the call is dropped.
+PYTHONIC = {
+    "LiquidAI-LFM2.5-Instruct": "<|tool_call_start|>[set_alarm({})]<|tool_call_end|><|im_end|>",
+    "LiquidAI-LFM2-1.2B-rev40f3da0": "<|tool_call_start|>[set_alarm({})]<|tool_call_end|><|im_end|>",
+}
+
+
+@needs_corpus
+@pytest.mark.parametrize("stem", sorted(PYTHONIC))
+@pytest.mark.parametrize("arguments, expected", [
+    ("label=None, loud=1, days='[\"mon\", \"tue\"]', extra='{\"at\": \"07:00\"}'",
+     {"label": None, "loud": True, "days": ["mon", "tue"], "extra": {"at": "07:00"}}),
+    ("label='Wake up', loud=0, days=['sun'], extra={'tone': 'bell'}",
+     {"label": "Wake up", "loud": False, "days": ["sun"], "extra": {"tone": "bell"}}),
+    ("label='null', loud=True", {"label": "null", "loud": True}),  # (in quotes: a string)
+    ("minutes=5, loud=False", {"minutes": 5, "loud": False}), ("minutes=2.5", {"minutes": 2.5}),
+    ("loud=2", None), ("loud='yes'", None), ("days='mon'", None), ("extra=[1]", None), ("label=3", None),
+])
+def test_pythonic_values_are_read_as_the_schema_types_them(stem, arguments, expected):
+    template = corpus(stem)
+    spec, protocol = compile_in_memory(template)
+    message = read_in_every_chunking(protocol, PYTHONIC[stem].format(arguments), rendered_prompt(template, tools=ALARM),
+                                     tools=ALARM)
+    if expected is None:
+        assert (message["tool_calls"], [e["kind"] for e in message["errors"]]) == ([], ["invalid_arguments"])
+    else:
+        assert message["errors"] == []
+        assert [json.loads(c["function"]["arguments"]) for c in message["tool_calls"]] == [expected]

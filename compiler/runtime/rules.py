@@ -32,7 +32,7 @@ from .protocol import (ARGUMENTS, ARGUMENTS_ALIASES, CALL_ID, CONTENT, LITERAL, 
 from .text import NAME_CHARS, SPACES, BalancedScan, first_of, run_of, held_back, literal_here, marker_partials, marker_starts, waker
 from .streams import KeyValueStream, ObjectStream
 from .values import (JSON_DECODER, DuplicateKey, _schema_kinds, arguments_json, decode_native, keeps_text, object_value,
-                     python_value, typed_raw)
+                     python_value, schema_value, typed_raw)
 
 ###{standalone
 import ast
@@ -967,6 +967,7 @@ class Rules:
                 pos += len(lead)
             # The value: raw or quoted text that is here to its end; anything else: the waiting reader.
             ending = layout.static or layout.closing(key)  # what the layout writes after this value
+            in_quotes = False
             if kv.open_values:
                 return self._kv_stop(st, pos, _KV_VALUE, key, layout, first)  # (see _open_value)
             if layout.raw and kv.maybe_quoted and text.startswith(quote_open, pos):
@@ -990,6 +991,7 @@ class Rules:
                 if at == -1:
                     return self._kv_stop(st, pos, _KV_VALUE, key, layout, first)
                 value, pos = text[pos + len(quote_open):at], at + len(quote_close)
+                in_quotes = True
             else:
                 return self._kv_stop(st, pos, _KV_VALUE, key, layout, first)
             schema = properties.get(key)
@@ -997,7 +999,7 @@ class Rules:
                 st.bad = st.bad or BadArguments(f"the key {key!r} appears twice")
             elif schema and schema.get("type") != "string":  # (a string stays as written)
                 try:
-                    arguments[key] = typed_raw(value, schema, kv.fillers)
+                    arguments[key] = typed_raw(value, schema, kv.fillers, in_quotes)
                 except BadArguments as e:
                     st.bad = st.bad or e  # the value was read; its closing text keeps the parse in step
             else:
@@ -1105,7 +1107,7 @@ class Rules:
                 self._open_raw_string(key, schema, (kv.quote_close,))
                 text = yield from self._read_until(kv.quote_close, "argument value")
             self._pos += len(kv.quote_close)
-            return typed_raw(text, schema)
+            return typed_raw(text, schema, quoted=True)
         if kv.open_values:
             return (yield from self._open_value(st, key, schema))
         if kv.raw_strings and (len(kv.layouts) == 1 or layout.kind == "string"):
@@ -1131,7 +1133,7 @@ class Rules:
                 self._open_raw_string(key, schema, (kv.quote_close,))
                 text = yield from self._read_until(kv.quote_close, "argument value")
             self._pos += len(kv.quote_close)
-            return typed_raw(text, schema)
+            return typed_raw(text, schema, quoted=True)
         if kv.native:
             text = yield from self._read_native(kv.fmt)
             return decode_native(text, kv.fmt)
@@ -1141,7 +1143,7 @@ class Rules:
             text = (yield from self._read_until(ending.after_core, "argument value")).strip()
         else:
             stream = self._streaming
-            if stream is None:
+            if stream is None or not (yield from self._streams_as_written(schema)):
                 text = yield from self._read_balanced("'\"" if python else '"', "argument value")
             else:
                 # A JSON or Python value (pythonic calls): it goes out as it arrives, through
@@ -1152,7 +1154,19 @@ class Rules:
                     self._stream_arguments()
                 text = yield from self._read_balanced("'\"" if python else '"', "argument value")
                 self._streaming = stream  # (an error above ends the call, and its streams)
-        return _decoded(text)
+        return schema_value(_decoded(text), schema)
+
+    def _streams_as_written(self, schema):
+        """Whether a JSON or Python value about to be read is one its schema takes as it is
+        written, so that it may go out as it arrives: the schema types nothing, or its first
+        character opens an object or array the schema allows (any other value may be read
+        as another type, schema_value: it goes out once read)."""
+        kinds = _schema_kinds(schema)
+        if not kinds:
+            return True
+        yield from self._skip_ws()
+        first = self._text[self._pos:self._pos + 1]
+        return first == "{" and "object" in kinds or first == "[" and "array" in kinds
 
     def _open_value(self, st, key, schema):
         """A value the layout writes nothing after (`key=value, key=value)`, strings raw): an
