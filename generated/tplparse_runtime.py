@@ -2848,6 +2848,8 @@ class Rules:
             if end and p.section_start.strip() and (yield from self._peek_after_ws(end)):
                 self._pos += len(end)  # an empty section: no call (a tolerance: the template never writes one)
                 return
+            if not p.section_start.strip() and p.bare_closer.strip() and (yield from self._empty_wrapper()):
+                return  # (the same, of a call's wrapper: <tool_call>\n</tool_call>)
         steps = len(self._steps)
         # (a call whose layout starts with whitespace is read from before the whitespace after
         # the one before it: its first literal, as rendered)
@@ -2885,6 +2887,21 @@ class Rules:
         if p.section_end.strip():  # (its own words: as the call steps'; without an opener, if it comes)
             if not (yield from self._match(p.section_end, required=not bare, eats=True)):
                 self._cut_inside(p.section_end)
+
+    def _empty_wrapper(self):
+        """Whether the calls' opener comes with its pair right after it, whitespace between
+        (`<tool_call>\n</tool_call>`: the wrapper of a call, holding none); consumed if so."""
+        p = self._p
+        start = self._pos
+        if not self._text.startswith(p.opener, start):
+            return False
+        self._pos += len(p.opener)
+        closer = p.bare_closer.strip()
+        if (yield from self._peek_after_ws(closer)):
+            self._pos += len(closer)
+            return True
+        self._pos = start
+        return False
 
     def _name_then_after_ws(self, then):
         """Whether a call that starts with its name comes next after whitespace: a name, then

@@ -356,6 +356,9 @@ EMPTY_SECTIONS = {  # an empty calls section, in each family's own markers, betw
     "LiquidAI-LFM2.5-Instruct": "<|tool_call_start|>[]<|tool_call_end|>",
     "NVIDIA-Llama-3.3-Nemotron-Super-49B-v1.5": "<TOOLCALL>[]</TOOLCALL>",
     "Mistral-Nemo-Instruct-2407": "[TOOL_CALLS][]",
+    # a call's wrapper holding no call, where the spec knows the wrapper's pair
+    "Qwen-Qwen3-Coder": "\n<tool_call>\n</tool_call>\n",
+    "ByteDance-Seed-OSS-36B-Instruct": "<seed:tool_call>\n</seed:tool_call>",
 }
 
 
