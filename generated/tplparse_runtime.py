@@ -477,17 +477,25 @@ def keeps_text(schema):
     """Whether typed_raw gives a raw value of this schema back as written (a string) whatever
     it is: the schema types nothing, or a string first."""
     kinds = _schema_kinds(schema)
-    return not kinds or kinds[0] == "string"
+    return not kinds or kinds[0] == "string" and "null" not in kinds  # (a nullable string may read as null)
 
 
-def typed_raw(text, schema, fillers=()):
+_NULL_WORDS = ("null", "None")  # (what JSON and Python write for null)
+_BOOLEAN_WORDS = {"true": True, "false": False, "1": True, "0": False}
+
+
+def typed_raw(text, schema, fillers=(), quoted=False):
     """A value written as raw text, typed by its schema (a string when there is none): each
     of the schema's types in its order (["integer", "null"]: 3, or null for `null`; anyOf
     integer then string: 3, or the text); an object or array may be JSON, a Python literal,
-    or XML elements (see xml_elements); a boolean true/false in any case, a null null/None."""
+    or XML elements (see xml_elements); a boolean true/false in any case or 1/0, a null
+    null/None — and null/None is null wherever the schema allows null, a string first too
+    (unless the text was `quoted`: a string literal's text is a string where one is allowed)."""
     kinds = _schema_kinds(schema)
     if not kinds:
         return text
+    if "null" in kinds and text.strip() in _NULL_WORDS and not (quoted and "string" in kinds):
+        return None
     first = None
     for kind in kinds:
         if kind == "string":
@@ -499,6 +507,38 @@ def typed_raw(text, schema, fillers=()):
     raise first
 
 
+def _type_of(value):
+    """The JSON Schema types a decoded literal is (an integer is a number too)."""
+    if value is None:
+        return ("null",)
+    if isinstance(value, bool):
+        return ("boolean",)
+    if isinstance(value, int):
+        return ("integer", "number")
+    if isinstance(value, float):
+        return ("number", "integer") if value.is_integer() else ("number",)
+    return (_LITERAL_TYPES.get(type(value), ""),)
+
+
+_LITERAL_TYPES = {str: "string", list: "array", tuple: "array", dict: "object"}
+
+
+def schema_value(value, schema):
+    """A value written as a JSON or Python literal, read as its schema types it: as it is
+    where the schema allows its type (or types nothing); a string of another type's text as
+    typed_raw reads it (`'{"a": 1}'` for an object, `'3'` for an integer); 1/0 for a
+    boolean true/false; else BadArguments (never a guess)."""
+    kinds = _schema_kinds(schema)
+    types = _type_of(value)
+    if not kinds or any(kind in kinds for kind in types):
+        return value
+    if types[0] == "string":
+        return typed_raw(value, schema, quoted=True)
+    if "boolean" in kinds and types[0] == "integer" and value in (0, 1):
+        return bool(value)
+    raise BadArguments(f"{json.dumps(value)[:40]} is not {' or '.join(kinds)}")
+
+
 def _typed(text, kind, schema, fillers):
     """A raw value as one type (BadArguments: not one)."""
     try:
@@ -507,7 +547,7 @@ def _typed(text, kind, schema, fillers):
         if kind == "number":
             return float(text.strip()) if any(c in text for c in ".eE") else int(text.strip())
         if kind == "boolean":
-            return {"true": True, "false": False}[text.strip().lower()]
+            return _BOOLEAN_WORDS[text.strip().lower()]
         if kind == "null":
             if text.strip().lower() not in ("null", "none", ""):
                 raise ValueError("not null")
@@ -1488,6 +1528,12 @@ class KeyValueFormat:
         self.before_trails = self.before[-1:].isspace()
         for layout in self.layouts:
             layout.prepare(self.raw_strings and (self.single is not None or layout.kind == "string"), self.separator_core)
+        # One layout for every value, strings written raw, nothing written after a value
+        # (`key=value, key=value`): a value ends at the separator or at the call's literal
+        # after the arguments, and an object or array runs as its brackets balance.
+        single = self.single
+        self.open_values = bool(self.raw_strings and single is not None and single.static is not None
+                                and not single.static.after_core)
         # What begins the next argument, as the text writes it (its opener, a key, a layout's
         # middle): with the call's closing word, it settles a raw value whose closing text
         # never came (see settling). None where an argument's layout does not open with text
@@ -1732,6 +1778,11 @@ class Protocol:
             # Python dict reads as well, `{"name": …, "parameters": {…}}` being one too)
             self.json_call = json_call_object(tc["call"]) if self.object_arguments else None
             self.call_steps = call_steps(tc["call"])
+            # A call that starts with its name (`f(a=1)`, one per line): another call after a
+            # whitespace-only separator starts with a name and the literal after it (`(`).
+            call = tc["call"]
+            self.name_then = call[1].strip() if len(call) > 1 and call[0] == {"slot": "name"} and isinstance(
+                call[1], str) else ""
             # A call written without the marker that opens the calls, from its own marker on.
             bare = tc.get("bare")
             self.bare_opener = bare["opener"] if bare else ""
@@ -2455,6 +2506,8 @@ def _a(what):
 # --- rules (tplparse/runtime/rules.py) ------------------------------------------------
 
 
+_NAME_RUN = run_of(NAME_CHARS).match
+
 # A number the output stopped in the middle of (1.  1e  1e-  -).
 _CUT_NUMBER = re.compile(r"-|-?\d+(?:\.\d*)?(?:[eE][-+]?)?|-?\d+\.")
 
@@ -2489,6 +2542,28 @@ def _literal_value(node, depth=0):
             return _NOT_A_LITERAL
         return dict(zip(keys, values))
     return _NOT_A_LITERAL
+
+
+def _decoded(text):
+    """An argument value written as JSON or a Python literal (BadArguments: neither)."""
+    try:
+        return JSON_DECODER.decode(text)  # (a key twice is an error, as in arguments objects)
+    except RecursionError:
+        raise BadArguments(f"the argument value {text[:40]!r} is nested too deeply to read") from None
+    except DuplicateKey as e:
+        raise BadArguments(f"cannot read the argument value {text[:40]!r}: {e}") from None
+    except ValueError:
+        try:
+            return python_value(text)
+        except (ValueError, SyntaxError, RecursionError, MemoryError) as e:
+            raise BadArguments(f"cannot read the argument value {text[:40]!r}: {e or 'nested too deeply'}") from None
+
+
+def _may_be_container(schema):
+    """Whether a value of this schema may be an object or an array (a schema that types
+    nothing: any value may)."""
+    kinds = _schema_kinds(schema)
+    return not kinds or "object" in kinds or "array" in kinds
 
 
 def _raw_stops(kv, ending, settles, st):
@@ -2994,6 +3069,8 @@ class Rules:
             if end and p.section_start.strip() and (yield from self._peek_after_ws(end)):
                 self._pos += len(end)  # an empty section: no call (a tolerance: the template never writes one)
                 return
+            if not p.section_start.strip() and p.bare_closer.strip() and (yield from self._empty_wrapper()):
+                return  # (the same, of a call's wrapper: <tool_call>\n</tool_call>)
         steps = len(self._steps)
         # (a call whose layout starts with whitespace is read from before the whitespace after
         # the one before it: its first literal, as rendered)
@@ -3018,8 +3095,11 @@ class Rules:
                 # Calls separated by whitespace only: another call starts with the call's opener.
                 start = self._pos
                 head = p.bare_opener if bare else p.call_head
-                if head and (self._ws_here() and self._text.startswith(head, self._pos)
-                             or (yield from self._peek_after_ws(head))):
+                if not bare and p.name_then:
+                    if (yield from self._name_then_after_ws(p.name_then)):
+                        continue  # (a call that starts with its name: a name, then what follows it)
+                elif head and (self._ws_here() and self._text.startswith(head, self._pos)
+                               or (yield from self._peek_after_ws(head))):
                     if lead:
                         self._pos = start
                     continue
@@ -3044,6 +3124,36 @@ class Rules:
                 return True
         self._pos = start
         return False
+
+    def _empty_wrapper(self):
+        """Whether the calls' opener comes with its pair right after it, whitespace between
+        (`<tool_call>\n</tool_call>`: the wrapper of a call, holding none); consumed if so."""
+        p = self._p
+        start = self._pos
+        if not self._text.startswith(p.opener, start):
+            return False
+        self._pos += len(p.opener)
+        closer = p.bare_closer.strip()
+        if (yield from self._peek_after_ws(closer)):
+            self._pos += len(closer)
+            return True
+        self._pos = start
+        return False
+
+    def _name_then_after_ws(self, then):
+        """Whether a call that starts with its name comes next after whitespace: a name, then
+        `then` (the literal after the name). The whitespace is consumed, nothing else."""
+        while True:
+            pos = self._pos = SPACES.match(self._text, self._pos).end()
+            end = _NAME_RUN(self._text, pos).end()
+            here = self._text[end:end + len(then)]
+            if end < len(self._text) or self._eof:
+                if end == pos or len(here) == len(then) or self._eof:
+                    return end > pos and here == then
+                if not then.startswith(here):
+                    return False
+            self._wait_for = end + len(then)
+            yield
 
     def _cut_inside(self, marker):
         """An optional marker the output ended inside of (after whitespace) is read: it is not content."""
@@ -3453,6 +3563,9 @@ class Rules:
                 pos += len(lead)
             # The value: raw or quoted text that is here to its end; anything else: the waiting reader.
             ending = layout.static or layout.closing(key)  # what the layout writes after this value
+            in_quotes = False
+            if kv.open_values:
+                return self._kv_stop(st, pos, _KV_VALUE, key, layout, first)  # (see _open_value)
             if layout.raw and kv.maybe_quoted and text.startswith(quote_open, pos):
                 at = text.find(quote_close, pos + len(quote_open))
                 if at == -1:
@@ -3474,6 +3587,7 @@ class Rules:
                 if at == -1:
                     return self._kv_stop(st, pos, _KV_VALUE, key, layout, first)
                 value, pos = text[pos + len(quote_open):at], at + len(quote_close)
+                in_quotes = True
             else:
                 return self._kv_stop(st, pos, _KV_VALUE, key, layout, first)
             schema = properties.get(key)
@@ -3481,7 +3595,7 @@ class Rules:
                 st.bad = st.bad or BadArguments(f"the key {key!r} appears twice")
             elif schema and schema.get("type") != "string":  # (a string stays as written)
                 try:
-                    arguments[key] = typed_raw(value, schema, kv.fillers)
+                    arguments[key] = typed_raw(value, schema, kv.fillers, in_quotes)
                 except BadArguments as e:
                     st.bad = st.bad or e  # the value was read; its closing text keeps the parse in step
             else:
@@ -3589,7 +3703,9 @@ class Rules:
                 self._open_raw_string(key, schema, (kv.quote_close,))
                 text = yield from self._read_until(kv.quote_close, "argument value")
             self._pos += len(kv.quote_close)
-            return typed_raw(text, schema)
+            return typed_raw(text, schema, quoted=True)
+        if kv.open_values:
+            return (yield from self._open_value(st, key, schema))
         if kv.raw_strings and (len(kv.layouts) == 1 or layout.kind == "string"):
             stop = ending.raw_end
             settling = st.settling if ending.after_core else None
@@ -3613,7 +3729,7 @@ class Rules:
                 self._open_raw_string(key, schema, (kv.quote_close,))
                 text = yield from self._read_until(kv.quote_close, "argument value")
             self._pos += len(kv.quote_close)
-            return typed_raw(text, schema)
+            return typed_raw(text, schema, quoted=True)
         if kv.native:
             text = yield from self._read_native(kv.fmt)
             return decode_native(text, kv.fmt)
@@ -3623,7 +3739,7 @@ class Rules:
             text = (yield from self._read_until(ending.after_core, "argument value")).strip()
         else:
             stream = self._streaming
-            if stream is None:
+            if stream is None or not (yield from self._streams_as_written(schema)):
                 text = yield from self._read_balanced("'\"" if python else '"', "argument value")
             else:
                 # A JSON or Python value (pythonic calls): it goes out as it arrives, through
@@ -3634,17 +3750,44 @@ class Rules:
                     self._stream_arguments()
                 text = yield from self._read_balanced("'\"" if python else '"', "argument value")
                 self._streaming = stream  # (an error above ends the call, and its streams)
-        try:
-            return JSON_DECODER.decode(text)  # (a key twice is an error, as in arguments objects)
-        except RecursionError:
-            raise BadArguments(f"the argument value {text[:40]!r} is nested too deeply to read") from None
-        except DuplicateKey as e:
-            raise BadArguments(f"cannot read the argument value {text[:40]!r}: {e}") from None
-        except ValueError:
-            try:
-                return python_value(text)
-            except (ValueError, SyntaxError, RecursionError, MemoryError) as e:
-                raise BadArguments(f"cannot read the argument value {text[:40]!r}: {e or 'nested too deeply'}") from None
+        return schema_value(_decoded(text), schema)
+
+    def _streams_as_written(self, schema):
+        """Whether a JSON or Python value about to be read is one its schema takes as it is
+        written, so that it may go out as it arrives: the schema types nothing, or its first
+        character opens an object or array the schema allows (any other value may be read
+        as another type, schema_value: it goes out once read)."""
+        kinds = _schema_kinds(schema)
+        if not kinds:
+            return True
+        yield from self._skip_ws()
+        first = self._text[self._pos:self._pos + 1]
+        return first == "{" and "object" in kinds or first == "[" and "array" in kinds
+
+    def _open_value(self, st, key, schema):
+        """A value the layout writes nothing after (`key=value, key=value)`, strings raw): an
+        object or array (`{` or `[` first, where the schema allows one or there is none) runs
+        as its brackets balance and reads as JSON or a Python literal; any other value is the
+        text up to the separator or the call's literal after the arguments, whichever comes
+        first, typed by the schema (what cannot be read as its type: invalid_arguments)."""
+        if self._text.startswith(("{", "["), self._pos) and _may_be_container(schema):
+            text = yield from self._read_balanced("'\"", "argument value")
+            return typed_raw(text, schema) if _schema_kinds(schema) else _decoded(text)
+        stops = tuple(s for s in (st.kv.separator_core, st.closing_word) if s)
+        self._open_raw_string(key, schema, stops)
+        start = searched = self._pos
+        longest = max(map(len, stops), default=1)
+        while True:
+            found = [at for at in (self._text.find(s, searched) for s in stops) if at != -1]
+            if found or self._eof and not stops:
+                self._pos = min(found) if found else len(self._text)
+                return typed_raw(self._text[start:self._pos], schema)
+            if self._eof:
+                raise TruncatedOutput("the output ended inside a argument value")
+            searched = max(start, len(self._text) - longest + 1)
+            if self._streaming is not None:
+                self._stream_arguments()
+            yield
 
     def _read_raw_value(self, st, key, stop, settling, spaces):
         """A raw value up to its closing text `stop`, where a value left open (its closing text

@@ -183,7 +183,7 @@ def _decode_value(node: ParseNode, fmt: ArgumentFormat, schema: dict | None) -> 
         return _typed_raw(_strip_layout_ws(text, fmt, layout_kind), schema, runtime.format_fillers(fmt.argument.values()))
     if kind == "value_quoted":
         return _typed_raw(text[len(fmt.quotes[0]):len(text) - len(fmt.quotes[1])], schema)
-    if kind == "value_python":
+    if kind in ("value_python", "value_python_container"):
         return runtime.python_value(text)
     if kind == "value_native":
         return decode_native(text, fmt)

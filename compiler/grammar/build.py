@@ -428,7 +428,7 @@ def _kv_arguments(g: Grammar, fmt: ArgumentFormat, name: str, schema: dict | Non
     for prop, prop_schema in items:
         kind = json_schema.primary_type(prop_schema)
         rule = f"argument-{name.removeprefix('arguments-')}-{_rule_name(prop)}"  # (argument-TOOL-KEY)
-        members.append((_kv_argument_typed(g, fmt, prop, kind, prop_schema, ws, warnings, rule, open_objects),
+        members.append((_kv_argument_typed(g, fmt, prop, kind, prop_schema, ws, warnings, rule, open_objects, closing),
                         prop in required))
     separator = tolerant(fmt.separator, ws)
     after: Node = Lit("")
@@ -467,7 +467,10 @@ def _value_rule(g: Grammar, fmt: ArgumentFormat, kind: str, encoder: str, closin
         # (up to the closing text, or to its part before the key it names again)
         stop = (after[0] if after and isinstance(after[0], str) else "").strip() or fmt.separator.strip()
         name = f"value-raw-{kind}" if kind in fmt.argument and kind != "string" else "value-raw"
-        text = TextUntil((stop,) if stop else ())
+        stops = (stop,) if stop else ()
+        if _writes_nothing_after(after) and closing and closing not in stops:
+            stops += (closing,)  # (nothing after the value: the call's literal after the arguments ends it too)
+        text = TextUntil(stops)
         if len(after) > 2 and after[1] == slot("key") and isinstance(after[2], str) and after[2].strip():
             # The closing text names the key (</key>): nested elements close with other names,
             # which such a value may hold (an object or array written as XML elements).
@@ -502,12 +505,42 @@ def _kv_argument_any(g: Grammar, fmt: ArgumentFormat, ws: Ref, closing: str = ""
             # Raw text holds any value; else the layout's own type.
             encoders = [fmt.value_encoders.get(kind, "json")]
         value = alt(*[_value_rule(g, fmt, kind, e, closing) for e in encoders])
+        if encoders == ["raw"] and len(fmt.argument) == 1 and _writes_nothing_after(_after_value(fmt, kind)):
+            # An object or array runs as its brackets balance, in the encoding the format gives
+            # it; other text is a raw value, up to the separator or the call's next literal.
+            stops = tuple(dict.fromkeys(s for s in (fmt.separator.strip(), closing) if s))
+            first = chars("".join(dict.fromkeys("{[" + "".join(s[0] for s in stops))), negate=True)
+            text = g.add("value-raw-text", opt(seq(first, TextUntil(stops))),
+                         "raw text that opens no object or array, up to the separator or the call's next literal")
+            value = alt(_container_rule(g, fmt), text)
         alternatives.append(_kv_layout_node(fmt, kind, key, value, ws))
     return g.add("argument", alt(*alternatives), "one argument")
 
 
+def _after_value(fmt: ArgumentFormat, kind: str) -> list:
+    """What the layout of `kind` writes after a value."""
+    layout = fmt.argument.get(kind) or fmt.argument["string"]
+    return layout[layout.index(slot("value")) + 1:]
+
+
+def _writes_nothing_after(after: list) -> bool:
+    """Whether a layout writes nothing after a value (`key=value, key=value`): the value ends
+    at the separator or at the call's literal after the arguments."""
+    return not any(piece == slot("key") or isinstance(piece, str) and piece.strip() for piece in after)
+
+
+def _container_rule(g: Grammar, fmt: ArgumentFormat) -> Ref:
+    """value-python-container / value-json-container: an object or an array, in the encoding
+    the format gives objects."""
+    if fmt.value_encoders.get("object", fmt.value_encoders.get("array")) in ("python", "jinja"):
+        add_python_literal(g)
+        return g.add("value-python-container", alt(Ref("py-dict"), Ref("py-list")), "an object or array, a Python literal")
+    add_json(g)
+    return g.add("value-json-container", alt(Ref("json-object"), Ref("json-array")), "an object or array, JSON")
+
+
 def _kv_argument_typed(g, fmt: ArgumentFormat, prop: str, kind: str, schema: dict, ws, warnings, name: str,
-                       open_objects: bool = False) -> Ref:
+                       open_objects: bool = False, closing: str = "") -> Ref:
     """One argument of a known property: its name, and a value its schema allows (an object
     value's undeclared properties as `json_schema.extra_properties` says)."""
     layout_kind = kind if kind in fmt.argument else "string"
@@ -532,7 +565,7 @@ def _kv_argument_typed(g, fmt: ArgumentFormat, prop: str, kind: str, schema: dic
         return g.add(name, _kv_layout_node(fmt, layout_kind, key, value, ws), f"the {prop} argument")
     if encoder in ("raw", "raw-or-quoted"):
         if kind == "string" and not _constrains_string(schema):
-            value = _value_rule(g, fmt, layout_kind, strings if strings == "raw-or-quoted" else "raw")
+            value = _value_rule(g, fmt, layout_kind, strings if strings == "raw-or-quoted" else "raw", closing)
         else:
             flavor = "python" if fmt.value_encoders.get(kind) in ("python", "jinja") else "json"
             value = g.add(f"{name}-raw", json_schema.add_raw_value(g, schema, name, warnings, flavor, open_objects),

@@ -643,7 +643,7 @@ def add_raw_value(g: Grammar, schema: dict, name: str, warnings: list[str], flav
     if kind == "number":
         return converter.typed(schema, "number", name, "#")
     if kind == "boolean":
-        return alt(Lit("true"), Lit("false"), Lit("True"), Lit("False"))
+        return alt(Lit("true"), Lit("false"), Lit("True"), Lit("False"), Lit("1"), Lit("0"))  # (1/0: as the runtime reads them)
     if kind == "null":
         return alt(Lit("null"), Lit("None"))
     if kind == "string":

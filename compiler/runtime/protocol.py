@@ -106,6 +106,12 @@ class KeyValueFormat:
         self.before_trails = self.before[-1:].isspace()
         for layout in self.layouts:
             layout.prepare(self.raw_strings and (self.single is not None or layout.kind == "string"), self.separator_core)
+        # One layout for every value, strings written raw, nothing written after a value
+        # (`key=value, key=value`): a value ends at the separator or at the call's literal
+        # after the arguments, and an object or array runs as its brackets balance.
+        single = self.single
+        self.open_values = bool(self.raw_strings and single is not None and single.static is not None
+                                and not single.static.after_core)
         # What begins the next argument, as the text writes it (its opener, a key, a layout's
         # middle): with the call's closing word, it settles a raw value whose closing text
         # never came (see settling). None where an argument's layout does not open with text
@@ -350,6 +356,11 @@ class Protocol:
             # Python dict reads as well, `{"name": …, "parameters": {…}}` being one too)
             self.json_call = json_call_object(tc["call"]) if self.object_arguments else None
             self.call_steps = call_steps(tc["call"])
+            # A call that starts with its name (`f(a=1)`, one per line): another call after a
+            # whitespace-only separator starts with a name and the literal after it (`(`).
+            call = tc["call"]
+            self.name_then = call[1].strip() if len(call) > 1 and call[0] == {"slot": "name"} and isinstance(
+                call[1], str) else ""
             # A call written without the marker that opens the calls, from its own marker on.
             bare = tc.get("bare")
             self.bare_opener = bare["opener"] if bare else ""

@@ -29,15 +29,17 @@ call by the same steps.
 from .errors import BadArguments, InvalidOutput, TruncatedOutput
 from .protocol import (ARGUMENTS, ARGUMENTS_ALIASES, CALL_ID, CONTENT, LITERAL, NAME, NATURAL_STOPS, REASONING, UNREAD,
                        stopped_in)
-from .text import NAME_CHARS, SPACES, BalancedScan, first_of, held_back, literal_here, marker_partials, marker_starts, waker
+from .text import NAME_CHARS, SPACES, BalancedScan, first_of, run_of, held_back, literal_here, marker_partials, marker_starts, waker
 from .streams import KeyValueStream, ObjectStream
-from .values import (JSON_DECODER, DuplicateKey, arguments_json, decode_native, keeps_text, object_value, python_value,
-                     typed_raw)
+from .values import (JSON_DECODER, DuplicateKey, _schema_kinds, arguments_json, decode_native, keeps_text, object_value,
+                     python_value, schema_value, typed_raw)
 
 ###{standalone
 import ast
 import re
 import warnings
+
+_NAME_RUN = run_of(NAME_CHARS).match
 
 # A number the output stopped in the middle of (1.  1e  1e-  -).
 _CUT_NUMBER = re.compile(r"-|-?\d+(?:\.\d*)?(?:[eE][-+]?)?|-?\d+\.")
@@ -73,6 +75,28 @@ def _literal_value(node, depth=0):
             return _NOT_A_LITERAL
         return dict(zip(keys, values))
     return _NOT_A_LITERAL
+
+
+def _decoded(text):
+    """An argument value written as JSON or a Python literal (BadArguments: neither)."""
+    try:
+        return JSON_DECODER.decode(text)  # (a key twice is an error, as in arguments objects)
+    except RecursionError:
+        raise BadArguments(f"the argument value {text[:40]!r} is nested too deeply to read") from None
+    except DuplicateKey as e:
+        raise BadArguments(f"cannot read the argument value {text[:40]!r}: {e}") from None
+    except ValueError:
+        try:
+            return python_value(text)
+        except (ValueError, SyntaxError, RecursionError, MemoryError) as e:
+            raise BadArguments(f"cannot read the argument value {text[:40]!r}: {e or 'nested too deeply'}") from None
+
+
+def _may_be_container(schema):
+    """Whether a value of this schema may be an object or an array (a schema that types
+    nothing: any value may)."""
+    kinds = _schema_kinds(schema)
+    return not kinds or "object" in kinds or "array" in kinds
 
 
 def _raw_stops(kv, ending, settles, st):
@@ -578,6 +602,8 @@ class Rules:
             if end and p.section_start.strip() and (yield from self._peek_after_ws(end)):
                 self._pos += len(end)  # an empty section: no call (a tolerance: the template never writes one)
                 return
+            if not p.section_start.strip() and p.bare_closer.strip() and (yield from self._empty_wrapper()):
+                return  # (the same, of a call's wrapper: <tool_call>\n</tool_call>)
         steps = len(self._steps)
         # (a call whose layout starts with whitespace is read from before the whitespace after
         # the one before it: its first literal, as rendered)
@@ -602,8 +628,11 @@ class Rules:
                 # Calls separated by whitespace only: another call starts with the call's opener.
                 start = self._pos
                 head = p.bare_opener if bare else p.call_head
-                if head and (self._ws_here() and self._text.startswith(head, self._pos)
-                             or (yield from self._peek_after_ws(head))):
+                if not bare and p.name_then:
+                    if (yield from self._name_then_after_ws(p.name_then)):
+                        continue  # (a call that starts with its name: a name, then what follows it)
+                elif head and (self._ws_here() and self._text.startswith(head, self._pos)
+                               or (yield from self._peek_after_ws(head))):
                     if lead:
                         self._pos = start
                     continue
@@ -628,6 +657,36 @@ class Rules:
                 return True
         self._pos = start
         return False
+
+    def _empty_wrapper(self):
+        """Whether the calls' opener comes with its pair right after it, whitespace between
+        (`<tool_call>\n</tool_call>`: the wrapper of a call, holding none); consumed if so."""
+        p = self._p
+        start = self._pos
+        if not self._text.startswith(p.opener, start):
+            return False
+        self._pos += len(p.opener)
+        closer = p.bare_closer.strip()
+        if (yield from self._peek_after_ws(closer)):
+            self._pos += len(closer)
+            return True
+        self._pos = start
+        return False
+
+    def _name_then_after_ws(self, then):
+        """Whether a call that starts with its name comes next after whitespace: a name, then
+        `then` (the literal after the name). The whitespace is consumed, nothing else."""
+        while True:
+            pos = self._pos = SPACES.match(self._text, self._pos).end()
+            end = _NAME_RUN(self._text, pos).end()
+            here = self._text[end:end + len(then)]
+            if end < len(self._text) or self._eof:
+                if end == pos or len(here) == len(then) or self._eof:
+                    return end > pos and here == then
+                if not then.startswith(here):
+                    return False
+            self._wait_for = end + len(then)
+            yield
 
     def _cut_inside(self, marker):
         """An optional marker the output ended inside of (after whitespace) is read: it is not content."""
@@ -1037,6 +1096,9 @@ class Rules:
                 pos += len(lead)
             # The value: raw or quoted text that is here to its end; anything else: the waiting reader.
             ending = layout.static or layout.closing(key)  # what the layout writes after this value
+            in_quotes = False
+            if kv.open_values:
+                return self._kv_stop(st, pos, _KV_VALUE, key, layout, first)  # (see _open_value)
             if layout.raw and kv.maybe_quoted and text.startswith(quote_open, pos):
                 at = text.find(quote_close, pos + len(quote_open))
                 if at == -1:
@@ -1058,6 +1120,7 @@ class Rules:
                 if at == -1:
                     return self._kv_stop(st, pos, _KV_VALUE, key, layout, first)
                 value, pos = text[pos + len(quote_open):at], at + len(quote_close)
+                in_quotes = True
             else:
                 return self._kv_stop(st, pos, _KV_VALUE, key, layout, first)
             schema = properties.get(key)
@@ -1065,7 +1128,7 @@ class Rules:
                 st.bad = st.bad or BadArguments(f"the key {key!r} appears twice")
             elif schema and schema.get("type") != "string":  # (a string stays as written)
                 try:
-                    arguments[key] = typed_raw(value, schema, kv.fillers)
+                    arguments[key] = typed_raw(value, schema, kv.fillers, in_quotes)
                 except BadArguments as e:
                     st.bad = st.bad or e  # the value was read; its closing text keeps the parse in step
             else:
@@ -1173,7 +1236,9 @@ class Rules:
                 self._open_raw_string(key, schema, (kv.quote_close,))
                 text = yield from self._read_until(kv.quote_close, "argument value")
             self._pos += len(kv.quote_close)
-            return typed_raw(text, schema)
+            return typed_raw(text, schema, quoted=True)
+        if kv.open_values:
+            return (yield from self._open_value(st, key, schema))
         if kv.raw_strings and (len(kv.layouts) == 1 or layout.kind == "string"):
             stop = ending.raw_end
             settling = st.settling if ending.after_core else None
@@ -1197,7 +1262,7 @@ class Rules:
                 self._open_raw_string(key, schema, (kv.quote_close,))
                 text = yield from self._read_until(kv.quote_close, "argument value")
             self._pos += len(kv.quote_close)
-            return typed_raw(text, schema)
+            return typed_raw(text, schema, quoted=True)
         if kv.native:
             text = yield from self._read_native(kv.fmt)
             return decode_native(text, kv.fmt)
@@ -1207,7 +1272,7 @@ class Rules:
             text = (yield from self._read_until(ending.after_core, "argument value")).strip()
         else:
             stream = self._streaming
-            if stream is None:
+            if stream is None or not (yield from self._streams_as_written(schema)):
                 text = yield from self._read_balanced("'\"" if python else '"', "argument value")
             else:
                 # A JSON or Python value (pythonic calls): it goes out as it arrives, through
@@ -1218,17 +1283,44 @@ class Rules:
                     self._stream_arguments()
                 text = yield from self._read_balanced("'\"" if python else '"', "argument value")
                 self._streaming = stream  # (an error above ends the call, and its streams)
-        try:
-            return JSON_DECODER.decode(text)  # (a key twice is an error, as in arguments objects)
-        except RecursionError:
-            raise BadArguments(f"the argument value {text[:40]!r} is nested too deeply to read") from None
-        except DuplicateKey as e:
-            raise BadArguments(f"cannot read the argument value {text[:40]!r}: {e}") from None
-        except ValueError:
-            try:
-                return python_value(text)
-            except (ValueError, SyntaxError, RecursionError, MemoryError) as e:
-                raise BadArguments(f"cannot read the argument value {text[:40]!r}: {e or 'nested too deeply'}") from None
+        return schema_value(_decoded(text), schema)
+
+    def _streams_as_written(self, schema):
+        """Whether a JSON or Python value about to be read is one its schema takes as it is
+        written, so that it may go out as it arrives: the schema types nothing, or its first
+        character opens an object or array the schema allows (any other value may be read
+        as another type, schema_value: it goes out once read)."""
+        kinds = _schema_kinds(schema)
+        if not kinds:
+            return True
+        yield from self._skip_ws()
+        first = self._text[self._pos:self._pos + 1]
+        return first == "{" and "object" in kinds or first == "[" and "array" in kinds
+
+    def _open_value(self, st, key, schema):
+        """A value the layout writes nothing after (`key=value, key=value)`, strings raw): an
+        object or array (`{` or `[` first, where the schema allows one or there is none) runs
+        as its brackets balance and reads as JSON or a Python literal; any other value is the
+        text up to the separator or the call's literal after the arguments, whichever comes
+        first, typed by the schema (what cannot be read as its type: invalid_arguments)."""
+        if self._text.startswith(("{", "["), self._pos) and _may_be_container(schema):
+            text = yield from self._read_balanced("'\"", "argument value")
+            return typed_raw(text, schema) if _schema_kinds(schema) else _decoded(text)
+        stops = tuple(s for s in (st.kv.separator_core, st.closing_word) if s)
+        self._open_raw_string(key, schema, stops)
+        start = searched = self._pos
+        longest = max(map(len, stops), default=1)
+        while True:
+            found = [at for at in (self._text.find(s, searched) for s in stops) if at != -1]
+            if found or self._eof and not stops:
+                self._pos = min(found) if found else len(self._text)
+                return typed_raw(self._text[start:self._pos], schema)
+            if self._eof:
+                raise TruncatedOutput("the output ended inside a argument value")
+            searched = max(start, len(self._text) - longest + 1)
+            if self._streaming is not None:
+                self._stream_arguments()
+            yield
 
     def _read_raw_value(self, st, key, stop, settling, spaces):
         """A raw value up to its closing text `stop`, where a value left open (its closing text

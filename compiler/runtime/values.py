@@ -186,17 +186,25 @@ def keeps_text(schema):
     """Whether typed_raw gives a raw value of this schema back as written (a string) whatever
     it is: the schema types nothing, or a string first."""
     kinds = _schema_kinds(schema)
-    return not kinds or kinds[0] == "string"
+    return not kinds or kinds[0] == "string" and "null" not in kinds  # (a nullable string may read as null)
 
 
-def typed_raw(text, schema, fillers=()):
+_NULL_WORDS = ("null", "None")  # (what JSON and Python write for null)
+_BOOLEAN_WORDS = {"true": True, "false": False, "1": True, "0": False}
+
+
+def typed_raw(text, schema, fillers=(), quoted=False):
     """A value written as raw text, typed by its schema (a string when there is none): each
     of the schema's types in its order (["integer", "null"]: 3, or null for `null`; anyOf
     integer then string: 3, or the text); an object or array may be JSON, a Python literal,
-    or XML elements (see xml_elements); a boolean true/false in any case, a null null/None."""
+    or XML elements (see xml_elements); a boolean true/false in any case or 1/0, a null
+    null/None — and null/None is null wherever the schema allows null, a string first too
+    (unless the text was `quoted`: a string literal's text is a string where one is allowed)."""
     kinds = _schema_kinds(schema)
     if not kinds:
         return text
+    if "null" in kinds and text.strip() in _NULL_WORDS and not (quoted and "string" in kinds):
+        return None
     first = None
     for kind in kinds:
         if kind == "string":
@@ -208,6 +216,38 @@ def typed_raw(text, schema, fillers=()):
     raise first
 
 
+def _type_of(value):
+    """The JSON Schema types a decoded literal is (an integer is a number too)."""
+    if value is None:
+        return ("null",)
+    if isinstance(value, bool):
+        return ("boolean",)
+    if isinstance(value, int):
+        return ("integer", "number")
+    if isinstance(value, float):
+        return ("number", "integer") if value.is_integer() else ("number",)
+    return (_LITERAL_TYPES.get(type(value), ""),)
+
+
+_LITERAL_TYPES = {str: "string", list: "array", tuple: "array", dict: "object"}
+
+
+def schema_value(value, schema):
+    """A value written as a JSON or Python literal, read as its schema types it: as it is
+    where the schema allows its type (or types nothing); a string of another type's text as
+    typed_raw reads it (`'{"a": 1}'` for an object, `'3'` for an integer); 1/0 for a
+    boolean true/false; else BadArguments (never a guess)."""
+    kinds = _schema_kinds(schema)
+    types = _type_of(value)
+    if not kinds or any(kind in kinds for kind in types):
+        return value
+    if types[0] == "string":
+        return typed_raw(value, schema, quoted=True)
+    if "boolean" in kinds and types[0] == "integer" and value in (0, 1):
+        return bool(value)
+    raise BadArguments(f"{json.dumps(value)[:40]} is not {' or '.join(kinds)}")
+
+
 def _typed(text, kind, schema, fillers):
     """A raw value as one type (BadArguments: not one)."""
     try:
@@ -216,7 +256,7 @@ def _typed(text, kind, schema, fillers):
         if kind == "number":
             return float(text.strip()) if any(c in text for c in ".eE") else int(text.strip())
         if kind == "boolean":
-            return {"true": True, "false": False}[text.strip().lower()]
+            return _BOOLEAN_WORDS[text.strip().lower()]
         if kind == "null":
             if text.strip().lower() not in ("null", "none", ""):
                 raise ValueError("not null")
