@@ -22,6 +22,11 @@ class InvalidOutput(Exception):
     """The output leaves the format."""
 
 
+class InvalidWhole(InvalidOutput):
+    """Something read whole (balanced, decoded) that is not what the format needs there (a call
+    object without a name): invalid whatever the output's end looks like."""
+
+
 class TruncatedOutput(Exception):
     """The output ended in the middle of something."""
 
@@ -2639,7 +2644,7 @@ class Rules:
                 self._pos = len(self._text)
                 yield
             self._pos = at
-            if self._ends_inside_a_marker():
+            if not isinstance(e, InvalidWhole) and self._ends_inside_a_marker():
                 self._call_failed("truncated_tool_call", f"the output ended inside a call ({e})", offset)
             else:
                 self._call_failed("invalid_tool_call", str(e), offset)
@@ -3288,10 +3293,10 @@ class Rules:
         except ValueError as e:
             raise InvalidOutput(f"the call is not a {'Python' if python else 'JSON'} object: {e}") from None
         if not isinstance(value, dict):
-            raise InvalidOutput(f"the call is not a JSON object: {text[:40]!r}")
+            raise InvalidWhole(f"the call is not a JSON object: {text[:40]!r}")
         name = value.get(keys["name"])
         if not isinstance(name, str) or not name:
-            raise InvalidOutput(f"the call object has no {keys['name']!r} string: {text[:60]!r}")
+            raise InvalidWhole(f"the call object has no {keys['name']!r} string: {text[:60]!r}")
         if call["name"] is not None and call["name"] != name:
             raise InvalidOutput(f"the call's name is {call['name']!r}, then {name!r}")
         call["name"] = name

@@ -871,3 +871,19 @@ def test_every_corpus_template_proves_and_a_listed_one_would_be_a_strict_xfail(m
     [other] = conftest.marked_sources([path], conftest.GRAMMAR)
     assert list(other.marks) == []
     assert conftest.not_yet_proved(conftest.PROOF) == {path.stem: "what is not read yet"}
+
+
+# --- a call object read whole that is no call --------------------------------------------
+
+@needs_corpus
+@pytest.mark.parametrize("stem, head, tail", [("Meta-Llama-3.1-8B-Instruct", "", ""),
+                                              ("Qwen-Qwen3-0.6B", "<tool_call>\n", "\n</tool_call>")])
+def test_a_whole_call_object_without_a_name_is_invalid_not_truncated(stem, head, tail):
+    """`{"parameters": {}}` where a call goes (vLLM's Llama 3 JSON cases): read whole, it has no
+    name: invalid_tool_call, whatever its last character begins; cut inside it, truncated."""
+    template = corpus(stem)
+    _, protocol = compile_in_memory(template)
+    message = read(protocol, head + '{"parameters": {}}' + tail, rendered_prompt(template))
+    assert (message["tool_calls"], [e["kind"] for e in message["errors"]]) == ([], ["invalid_tool_call"])
+    message = read(protocol, head + '{"parameters": {}, "na', rendered_prompt(template))
+    assert (message["tool_calls"], [e["kind"] for e in message["errors"]]) == ([], ["truncated_tool_call"])

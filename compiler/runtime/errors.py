@@ -9,6 +9,11 @@ class InvalidOutput(Exception):
     """The output leaves the format."""
 
 
+class InvalidWhole(InvalidOutput):
+    """Something read whole (balanced, decoded) that is not what the format needs there (a call
+    object without a name): invalid whatever the output's end looks like."""
+
+
 class TruncatedOutput(Exception):
     """The output ended in the middle of something."""
 

@@ -26,7 +26,7 @@ layout's steps the same way, so a one-shot parse and a character-by-character on
 call by the same steps.
 """
 
-from .errors import BadArguments, InvalidOutput, TruncatedOutput
+from .errors import BadArguments, InvalidOutput, InvalidWhole, TruncatedOutput
 from .protocol import (ARGUMENTS, ARGUMENTS_ALIASES, CALL_ID, CONTENT, LITERAL, NAME, NATURAL_STOPS, REASONING, UNREAD,
                        stopped_in)
 from .text import NAME_CHARS, SPACES, BalancedScan, first_of, run_of, held_back, literal_here, marker_partials, marker_starts, waker
@@ -172,7 +172,7 @@ class Rules:
                 self._pos = len(self._text)
                 yield
             self._pos = at
-            if self._ends_inside_a_marker():
+            if not isinstance(e, InvalidWhole) and self._ends_inside_a_marker():
                 self._call_failed("truncated_tool_call", f"the output ended inside a call ({e})", offset)
             else:
                 self._call_failed("invalid_tool_call", str(e), offset)
@@ -821,10 +821,10 @@ class Rules:
         except ValueError as e:
             raise InvalidOutput(f"the call is not a {'Python' if python else 'JSON'} object: {e}") from None
         if not isinstance(value, dict):
-            raise InvalidOutput(f"the call is not a JSON object: {text[:40]!r}")
+            raise InvalidWhole(f"the call is not a JSON object: {text[:40]!r}")
         name = value.get(keys["name"])
         if not isinstance(name, str) or not name:
-            raise InvalidOutput(f"the call object has no {keys['name']!r} string: {text[:60]!r}")
+            raise InvalidWhole(f"the call object has no {keys['name']!r} string: {text[:60]!r}")
         if call["name"] is not None and call["name"] != name:
             raise InvalidOutput(f"the call's name is {call['name']!r}, then {name!r}")
         call["name"] = name
