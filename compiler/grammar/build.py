@@ -28,7 +28,7 @@ from ..probe.markers import first_marker
 from ..probe.spans import Boundaries
 from ..spec import ArgumentFormat, ArgumentStyle, Parallel, ProtocolSpec, Start, ToolCallFormat, kv_parts, slot
 from . import json_schema
-from .ir import End, Grammar, Lit, Node, Not, Ref, Rep, TextUntil, alt, chars, opt, seq
+from .ir import Alt, End, Grammar, Lit, Node, Not, Ref, Rep, Seq, TextUntil, alt, chars, opt, seq
 from .json_values import add_json, add_python_literal, add_ws
 from .reading import content_may_follow_calls, cut_at_end, reading_tables
 
@@ -175,7 +175,32 @@ def build(spec: ProtocolSpec, options: GrammarOptions | None = None, special_tok
         after = g.add("after-end", TextUntil(()), "text after the end of turn (reported, not parsed)")
         alternatives.append(seq(turn, end, after, End()))
     g.add("root", alt(*alternatives), "a whole assistant turn")
+    if not options.trailing_text:
+        _end_markers_end_the_text(g, end_markers)
     return g
+
+
+def _end_markers_end_the_text(g: Grammar, end_markers: list[str]) -> None:
+    """In a generation grammar, no free text (reasoning, content, a raw argument value) holds
+    an end-of-turn marker: the engine stops on it wherever it comes (the bridge sends the
+    markers as stop strings) and the parser ends the turn there, so a value that held one
+    would come back cut, a call without its other arguments. (A grammar for parsing reads
+    what the model wrote, and keeps such text.)"""
+    for rule in g.rules.values():
+        rule.body = _stopping_at(rule.body, tuple(end_markers))
+
+
+def _stopping_at(node: Node, markers: tuple[str, ...]) -> Node:
+    """`node` with every free text in it also stopping at `markers`."""
+    if isinstance(node, TextUntil):
+        return TextUntil(tuple(dict.fromkeys(node.stops + markers)))
+    if isinstance(node, (Seq, Alt)):
+        return type(node)(tuple(_stopping_at(item, markers) for item in node.items))
+    if isinstance(node, Rep):
+        return Rep(_stopping_at(node.item, markers), node.min, node.max)
+    if isinstance(node, Not):
+        return Not(_stopping_at(node.item, markers))
+    return node
 
 
 def _reasoning_closed(spec: ProtocolSpec, options: GrammarOptions, start_state) -> bool:
