@@ -30,7 +30,7 @@ from ..spec import ArgumentFormat, ArgumentStyle, Parallel, ProtocolSpec, Start,
 from . import json_schema
 from .ir import Alt, End, Grammar, Lit, Node, Not, Ref, Rep, Seq, TextUntil, alt, chars, opt, seq
 from .json_values import add_json, add_python_literal, add_ws
-from .reading import content_may_follow_calls, cut_at_end, reading_tables
+from .reading import content_may_follow_calls, cut_at_end, end_of_turn_markers, reading_tables
 
 NAME_CHARS = chars("A-Za-z0-9_.-")
 ID_CHARS = chars("A-Za-z0-9_-")
@@ -123,10 +123,13 @@ def build(spec: ProtocolSpec, options: GrammarOptions | None = None, special_tok
 
     if calls is None:
         body = content
-    elif options.tool_choice == "auto":
+    elif options.tool_choice == "auto" and opener:
         after = content if content_may_follow_calls(spec) else ws
         body = seq(content, opt(seq(calls, after)))
-    else:  # required, or one named tool
+    else:
+        # required, or one named tool; or no marker opens a call: then the runtime reads a
+        # turn that does not start with content's prefix ("all\n") as calls, so content
+        # comes only in its rendered layouts (the forms below), never as free text here.
         body = seq(ws, calls, ws)
     g.add("body", body, "what follows the reasoning")
 
@@ -263,27 +266,19 @@ def _layout_form(g: Grammar, spec: ProtocolSpec, layout, number: int, start_stat
 
 
 def _add_tool_calls(g: Grammar, tc: ToolCallFormat, options: GrammarOptions, ws: Ref, section_end: str) -> Ref:
-    tools = options.tools
-    if tools is not None and options.tool_choice not in ("auto", "required", "none"):
-        tools = [t for t in tools if _tool_name(t) == options.tool_choice]
-        if not tools:
-            raise ValueError(f"tool_choice names {options.tool_choice!r}, which is not among the tools")
-    if tools is None:
-        args = _add_arguments(g, tc.arguments, "arguments", None, ws, options.warnings, _after_arguments(tc),
-                              parsing=options.trailing_text)
+    offered = _offered_rules(options)
+    if offered is None:
+        _add_arguments(g, tc.arguments, "arguments", None, ws, options.warnings, _after_arguments(tc),
+                       parsing=options.trailing_text)
         g.add("tool-name", Rep(NAME_CHARS, 1), "a tool name")
-        call = g.add("tool-call", _call_body(tc, Ref("tool-name"), args, ws), "one tool call")
+        call = _add_calls_of(g, tc.call, None, ws, "")
     else:
         alternatives = []
-        rules: list[str] = []
-        for tool in tools:
-            name = _tool_name(tool)
-            rule = _unique(_rule_name(name), rules)  # (get-weather and get_weather are two tools)
-            schema = _tool_schema(tool)
-            args = _add_arguments(g, tc.arguments, f"arguments-{rule}", schema, ws, options.warnings, _after_arguments(tc),
-                                  open_objects=_objects_open(options))
-            tool_name = g.add(f"tool-name-{rule}", Lit(name), f"the name {name}")
-            alternatives.append(g.add(f"call-{rule}", _call_body(tc, tool_name, args, ws), f"a call of {name}"))
+        for tool, rule in offered:
+            _add_arguments(g, tc.arguments, f"arguments-{rule}", _tool_schema(tool), ws, options.warnings,
+                           _after_arguments(tc), open_objects=_objects_open(options))
+            g.add(f"tool-name-{rule}", Lit(_tool_name(tool)), f"the name {_tool_name(tool)}")
+            alternatives.append(_add_call_of(g, tc.call, tool, rule, ws, ""))
         call = g.add("tool-call", alt(*alternatives), "one tool call, of an offered tool")
     g.add("call-id", Rep(ID_CHARS, 1), "a call id")
     g.add("call-index", Rep(chars("0-9"), 1), "a call's position")
@@ -294,6 +289,52 @@ def _add_tool_calls(g: Grammar, tc: ToolCallFormat, options: GrammarOptions, ws:
     return g.add("tool-calls", body, "the calls section")
 
 
+def _offered_rules(options: GrammarOptions) -> list[tuple[dict, str]] | None:
+    """(tool, the suffix of its rules) of each tool a call may name; None: any tool."""
+    tools = options.tools
+    if tools is None:
+        return None
+    if options.tool_choice not in ("auto", "required", "none"):
+        tools = [t for t in tools if _tool_name(t) == options.tool_choice]
+        if not tools:
+            raise ValueError(f"tool_choice names {options.tool_choice!r}, which is not among the tools")
+    rules: list[str] = []
+    # (get-weather and get_weather are two tools: two rules)
+    return [(tool, _unique(_rule_name(_tool_name(tool)), rules)) for tool in tools]
+
+
+def _add_calls_of(g: Grammar, layout: list, offered: list[tuple[dict, str]] | None, ws: Ref, prefix: str) -> Ref:
+    """One call laid out as `layout`, of any tool (offered None) or of an offered one, over the
+    name and arguments rules _add_tool_calls made; its rules' names start with `prefix`."""
+    if offered is None:
+        return g.add(f"{prefix}tool-call", _call_body(layout, Ref("tool-name"), Ref("arguments"), ws), "one tool call")
+    alternatives = [_add_call_of(g, layout, tool, rule, ws, prefix) for tool, rule in offered]
+    return g.add(f"{prefix}tool-call", alt(*alternatives), "one tool call, of an offered tool")
+
+
+def _add_call_of(g: Grammar, layout: list, tool: dict, rule: str, ws: Ref, prefix: str) -> Ref:
+    body = _call_body(layout, Ref(f"tool-name-{rule}"), Ref(f"arguments-{rule}"), ws)
+    return g.add(f"{prefix}call-{rule}", body, f"a call of {_tool_name(tool)}")
+
+
+def calls_from_marker(g: Grammar, spec: ProtocolSpec, options: GrammarOptions, marker: str) -> Ref:
+    """The calls section written from `marker`, the call's own marker inside the first call's
+    opening text, as a model writes it that leaves out what comes before (`<function=…` of
+    `<tool_call>\n<function=…`, `<invoke …` without `<minimax:tool_call>`): that call, then
+    the section as it goes on. For a lazy grammar that a model writing the marker triggers
+    (the runtime reads such a call: reading.calls_without_opener). `g` is build()'s grammar."""
+    tc = spec.tool_calls
+    first = tc.call[0]
+    layout = [first[first.index(marker):]] + list(tc.call[1:])
+    ws = Ref("ws")
+    call = _add_calls_of(g, layout, _offered_rules(options), ws, "own-marker-")
+    if options.parallel and tc.parallel == Parallel.ALL:
+        call = seq(call, Rep(seq(tolerant(tc.separator, ws), Ref("tool-call"))))
+    section_end = cut_at_end(tc.section_end, end_of_turn_markers(spec))
+    return g.add("tool-calls-from-own-marker", seq(call, tolerant(section_end, ws)),
+                 "the calls section, from the first call's own marker on")
+
+
 def _objects_open(options: GrammarOptions) -> bool:
     """Whether objects of a schema take properties it does not list (`extra_properties`):
     when asked, and in a grammar for parsing (trailing_text), which reads what the model
@@ -301,9 +342,9 @@ def _objects_open(options: GrammarOptions) -> bool:
     return options.open_objects or options.trailing_text
 
 
-def _call_body(tc: ToolCallFormat, name: Node, arguments: Ref, ws: Ref) -> Node:
+def _call_body(layout: list, name: Node, arguments: Ref, ws: Ref) -> Node:
     parts = []
-    for piece in tc.call:
+    for piece in layout:
         if isinstance(piece, str):
             parts.append(tolerant(piece, ws))
         elif piece == slot("name"):
