@@ -9,11 +9,13 @@ import json
 import os
 import re
 import sys
+import unicodedata
 
 import click
 
 from .errors import InputError, TplparseError
-from .source import load
+from .source import RenderLimits, load
+from .source.isolation import DEFAULT_WORK_LIMITS, WorkLimits, run_isolated
 
 
 # Paths are checked where they are read, so that every problem with one is one line naming it.
@@ -28,7 +30,7 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except TplparseError as e:
-            click.echo(f"tplparse: error: {e}", err=True)
+            click.echo(f"tplparse: error: {_one_line(str(e))}", err=True)
             ctx.exit(2)
 
     def main(self, *args, **kwargs):
@@ -55,10 +57,43 @@ class _Group(click.Group):
         sys.exit(code if isinstance(code, int) else 0)
 
 
+def _one_line(text: str) -> str:
+    """`text` with every control character, line break and lone surrogate escaped: an error
+    is one line, and what a file or a template put in it cannot rewrite the terminal."""
+    return "".join(repr(ch)[1:-1] if unicodedata.category(ch) in ("Cc", "Cs", "Zl", "Zp") else ch for ch in text)
+
+
 @click.group(cls=_Group)
 @click.version_option(package_name="tplparse")
-def main():
+@click.option("--time-limit", type=click.FloatRange(min=0.1), default=DEFAULT_WORK_LIMITS.seconds, show_default=True,
+              envvar="TPLPARSE_TIME_LIMIT", metavar="SECONDS",
+              help="The render budget: wall clock for all of a command's work with the template (compile, every "
+                   "render of a probe and a proof); past it the work is stopped. Also $TPLPARSE_TIME_LIMIT.")
+@click.option("--memory-limit", type=click.IntRange(min=64), default=DEFAULT_WORK_LIMITS.memory_bytes >> 20,
+              show_default=True, envvar="TPLPARSE_MEMORY_LIMIT", metavar="MB",
+              help="The memory that work may take (address space, beyond what tplparse holds before it); an "
+                   "allocation past it fails. Also $TPLPARSE_MEMORY_LIMIT.")
+@click.pass_context
+def main(ctx, time_limit, memory_limit):
     """Turn a model's chat template into parsers and grammars."""
+    ctx.obj = WorkLimits(seconds=time_limit, memory_bytes=memory_limit << 20)
+
+
+def _work_limits() -> WorkLimits:
+    return click.get_current_context().find_object(WorkLimits) or DEFAULT_WORK_LIMITS
+
+
+def _isolated(job, source):
+    """`job()` (everything the command does with the template: load, compile, render, probe,
+    prove) in a child process under the command's budget and memory limit, killed at the
+    budget (tplparse.source.isolation); its value here."""
+    return run_isolated(job, _work_limits(), name=str(source))
+
+
+def _render_limits() -> RenderLimits:
+    """Each render's limits, from the command's (a render may take the whole budget)."""
+    limits = _work_limits()
+    return RenderLimits(seconds=limits.seconds, max_memory_growth_bytes=limits.memory_bytes)
 
 
 def _read_json_file(path: str, what: str):
@@ -100,7 +135,7 @@ def _token_options(command):
 
 
 def _load(source, variant=None, family=None, bos_token=None, eos_token=None):
-    template = load(source, variant=variant, family=family)
+    template = load(source, variant=variant, family=family, limits=_render_limits())
     tokens = {k: v for k, v in (("bos_token", bos_token), ("eos_token", eos_token)) if v is not None}
     return template.with_tokens(**tokens) if tokens else template
 
@@ -123,7 +158,7 @@ def _parse_var(text: str) -> tuple[str, object]:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def info(source, variant, as_json):
     """Print what was loaded from SOURCE: name, sha256, tokens, named templates."""
-    template = load(source, variant=variant)
+    template = _isolated(lambda: _load(source, variant=variant), source)
     facts = {
         "name": template.name,
         "family": template.family,
@@ -183,19 +218,34 @@ def render(source, messages, tools_path, no_generation_prompt, variables, string
         raise InputError(f"{messages}: expected a JSON list of messages (or an object with \"messages\")")
     if tools is not None and not isinstance(tools, list):
         raise InputError(f"{tools_path}: expected a JSON list of tool definitions")
-    template = _load(source, bos_token=bos_token, eos_token=eos_token)
-    if variant:
-        template = template.with_variant(variant)
-    elif tools and "tool_use" in template.variants:
-        template = template.with_variant("tool_use")
     extra = dict(_parse_var(v) for v in variables)
     for text in string_variables:
         key, sep, value = text.partition("=")
         if not sep or not key.strip():
             raise InputError(f"--var-str {text!r}: expected KEY=VALUE")
         extra[key.strip()] = value
-    text = template.render(conversation, tools=tools, add_generation_prompt=not no_generation_prompt, **extra)
+
+    def rendered():
+        template = _load(source, bos_token=bos_token, eos_token=eos_token)
+        if variant:
+            template = template.with_variant(variant)
+        elif tools and "tool_use" in template.variants:
+            template = template.with_variant("tool_use")
+        return template.render(conversation, tools=tools, add_generation_prompt=not no_generation_prompt, **extra)
+
+    text = _isolated(rendered, source)
+    _check_unicode(text, source)
     click.echo(text, nl=False)
+
+
+def _check_unicode(text: str, source) -> None:
+    """A prompt holding a lone surrogate (a template can write '\\ud800') is no Unicode text: no
+    UTF-8 encodes it, and printing it another way would change it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise InputError(f"{source}: the rendered prompt is not valid Unicode: the template writes a lone surrogate "
+                         f"({text[e.start]!r}) at character {e.start}") from None
 
 
 @main.command()
@@ -205,18 +255,15 @@ def render(source, messages, tools_path, no_generation_prompt, variables, string
 @_token_options
 def probe(source, variant, as_json, bos_token, eos_token):
     """Derive SOURCE's protocol (reasoning, content, tool calls, end of turn) by rendering it."""
-    from .probe import probe as run_probe
-    from .probe import verify
     from .probe.report import as_text, protocol_sections, provenance_sections
 
-    template = _load(source, variant=variant, bos_token=bos_token, eos_token=eos_token)
-    spec = run_probe(template)
+    template, spec, checks = _isolated(lambda: _probed(_load(source, variant=variant, bos_token=bos_token,
+                                                              eos_token=eos_token)), source)
     if as_json:
         click.echo(spec.to_json(), nl=False)
         return
     title = f"{template.name} — family {spec.family}, template sha256 {spec.template_sha256[:16]}…, input shape: {spec.shape}"
     click.echo(as_text(title, protocol_sections(spec) + provenance_sections(spec)), nl=False)
-    checks = verify(template, spec)
     passed = sum(c.passed for c in checks)
     click.echo(f"\nCheck: the spec re-renders {passed} of {len(checks)} standard turns (fresh values) exactly as the template does")
     for check in checks:
@@ -224,11 +271,27 @@ def probe(source, variant, as_json, bos_token, eos_token):
             click.echo(f"  {check.turn}: {check.detail}")
 
 
+def _probed(template):
+    """(template, its spec, the spec's checks against the standard turns); a template that
+    renders none of them is an error, as it is for compile (nothing to derive a protocol from)."""
+    from .probe import probe as run_probe
+    from .probe import verify
+    from .probe.verify import RENDERS_NONE
+
+    spec = run_probe(template)
+    checks = verify(template, spec)
+    if all(c.detail == RENDERS_NONE for c in checks):
+        why = next((w.partition(": ")[2] for w in spec.warnings if w.startswith("no probe turn renders: ")), "")
+        raise InputError(f"{spec.family}: {RENDERS_NONE}" + (f" ({why})" if why else ""))
+    return template, spec, checks
+
+
 def _grammar_options(command):
     """The options every grammar command takes: what the output may be."""
     for option in reversed([
         click.option("--tools", "tools_path", type=_PATH, help="OpenAI-style tool definitions: names and argument schemas."),
-        click.option("--tool-choice", default="auto", show_default=True, help="auto, required, none, or a tool name."),
+        click.option("--tool-choice", default=None, help="auto (the default), required, none, a tool name, or "
+                     '{"type": "function", "function": {"name": NAME}} for a tool named like a mode.'),
         click.option("--parallel/--no-parallel", default=True, show_default=True, help="Allow several calls in one turn."),
         click.option("--json-schema", "schema_path", type=_PATH, help="Structured output: the answer is JSON of this schema."),
         click.option("--open-objects", is_flag=True,
@@ -305,7 +368,6 @@ def _print_grammar(source, grammar_format, llama_request, tools_path, tool_choic
     from .emit.lark import emit_lark, lark_warnings
     from .emit.llama_request import llama_request as make_request
     from .grammar import GrammarOptions, build
-    from .probe import probe as run_probe
 
     if llama_request and grammar_format != "gbnf":
         raise InputError("--llama-request: llama.cpp's server fields carry a GBNF grammar; leave out --format lark")
@@ -313,11 +375,20 @@ def _print_grammar(source, grammar_format, llama_request, tools_path, tool_choic
     if tools is not None:
         _check_tools(tools, tools_path)
     schema = _read_json_file(schema_path, "JSON schema") if schema_path else None
-    if tool_choice not in ("auto", "required", "none") and not any(
+    if tool_choice is not None and tool_choice.lstrip().startswith("{"):
+        try:
+            tool_choice = json.loads(tool_choice)
+        except json.JSONDecodeError as e:
+            raise InputError(f"--tool-choice {tool_choice!r}: not JSON ({e.msg})") from None
+    elif tool_choice not in (None, "auto", "required", "none") and not any(
             (t.get("function") or t).get("name") == tool_choice for t in tools or []):
         raise InputError(f"--tool-choice {tool_choice!r}: not auto, required, none, or the name of a tool in --tools")
-    template = _load(source, variant=variant, bos_token=bos_token, eos_token=eos_token)
-    spec = run_probe(template)
+    try:
+        GrammarOptions(tools=tools, tool_choice=tool_choice)
+    except ValueError as e:
+        raise InputError(f"--tool-choice: {e}") from None
+    template, spec, _ = _isolated(lambda: _probed(_load(source, variant=variant, bos_token=bos_token,
+                                                         eos_token=eos_token)), source)
     if mode not in spec.modes:
         raise InputError(f"--mode {mode!r}: this template has the modes {', '.join(spec.modes)}")
     if spec.tool_calls is None and tool_choice == "required":
@@ -388,8 +459,9 @@ def compile_command(source, out_dir, family, variant, standalone, allow_partial,
 
     from .pipeline import compile_template, write_files
 
-    template = _load(source, variant=variant, family=family, bos_token=bos_token, eos_token=eos_token)
-    compiled = compile_template(template, standalone=standalone, allow_partial=allow_partial)
+    compiled = _isolated(lambda: compile_template(_load(source, variant=variant, family=family, bos_token=bos_token,
+                                                        eos_token=eos_token),
+                                                  standalone=standalone, allow_partial=allow_partial), source)
     click.echo(compiled.proof.table(), nl=False)
     proof = compiled.proof
     if not proof.ok and not allow_partial:
@@ -458,7 +530,7 @@ def _parsers(source: str) -> _Parsers:
     from . import runtime
     from .bridge import compile_in_memory
 
-    spec, protocol = compile_in_memory(load(source))
+    spec, protocol = _isolated(lambda: compile_in_memory(_load(source)), source)
 
     def make(tools=None, generation_prompt=None, start=None):
         return runtime.StreamParser(protocol, tools=tools, generation_prompt=generation_prompt, start=start)
@@ -537,12 +609,12 @@ def diff(old, new, as_json, old_variant, new_variant, bos_token, eos_token):
 
     def side(source, variant):
         # (--bos-token / --eos-token: for a source that names none, as a bare .jinja)
-        template = load(source, variant=variant)
+        template = _load(source, variant=variant)
         given = {k: v for k, v in (("bos_token", bos_token), ("eos_token", eos_token))
                  if v is not None and k not in template.named_tokens}
         return template.with_tokens(**given) if given else template
 
-    report = drift(side(old, old_variant), side(new, new_variant))
+    report = _isolated(lambda: drift(side(old, old_variant), side(new, new_variant)), f"{old} / {new}")
     if as_json:
         click.echo(json.dumps(report_json(report), ensure_ascii=False, indent=2))
     else:
@@ -559,22 +631,30 @@ def export_group():
 @click.argument("source", type=_PATH)
 @click.option("-o", "--out", "out_file", type=_PATH, help="Write the JSON to this file (default: print it).")
 @click.option("--variant", help="A named template of the source (e.g. tool_use).")
+@click.option("--transformers", "target", metavar="VERSION",
+              help="The transformers release that will parse it (default: the installed one, if any). "
+                   "Older than the export needs: exit 2 (the installed one: a warning).")
 @_token_options
-def export_response_template(source, out_file, variant, bos_token, eos_token):
+def export_response_template(source, out_file, variant, target, bos_token, eos_token):
     """Print SOURCE's response_template: the declarative output parser transformers 5 reads
     from tokenizer_config.json (tokenizer.parse_response, get_response_parser).
 
     A construct of the protocol that the format cannot express (channel messages, a call
-    written as a bare JSON object, ...) is exit 2, naming it.
+    written as a bare JSON object, ...) is exit 2, naming it. The first transformers release
+    that reads the export goes to stderr.
     """
     from pathlib import Path
 
     from .pipeline import export_response_template as export, write_text_atomically
 
-    template = _load(source, variant=variant, bos_token=bos_token, eos_token=eos_token)
-    compiled, exported = export(template)
+    def exported_template():
+        template = _load(source, variant=variant, bos_token=bos_token, eos_token=eos_token)
+        return (template, *export(template))
+
+    template, compiled, exported = _isolated(exported_template, source)
     if exported is None:
         raise InputError(_proof_error(compiled.proof))
+    _check_transformers(exported, target)
     text = json.dumps(exported, ensure_ascii=False, indent=2) + "\n"
     _warn_stand_ins(template, text)
     if out_file:
@@ -582,6 +662,52 @@ def export_response_template(source, out_file, variant, bos_token, eos_token):
         click.echo(f"wrote {out_file}")
     else:
         click.echo(text, nl=False)
+
+
+def _check_transformers(exported: dict, target: str | None) -> None:
+    """Say on stderr which transformers release first reads the export, and what for. A
+    --transformers release older than that is an InputError (that release cannot load the
+    file); the installed one older, a warning (the file is often read on another machine)."""
+    from .export.response_template import transformers_features, transformers_needed
+
+    if target is not None and _lacks(exported, target):
+        raise InputError(f"transformers {target} cannot read this response_template ({_lacks(exported, target)}): "
+                         f"it needs transformers >= {transformers_needed(exported)}")
+    by_release: dict[str, list[str]] = {}
+    for feature, since in transformers_features(exported).items():
+        by_release.setdefault(since, []).append(feature)
+    said = "; ".join(f"{', '.join(names)}: {since}" for since, names in reversed(by_release.items()))
+    click.echo(f"tplparse: this response_template needs transformers >= {transformers_needed(exported)} ({said})",
+               err=True)
+    installed = _installed("transformers") if target is None else None
+    if installed and _lacks(exported, installed, quiet=True):
+        click.echo(f"tplparse: warning: the installed transformers {installed} cannot read it "
+                   f"({_lacks(exported, installed)}): parse it with transformers >= {transformers_needed(exported)}",
+                   err=True)
+
+
+def _lacks(exported: dict, version: str, quiet: bool = False) -> str:
+    """What transformers `version` lacks to read the export ("join needs 5.16.0, …"), or "".
+    A version that is no release number is an InputError, or (`quiet`: an installed build's) nothing."""
+    from .export.response_template import transformers_missing
+
+    try:
+        missing = transformers_missing(exported, version)
+    except InputError:
+        if not quiet:
+            raise
+        missing = {}
+    return ", ".join(f"{feature} needs {since}" for feature, since in missing.items())
+
+
+def _installed(package: str) -> str | None:
+    """The installed version of `package`, or None."""
+    from importlib import metadata
+
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def _warn_stand_ins(template, *texts: str) -> None:
@@ -616,8 +742,11 @@ def export_vllm(source, out_dir, family, variant, bos_token, eos_token):
 
     from .pipeline import export_vllm as export, write_files
 
-    template = _load(source, variant=variant, family=family, bos_token=bos_token, eos_token=eos_token)
-    compiled, plugin = export(template)
+    def exported_plugin():
+        template = _load(source, variant=variant, family=family, bos_token=bos_token, eos_token=eos_token)
+        return (template, *export(template))
+
+    template, compiled, plugin = _isolated(exported_plugin, source)
     if plugin is None:
         raise InputError(_proof_error(compiled.proof))
     _warn_stand_ins(template, *plugin.files.values())

@@ -45,7 +45,7 @@ TEMPLATE_SHA256 = 'e948cba8c2d20fcf65df2ae31f8134e41a7aad8f29a826d2b74724ea8450a
 # its evidence and warnings is grammars/<family>.spec.json).
 TABLES = {
     'version': 1,
-    'modes': {'default': {'tail': '', 'start': 'content'}},
+    'modes': {'default': {'tail': '', 'start': 'content', 'header': '[/INST]'}},
     'reasoning': {'start': '[THINK]', 'end': '[/THINK]', 'call_ends_reasoning': True},
     'content': {'start': '', 'end': '', 'space_before': {'</s>': '', '[TOOL_CALLS]': '', '': ''}},
     'end_of_turn': ['</s>'],

@@ -50,11 +50,12 @@ TEMPLATE_SHA256 = '3f9e0dc4adeb8032287d0129dc75b6298fee8698a52ab41e863dbc8992933
 TABLES = {
     'version': 1,
     'modes': {
-        'default': {'tail': '', 'start': 'content'},
-        'thinking': {'tail': '', 'start': 'content'},
+        'default': {'tail': '', 'start': 'content', 'header': '<seed:bos>assistant\n'},
+        'thinking': {'tail': '', 'start': 'content', 'header': '<seed:bos>assistant\n'},
         'no_thinking': {
             'tail': '<seed:think>\n<seed:cot_budget_reflect>The current thinking budget is 0, so I will directly start answering the question.</seed:cot_budget_reflect>\n</seed:think>',
             'start': 'content',
+            'header': '<seed:bos>assistant\n',
         },
     },
     'reasoning': {'start': '<seed:think>', 'end': '</seed:think>', 'call_ends_reasoning': True},

@@ -48,9 +48,9 @@ TEMPLATE_SHA256 = 'f84d41636d34b52206992d8dd3e7202287b6d52e8810bc200602803ec93dc
 TABLES = {
     'version': 1,
     'modes': {
-        'default': {'tail': '', 'start': 'content'},
-        'thinking': {'tail': '', 'start': 'content'},
-        'no_thinking': {'tail': '<think>\n\n</think>\n\n', 'start': 'content'},
+        'default': {'tail': '', 'start': 'content', 'header': '<|im_start|>assistant\n'},
+        'thinking': {'tail': '', 'start': 'content', 'header': '<|im_start|>assistant\n'},
+        'no_thinking': {'tail': '<think>\n\n</think>\n\n', 'start': 'content', 'header': '<|im_start|>assistant\n'},
     },
     'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
     'content': {'start': '', 'end': '', 'space_before': {'<|im_end|>': '', '<tool_call>': '\n\n', '': ''}},

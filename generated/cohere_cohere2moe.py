@@ -48,9 +48,21 @@ TEMPLATE_SHA256 = 'd8366efb9f07c571da620ce6a924594fc52c80273a0fbb46a38b643972df9
 TABLES = {
     'version': 1,
     'modes': {
-        'default': {'tail': '<|START_THINKING|>', 'start': 'reasoning'},
-        'thinking': {'tail': '<|START_THINKING|>', 'start': 'reasoning'},
-        'no_thinking': {'tail': '<|START_THINKING|><|END_THINKING|>', 'start': 'content'},
+        'default': {
+            'tail': '<|START_THINKING|>',
+            'start': 'reasoning',
+            'header': '<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>',
+        },
+        'thinking': {
+            'tail': '<|START_THINKING|>',
+            'start': 'reasoning',
+            'header': '<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>',
+        },
+        'no_thinking': {
+            'tail': '<|START_THINKING|><|END_THINKING|>',
+            'start': 'content',
+            'header': '<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>',
+        },
     },
     'reasoning': {'start': '<|START_THINKING|>', 'end': '<|END_THINKING|>', 'call_ends_reasoning': True},
     'content': {'start': '<|START_TEXT|>', 'end': '<|END_TEXT|>', 'space_before': {'<|END_TEXT|>': ''}},

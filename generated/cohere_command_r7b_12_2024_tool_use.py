@@ -42,7 +42,9 @@ TEMPLATE_SHA256 = '0c3f266d86f93a1f50f1573648ba005cb9691ff176c2cfd7ca1a0a33fd702
 # its evidence and warnings is grammars/<family>.spec.json).
 TABLES = {
     'version': 1,
-    'modes': {'default': {'tail': '', 'start': 'content'}},
+    'modes': {
+        'default': {'tail': '', 'start': 'content', 'header': '<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>'},
+    },
     'reasoning': None,
     'content': {
         'start': '<|START_RESPONSE|>',

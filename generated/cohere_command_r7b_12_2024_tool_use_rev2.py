@@ -48,9 +48,17 @@ TEMPLATE_SHA256 = 'cc60b553279347d83df761f5dc55b4b2fb66bc1fa9a33e219911c13c11552
 TABLES = {
     'version': 1,
     'modes': {
-        'default': {'tail': '<|START_THINKING|><|END_THINKING|>', 'start': 'content'},
-        'thinking': {'tail': '', 'start': 'content'},
-        'no_thinking': {'tail': '<|START_THINKING|><|END_THINKING|>', 'start': 'content'},
+        'default': {
+            'tail': '<|START_THINKING|><|END_THINKING|>',
+            'start': 'content',
+            'header': '<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>',
+        },
+        'thinking': {'tail': '', 'start': 'content', 'header': '<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>'},
+        'no_thinking': {
+            'tail': '<|START_THINKING|><|END_THINKING|>',
+            'start': 'content',
+            'header': '<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>',
+        },
     },
     'reasoning': {'start': '<|START_THINKING|>', 'end': '<|END_THINKING|>', 'call_ends_reasoning': True},
     'content': {

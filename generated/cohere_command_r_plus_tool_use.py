@@ -42,7 +42,9 @@ TEMPLATE_SHA256 = 'bf9e9ee8c0f2297c6ff60af5fab357d7b34bc4375884ed16ab6aa90597d7e
 # its evidence and warnings is grammars/<family>.spec.json).
 TABLES = {
     'version': 1,
-    'modes': {'default': {'tail': '', 'start': 'content'}},
+    'modes': {
+        'default': {'tail': '', 'start': 'content', 'header': '<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>'},
+    },
     'reasoning': None,
     'content': {'start': '', 'end': '', 'space_before': {'<|END_OF_TURN_TOKEN|>': '', 'Action:': '\n', '': ''}},
     'end_of_turn': ['<|END_OF_TURN_TOKEN|>'],

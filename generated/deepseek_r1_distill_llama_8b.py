@@ -42,7 +42,7 @@ TEMPLATE_SHA256 = 'dd2675619a64a449cdcdd2b93e605a0a50764cee41e344f244752bc936439
 # its evidence and warnings is grammars/<family>.spec.json).
 TABLES = {
     'version': 1,
-    'modes': {'default': {'tail': '<think>\n', 'start': 'reasoning'}},
+    'modes': {'default': {'tail': '<think>\n', 'start': 'reasoning', 'header': '<｜Assistant｜>'}},
     'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
     'content': {'start': '', 'end': '', 'space_before': {'<｜end▁of▁sentence｜>': '', '': ''}},
     'end_of_turn': ['<｜end▁of▁sentence｜>'],

@@ -42,7 +42,7 @@ TEMPLATE_SHA256 = '56a1447ad31926fdc21fb07e56e5642bd9c850c4f52d8c8af7bbe5f079a84
 # its evidence and warnings is grammars/<family>.spec.json).
 TABLES = {
     'version': 1,
-    'modes': {'default': {'tail': '<think>\n', 'start': 'reasoning'}},
+    'modes': {'default': {'tail': '<think>\n', 'start': 'reasoning', 'header': '<｜Assistant｜>'}},
     'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
     'content': {'start': '', 'end': '', 'space_before': {'<｜end▁of▁sentence｜>': '', '': ''}},
     'end_of_turn': ['<｜end▁of▁sentence｜>'],

@@ -48,9 +48,9 @@ TEMPLATE_SHA256 = 'bbe594884b44d740667ee65a70bc8d333a565eab3d63ea59f291ea73ada84
 TABLES = {
     'version': 1,
     'modes': {
-        'default': {'tail': '<think>\n</think>', 'start': 'content'},
-        'thinking': {'tail': '<think>\n', 'start': 'reasoning'},
-        'no_thinking': {'tail': '<think>\n</think>', 'start': 'content'},
+        'default': {'tail': '<think>\n</think>', 'start': 'content', 'header': '<｜Assistant｜>'},
+        'thinking': {'tail': '<think>\n', 'start': 'reasoning', 'header': '<｜Assistant｜>'},
+        'no_thinking': {'tail': '<think>\n</think>', 'start': 'content', 'header': '<｜Assistant｜>'},
     },
     'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
     'content': {'start': '', 'end': '', 'space_before': {'<｜end▁of▁sentence｜>': '', '': ''}},

@@ -56,9 +56,9 @@ TEMPLATE_SHA256 = '8e5a13fcc4bdd4d943311fc59064b805770fdeddfccbd7f1c252cc16e8aca
 TABLES = {
     'version': 1,
     'modes': {
-        'default': {'tail': '<think></think>', 'start': 'content'},
-        'thinking': {'tail': '<think>', 'start': 'reasoning'},
-        'no_thinking': {'tail': '<think></think>', 'start': 'content'},
+        'default': {'tail': '<think></think>', 'start': 'content', 'header': '<｜Assistant｜>'},
+        'thinking': {'tail': '<think>', 'start': 'reasoning', 'header': '<｜Assistant｜>'},
+        'no_thinking': {'tail': '<think></think>', 'start': 'content', 'header': '<｜Assistant｜>'},
     },
     'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
     'content': {

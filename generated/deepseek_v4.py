@@ -50,7 +50,7 @@ TEMPLATE_SHA256 = '7bd4fbdf0c06cd7398ddb6913de6e4a5839b9d06569e74e5b2ec246b375ca
 # its evidence and warnings is grammars/<family>.spec.json).
 TABLES = {
     'version': 1,
-    'modes': {'default': {'tail': '', 'start': 'content'}},
+    'modes': {'default': {'tail': '', 'start': 'content', 'header': '<｜Assistant｜></think>'}},
     'reasoning': None,
     'content': {
         'start': '',

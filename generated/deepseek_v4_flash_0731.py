@@ -50,7 +50,7 @@ TEMPLATE_SHA256 = 'aec3d906bce80d43a9e6e89922c04e8e752c05f71f10040ba3f61b746ebac
 # its evidence and warnings is grammars/<family>.spec.json).
 TABLES = {
     'version': 1,
-    'modes': {'default': {'tail': '', 'start': 'content'}},
+    'modes': {'default': {'tail': '', 'start': 'content', 'header': '<｜Assistant｜></think>'}},
     'reasoning': None,
     'content': {
         'start': '',

@@ -42,7 +42,13 @@ TEMPLATE_SHA256 = '25b097cb602823e9216258cf4b20a23ebd4004848e6c8d8da1f360fe23734
 # its evidence and warnings is grammars/<family>.spec.json).
 TABLES = {
     'version': 1,
-    'modes': {'default': {'tail': '', 'start': 'content'}},
+    'modes': {
+        'default': {
+            'tail': '',
+            'start': 'content',
+            'header': '<|start_header_id|>assistant<|end_header_id|>\n\n',
+        },
+    },
     'reasoning': None,
     'content': {'start': '', 'end': '', 'space_before': {'<|eot_id|>': '', 'functools[': ' ', '': ''}},
     'end_of_turn': ['<|eot_id|>'],

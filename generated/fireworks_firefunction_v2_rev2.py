@@ -42,7 +42,13 @@ TEMPLATE_SHA256 = 'fcb749f5c5d6bbc4240db4e86af5dfcefe9c7e85355235d0f304ab4319ba6
 # its evidence and warnings is grammars/<family>.spec.json).
 TABLES = {
     'version': 1,
-    'modes': {'default': {'tail': '', 'start': 'content'}},
+    'modes': {
+        'default': {
+            'tail': '',
+            'start': 'content',
+            'header': '<|start_header_id|>assistant<|end_header_id|>\n\n',
+        },
+    },
     'reasoning': None,
     'content': {'start': '', 'end': '', 'space_before': {'<|eot_id|>': '', 'functools[': ' ', '': ''}},
     'end_of_turn': ['<|eot_id|>'],

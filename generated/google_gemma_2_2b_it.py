@@ -39,7 +39,7 @@ TEMPLATE_SHA256 = 'ecd6ae513fe103f0eb62e8ab5bfa8d0fe45c1074fa398b089c93a7e70c15c
 # its evidence and warnings is grammars/<family>.spec.json).
 TABLES = {
     'version': 1,
-    'modes': {'default': {'tail': '', 'start': 'content'}},
+    'modes': {'default': {'tail': '', 'start': 'content', 'header': '<start_of_turn>model\n'}},
     'reasoning': None,
     'content': {'start': '', 'end': '', 'space_before': {'<end_of_turn>': '', '': ''}},
     'end_of_turn': ['<end_of_turn>'],

@@ -50,9 +50,9 @@ TEMPLATE_SHA256 = '85a08664d16d8f3be4416c92427b3ac10df1024ac566cc0b4bc3bab409393
 TABLES = {
     'version': 1,
     'modes': {
-        'default': {'tail': '<|channel>thought\n<channel|>', 'start': 'content'},
-        'thinking': {'tail': '', 'start': 'content'},
-        'no_thinking': {'tail': '<|channel>thought\n<channel|>', 'start': 'content'},
+        'default': {'tail': '<|channel>thought\n<channel|>', 'start': 'content', 'header': '<|turn>model\n'},
+        'thinking': {'tail': '', 'start': 'content', 'header': '<|turn>model\n'},
+        'no_thinking': {'tail': '<|channel>thought\n<channel|>', 'start': 'content', 'header': '<|turn>model\n'},
     },
     'reasoning': {'start': '<|channel>thought', 'end': '<channel|>', 'call_ends_reasoning': True},
     'content': {'start': '', 'end': '', 'space_before': {'<turn|>': ''}},

@@ -50,9 +50,9 @@ TEMPLATE_SHA256 = '65f93a25708c952457106a30e185ba7beffddd726121c8d7e3f3e08b23c16
 TABLES = {
     'version': 1,
     'modes': {
-        'default': {'tail': '<|channel>thought\n<channel|>', 'start': 'content'},
-        'thinking': {'tail': '', 'start': 'content'},
-        'no_thinking': {'tail': '<|channel>thought\n<channel|>', 'start': 'content'},
+        'default': {'tail': '<|channel>thought\n<channel|>', 'start': 'content', 'header': '<|turn>model\n'},
+        'thinking': {'tail': '', 'start': 'content', 'header': '<|turn>model\n'},
+        'no_thinking': {'tail': '<|channel>thought\n<channel|>', 'start': 'content', 'header': '<|turn>model\n'},
     },
     'reasoning': {'start': '<|channel>thought', 'end': '<channel|>', 'call_ends_reasoning': True},
     'content': {'start': '', 'end': '', 'space_before': {'<turn|>': '', '': ''}},

@@ -45,9 +45,9 @@ TEMPLATE_SHA256 = '19eacf64569032f07644ea92c8e2a87af06ee7008147557302c31e474912c
 TABLES = {
     'version': 1,
     'modes': {
-        'default': {'tail': '', 'start': 'content'},
-        'thinking': {'tail': '', 'start': 'content'},
-        'no_thinking': {'tail': '<think>\n\n</think>\n', 'start': 'content'},
+        'default': {'tail': '', 'start': 'content', 'header': '<|im_start|>assistant\n'},
+        'thinking': {'tail': '', 'start': 'content', 'header': '<|im_start|>assistant\n'},
+        'no_thinking': {'tail': '<think>\n\n</think>\n', 'start': 'content', 'header': '<|im_start|>assistant\n'},
     },
     'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
     'content': {'start': '', 'end': '', 'space_before': {'<|im_end|>': '', '': ''}},

@@ -48,9 +48,9 @@ TEMPLATE_SHA256 = '3c71df5f659987462c882bf9e295b597dc19902467a7312ea382c5896681b
 TABLES = {
     'version': 1,
     'modes': {
-        'default': {'tail': '', 'start': 'content'},
-        'thinking': {'tail': '', 'start': 'content'},
-        'no_thinking': {'tail': '', 'start': 'content'},
+        'default': {'tail': '', 'start': 'content', 'header': '<|start_of_role|>assistant<|end_of_role|>'},
+        'thinking': {'tail': '', 'start': 'content', 'header': '<|start_of_role|>assistant<|end_of_role|>'},
+        'no_thinking': {'tail': '', 'start': 'content', 'header': '<|start_of_role|>assistant<|end_of_role|>'},
     },
     'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
     'content': {'start': '<response>', 'end': '</response>', 'space_before': {'<|end_of_text|>': '', '': ''}},

@@ -42,7 +42,9 @@ TEMPLATE_SHA256 = '9524df67b77a7b25a2dfee898f75b316a157eb9d855b51e32aeac79d7c8a8
 # its evidence and warnings is grammars/<family>.spec.json).
 TABLES = {
     'version': 1,
-    'modes': {'default': {'tail': '', 'start': 'content'}},
+    'modes': {
+        'default': {'tail': '', 'start': 'content', 'header': '<|start_of_role|>assistant<|end_of_role|>'},
+    },
     'reasoning': None,
     'content': {'start': '', 'end': '', 'space_before': {'<|end_of_text|>': '', '<tool_call>': '\n', '': ''}},
     'end_of_turn': ['<|end_of_text|>'],

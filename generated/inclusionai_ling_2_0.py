@@ -45,7 +45,7 @@ TEMPLATE_SHA256 = 'a503d55b21709d881b07ee2e9d8ce29505fa95d9f758379a9fc4ccc942727
 # its evidence and warnings is grammars/<family>.spec.json).
 TABLES = {
     'version': 1,
-    'modes': {'default': {'tail': '', 'start': 'content'}},
+    'modes': {'default': {'tail': '', 'start': 'content', 'header': '<role>ASSISTANT</role>'}},
     'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
     'content': {'start': '', 'end': '', 'space_before': {'<|role_end|>': '', '<tool_call>': '\n', '': ''}},
     'end_of_turn': ['<|role_end|>'],

@@ -50,9 +50,9 @@ TEMPLATE_SHA256 = 'b4ab3a1c8f748e6f874d9aea102333efe7ab82528e8ab81c2eb155851e870
 TABLES = {
     'version': 1,
     'modes': {
-        'default': {'tail': '', 'start': 'reasoning'},
-        'thinking': {'tail': '', 'start': 'reasoning'},
-        'no_thinking': {'tail': '</think>', 'start': 'content'},
+        'default': {'tail': '', 'start': 'reasoning', 'header': '<role>ASSISTANT</role>\n<think>'},
+        'thinking': {'tail': '', 'start': 'reasoning', 'header': '<role>ASSISTANT</role>\n<think>'},
+        'no_thinking': {'tail': '</think>', 'start': 'content', 'header': '<role>ASSISTANT</role>\n<think>'},
     },
     'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
     'content': {'start': '', 'end': '', 'space_before': {'<|role_end|>': '', '<tool_call>': '\n', '': ''}},

@@ -42,7 +42,7 @@ TEMPLATE_SHA256 = '13cff1df3ba1192ca1289c124f25cb2e560d8fc2d626ba6d86d0b2a0fb0fd
 # its evidence and warnings is grammars/<family>.spec.json).
 TABLES = {
     'version': 1,
-    'modes': {'default': {'tail': '', 'start': 'content'}},
+    'modes': {'default': {'tail': '', 'start': 'content', 'header': '<|im_start|>assistant\n'}},
     'reasoning': None,
     'content': {'start': '', 'end': '', 'space_before': {'<|im_end|>': '', '<|action_start|>': '', '': ''}},
     'end_of_turn': ['<|im_end|>'],

@@ -47,7 +47,7 @@ TEMPLATE_SHA256 = '6d65c8804847ad74eea912dd7eca3dc1cf7a457b53a77f47d841a14121910
 # its evidence and warnings is grammars/<family>.spec.json).
 TABLES = {
     'version': 1,
-    'modes': {'default': {'tail': '', 'start': 'content'}},
+    'modes': {'default': {'tail': '', 'start': 'content', 'header': '<|im_start|>assistant\n'}},
     'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
     'content': {'start': '', 'end': '', 'space_before': {'<|im_end|>': '', '<|tool_call_start|>': '', '': ''}},
     'end_of_turn': ['<|im_end|>'],

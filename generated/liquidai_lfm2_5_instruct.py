@@ -44,7 +44,7 @@ TEMPLATE_SHA256 = 'f05bf4b967dc993bdc7a2fe6e43759ee218eb0eb340d68b063e1c4f8ad148
 # its evidence and warnings is grammars/<family>.spec.json).
 TABLES = {
     'version': 1,
-    'modes': {'default': {'tail': '', 'start': 'content'}},
+    'modes': {'default': {'tail': '', 'start': 'content', 'header': '<|im_start|>assistant\n'}},
     'reasoning': None,
     'content': {'start': '', 'end': '', 'space_before': {'<|im_end|>': '', '': ''}},
     'end_of_turn': ['<|im_end|>'],

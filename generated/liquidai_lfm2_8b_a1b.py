@@ -39,7 +39,7 @@ TEMPLATE_SHA256 = '2294f49b51a0b9a1b0194add3f124237b5bd986599f43180eec49bba4de01
 # its evidence and warnings is grammars/<family>.spec.json).
 TABLES = {
     'version': 1,
-    'modes': {'default': {'tail': '', 'start': 'content'}},
+    'modes': {'default': {'tail': '', 'start': 'content', 'header': '<|im_start|>assistant\n'}},
     'reasoning': None,
     'content': {'start': '', 'end': '', 'space_before': {'<|im_end|>': '', '': ''}},
     'end_of_turn': ['<|im_end|>'],

@@ -44,7 +44,7 @@ TEMPLATE_SHA256 = '0d11fd8d7cf3f212733d73dfe09ead89a14a18816661dc30ea1fb3147428f
 # its evidence and warnings is grammars/<family>.spec.json).
 TABLES = {
     'version': 1,
-    'modes': {'default': {'tail': '<think>\n', 'start': 'reasoning'}},
+    'modes': {'default': {'tail': '<think>\n', 'start': 'reasoning', 'header': '<｜Assistant｜>'}},
     'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
     'content': {'start': '', 'end': '', 'space_before': {'<｜end▁of▁sentence｜>': '', '': ''}},
     'end_of_turn': ['<｜end▁of▁sentence｜>'],

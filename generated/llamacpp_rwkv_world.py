@@ -45,9 +45,9 @@ TEMPLATE_SHA256 = 'e70723034f0928096207d99b2ec4678950361f290f5341c017d957f88b196
 TABLES = {
     'version': 1,
     'modes': {
-        'default': {'tail': '', 'start': 'content'},
-        'thinking': {'tail': ' <think>', 'start': 'reasoning'},
-        'no_thinking': {'tail': ' <think>\n</think>', 'start': 'content'},
+        'default': {'tail': '', 'start': 'content', 'header': 'Assistant:'},
+        'thinking': {'tail': ' <think>', 'start': 'reasoning', 'header': 'Assistant:'},
+        'no_thinking': {'tail': ' <think>\n</think>', 'start': 'content', 'header': 'Assistant:'},
     },
     'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
     'content': {'start': '', 'end': '', 'space_before': {}},

@@ -43,7 +43,13 @@ TEMPLATE_SHA256 = 'b2b7d1a2ff8344254daa5bc2f59a9182994806e94fdc191fe92b4a0693d8c
 # its evidence and warnings is grammars/<family>.spec.json).
 TABLES = {
     'version': 1,
-    'modes': {'default': {'tail': '', 'start': 'content'}},
+    'modes': {
+        'default': {
+            'tail': '',
+            'start': 'content',
+            'header': '<|start_header_id|>assistant<|end_header_id|>\n\n',
+        },
+    },
     'reasoning': None,
     'content': {'start': '', 'end': '', 'space_before': {'<|eot_id|>': '', '<function=': '', '': ''}},
     'end_of_turn': ['<|eot_id|>'],

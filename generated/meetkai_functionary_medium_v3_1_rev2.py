@@ -43,7 +43,13 @@ TEMPLATE_SHA256 = '2fc9dbfaea552f864b4b8cdf9d17401e9a49cbda199498531f137eb0ec5ae
 # its evidence and warnings is grammars/<family>.spec.json).
 TABLES = {
     'version': 1,
-    'modes': {'default': {'tail': '', 'start': 'content'}},
+    'modes': {
+        'default': {
+            'tail': '',
+            'start': 'content',
+            'header': '<|start_header_id|>assistant<|end_header_id|>\n\n',
+        },
+    },
     'reasoning': None,
     'content': {'start': '', 'end': '', 'space_before': {'<|eot_id|>': '', '<function=': '', '': ''}},
     'end_of_turn': ['<|eot_id|>'],

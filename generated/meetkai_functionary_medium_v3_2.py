@@ -42,7 +42,13 @@ TEMPLATE_SHA256 = '5c7c96c27cfecf3418411d1ebd0d11d691ab6bd2155bb38dacc62250fe47c
 # its evidence and warnings is grammars/<family>.spec.json).
 TABLES = {
     'version': 1,
-    'modes': {'default': {'tail': '', 'start': 'content'}},
+    'modes': {
+        'default': {
+            'tail': '',
+            'start': 'content',
+            'header': '<|start_header_id|>assistant<|end_header_id|>\n\n>>>',
+        },
+    },
     'reasoning': None,
     'content': {'start': 'all', 'end': '', 'space_before': {'<|eot_id|>': '', '': ''}},
     'end_of_turn': ['<|eot_id|>'],

@@ -43,7 +43,13 @@ TEMPLATE_SHA256 = 'e10ca381b1ccc5cf9db52e371f3b6651576caee0a630b452e2816b2d404d4
 # its evidence and warnings is grammars/<family>.spec.json).
 TABLES = {
     'version': 1,
-    'modes': {'default': {'tail': '', 'start': 'content'}},
+    'modes': {
+        'default': {
+            'tail': '',
+            'start': 'content',
+            'header': '<|start_header_id|>assistant<|end_header_id|>\n\n',
+        },
+    },
     'reasoning': None,
     'content': {'start': '', 'end': '', 'space_before': {'<|eot_id|>': '', '': ''}},
     'end_of_turn': ['<|eot_id|>'],

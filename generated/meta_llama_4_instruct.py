@@ -42,7 +42,9 @@ TEMPLATE_SHA256 = '95a231a15c8c976ac511e62c6fdf477ea9e3ca7a87cbb9974e0dd653eccb4
 # its evidence and warnings is grammars/<family>.spec.json).
 TABLES = {
     'version': 1,
-    'modes': {'default': {'tail': '', 'start': 'content'}},
+    'modes': {
+        'default': {'tail': '', 'start': 'content', 'header': '<|header_start|>assistant<|header_end|>\n\n'},
+    },
     'reasoning': None,
     'content': {'start': '', 'end': '', 'space_before': {'<|eot|>': '', '': ''}},
     'end_of_turn': ['<|eot|>'],

@@ -39,7 +39,7 @@ TEMPLATE_SHA256 = '78d976a442bcde2f0be15aafbb8e3050e1104f86732266f68403251b89982
 # its evidence and warnings is grammars/<family>.spec.json).
 TABLES = {
     'version': 1,
-    'modes': {'default': {'tail': '', 'start': 'content'}},
+    'modes': {'default': {'tail': '', 'start': 'content', 'header': '<|assistant|>\n'}},
     'reasoning': None,
     'content': {'start': '', 'end': '', 'space_before': {'<|end|>': '', '': ''}},
     'end_of_turn': ['<|end|>'],

@@ -42,7 +42,7 @@ TEMPLATE_SHA256 = 'b763247b7f52d0c734cf30d623ee4a4a694bc3619eb89385a154ac5008241
 # its evidence and warnings is grammars/<family>.spec.json).
 TABLES = {
     'version': 1,
-    'modes': {'default': {'tail': '', 'start': 'content'}},
+    'modes': {'default': {'tail': '', 'start': 'content', 'header': '<|im_start|>assistant<|im_sep|>\n'}},
     'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
     'content': {'start': '', 'end': '', 'space_before': {'<|im_end|>': '', '': ''}},
     'end_of_turn': ['<|im_end|>'],

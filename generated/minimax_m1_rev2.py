@@ -42,7 +42,9 @@ TEMPLATE_SHA256 = 'e1790d8fbe1c587e6fc385e2a712363f86faf52ae1fb1fcbfc5ded3eb1fae
 # its evidence and warnings is grammars/<family>.spec.json).
 TABLES = {
     'version': 1,
-    'modes': {'default': {'tail': '', 'start': 'content'}},
+    'modes': {
+        'default': {'tail': '', 'start': 'content', 'header': '<beginning_of_sentence>ai name=assistant\n'},
+    },
     'reasoning': None,
     'content': {'start': '', 'end': '', 'space_before': {'<end_of_sentence>': '', '': ''}},
     'end_of_turn': ['<end_of_sentence>'],

@@ -42,7 +42,9 @@ TEMPLATE_SHA256 = 'b9a9ba69eab1aac7515a446eddc2f20c8c671dce5e09e58cd40c2535df336
 # its evidence and warnings is grammars/<family>.spec.json).
 TABLES = {
     'version': 1,
-    'modes': {'default': {'tail': '', 'start': 'content'}},
+    'modes': {
+        'default': {'tail': '', 'start': 'content', 'header': '<beginning_of_sentence>ai name=MiniMax AI\n'},
+    },
     'reasoning': None,
     'content': {'start': '', 'end': '', 'space_before': {'<end_of_sentence>': '', '': ''}},
     'end_of_turn': ['<end_of_sentence>'],

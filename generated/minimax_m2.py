@@ -47,7 +47,7 @@ TEMPLATE_SHA256 = '967ff7e387676f4b4340585da0585416532f1e6c5ee3f1ede64b2c21ef7ea
 # its evidence and warnings is grammars/<family>.spec.json).
 TABLES = {
     'version': 1,
-    'modes': {'default': {'tail': '<think>\n', 'start': 'reasoning'}},
+    'modes': {'default': {'tail': '<think>\n', 'start': 'reasoning', 'header': ']~b]ai\n'}},
     'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
     'content': {'start': '', 'end': '', 'space_before': {'[e~[': '', '<minimax:tool_call>': '\n', '': ''}},
     'end_of_turn': ['[e~['],

@@ -12,6 +12,8 @@ or parse(text, ...) for a whole output at once (the same result).
 # Generation prompt
 #   mode         set                          prompt ends with                   starts in
 #   default      -                            -                                  content
+#   thinking     thinking_mode='enabled'      '<mm:think>'                       reasoning
+#   no_thinking  thinking_mode='disabled'     '</mm:think>'                      content
 # Reasoning
 #   start          '<mm:think>'
 #   end            '</mm:think>'
@@ -47,7 +49,11 @@ TEMPLATE_SHA256 = '11421244f67553498e5c8112dae02802025bcc4305ec45ad380af95c96f9f
 # its evidence and warnings is grammars/<family>.spec.json).
 TABLES = {
     'version': 1,
-    'modes': {'default': {'tail': '', 'start': 'content'}},
+    'modes': {
+        'default': {'tail': '', 'start': 'content', 'header': ']~b]ai\n'},
+        'thinking': {'tail': '<mm:think>', 'start': 'reasoning', 'header': ']~b]ai\n'},
+        'no_thinking': {'tail': '</mm:think>', 'start': 'content', 'header': ']~b]ai\n'},
+    },
     'reasoning': {'start': '<mm:think>', 'end': '</mm:think>', 'call_ends_reasoning': True},
     'content': {'start': '', 'end': '', 'space_before': {'[e~[': '', ']<]': '', '': ''}},
     'end_of_turn': ['[e~['],

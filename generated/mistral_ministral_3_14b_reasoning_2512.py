@@ -45,7 +45,7 @@ TEMPLATE_SHA256 = '39f03c383413f531fd302c06c7e982ad98c83f0657a8339ae25478ccb81fd
 # its evidence and warnings is grammars/<family>.spec.json).
 TABLES = {
     'version': 1,
-    'modes': {'default': {'tail': '', 'start': 'content'}},
+    'modes': {'default': {'tail': '', 'start': 'content', 'header': '[/INST]'}},
     'reasoning': {'start': '[THINK]', 'end': '[/THINK]', 'call_ends_reasoning': True},
     'content': {'start': '', 'end': '', 'space_before': {'</s>': '', '[TOOL_CALLS]': '', '': ''}},
     'end_of_turn': ['</s>'],

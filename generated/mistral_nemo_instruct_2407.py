@@ -42,7 +42,7 @@ TEMPLATE_SHA256 = 'e4676cb56dffea7782fd3e2b577cfaf1e123537e6ef49b3ec7caa6c095c62
 # its evidence and warnings is grammars/<family>.spec.json).
 TABLES = {
     'version': 1,
-    'modes': {'default': {'tail': '', 'start': 'content'}},
+    'modes': {'default': {'tail': '', 'start': 'content', 'header': '[/INST]'}},
     'reasoning': None,
     'content': {'start': '', 'end': '', 'space_before': {'</s>': '', '': ''}},
     'end_of_turn': ['</s>'],

@@ -42,7 +42,7 @@ TEMPLATE_SHA256 = '5b8f31f11198696548d544dbe424a3c1ef244d00a475f4e1bffb351fda085
 # its evidence and warnings is grammars/<family>.spec.json).
 TABLES = {
     'version': 1,
-    'modes': {'default': {'tail': '', 'start': 'content'}},
+    'modes': {'default': {'tail': '', 'start': 'content', 'header': '[/INST]'}},
     'reasoning': None,
     'content': {'start': '', 'end': '', 'space_before': {'</s>': '', '': ''}},
     'end_of_turn': ['</s>'],

@@ -42,7 +42,9 @@ TEMPLATE_SHA256 = '9fcc72b7c248a72020c81f70bb652f3094d18a750c93ca35dfcb3cf5fe23f
 # its evidence and warnings is grammars/<family>.spec.json).
 TABLES = {
     'version': 1,
-    'modes': {'default': {'tail': '', 'start': 'content'}},
+    'modes': {
+        'default': {'tail': '', 'start': 'content', 'header': '<|im_assistant|>assistant<|im_middle|>'},
+    },
     'reasoning': None,
     'content': {
         'start': '',

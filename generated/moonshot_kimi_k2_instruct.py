@@ -42,7 +42,9 @@ TEMPLATE_SHA256 = '99645b3f43c27dfeef00be0cdbfdde649ef89b3449192b5bb2ff3e7f972d3
 # its evidence and warnings is grammars/<family>.spec.json).
 TABLES = {
     'version': 1,
-    'modes': {'default': {'tail': '', 'start': 'content'}},
+    'modes': {
+        'default': {'tail': '', 'start': 'content', 'header': '<|im_assistant|>assistant<|im_middle|>'},
+    },
     'reasoning': None,
     'content': {
         'start': '',

@@ -42,7 +42,9 @@ TEMPLATE_SHA256 = '1d396d5b128cdb9b2a4ef73434fa08d31c75604a11daa77bcb4b622d32ddd
 # its evidence and warnings is grammars/<family>.spec.json).
 TABLES = {
     'version': 1,
-    'modes': {'default': {'tail': '', 'start': 'content'}},
+    'modes': {
+        'default': {'tail': '', 'start': 'content', 'header': '<|im_assistant|>assistant<|im_middle|>'},
+    },
     'reasoning': None,
     'content': {
         'start': '',

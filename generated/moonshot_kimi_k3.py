@@ -53,7 +53,13 @@ TEMPLATE_SHA256 = '4578103bf225f58d5b7ceb613ccc2ac8fe82b6707b7289211b3d4825e8780
 # its evidence and warnings is grammars/<family>.spec.json).
 TABLES = {
     'version': 1,
-    'modes': {'default': {'tail': '', 'start': 'reasoning'}},
+    'modes': {
+        'default': {
+            'tail': '',
+            'start': 'reasoning',
+            'header': '<|open|>message role="assistant"<|sep|><|open|>think<|sep|>',
+        },
+    },
     'reasoning': {
         'start': '',
         'end': '<|close|>think<|sep|><|open|>response<|sep|>',

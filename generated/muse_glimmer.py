@@ -47,7 +47,7 @@ TEMPLATE_SHA256 = 'cfc67e5f349f37690dfd31ed1f18bc4442a9dd32fe39a648f993cb4eb3cae
 # its evidence and warnings is grammars/<family>.spec.json).
 TABLES = {
     'version': 1,
-    'modes': {'default': {'tail': '', 'start': 'content'}},
+    'modes': {'default': {'tail': '', 'start': 'content', 'header': '<|start|>assistant'}},
     'reasoning': {'start': 'to=self<|message|>', 'end': '<|eom|><|start|>assistant', 'call_ends_reasoning': True},
     'content': {'start': 'to=user<|message|>', 'end': '', 'space_before': {'<|eot|>': '', '': ''}},
     'end_of_turn': ['<|eot|>'],

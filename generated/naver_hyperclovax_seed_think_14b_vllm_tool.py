@@ -12,6 +12,8 @@ or parse(text, ...) for a whole output at once (the same result).
 # Generation prompt
 #   mode         set                          prompt ends with                   starts in
 #   default      -                            -                                  content
+#   force_reasoning=True force_reasoning=True         '/think\n'                         reasoning
+#   skip_reasoning=True skip_reasoning=True          '\n'                               content
 # Reasoning
 #   start          '/think'
 #   end            '<|im_end|>\n<|im_start|>assistant'
@@ -45,7 +47,11 @@ TEMPLATE_SHA256 = 'd692bd40aa44b8abbe08f31bfcc343b14b2a1b4a9bf214c27f7ef8f15b29f
 # its evidence and warnings is grammars/<family>.spec.json).
 TABLES = {
     'version': 1,
-    'modes': {'default': {'tail': '', 'start': 'content'}},
+    'modes': {
+        'default': {'tail': '', 'start': 'content', 'header': '<|im_start|>assistant'},
+        'force_reasoning=True': {'tail': '/think\n', 'start': 'reasoning', 'header': '<|im_start|>assistant'},
+        'skip_reasoning=True': {'tail': '\n', 'start': 'content', 'header': '<|im_start|>assistant'},
+    },
     'reasoning': {'start': '/think', 'end': '<|im_end|>\n<|im_start|>assistant', 'call_ends_reasoning': True},
     'content': {'start': '', 'end': '', 'space_before': {'<|im_end|>': '', '': ''}},
     'end_of_turn': ['<|im_end|>'],

@@ -48,9 +48,21 @@ TEMPLATE_SHA256 = '1b13a386b158bb4033ad9960032530554c47a92d1735c7dfce715efcabf30
 TABLES = {
     'version': 1,
     'modes': {
-        'default': {'tail': '', 'start': 'content'},
-        'thinking': {'tail': '', 'start': 'content'},
-        'no_thinking': {'tail': '<think>\n\n</think>\n\n', 'start': 'content'},
+        'default': {
+            'tail': '',
+            'start': 'content',
+            'header': '<|start_header_id|>assistant<|end_header_id|>\n\n',
+        },
+        'thinking': {
+            'tail': '',
+            'start': 'content',
+            'header': '<|start_header_id|>assistant<|end_header_id|>\n\n',
+        },
+        'no_thinking': {
+            'tail': '<think>\n\n</think>\n\n',
+            'start': 'content',
+            'header': '<|start_header_id|>assistant<|end_header_id|>\n\n',
+        },
     },
     'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
     'content': {'start': '', 'end': '', 'space_before': {'<|eot_id|>': '', '<TOOLCALL>': '', '': ''}},

@@ -48,9 +48,9 @@ TEMPLATE_SHA256 = '52ae8e50fa083e63a0a5726eeffc85502089b82064aceb1bddf0366f7317b
 TABLES = {
     'version': 1,
     'modes': {
-        'default': {'tail': '<think>\n', 'start': 'reasoning'},
-        'thinking': {'tail': '<think>\n', 'start': 'reasoning'},
-        'no_thinking': {'tail': '<think></think>', 'start': 'content'},
+        'default': {'tail': '<think>\n', 'start': 'reasoning', 'header': '<SPECIAL_11>Assistant\n'},
+        'thinking': {'tail': '<think>\n', 'start': 'reasoning', 'header': '<SPECIAL_11>Assistant\n'},
+        'no_thinking': {'tail': '<think></think>', 'start': 'content', 'header': '<SPECIAL_11>Assistant\n'},
     },
     'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
     'content': {'start': '<think>', 'end': '', 'space_before': {'<SPECIAL_12>': '\n', '': '\n'}},

@@ -48,9 +48,9 @@ TEMPLATE_SHA256 = 'a4c9919cbbd4acdd51ccffe22da049264b1b73e59055fa58811a99efbd7c8
 TABLES = {
     'version': 1,
     'modes': {
-        'default': {'tail': '', 'start': 'content'},
-        'thinking': {'tail': '', 'start': 'content'},
-        'no_thinking': {'tail': '', 'start': 'content'},
+        'default': {'tail': '', 'start': 'content', 'header': '<|start|>assistant'},
+        'thinking': {'tail': '', 'start': 'content', 'header': '<|start|>assistant'},
+        'no_thinking': {'tail': '', 'start': 'content', 'header': '<|start|>assistant'},
     },
     'reasoning': {
         'start': '<|channel|>analysis<|message|>',

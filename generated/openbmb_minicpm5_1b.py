@@ -50,9 +50,9 @@ TEMPLATE_SHA256 = '7451a05cf1e28a79d97d7c0bc951028c0b1915119bf9046acd06a0e3d931f
 TABLES = {
     'version': 1,
     'modes': {
-        'default': {'tail': '', 'start': 'content'},
-        'thinking': {'tail': '<think>\n', 'start': 'reasoning'},
-        'no_thinking': {'tail': '<think>\n\n</think>\n\n', 'start': 'content'},
+        'default': {'tail': '', 'start': 'content', 'header': '<|im_start|>assistant\n'},
+        'thinking': {'tail': '<think>\n', 'start': 'reasoning', 'header': '<|im_start|>assistant\n'},
+        'no_thinking': {'tail': '<think>\n\n</think>\n\n', 'start': 'content', 'header': '<|im_start|>assistant\n'},
     },
     'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
     'content': {'start': '', 'end': '', 'space_before': {'<|im_end|>': '', '<function name="': '\n', '': ''}},

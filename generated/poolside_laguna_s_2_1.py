@@ -47,7 +47,7 @@ TEMPLATE_SHA256 = '444819b8ad4612870827ac05b9147fe9e3344d3850cae8c2790898fc51409
 # its evidence and warnings is grammars/<family>.spec.json).
 TABLES = {
     'version': 1,
-    'modes': {'default': {'tail': '', 'start': 'reasoning'}},
+    'modes': {'default': {'tail': '', 'start': 'reasoning', 'header': '<assistant><think>'}},
     'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
     'content': {'start': '', 'end': '', 'space_before': {'</assistant>': '', '<tool_call>': '', '': ''}},
     'end_of_turn': ['</assistant>'],

@@ -50,9 +50,9 @@ TEMPLATE_SHA256 = 'cefcef90515772c003776b3d7db3c088f4e0ee89f8470679b95cf83210dc9
 TABLES = {
     'version': 1,
     'modes': {
-        'default': {'tail': '</think>', 'start': 'content'},
-        'thinking': {'tail': '<think>', 'start': 'reasoning'},
-        'no_thinking': {'tail': '</think>', 'start': 'content'},
+        'default': {'tail': '</think>', 'start': 'content', 'header': '<assistant>\n'},
+        'thinking': {'tail': '<think>', 'start': 'reasoning', 'header': '<assistant>\n'},
+        'no_thinking': {'tail': '</think>', 'start': 'content', 'header': '<assistant>\n'},
     },
     'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
     'content': {'start': '', 'end': '', 'space_before': {'</assistant>': '\n', '<tool_call>': '\n', '': '\n'}},

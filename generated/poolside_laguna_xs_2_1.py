@@ -50,9 +50,9 @@ TEMPLATE_SHA256 = '5f1bf14725b6a0e662678e7ca66d7b347bbaa436b09db038472045aba37da
 TABLES = {
     'version': 1,
     'modes': {
-        'default': {'tail': '</think>', 'start': 'content'},
-        'thinking': {'tail': '<think>', 'start': 'reasoning'},
-        'no_thinking': {'tail': '</think>', 'start': 'content'},
+        'default': {'tail': '</think>', 'start': 'content', 'header': '<assistant>\n'},
+        'thinking': {'tail': '<think>', 'start': 'reasoning', 'header': '<assistant>\n'},
+        'no_thinking': {'tail': '</think>', 'start': 'content', 'header': '<assistant>\n'},
     },
     'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
     'content': {'start': '', 'end': '', 'space_before': {'</assistant>': '\n', '<tool_call>': '\n', '': '\n'}},

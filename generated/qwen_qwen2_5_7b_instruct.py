@@ -42,7 +42,7 @@ TEMPLATE_SHA256 = 'cd8e9439f0570856fd70470bf8889ebd8b5d1107207f67a5efb46e3423305
 # its evidence and warnings is grammars/<family>.spec.json).
 TABLES = {
     'version': 1,
-    'modes': {'default': {'tail': '', 'start': 'content'}},
+    'modes': {'default': {'tail': '', 'start': 'content', 'header': '<|im_start|>assistant\n'}},
     'reasoning': None,
     'content': {'start': '', 'end': '', 'space_before': {'<|im_end|>': '', '<tool_call>': '\n', '': ''}},
     'end_of_turn': ['<|im_end|>'],

@@ -50,9 +50,9 @@ TEMPLATE_SHA256 = 'a4aee8afcf2e0711942cf848899be66016f8d14a889ff9ede07bca099c28f
 TABLES = {
     'version': 1,
     'modes': {
-        'default': {'tail': '', 'start': 'reasoning'},
-        'thinking': {'tail': '', 'start': 'reasoning'},
-        'no_thinking': {'tail': '\n</think>\n\n', 'start': 'content'},
+        'default': {'tail': '', 'start': 'reasoning', 'header': '<|im_start|>assistant\n<think>\n'},
+        'thinking': {'tail': '', 'start': 'reasoning', 'header': '<|im_start|>assistant\n<think>\n'},
+        'no_thinking': {'tail': '\n</think>\n\n', 'start': 'content', 'header': '<|im_start|>assistant\n<think>\n'},
     },
     'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
     'content': {'start': '', 'end': '', 'space_before': {'<|im_end|>': '', '<tool_call>': '\n\n', '': ''}},

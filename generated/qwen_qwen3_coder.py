@@ -44,7 +44,7 @@ TEMPLATE_SHA256 = '5a38bfa05833266240066aedc497decc9b00cc0d3e3b8cceea98cf530196a
 # its evidence and warnings is grammars/<family>.spec.json).
 TABLES = {
     'version': 1,
-    'modes': {'default': {'tail': '', 'start': 'content'}},
+    'modes': {'default': {'tail': '', 'start': 'content', 'header': '<|im_start|>assistant\n'}},
     'reasoning': None,
     'content': {'start': '', 'end': '', 'space_before': {'<|im_end|>': '', '<tool_call>': '\n\n', '': ''}},
     'end_of_turn': ['<|im_end|>'],

@@ -44,7 +44,7 @@ TEMPLATE_SHA256 = 'd287fb2edf144207f868ae1b282755dc19db2a3f1c5b3a3d57e9e5abffa98
 # its evidence and warnings is grammars/<family>.spec.json).
 TABLES = {
     'version': 1,
-    'modes': {'default': {'tail': '', 'start': 'content'}},
+    'modes': {'default': {'tail': '', 'start': 'content', 'header': '<|im_start|>assistant\n'}},
     'reasoning': None,
     'content': {'start': '', 'end': '', 'space_before': {'<|im_end|>': '', '<tool_call>': '\n\n', '': ''}},
     'end_of_turn': ['<|im_end|>'],

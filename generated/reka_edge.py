@@ -48,9 +48,9 @@ TEMPLATE_SHA256 = '546b04dba74993efae8f9da3ba08e29f437f5ac3f4e40b5cb9a4de5901a84
 TABLES = {
     'version': 1,
     'modes': {
-        'default': {'tail': '', 'start': 'content'},
-        'thinking': {'tail': ' <think>\n', 'start': 'reasoning'},
-        'no_thinking': {'tail': '', 'start': 'content'},
+        'default': {'tail': '', 'start': 'content', 'header': 'assistant:'},
+        'thinking': {'tail': ' <think>\n', 'start': 'reasoning', 'header': 'assistant:'},
+        'no_thinking': {'tail': '', 'start': 'content', 'header': 'assistant:'},
     },
     'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
     'content': {'start': '', 'end': '', 'space_before': {'<sep>': '\n\n', '<tool_call>': '\n', '': '\n\n'}},

@@ -11,9 +11,9 @@ or parse(text, ...) for a whole output at once (the same result).
 # The family's protocol, as the probe derived it (`tplparse probe` prints the same report):
 # Generation prompt
 #   mode         set                          prompt ends with                   starts in
-#   default      -                            -                                  reasoning
+#   default      -                            'Here are my reasoning steps:\n'   reasoning
 # Reasoning
-#   start          -
+#   start          'Here are my reasoning steps:'
 #   end            '[BEGIN FINAL RESPONSE]'
 #   in history     yes
 #   a tool call ends open reasoning: yes
@@ -45,8 +45,18 @@ TEMPLATE_SHA256 = 'ac8e6a9ccf8ef0688dbd82bb0cd8da395105da75f7d3076d581c56c3f6046
 # its evidence and warnings is grammars/<family>.spec.json).
 TABLES = {
     'version': 1,
-    'modes': {'default': {'tail': '', 'start': 'reasoning'}},
-    'reasoning': {'start': '', 'end': '[BEGIN FINAL RESPONSE]', 'call_ends_reasoning': True},
+    'modes': {
+        'default': {
+            'tail': 'Here are my reasoning steps:\n',
+            'start': 'reasoning',
+            'header': '\n<|begin_assistant|>\n',
+        },
+    },
+    'reasoning': {
+        'start': 'Here are my reasoning steps:',
+        'end': '[BEGIN FINAL RESPONSE]',
+        'call_ends_reasoning': True,
+    },
     'content': {'start': '', 'end': '', 'space_before': {'<tool_calls>': '\n'}},
     'end_of_turn': ['<|end|>'],
     'tool_calls': {

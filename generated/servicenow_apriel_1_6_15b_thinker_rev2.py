@@ -45,7 +45,13 @@ TEMPLATE_SHA256 = '2f5ce4b3c1e0ab30fc5f204a151aba5ee584615b0aa641afc2d58bcccfe33
 # its evidence and warnings is grammars/<family>.spec.json).
 TABLES = {
     'version': 1,
-    'modes': {'default': {'tail': 'Here are my reasoning steps:\n', 'start': 'reasoning'}},
+    'modes': {
+        'default': {
+            'tail': 'Here are my reasoning steps:\n',
+            'start': 'reasoning',
+            'header': '\n<|begin_assistant|>\n',
+        },
+    },
     'reasoning': {
         'start': 'Here are my reasoning steps:',
         'end': '[BEGIN FINAL RESPONSE]',

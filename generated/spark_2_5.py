@@ -50,9 +50,9 @@ TEMPLATE_SHA256 = 'afea0f7114d5d35b20ad9f44f7dd0782791412b8fcfc1b49e31f27c2da09e
 TABLES = {
     'version': 1,
     'modes': {
-        'default': {'tail': '<think>', 'start': 'reasoning'},
-        'thinking': {'tail': '<think>', 'start': 'reasoning'},
-        'no_thinking': {'tail': '</think>', 'start': 'content'},
+        'default': {'tail': '<think>', 'start': 'reasoning', 'header': '<｜start▁of▁sentence｜><|Bot|>'},
+        'thinking': {'tail': '<think>', 'start': 'reasoning', 'header': '<｜start▁of▁sentence｜><|Bot|>'},
+        'no_thinking': {'tail': '</think>', 'start': 'content', 'header': '<｜start▁of▁sentence｜><|Bot|>'},
     },
     'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
     'content': {'start': '', 'end': '', 'space_before': {'<｜end▁of▁sentence｜>': '', '<tool_call>': '', '': ''}},

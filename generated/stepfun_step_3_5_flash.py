@@ -47,7 +47,7 @@ TEMPLATE_SHA256 = 'b18b99dff7261214c43e0402cba9f573e3240be6f9bb7ccaa54bb8df97e49
 # its evidence and warnings is grammars/<family>.spec.json).
 TABLES = {
     'version': 1,
-    'modes': {'default': {'tail': '', 'start': 'reasoning'}},
+    'modes': {'default': {'tail': '', 'start': 'reasoning', 'header': '<|im_start|>assistant\n<think>\n'}},
     'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
     'content': {'start': '', 'end': '', 'space_before': {'<|im_end|>': '', '<tool_call>': '', '': ''}},
     'end_of_turn': ['<|im_end|>'],

@@ -45,9 +45,9 @@ TEMPLATE_SHA256 = '1fd2305317659f9795e3ac7b71a7373df53a1e90c90be768e79e9a539b326
 TABLES = {
     'version': 1,
     'modes': {
-        'default': {'tail': '', 'start': 'content'},
-        'thinking': {'tail': '', 'start': 'content'},
-        'no_thinking': {'tail': '', 'start': 'content'},
+        'default': {'tail': '', 'start': 'content', 'header': '<|assistant_start|>'},
+        'thinking': {'tail': '', 'start': 'content', 'header': '<|assistant_start|>'},
+        'no_thinking': {'tail': '', 'start': 'content', 'header': '<|assistant_start|>'},
     },
     'reasoning': None,
     'content': {'start': '', 'end': '', 'space_before': {'<|tools_prefix|>': ''}},

@@ -45,9 +45,9 @@ TEMPLATE_SHA256 = 'dea688e9f24a339a0d2504f6840852adbcedb082373172a0b82ca2c559967
 TABLES = {
     'version': 1,
     'modes': {
-        'default': {'tail': '', 'start': 'content'},
-        'thinking': {'tail': '', 'start': 'content'},
-        'no_thinking': {'tail': '', 'start': 'content'},
+        'default': {'tail': '', 'start': 'content', 'header': '<|assistant_start|>'},
+        'thinking': {'tail': '', 'start': 'content', 'header': '<|assistant_start|>'},
+        'no_thinking': {'tail': '', 'start': 'content', 'header': '<|assistant_start|>'},
     },
     'reasoning': None,
     'content': {'start': '', 'end': '', 'space_before': {'<|tools_prefix|>': ''}},

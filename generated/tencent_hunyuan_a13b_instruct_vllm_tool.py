@@ -13,9 +13,12 @@ or parse(text, ...) for a whole output at once (the same result).
 #   mode         set                          prompt ends with                   starts in
 #   default      -                            -                                  content
 #   thinking     enable_thinking=True         -                                  content
-#   no_thinking  enable_thinking=False        -                                  content
+#   no_thinking  enable_thinking=False        '<think>\n\n</think>\n'            content
 # Reasoning
-#   none found
+#   start          '<think>'
+#   end            '</think>'
+#   in history     no (the template drops it)
+#   a tool call ends open reasoning: yes
 # Content
 #   wrapper        '助手：' … -
 # Tool calls
@@ -45,11 +48,11 @@ TEMPLATE_SHA256 = '05d3f879ab20407534faf2ad9e6fc714120b51f5931d53d5f376314b63165
 TABLES = {
     'version': 1,
     'modes': {
-        'default': {'tail': '', 'start': 'content'},
-        'thinking': {'tail': '', 'start': 'content'},
-        'no_thinking': {'tail': '', 'start': 'content'},
+        'default': {'tail': '', 'start': 'content', 'header': '<|extra_0|>'},
+        'thinking': {'tail': '', 'start': 'content', 'header': '<|extra_0|>'},
+        'no_thinking': {'tail': '<think>\n\n</think>\n', 'start': 'content', 'header': '<|extra_0|>'},
     },
-    'reasoning': None,
+    'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
     'content': {'start': '助手：', 'end': '', 'space_before': {'<|eos|>': '', '<tool_calls>': '', '': ''}},
     'end_of_turn': ['<|eos|>'],
     'tool_calls': {

@@ -1715,17 +1715,38 @@ class Protocol:
         if not self.reasoning_end:
             return CONTENT
         if generation_prompt is not None:
-            tail = generation_prompt.rstrip()
+            prompt = generation_prompt.rstrip()
+            known = self._mode_ending(prompt)
+            if known is not None:
+                return known
+            tail = self._after_the_header(prompt)
             closed = tail.rfind(self.reasoning_end)
             opened = tail.rfind(self.reasoning_start) if self.reasoning_start else -1
-            for mode in self.modes.values():
-                if mode["tail"].strip() and tail.endswith(mode["tail"].strip()):
-                    return mode["start"]
             if opened > closed:
                 return REASONING
             if closed != -1 and closed >= opened:
                 return CONTENT
         return self.modes["default"]["start"]
+
+    def _mode_ending(self, prompt):
+        """The start state of the mode whose generation prompt (header and tail) the prompt ends
+        with, the longest such ending; None when none does, or two such modes disagree."""
+        found, length = set(), 0
+        for mode in self.modes.values():
+            ending = (mode.get("header", "") + mode["tail"]).rstrip()
+            if not ending.strip() or not prompt.endswith(ending) or len(ending) < length:
+                continue
+            if len(ending) > length:
+                found, length = set(), len(ending)
+            found.add(mode["start"])
+        return found.pop() if len(found) == 1 else None
+
+    def _after_the_header(self, prompt):
+        """The prompt after the last assistant header the generation prompt writes (what came
+        before it, a system prompt that names the markers, is not the output's state)."""
+        at = max((prompt.rfind(h) + len(h) for h in {m.get("header", "").strip() for m in self.modes.values()}
+                  if h and h in prompt), default=0)
+        return prompt[at:]
 
 
 # --- output (tplparse/runtime/output.py) ----------------------------------------------
@@ -2431,12 +2452,16 @@ class Rules:
         """root, in the generic form: an optional reasoning block, then content and calls."""
         p = self._p
         if self._state == CONTENT and self._reasoning_ended_at is None and p.reasoning_start and p.reasoning_end:
-            # An optional reasoning block first (the model opens it itself).
+            # An optional reasoning block first (the model opens it itself), or its end alone:
+            # an empty block (a template that asks for reasoning by instruction writes the end
+            # marker before an answer without it).
             yield from self._skip_ws()
-            yield from self._need(len(p.reasoning_start))
+            yield from self._need(max(len(p.reasoning_start), len(p.reasoning_end)))
             if self._text.startswith(p.reasoning_start, self._pos):
                 self._pos += len(p.reasoning_start)
                 self._state = REASONING
+            elif self._text.startswith(p.reasoning_end, self._pos):
+                self._pos += len(p.reasoning_end)
         elif self._state == REASONING and p.reasoning_start:
             # The prompt opened the block and the model opens it again: its opener is
             # absorbed, not reasoning (a tolerance: the template never writes it twice).
@@ -2480,7 +2505,8 @@ class Rules:
         return False
 
     def _reasoning_block(self):
-        """reasoning-text, up to its end marker (or a call opener, by policy)."""
+        """reasoning-text, up to its end marker (or a call opener, by policy: a call inside
+        open reasoning ends it, unless the reasoning closes after it, when it was quoted)."""
         p = self._p
         stops = [p.reasoning_end] + list(p.end_of_turn)
         if p.opener and p.call_ends_reasoning:
@@ -2488,10 +2514,32 @@ class Rules:
             if p.bare_opener:
                 stops.append(p.bare_opener)
         stop = yield from self._text_until(stops, self._reasoning_text)
+        while stop is not None and stop in (p.opener, p.bare_opener) and (yield from self._closes_later(self._pos)):
+            self._emit_text(self._reasoning_text, stop)  # (a call the reasoning quotes: reasoning)
+            self._pos += len(stop)
+            stop = yield from self._text_until(stops, self._reasoning_text)
         if stop == p.reasoning_end:
             self._pos += len(stop)
             self._state = CONTENT
         return stop
+
+    def _closes_later(self, start):
+        """Whether the reasoning block closes after `start` (where a call opens inside it): its
+        end marker comes before the turn ends. Decided only when the output tells, by that
+        marker, the turn's end or the output's; until then nothing from `start` on goes out."""
+        p = self._p
+        stops = [p.reasoning_end] + [m for m in p.end_of_turn if m]
+        find = first_of(stops)
+        searched = start
+        while True:
+            found = find(self._text, searched)
+            if found is not None:
+                return found.group() == p.reasoning_end
+            if self._eof:
+                return False
+            searched = max(start, len(self._text) - max(len(s) for s in stops) + 1)
+            self._quiet = waker("".join(sorted({s[-1] for s in stops})))
+            yield
 
     def _content(self):
         """content-text (tool-calls content-text?)* end-of-turn?"""
@@ -2500,6 +2548,8 @@ class Rules:
         if p.bare_opener:
             stops.append(p.bare_opener)
         stops += p.wrappers
+        if p.opener and not p.section_start.strip():
+            stops += p.call_heads_by_key  # (a call that is a JSON object, opened by another of its keys)
         if p.content_start:
             yield from self._skip_ws()
             yield from self._need(len(p.content_start))

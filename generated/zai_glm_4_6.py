@@ -50,9 +50,9 @@ TEMPLATE_SHA256 = '8804f445c761b9f259e3c1126a579d481a22ca09b2a3d32bcc4eb91bc36e0
 TABLES = {
     'version': 1,
     'modes': {
-        'default': {'tail': '', 'start': 'content'},
-        'thinking': {'tail': '', 'start': 'content'},
-        'no_thinking': {'tail': '\n<think></think>', 'start': 'content'},
+        'default': {'tail': '', 'start': 'content', 'header': '<|assistant|>'},
+        'thinking': {'tail': '', 'start': 'content', 'header': '<|assistant|>'},
+        'no_thinking': {'tail': '\n<think></think>', 'start': 'content', 'header': '<|assistant|>'},
     },
     'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True},
     'content': {'start': '', 'end': '', 'space_before': {'<tool_call>': '\n'}},

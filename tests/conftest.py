@@ -58,11 +58,13 @@ def corpus_templates() -> list[Path]:
 PROOF = "the compile's proof"  # tests/test_proof.py: every standard turn reads back
 TOLERATED = "the proof's tolerated forms"  # tests/test_proof.py: the deviated forms read back too
 RERENDER = "the spec re-renders the template's turns"  # tests/test_probe.py
-GRAMMAR = "the grammars read back the renders"  # tests/test_grammars.py
+GRAMMAR = "the grammars read back the renders"  # tests/test_grammars.py, tests/test_lark.py
 ROUND_TRIP = "the parser reads the renders in every chunking"  # tests/test_stream.py
 DEVIATIONS = "the deviated forms read as the render"  # tests/test_tolerance.py
 ARGUMENTS = "arguments stream before the call is complete"  # tests/test_argument_streaming.py
+KV_FOLLOWS = "what follows a key/value argument reads the same in every chunking"  # tests/test_argument_streaming.py
 UNKNOWN_TOOLS = "calls of tools not offered are refused"  # tests/test_hardening.py
+CUT = "a stream cut inside a call is truncated"  # tests/test_hardening.py
 RESPONSE_TEMPLATE = "transformers' response parser reads the renders as tplparse does"  # test_response_template.py
 PROMPT_START = "transformers' response parser starts where the prompt leaves the output"  # test_response_template.py
 
@@ -79,27 +81,11 @@ class NotYetProved:
 # until it is taken off the list), the whole-corpus tests expect exactly these gaps, and the
 # property tests draw from the other templates. Issue #29 empties this list.
 NOT_YET_PROVED: dict[str, NotYetProved] = {
-    "Meta-Llama-4-json-vllm-tool": NotYetProved(
-        "#29 class 8: the generation prompt writes a newline before the assistant header that a content turn's "
-        "render does not, so the probe reads the header as content's wrapper; after the real prompt a JSON call "
-        "object in another key order is not read",
-        frozenset({TOLERATED, DEVIATIONS})),
-    "Moonshot-Kimi-K2.5-style-kite1.0": NotYetProved(
-        "#29 class 6: the template writes a call's name only through its id (tool_call.id, expected as "
-        "functions.NAME:INDEX); the probe does not derive the id slot's structure",
-        frozenset({PROOF, RERENDER, GRAMMAR, ROUND_TRIP, DEVIATIONS, RESPONSE_TEMPLATE})),
-    "NVIDIA-Nemotron-3-Ultra": NotYetProved(
-        "#29 class 1: the assistant header ends with the reasoning opener and the prompt adds only a newline; the "
-        "start state is read from the prompt's tail alone, so the output is read as content",
-        frozenset({PROOF, GRAMMAR, ROUND_TRIP, DEVIATIONS, RESPONSE_TEMPLATE, PROMPT_START})),
-    "Qwen-Qwen3.5-2B-nothink": NotYetProved(
-        "#29 class 1: thinking is off by default (the prompt closes the block); the reasoning turns are read after "
-        "the default prompt, not after the thinking mode's prompt that opens the block",
-        frozenset({PROOF, GRAMMAR, ROUND_TRIP, DEVIATIONS})),
     "TeamACE-ToolACE-8B-vllm-tool": NotYetProved(
-        "#29 class 10: a bare pythonic list whose string values the template writes unquoted ('%s'|format): no "
-        "value encoding reads them",
-        frozenset({PROOF, RERENDER, GRAMMAR, ROUND_TRIP, DEVIATIONS, ARGUMENTS, UNKNOWN_TOOLS})),
+        "#29 class 10: a bare pythonic list whose string values the template writes unquoted ('%s'|format) beside "
+        "Python literals of the other types: the parser reads a value of one shared layout as raw text up to the "
+        "separator, so an object value (which holds the separator) or the call's closing bracket ends it early",
+        frozenset({PROOF, GRAMMAR, ROUND_TRIP, DEVIATIONS, KV_FOLLOWS, UNKNOWN_TOOLS, CUT})),
 }
 
 

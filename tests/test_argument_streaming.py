@@ -18,7 +18,7 @@ from tplparse.bridge import compile_in_memory
 from tplparse.check.outputs import STANDARD_TOOLS, model_outputs
 from tplparse.spec import ArgumentStyle
 
-from conftest import ARGUMENTS, CORPUS, EXAMPLES, corpus_ids, corpus_stems, corpus_templates, examples, needs_corpus
+from conftest import ARGUMENTS, CORPUS, KV_FOLLOWS, EXAMPLES, corpus_ids, corpus_stems, corpus_templates, examples, needs_corpus
 from test_stream import check_deltas_add_up, joined
 
 CHATML = EXAMPLES / "chatml-think-tools.gguf"
@@ -501,7 +501,7 @@ def _kv_outputs(spec):
 
 
 @needs_corpus
-@pytest.mark.parametrize("stem", [p.stem for p in TEMPLATES], ids=corpus_ids(TEMPLATES))
+@pytest.mark.parametrize("stem", corpus_stems(KV_FOLLOWS))
 def test_what_follows_a_key_value_argument_reads_the_same_in_every_chunking(stem):
     """After a key/value argument's value, feed() keeps chunks without resuming the parse while
     they go on as the template's next text (one wait, not one per literal): whatever the output

@@ -89,7 +89,7 @@ BAD_INPUTS = {
     "jinja syntax error": (lambda t: _write(t, "t.jinja", b"a\nb\n{% if x %}never closed"), "info",
                            r"t, line 3: Jinja syntax error: Unexpected end of template"),
     "template raises": (lambda t: _write(t, "t.jinja", b"{{ raise_exception('no system role') }}"), "render",
-                        r"t, line 1: the template raised an exception: no system role"),
+                        r"t, line 1: the template raised an exception: 'no system role'"),
 }
 
 

@@ -25,7 +25,7 @@ from tplparse.check.reference import ReferenceParser
 from tplparse.errors import InputError
 from tplparse.pipeline import write_text_atomically
 
-from conftest import EXAMPLES, TPLPARSE, UNKNOWN_TOOLS, corpus_ids, corpus_stems, corpus_templates, examples, needs_corpus, run_cli
+from conftest import CUT, EXAMPLES, TPLPARSE, UNKNOWN_TOOLS, corpus_ids, corpus_stems, corpus_templates, examples, needs_corpus, run_cli
 
 CHATML_GGUF = EXAMPLES / "chatml-think-tools.gguf"
 CHATML_JINJA = EXAMPLES / "templates" / "chatml-think-tools.jinja"
@@ -157,7 +157,7 @@ def test_every_family_refuses_calls_of_tools_not_offered(compiled, stem):
 
 
 @needs_corpus
-@pytest.mark.parametrize("stem", [p.stem for p in TEMPLATES], ids=corpus_ids(TEMPLATES))
+@pytest.mark.parametrize("stem", corpus_stems(CUT))
 def test_a_stream_cut_inside_a_call_is_truncated(compiled, stem):
     """Every cut from the first call's name to the end of the turn: the output is a prefix of a
     valid turn, so "not enough input yet" is the only thing wrong with it; no cut may read as

@@ -25,7 +25,7 @@ from tplparse.grammar.json_schema import add_schema
 from tplparse.probe import probe
 from tplparse.probe.conversations import Call, Turn
 
-from conftest import EXAMPLES, corpus_ids, corpus_templates, examples, needs_corpus
+from conftest import EXAMPLES, GRAMMAR, corpus_ids, corpus_stems, corpus_templates, examples, needs_corpus
 from corpus_outputs import outputs
 from test_grammars import CALLS, SCHEMA_TABLE, TOOL
 
@@ -39,7 +39,7 @@ def corpus():
 
 
 @needs_corpus
-@pytest.mark.parametrize("stem", [p.stem for p in TEMPLATES], ids=corpus_ids(TEMPLATES))
+@pytest.mark.parametrize("stem", corpus_stems(GRAMMAR))
 def test_corpus_lark_grammars_read_back_the_templates_renders(corpus, stem):
     template, spec = corpus[stem]
     checker = llguidance_check.LarkChecker(template.control_tokens)

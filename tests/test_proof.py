@@ -224,11 +224,15 @@ def test_a_section_start_that_is_only_whitespace():
 def test_a_generation_prompt_written_whatever_add_generation_prompt_says():
     """Command R7B rev2 always ends with <|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|> (and an empty
     thinking block unless thinking is on): that trailer is its generation prompt."""
-    _, spec, found = corpus_outputs("Cohere-Command-R7B-12-2024-tool_use-rev2")
+    template, spec, found = corpus_outputs("Cohere-Command-R7B-12-2024-tool_use-rev2")
     assert spec.modes["default"].tail == "<|START_THINKING|><|END_THINKING|>"
     assert spec.modes["thinking"].tail == "" and spec.end_of_turn[0] == "<|END_OF_TURN_TOKEN|>"
-    # the turn is read after the header: its own thinking block, then the calls
-    assert found["reasoning+call"].text.startswith("<|START_THINKING|>A currency conversion is needed.<|END_THINKING|>")
+    # After the default prompt (the block closed) no turn writes a block of its own; after
+    # the thinking prompt the turn is read after the header: its own block, then the calls.
+    assert "reasoning+call" not in found
+    thinking = {o.turn: o for o in model_outputs(template, spec, mode="thinking")}
+    assert thinking["reasoning+call"].text.startswith(
+        "<|START_THINKING|>A currency conversion is needed.<|END_THINKING|>")
 
 
 @needs_corpus

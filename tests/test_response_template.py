@@ -6,22 +6,30 @@ tokenizer carrying it (`response_template`, as tokenizer_config.json gives it) p
 standard turn's model output (tests/corpus_outputs.py: the template's own renders) one-shot
 (`tokenizer.parse_response`) and streamed in chunks of 1, 3 and 7 characters
 (`tokenizer.get_response_parser` … `feed` … `finalize`), and must read the message tplparse's
-parser reads. Where it refuses, the CLI exits 2 with one line naming the construct.
-transformers' response parsing needs no torch.
+parser reads: as rendered, without its end-of-turn marker, and with the template's next turn
+after the marker. Where it refuses (a construct the format cannot express, or a family whose
+own parser does not read its renders back, which the CLI does not export), the CLI exits 2
+with one line naming why. transformers' response parsing needs no torch.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import re
+from dataclasses import dataclass
 from functools import lru_cache
+from importlib import metadata
 
 import pytest
 
 import tplparse
+from tplparse.check.proof import prove
 from tplparse.export import CannotExport, response_template
+from tplparse.export.response_template import (AFTER_END_OF_TURN, TRANSFORMERS_SINCE, transformers_features,
+                                               transformers_needed)
 from tplparse.probe import PLACEHOLDER_TOKENS, probe, standard_turns
-from tplparse.probe.conversations import FRESH, SHAPES, ShapedRenderer, tool_definition
+from tplparse.probe.conversations import FRESH, ShapedRenderer, tool_definition
 from tplparse.spec import ProtocolSpec, Start
 
 from tplparse.grammar.reading import cut_at_end
@@ -65,26 +73,48 @@ def tokenizer(template_dict: dict | None):
                                                 response_template=template_dict)
 
 
+@dataclass(frozen=True)
+class Refused:
+    """Why `tplparse export response-template` refuses a family: `construct` for the table,
+    `said` what its one line of error must say, `message` the whole reason."""
+
+    construct: str
+    said: str
+    message: str
+
+    def __str__(self) -> str:
+        return self.message
+
+
 @lru_cache(maxsize=None)
 def family(path):
-    """(template, spec, the export or the CannotExport it raised)."""
+    """(template, spec, the export or the Refused saying why not). As the CLI: a family whose
+    parser does not read its renders back is not exported (the CLI's proof also checks the
+    grammars, which say nothing of reading an output: left out here, for time)."""
     template = tplparse.load(path)
     spec = probe(template)
+    proof = prove(template, spec, grammars=False)
+    if not proof.ok:
+        said = f"the parser does not read back the {proof.unproved[0].turn!r} turn" if proof.turns else proof.error
+        return template, spec, Refused("its own parser does not read its renders back (not proved)", said, said)
     try:
         exported = response_template(spec)
     except CannotExport as e:
-        exported = e
+        exported = Refused(e.construct, e.construct, str(e))
     return template, spec, exported
+
+
+def renderer_of(template, spec: ProtocolSpec) -> ShapedRenderer:
+    """The renderer, shape and placeholder tokens the outputs were rendered with."""
+    template = template.with_tokens(**{k: v for k, v in PLACEHOLDER_TOKENS.items() if k not in template.named_tokens})
+    return ShapedRenderer.for_label(template, [tool_definition(n, [FRESH.key1, FRESH.key2]) for n in FRESH.names],
+                                    spec.shape)
 
 
 def generation_prompts(template, spec: ProtocolSpec) -> dict[str, str]:
     """mode name -> the prompt the template writes for the probe's user message in that mode
     (the same renderer and shape the outputs were rendered with)."""
-    template = template.with_tokens(**{k: v for k, v in PLACEHOLDER_TOKENS.items() if k not in template.named_tokens})
-    label = spec.shape.partition(", reasoning as thinking blocks")[0]
-    renderer = ShapedRenderer(template, [tool_definition(n, [FRESH.key1, FRESH.key2]) for n in FRESH.names],
-                              shape=next((s for s in SHAPES if s.label == label), None),
-                              reasoning_blocks=spec.shape.endswith("thinking blocks"))
+    renderer = renderer_of(template, spec)
     turn = next(iter(standard_turns().values()))
     prompts = {}
     for name, mode in spec.modes.items():
@@ -127,11 +157,17 @@ def read_with_transformers(tok, text: str, prefix: str, chunk: int | None) -> di
     """The message transformers reads from `text`: one-shot, or fed `chunk` characters at a time."""
     if chunk is None:
         return transformers_message(tok.parse_response(text, prefix=prefix, tools=FRESH_TOOLS))
+    return transformers_message(streamed(tok, text, prefix, chunk)[0])
+
+
+def streamed(tok, text: str, prefix: str, chunk: int) -> tuple[dict, list[dict]]:
+    """transformers' message and events, `text` fed `chunk` characters at a time."""
     parser = tok.get_response_parser(prefix=prefix, tools=FRESH_TOOLS)
+    events = list(parser.initial_events)
     for i in range(0, len(text), chunk):
-        parser.feed(text[i:i + chunk])
-    message, _ = parser.finalize()
-    return transformers_message(message)
+        events += parser.feed(text[i:i + chunk])
+    message, last = parser.finalize()
+    return message, events + last
 
 
 # --- every family: read back, or refused by name -----------------------------------------
@@ -140,12 +176,12 @@ def read_with_transformers(tok, text: str, prefix: str, chunk: int | None) -> di
 @pytest.mark.parametrize("path", marked_sources(SOURCES, RESPONSE_TEMPLATE, label))
 def test_transformers_reads_the_renders_as_tplparse_does(path):
     template, spec, exported = family(path)
-    if isinstance(exported, CannotExport):
+    if isinstance(exported, Refused):
         result = run_cli("export", "response-template", path)
         assert result.returncode == 2, result.stdout + result.stderr
         assert result.stdout == ""
         assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr, result.stderr
-        assert exported.construct in result.stderr, result.stderr
+        assert exported.said in result.stderr, result.stderr
         return
     found = outputs(template, spec)
     assert found, f"{path.stem}: the template renders no standard turn"
@@ -162,13 +198,75 @@ def test_transformers_reads_the_renders_as_tplparse_does(path):
             assert got == expected, f"{path.stem}, {output.turn} ({how}): {output.text!r}"
 
 
+def exporting() -> list:
+    return [p for p in SOURCES if isinstance(family(p)[2], dict)]
+
+
+def exporting_where(condition) -> list:
+    return [p for p in exporting() if condition(*family(p))]
+
+
+def next_turn(template, spec: ProtocolSpec) -> str:
+    """What the template writes after an assistant turn's end-of-turn marker when the
+    conversation goes on (its render of [user, the content turn, another user message], from
+    the turn's first end marker after its content): what follows the marker when a model runs
+    on past it, or an engine does not stop there (a Llama-3 header, another eos)."""
+    turn = standard_turns()["content"]
+    followed = renderer_of(template, spec).render_followed(FRESH.user, turn, "And to pounds?")
+    assert followed is not None, f"{spec.family}: the template does not render a conversation that goes on"
+    after = followed.index(turn.content) + len(turn.content)
+    at, marker = min((followed.find(m, after), m) for m in spec.end_of_turn if m.strip() and m in followed[after:])
+    return followed[at + len(marker):]
+
+
+def around_the_end(spec: ProtocolSpec, text: str, following: str) -> dict[str, str]:
+    """A rendered output as engines give it: without its end-of-turn marker (the stop token
+    stripped), with it, and with the template's next turn after it. (The render ends at its
+    first marker; one that writes none gets the spec's first.)"""
+    ends = sorted((m for m in spec.end_of_turn if m.strip()), key=len, reverse=True)
+    marker = next((m for m in ends if text.endswith(m)), None)
+    bare = text[:len(text) - len(marker)] if marker else text
+    marked = bare + (marker or next(m for m in spec.end_of_turn if m.strip()))
+    return {"without the end marker": bare, "with it": marked, "with the next turn after it": marked + following}
+
+
+@pytest.mark.parametrize("path", exporting(), ids=[label(p) for p in exporting()])
+def test_the_end_of_turn_ends_the_message_with_or_without_its_marker(path):
+    """Each render without its end-of-turn marker, with it, and with the template's own next
+    turn after it (HyperCLOVAX's `<|endofturn|>`, a Llama-3 header, Mistral's `[INST]`): tplparse's
+    parser reads the three alike (the message ends at the marker; the text after it is reported,
+    not read), and transformers reads each as tplparse does. The text after the marker streams
+    under the field that takes it, whole, and no field of the message holds any of it."""
+    template, spec, exported = family(path)
+    tok, parser = tokenizer(exported), parser_module(spec, template.special_tokens)
+    prompts, following = generation_prompts(template, spec), next_turn(template, spec)
+    assert following.strip(), f"{path.stem}: the template writes nothing after an assistant turn"
+    for output in outputs(template, spec):
+        prefix = prefix_for(spec, prompts, output.start)
+        variants = around_the_end(spec, output.text, following)
+        read = {how: parser.parse(text, tools=FRESH_TOOLS, start=output.start) for how, text in variants.items()}
+        expected = tplparse_message(read["with it"])
+        assert {how: tplparse_message(m) for how, m in read.items()} == dict.fromkeys(variants, expected), output.turn
+        assert [e["kind"] for e in read["with the next turn after it"]["errors"]] == ["text_after_end_of_turn"]
+        for how, text in variants.items():
+            if text == output.text:
+                continue  # (as rendered: test_transformers_reads_the_renders_as_tplparse_does)
+            for chunk in (None, *CHUNKS):
+                got = read_with_transformers(tok, text, prefix, chunk)
+                mode = "one-shot" if chunk is None else f"streamed in chunks of {chunk}"
+                assert got == expected, f"{path.stem}, {output.turn} {how} ({mode}): {text!r}"
+        _, events = streamed(tok, variants["with the next turn after it"], prefix, 7)
+        after = "".join(e["text"] for e in events if e["type"] == "region_chunk" and e["field"] == AFTER_END_OF_TURN)
+        assert after == following, f"{path.stem}, {output.turn}"
+
+
 @pytest.mark.parametrize("path", marked_sources(SOURCES, PROMPT_START, label))
 def test_the_output_starts_where_the_prompt_leaves_it(path):
     """Each mode's real generation prompt, as the prefix: transformers starts the output where
     tplparse's parser, given the same prompt, starts it (inside reasoning, or in content),
     and reads nothing of the prompt's history (its calls and reasoning) into the message."""
     template, spec, exported = family(path)
-    if isinstance(exported, CannotExport):
+    if isinstance(exported, Refused):
         pytest.skip(f"not exported: {exported}")
     tok, parser = tokenizer(exported), parser_module(spec, template.special_tokens)
     ends = [m for m in spec.end_of_turn if m.strip()]
@@ -225,6 +323,8 @@ def test_the_cli_prints_the_export_and_tokenizer_config_carries_it(tmp_path):
     assert printed.returncode == 0, printed.stderr
     template, spec, exported = family(source)
     assert json.loads(printed.stdout) == exported
+    assert printed.stderr == ("tplparse: this response_template needs transformers >= 5.16.0 (join, transform "
+                              "paths: 5.16.0; response_template, text, json: 5.13.0)\n"), printed.stderr
     out = tmp_path / "response_template.json"
     written = run_cli("export", "response-template", source, "-o", out)
     assert written.returncode == 0 and written.stdout == f"wrote {out}\n", written.stderr
@@ -261,6 +361,87 @@ def test_a_construct_the_format_cannot_express_is_exit_2_naming_it(tmp_path):
     if harmony.is_file():
         result = run_cli("export", "response-template", harmony)
         assert result.returncode == 2 and "cannot express channel messages" in result.stderr, result.stderr
+
+
+# --- the transformers release an export needs ---------------------------------------------
+
+
+def test_the_installed_transformers_reads_every_feature_the_exports_use():
+    """The recorded releases against the transformers installed here, which every test above
+    parses with: it is at least each of them, and its parser has each content parser the table
+    names. Every export's features are rows of the table (the exporter raises on one that is
+    not), its need is the latest of theirs, and, on the corpus, every row is used."""
+    from transformers.utils.chat_parsing.content_parsers import CONTENT_PARSERS
+
+    installed = metadata.version("transformers")
+    parsers = {"text", "json", "xml-inline", "python-call-list"}
+    assert parsers <= TRANSFORMERS_SINCE.keys() and parsers <= CONTENT_PARSERS.keys()
+    used = set()
+    for path in exporting():
+        features = transformers_features(family(path)[2])
+        assert transformers_needed(family(path)[2]) == max(features.values(), key=release)
+        used |= features.keys()
+    assert {f: since for f, since in TRANSFORMERS_SINCE.items() if release(installed) < release(since)} == {}, installed
+    if corpus_templates():
+        assert used == TRANSFORMERS_SINCE.keys()
+
+
+def release(version: str) -> tuple[int, ...]:
+    """A release's numbers (5.24.0 -> (5, 24, 0); a dev or rc build's as its release's)."""
+    return tuple(int(n) for n in re.match(r"\d+(?:\.\d+)*", version).group().split("."))
+
+
+def release_before(version: str) -> str:
+    """The minor release before `version` (5.16.0 -> 5.15.0)."""
+    major, minor = release(version)[:2]
+    return f"{major}.{minor - 1}.0"
+
+
+def python_call_list_source():
+    """A family whose export reads calls with python-call-list (the latest need), or else an example."""
+    path = CORPUS / "LiquidAI-LFM2.5-8B-A1B.jinja"
+    return path if path.is_file() and isinstance(family(path)[2], dict) else EXAMPLES / "chatml-think-tools.gguf"
+
+
+def test_an_older_transformers_target_is_exit_2_naming_what_it_lacks(tmp_path):
+    """`--transformers VERSION` older than the export needs: one line naming each feature that
+    release lacks and the release that first reads it, and nothing written. The release it
+    needs exports; a version that is no release number is exit 2 too."""
+    source = python_call_list_source()
+    exported = family(source)[2]
+    needed = transformers_needed(exported)
+    out = tmp_path / "response_template.json"
+    result = run_cli("export", "response-template", source, "-o", out, "--transformers", release_before(needed))
+    assert result.returncode == 2 and result.stdout == "" and not out.exists(), result.stdout + result.stderr
+    lacks = [f for f, since in transformers_features(exported).items() if since == needed]
+    assert result.stderr.startswith(f"tplparse: error: transformers {release_before(needed)} cannot read this "
+                                    f"response_template ({lacks[0]} needs {needed}") and \
+        result.stderr.count("\n") == 1, result.stderr
+    result = run_cli("export", "response-template", source, "-o", out, "--transformers", needed)
+    assert result.returncode == 0 and json.loads(out.read_text(encoding="utf-8")) == exported, result.stderr
+    assert f"needs transformers >= {needed} (" in result.stderr and "warning" not in result.stderr, result.stderr
+    result = run_cli("export", "response-template", source, "--transformers", "five")
+    assert result.returncode == 2 and result.stdout == "" and result.stderr == \
+        "tplparse: error: transformers 'five': not a release number (as 5.16.0)\n", result.stderr
+
+
+def test_an_older_installed_transformers_is_a_warning(tmp_path, monkeypatch):
+    """No --transformers: the installed release is checked, and one older than the export needs
+    is a warning (the file is often parsed on another machine), the export written anyway.
+    An older install is stood in for by its metadata, first on the path."""
+    source = python_call_list_source()
+    exported = family(source)[2]
+    older = release_before(transformers_needed(exported))
+    dist = tmp_path / "site" / f"transformers-{older}.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: transformers\nVersion: {older}\n", encoding="utf-8")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site"))
+    result = run_cli("export", "response-template", source)
+    assert result.returncode == 0 and json.loads(result.stdout) == exported, result.stderr
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("tplparse: warning: ")]
+    assert warnings == [f"tplparse: warning: the installed transformers {older} cannot read it "
+                        f"({', '.join(f'{f} needs {s}' for f, s in transformers_features(exported).items() if release(s) > release(older))}): "
+                        f"parse it with transformers >= {transformers_needed(exported)}"], result.stderr
 
 
 # --- markers are data, never regex ---------------------------------------------------------
@@ -307,14 +488,6 @@ def test_markers_with_regex_characters_are_matched_as_written():
 #
 # Each compares transformers (one-shot, and streamed in chunks of 1, 3 and 7) with tplparse's
 # parser, the reference, for every exporting family where the construct applies.
-
-
-def exporting() -> list:
-    return [p for p in SOURCES if isinstance(family(p)[2], dict)]
-
-
-def exporting_where(condition) -> list:
-    return [p for p in exporting() if condition(*family(p))]
 
 
 def calls_section(spec: ProtocolSpec, arguments: dict | None = None) -> str:
@@ -394,6 +567,21 @@ def test_content_with_brackets_and_markers_read_as_text(path):
     _, spec, _ = family(path)
     message = assert_read_alike(path, content(spec, "Use [1, 2] or x[0].") + end_of_turn(spec))
     assert message["content"] == "Use [1, 2] or x[0].", message
+
+
+def _wrapped_content(template, spec, exported) -> bool:
+    return bool(spec.content_start.strip() and spec.content_end.strip())
+
+
+@pytest.mark.parametrize("path", exporting_where(_wrapped_content), ids=[label(p) for p in exporting_where(_wrapped_content)])
+def test_wrapped_content_the_turn_ends_without_closing(path):
+    """Content in its wrapper, the turn ended before the wrapper's end (Cohere's
+    `<|START_RESPONSE|>The answer.<|END_OF_TURN_TOKEN|>`), and the next turn after it: the end
+    of turn ends the content there (transformers kept the marker, and the next turn, in it)."""
+    template, spec, _ = family(path)
+    text = spec.content_start + "The answer." + end_of_turn(spec)
+    for following in ("", next_turn(template, spec)):
+        assert assert_read_alike(path, text + following)["content"] == "The answer."
 
 
 def _closed_calls(template, spec, exported) -> bool:
@@ -498,5 +686,5 @@ def test_bare_json_calls_after_a_section_marker_are_refused_saying_so():
         path = CORPUS / f"{stem}.jinja"
         if path.is_file():
             _, spec, exported = family(path)
-            assert isinstance(exported, CannotExport) and exported.construct == "a call written as a bare JSON object"
+            assert isinstance(exported, Refused) and exported.construct == "a call written as a bare JSON object"
             assert spec.tool_calls.section_start.strip() in str(exported) and "first one only" in str(exported)

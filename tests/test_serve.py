@@ -258,11 +258,13 @@ def test_llama_server_protocol_read():
                                                           "tokens_evaluated": 3, "tokens_predicted": 5}))
         if request.url.path == "/props":
             return httpx.Response(200, json={"default_generation_settings": {"n_ctx": 2048}, "model_path": "/m/x.gguf"})
-        return httpx.Response(200, json={"tokens": [1, 2, 3]})
+        body = json.loads(request.content)
+        assert request.url.path == "/tokenize" and body["add_special"] is True and body["parse_special"] is True
+        return httpx.Response(200, json={"tokens": [1, 2, 3] if body["content"] else []})
 
     upstream = llama(handler)
     assert asyncio.run(_drain(upstream)) == ["Hi", Finished("length", 3, 5)]
-    assert asyncio.run(upstream.limits()) == Limits(2048, "x.gguf")
+    assert asyncio.run(upstream.limits()) == Limits(2048, "x.gguf", prefix="")
     assert asyncio.run(upstream.count_tokens("abc")) == 3
 
 

@@ -19,9 +19,9 @@ import re
 from dataclasses import dataclass, field
 
 from ..probe import PLACEHOLDER_TOKENS, PROBE_SECONDS, standard_turns
-from ..probe.conversations import FRESH, SHAPES, ShapedRenderer, Turn, tool_definition
+from ..probe.conversations import FRESH, ShapedRenderer, Turn, tool_definition
 from ..probe.renders import assistant_spans
-from ..source.render import fixed_clock, time_budget
+from ..source.render import default_time_budget, fixed_clock
 from ..source.template import ChatTemplate
 from ..spec import Parallel, ProtocolSpec, Start
 
@@ -49,27 +49,47 @@ class ModelOutput:
 
     turn: str  # the standard turn's name
     text: str  # what the model writes (after the generation prompt, to the end of its turn)
-    start: Start  # where the output starts: the generation prompt's state
+    start: Start  # where the output starts: the generation prompt's state, as the spec says
     expected: dict  # content, reasoning_content, tool_calls [(name, arguments dict)]
     lossy: list[str] = field(default_factory=list)  # what the template loses in this turn
+    mode: str = "default"  # the generation-prompt mode (spec.modes) the turn follows
+    prompt: str = ""  # the real generation prompt it follows: the conversation rendered up to the output
+
+    @property
+    def label(self) -> str:
+        """The turn's name, and its mode when it is not the default one."""
+        return self.turn if self.mode == "default" else f"{self.turn} ({self.mode})"
 
 
 def _with_placeholders(template: ChatTemplate) -> ChatTemplate:
     return template.with_tokens(**{k: v for k, v in PLACEHOLDER_TOKENS.items() if k not in template.named_tokens})
 
 
-def model_outputs(template: ChatTemplate, spec: ProtocolSpec, turns: dict[str, Turn] | None = None) -> list[ModelOutput]:
-    """The model outputs of `turns` (default: the standard turns), from the template's renders
-    (all of them within the probe's time budget)."""
+def _renderer(template: ChatTemplate, spec: ProtocolSpec) -> ShapedRenderer:
+    return ShapedRenderer.for_label(template, [tool_definition(n, [FRESH.key1, FRESH.key2]) for n in FRESH.names],
+                                    spec.shape)
+
+
+def model_outputs(template: ChatTemplate, spec: ProtocolSpec, turns: dict[str, Turn] | None = None,
+                  mode: str = "default") -> list[ModelOutput]:
+    """The model outputs of `turns` (default: the standard turns) after the generation prompt
+    of `mode` (one of spec.modes), from the template's renders (all of them within the probe's
+    time budget). A turn that cannot follow that prompt (a reasoning turn after a prompt that
+    closed the reasoning block) is left out."""
     template = _with_placeholders(template)
-    label = spec.shape.partition(", reasoning as thinking blocks")[0]
-    renderer = ShapedRenderer(template, [tool_definition(n, [FRESH.key1, FRESH.key2]) for n in FRESH.names],
-                              shape=next((s for s in SHAPES if s.label == label), None),
-                              reasoning_blocks=spec.shape.endswith("thinking blocks"))
+    renderer = _renderer(template, spec)
     turns = turns or standard_turns()
-    with fixed_clock(), time_budget(PROBE_SECONDS):  # (the renders of one turn must agree on the time)
-        rendered = assistant_spans(renderer, FRESH.user, turns)
-    if rendered is None:
+    prompt_mode = spec.modes[mode]
+    variables, system = prompt_mode.variables, prompt_mode.system_flag or None
+    counterparts = {}
+    if prompt_mode.start == Start.REASONING:
+        # (each turn without reasoning with reasoning added: see _after_an_empty_block)
+        counterparts = {f"{name} with reasoning": Turn(reasoning=FRESH.reasoning, content=t.content, calls=t.calls)
+                        for name, t in turns.items() if not t.reasoning}
+    with fixed_clock(), default_time_budget(PROBE_SECONDS):  # (the renders of one turn must agree on the time)
+        rendered = assistant_spans(renderer, FRESH.user, {**turns, **counterparts}, variables, system=system)
+        asked = renderer.render_turn(FRESH.user, Turn(content=FRESH.content), variables, system=system)
+    if rendered is None or asked is None:
         return []
     _, tail, spans = rendered
     reasoning = spec.reasoning
@@ -78,23 +98,17 @@ def model_outputs(template: ChatTemplate, spec: ProtocolSpec, turns: dict[str, T
     for name, turn in turns.items():
         if name not in spans:
             continue
-        span = spans[name]
-        if tail and span.startswith(tail):
-            span = span[len(tail):]
-        # Read from where the generation prompt leaves the model; a render that has no
-        # reasoning end (the template dropped the block) reads from content.
-        start = spec.modes["default"].start
-        end = reasoning.end if reasoning else ""
-        if start == Start.REASONING and end not in span:
-            start = Start.CONTENT
-        if start == Start.CONTENT and end and span.lstrip().startswith(end):
-            start = Start.REASONING
-        lossy = []
+        following = _after_the_prompt(spans[name], tail, prompt_mode.start, reasoning, turn.reasoning)
+        if following is None:
+            continue
+        span, start, lossy = following
+        if start == Start.REASONING and reasoning is not None and not _closes_reasoning(span, turn, reasoning):
+            span, lossy = _after_an_empty_block(span, spans.get(f"{name} with reasoning"), tail, reasoning)
         # A model's turn ends at its first end-of-turn marker; a template that writes more
         # of the same message after one renders it as two turns.
         values = [v for v in [turn.content, turn.reasoning] + [c.name for c in turn.calls] if v and v in span]
         last = max((span.index(v) + len(v) for v in values), default=0)
-        first_end = min((at for at in (_end_marker_at(span, m, turn.reasoning, reasoning) for m in end_markers)
+        first_end = min((at for at in (_end_marker_at(span, m, turn.reasoning, reasoning, start) for m in end_markers)
                          if at != -1), default=-1)
         if first_end != -1 and first_end < last:
             lossy.append("the template renders this message as two turns; a model's turn ends at the first "
@@ -126,17 +140,84 @@ def model_outputs(template: ChatTemplate, spec: ProtocolSpec, turns: dict[str, T
         elif turn.content and content is None:
             lossy.append("the template drops the content")
         expected = {"content": content, "reasoning_content": thought, "tool_calls": calls}
-        found.append(ModelOutput(name, span, start, expected, lossy))
+        found.append(ModelOutput(name, span, start, expected, lossy, mode, asked.prompt))
     return found
 
 
-def _end_marker_at(text: str, marker: str, thought: str | None, reasoning) -> int:
-    """Where `marker` first ends a turn in `text`: not where, right after the reasoning, the
-    reasoning's end marker starts with it (a reasoning end that closes a turn and opens the
-    next: the parser, inside reasoning, reads the longer marker)."""
+def mode_outputs(template: ChatTemplate, spec: ProtocolSpec, turns: dict[str, Turn] | None = None) -> list[ModelOutput]:
+    """The model outputs of `turns` after the generation prompt of every mode the template has
+    (spec.modes: the default one, thinking on and off, ...). A mode whose outputs are the
+    default mode's (the same prompt state and the same texts) adds nothing and is left out."""
+    found = model_outputs(template, spec, turns)
+    seen = {(o.start, o.text) for o in found}
+    for mode in spec.modes:
+        if mode == "default":
+            continue
+        more = [o for o in model_outputs(template, spec, turns, mode) if (o.start, o.text) not in seen]
+        seen.update((o.start, o.text) for o in more)
+        found.extend(more)
+    return found
+
+
+def _after_the_prompt(span: str, tail: str, start: Start, reasoning, thought: str | None = None
+                      ) -> tuple[str, Start, list[str]] | None:
+    """What a model writes after a generation prompt whose text past the assistant header is
+    `tail`, for a turn the template renders as `span` past that header: (the output, the state
+    the prompt leaves it in, what the template loses), or None when the turn cannot follow the
+    prompt.
+
+    - The span starts with the tail: the rest (whitespace at the header's edge may differ).
+    - The prompt ends with the reasoning's end marker and the span starts with it (history
+      writes `</think>` alone where the prompt wrote `<think></think>`): the rest.
+    - The prompt closed the reasoning block and the render writes a block of its own (its
+      opener, or the turn's reasoning `thought`): the turn cannot follow this prompt.
+    - A turn without reasoning after a prompt that leaves reasoning open: see
+      `_after_an_empty_block`.
+    """
+    end = reasoning.end if reasoning else ""
+    if span.startswith(tail):
+        return span[len(tail):], start, []
+    if tail.strip() and span.lstrip().startswith(tail.strip()):
+        text = span.lstrip()[len(tail.strip()):]
+        if tail != tail.rstrip():  # (the prompt ends with whitespace: the model writes after it)
+            text = text.lstrip()
+        return text, start, []
+    if end and tail.rstrip().endswith(end) and span.lstrip().startswith(end):
+        return span.lstrip()[len(end):], start, []
+    if start == Start.CONTENT and end and end in tail and (
+            (reasoning.start and reasoning.start in span) or (thought and thought in span)):
+        return None  # (the prompt wrote an empty reasoning block: no reasoning block follows it)
+    return span, start, []
+
+
+def _closes_reasoning(span: str, turn: Turn, reasoning) -> bool:
+    """Whether the render closes a reasoning block before the turn's content and calls."""
+    at = span.find(reasoning.end)
+    values = [v for v in [turn.content] + [c.name for c in turn.calls] if v and v in span]
+    return at != -1 and all(at < span.index(v) for v in values)
+
+
+def _after_an_empty_block(span: str, with_reasoning: str | None, tail: str, reasoning) -> tuple[str, list[str]]:
+    """A turn after a prompt that leaves reasoning open, whose render (`span`) has no end
+    marker: what the template writes for the same turn with reasoning added (`with_reasoning`),
+    less the reasoning (an empty block, closed as the template closes one); or, when the
+    template drops reasoning from history altogether, the end marker before the render."""
+    found = _after_the_prompt(with_reasoning, tail, Start.REASONING, reasoning) if with_reasoning else None
+    if found is not None and found[0].count(FRESH.reasoning) == 1 and reasoning.end in found[0]:
+        return found[0].replace(FRESH.reasoning, ""), []
+    return reasoning.end + span, ["the template drops the reasoning block from history: read after an empty block "
+                                  "closed by its end marker"]
+
+
+def _end_marker_at(text: str, marker: str, thought: str | None, reasoning, start: Start = Start.CONTENT) -> int:
+    """Where `marker` first ends a turn in `text`: not where, right after the reasoning (or at
+    the start of an output that starts inside reasoning), the reasoning's end marker starts
+    with it (a reasoning end that closes a turn and opens the next: the parser, inside
+    reasoning, reads the longer marker)."""
     at = text.find(marker)
-    while at != -1 and reasoning is not None and thought and text[:at].rstrip().endswith(thought) \
-            and len(reasoning.end) > len(marker) and text.startswith(reasoning.end.strip(), at):
+    while at != -1 and reasoning is not None and len(reasoning.end) > len(marker) \
+            and text.startswith(reasoning.end.strip(), at) \
+            and ((thought and text[:at].rstrip().endswith(thought)) or (start == Start.REASONING and not text[:at].strip())):
         at = text.find(marker, at + 1)
     return at
 
@@ -164,4 +245,4 @@ def readable(message: dict) -> dict:
     return {"content": message["content"], "reasoning_content": message["reasoning_content"], "tool_calls": calls}
 
 
-__all__ = ["ModelOutput", "STANDARD_PROPERTIES", "STANDARD_TOOLS", "model_outputs", "readable"]
+__all__ = ["ModelOutput", "STANDARD_PROPERTIES", "STANDARD_TOOLS", "mode_outputs", "model_outputs", "readable"]

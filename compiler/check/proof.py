@@ -1,10 +1,12 @@
 """The proof: a compiled parser reads back what its own template renders.
 
-Each standard turn as a model would write it (outputs.model_outputs: the span of the
-template's render after the generation prompt, and the message that render preserves) is
-fed to the family's parser one-shot and one character at a time, and checked against the
-family's GBNF grammar (llama.cpp when llama-cpp-python is installed, else the lark
-acceptor); a turn is proved when all of them agree. The deviated forms of each proved turn
+Each standard turn as a model would write it after the generation prompt of each mode the
+template has (outputs.mode_outputs: the span of the template's render after that prompt, and
+the message that render preserves) is fed to the family's parser, given that real prompt
+(the parser decides from it where the output starts), one-shot and one character at a time,
+and checked against the family's GBNF grammar for the mode's start state (llama.cpp when
+llama-cpp-python is installed, else the lark acceptor); a turn is proved when all of them
+agree. The deviated forms of each proved turn
 (deviations: what models and engines write instead) are read back too, and reported.
 """
 
@@ -21,7 +23,7 @@ from ..spec import ProtocolSpec
 from . import gbnf_lark
 from . import llama as llama_check
 from .deviations import deviations
-from .outputs import STANDARD_TOOLS, ModelOutput, difference, model_outputs, readable
+from .outputs import STANDARD_TOOLS, ModelOutput, difference, mode_outputs, readable
 
 # --- the proof --------------------------------------------------------------------------
 
@@ -83,8 +85,8 @@ def _grammar_acceptor():
     return "lark", accepts
 
 
-def _stream_one_character(protocol, text: str, start, finish_reason: str = "stop") -> dict:
-    parser = runtime.StreamParser(protocol, tools=STANDARD_TOOLS, start=start)
+def _stream_one_character(protocol, text: str, start=None, finish_reason: str = "stop", prompt=None) -> dict:
+    parser = runtime.StreamParser(protocol, tools=STANDARD_TOOLS, start=start, generation_prompt=prompt)
     for ch in text:
         parser.feed(ch)
     parser.end(finish_reason)
@@ -95,7 +97,7 @@ def prove(template: ChatTemplate, spec: ProtocolSpec, grammars: bool = True) -> 
     """Render the standard turns and read each back (see the module docstring)."""
     protocol = runtime.Protocol(reading_tables(spec, template.special_tokens))
     checker, accepts = _grammar_acceptor() if grammars else ("not checked", None)
-    outputs = model_outputs(template, spec)
+    outputs = mode_outputs(template, spec)
     if not outputs:
         return Proof(spec.family, [], checker, error="the template renders none of the standard turns")
     if not any(o.text.strip() for o in outputs):
@@ -104,13 +106,13 @@ def prove(template: ChatTemplate, spec: ProtocolSpec, grammars: bool = True) -> 
     results = []
     tolerance: list[str] = []
     for output in outputs:
-        one_shot = runtime.parse(protocol, output.text, tools=STANDARD_TOOLS, start=output.start)
+        one_shot = runtime.parse(protocol, output.text, tools=STANDARD_TOOLS, generation_prompt=output.prompt)
         problems = []
         if one_shot["errors"]:
             problems.append("the parser reports " + "; ".join(f"{e['kind']}: {e['message']}" for e in one_shot["errors"]))
         elif readable(one_shot) != output.expected:
             problems.append("the parser reads " + difference(output.expected, readable(one_shot)))
-        if not problems and _stream_one_character(protocol, output.text, output.start) != one_shot:
+        if not problems and _stream_one_character(protocol, output.text, prompt=output.prompt) != one_shot:
             problems.append("fed one character at a time, the parser reads a different message")
         if not problems and accepts is not None:
             if output.start not in gbnf:
@@ -118,7 +120,7 @@ def prove(template: ChatTemplate, spec: ProtocolSpec, grammars: bool = True) -> 
             if not accepts(gbnf[output.start], output.text):
                 problems.append(f"the GBNF grammar ({checker}) does not accept it")
         detail = "; ".join(problems) if problems else "; ".join(output.lossy)
-        results.append(TurnProof(output.turn, not problems, detail, output.text))
+        results.append(TurnProof(output.label, not problems, detail, output.text))
         if not problems:
             tolerance.extend(_deviations_read_back(protocol, output, spec, one_shot))
     failed = [problem for problem in tolerance if problem]
@@ -135,7 +137,7 @@ def _deviations_read_back(protocol, output: ModelOutput, spec: ProtocolSpec, can
         got, want = (message, canonical) if deviation.same_ids else (_without_ids(message), _without_ids(canonical))
         if deviation.expected != output.expected:  # (a deviation that adds to the turn: a preamble, a call)
             got, want = (readable(message), message["errors"]), (deviation.expected, [])
-        what = f"{deviation.rule} ({', '.join(deviation.eaten)}), {output.turn}"
+        what = f"{deviation.rule} ({', '.join(deviation.eaten)}), {output.label}"
         if got != want:
             errors = "; ".join(f"{e['kind']}: {e['message']}" for e in message["errors"])
             found.append(f"{what}: " + (errors or difference(readable(canonical), readable(message))))

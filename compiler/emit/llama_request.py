@@ -126,7 +126,7 @@ def is_lazy(spec: ProtocolSpec, options: GrammarOptions, boundaries: Boundaries)
     that the free text before it reads as content. Without one (the turn's first word is a
     call's name unless it is content's prefix, `all\n`), the parser reads free text as calls,
     and the grammar holds the whole turn from the first token."""
-    return (spec.tool_calls is not None and options.tool_choice == "auto" and options.content_schema is None
+    return (spec.tool_calls is not None and options.choice.mode == "auto" and options.content_schema is None
             and bool(call_opener(spec, boundaries)))
 
 

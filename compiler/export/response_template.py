@@ -22,13 +22,16 @@ from __future__ import annotations
 import json
 import re
 
-from ..errors import CannotExport
+from ..errors import CannotExport, InputError
 from ..grammar.reading import cut_at_end, end_of_turn_markers, message_format, one_call_object, section_with_content
 from ..probe.spans import Boundaries
 from ..runtime import json_call_object
 from ..spec import ArgumentStyle, ProtocolSpec, Start, ToolCallFormat, slot
 
 VERSION = 1  # the response_template version transformers 5 reads
+# The field that takes the end of turn and all after it (see _after_end_of_turn_field): named
+# as tplparse's parser reports that text (its error kind), never a key of the message.
+AFTER_END_OF_TURN = "text_after_end_of_turn"
 
 
 def _char_class(chars) -> str:
@@ -41,6 +44,67 @@ def _char_class(chars) -> str:
             runs.append([p, p])
     return "[" + "".join(re.escape(chr(a)) + ("" if a == b else ("-" if b > a + 1 else "") + re.escape(chr(b)))
                          for a, b in runs) + "]"
+
+
+# The first transformers release whose response parser reads each feature an export may use,
+# read in each release's own transformers/utils/chat_parsing (the published wheels): the
+# content parsers its CONTENT_PARSERS lists, the field keys its loader accepts (an unknown one
+# is a ValueError there), its transform placeholders, and ResponseParser's `tools=`.
+# 5.12.1 has no chat_parsing package (only the older chat_parsing_utils).
+TRANSFORMERS_SINCE = {
+    "response_template": "5.13.0",  # the format: fields, open/close patterns, start_anchor_pattern, repeats,
+                                    # transform, transform_each; get_response_parser(prefix=)
+    "text": "5.13.0",
+    "json": "5.13.0",
+    "xml-inline": "5.13.0",
+    "tools= typing": "5.15.0",      # xml-inline values typed by the tool's JSON Schema (else all strings)
+    "join": "5.16.0",               # a repeated text field's regions joined (5.13-5.15 refuse the key)
+    "transform paths": "5.16.0",    # `{content.name}`: a key of the parsed value (5.13-5.15: whole names only)
+    "python-call-list": "5.24.0",
+}
+# A transform placeholder that names a key of a value (`{content.name}`), not the whole value.
+_PATH_PLACEHOLDER = re.compile(r"\{\w+(?:\.\w+)+\}")
+_RELEASE = re.compile(r"v?(\d+)(?:\.(\d+))?(?:\.(\d+))?(\.?(?:a|b|rc|dev)\d*)?(?:\.?post\d*)?(?:\+[\w.]+)?")
+
+
+def transformers_features(template: dict) -> dict[str, str]:
+    """feature -> the first transformers release that reads it, for each feature `template`
+    (an export) uses."""
+    used = {"response_template"}
+    for field in template["fields"].values():
+        used.add(field.get("content", "text"))
+        if field.get("content") == "xml-inline":
+            used.add("tools= typing")
+        if "join" in field:
+            used.add("join")
+        if _PATH_PLACEHOLDER.search(json.dumps(field.get("transform", ""))):
+            used.add("transform paths")
+    return {feature: TRANSFORMERS_SINCE[feature] for feature in sorted(used, key=_order)}
+
+
+def _order(feature: str) -> tuple:
+    return (_release(TRANSFORMERS_SINCE[feature]), list(TRANSFORMERS_SINCE).index(feature))
+
+
+def transformers_needed(template: dict) -> str:
+    """The first transformers release that reads every feature `template` uses."""
+    return max(transformers_features(template).values(), key=_release)
+
+
+def transformers_missing(template: dict, version: str) -> dict[str, str]:
+    """The features of `template` that transformers `version` does not read (feature -> the
+    release that first does); an InputError when `version` is no release number."""
+    have = _release(version)
+    return {f: since for f, since in transformers_features(template).items() if have < _release(since)}
+
+
+def _release(version: str) -> tuple:
+    """A release number as a comparable tuple: a pre-release (rc, dev) before its release."""
+    m = _RELEASE.fullmatch(version.strip())
+    if m is None:
+        raise InputError(f"transformers {version!r}: not a release number (as 5.16.0)")
+    major, minor, micro, pre = m.groups()
+    return int(major), int(minor or 0), int(micro or 0), 0 if pre else 1
 
 
 # What a call's name and id may be made of: the runtime's own sets, mirrored (the runtime
@@ -71,6 +135,8 @@ def response_template(spec: ProtocolSpec) -> dict:
     if calls is not None:
         fields["tool_calls"] = calls
     fields["content"] = _content_field(spec, listed=calls is not None and calls.get("transform_each", False))
+    if _ends(spec):
+        fields[AFTER_END_OF_TURN] = _after_end_of_turn_field(spec)
     return {
         "version": VERSION,
         "defaults": {"role": "assistant"},
@@ -166,25 +232,42 @@ def _reasoning_field(spec: ProtocolSpec, calls: dict | None) -> dict:
             _start_anchor(spec)  # (raises, naming it)
         raise CannotExport("a reasoning block without both markers", f"start {r.start!r}, end {r.end!r}")
     # A turn may end inside reasoning (the model stopped thinking at its end of turn): the end
-    # of turn closes the region too, else transformers keeps the marker in the reasoning. Not a
+    # of turn closes the region too, else transformers keeps the marker in the reasoning; right
+    # before the marker (zero-width), which then opens the field after the end of turn. Not a
     # marker the reasoning's end starts with (or that starts with it): streamed, transformers
     # commits the shorter of two literals as soon as the text after it differs from the longer.
     end = r.end.strip()
-    closes = [end] + [m for m in _ends(spec) if not (m.startswith(end) or end.startswith(m))]
+    ends = [m for m in _ends(spec) if not (m.startswith(end) or end.startswith(m))]
     # (The whitespace before the marker is taken with it: a run of it before reasoning is no
     # content region of its own, see _content_field.)
     field = {"open_pattern": _leading_space(re.escape(r.start.strip()))}
+    before = [_close_before(ends)] if ends else []
     if calls is not None and r.tool_call_ends_reasoning:
         # A call ends the reasoning (the spec's policy, as tplparse's parser reads it): the
         # region closes also right before where the calls field opens (zero-width, so that
         # field then opens there), else transformers reads the call as reasoning text.
         opener = _unspaced(calls["open_pattern"]).replace(f"(?P<name>{_NAME})", _NAME)
-        closing = "|".join(re.escape(c) for c in sorted(closes, key=len, reverse=True))
-        field["close_pattern"] = f"{closing}|(?={opener})"
+        before.append(f"(?={opener})")
+    if before:
+        field["close_pattern"] = "|".join([re.escape(end), *before])
     else:
-        field["close"] = closes if len(closes) > 1 else end
+        field["close"] = end  # (a literal: transformers commits it as soon as it is complete)
     field["content"] = "text"
     return field
+
+
+def _after_end_of_turn_field(spec: ProtocolSpec) -> dict:
+    """The end of turn, and everything after it: tplparse's parser ends the message at the
+    marker and reports the text after it (`text_after_end_of_turn`), reading none of it; an
+    engine that does not strip its stop token passes the marker on, and one that does not stop
+    there (a marker that is no stop token of its own: a Llama-3 header, another eos after it)
+    the next turn's text too. Here the marker opens a region that nothing closes, so no other
+    field opens after it; the region's text streams under this field's name (reported, as
+    tplparse reports it) and its value is empty (a transform that is a literal ""), which the
+    message leaves out. Every close of another field at an end of turn is zero-width (right
+    before the marker), so that this one opens there; the whitespace before the marker is taken
+    with it (a run of it after a call would be an empty content region: see _content_field)."""
+    return {"open_pattern": _leading_space(_alternatives(_ends(spec))), "content": "text", "transform": ""}
 
 
 def _content_field(spec: ProtocolSpec, listed: bool = False) -> dict:
@@ -200,9 +283,11 @@ def _content_field(spec: ProtocolSpec, listed: bool = False) -> dict:
     tplparse reads it, `Sure.\n\nAfter.`, where the template writes a newline on each side,
     and never glued. A run of whitespace between two regions is no region of its own (its
     empty text would add a blank line): the anchor after it takes it (the calls' and
-    reasoning's opens, and content's own close, the end of turn or the output's end:
-    _leading_space)."""
-    ends = [m.strip() for m in end_of_turn_markers(spec)]
+    reasoning's opens, content's own close at the output's end, and the end of turn, which
+    opens the field after it: _leading_space, _after_end_of_turn_field). Content is never
+    closed by an end of turn itself: transformers would read the text after it as content."""
+    ends = _ends(spec)
+    closes = []
     tc = spec.tool_calls
     section_end = cut_at_end(tc.section_end, ends).strip() if tc is not None else ""
     if section_end and not listed and not any(m.startswith(section_end) or section_end.startswith(m) for m in ends):
@@ -211,7 +296,7 @@ def _content_field(spec: ProtocolSpec, listed: bool = False) -> dict:
         # (Not one an end of turn starts, or starts with: see _reasoning_field. Not where the
         # calls are one list read whole: its end, `]`, is inside that region, and in content
         # a `]` of the text, as in `x[0]`, would close it and be dropped.)
-        ends.append(section_end)
+        closes.append(section_end)
     start, end = spec.content_start.strip(), spec.content_end.strip()
     field = {"content": "text", "repeats": True, "join": "\n\n"}
     if start or end:
@@ -230,15 +315,26 @@ def _content_field(spec: ProtocolSpec, listed: bool = False) -> dict:
         if spec.reasoning is not None and start in (spec.reasoning.start.strip(), spec.reasoning.end.strip()):
             raise CannotExport("content and reasoning opened by the same marker", f"both are opened by {start!r}")
         field["open"] = start
-    if end:
-        field["close"] = end
-    else:
-        # (Trailing whitespace at the output's end too. Not a bare `\Z`: streamed, the regex
-        # module reports that complete match at the buffer's end over the partial one of an
-        # end of turn just begun there, whose first characters would then be content.)
-        field["close_pattern"] = _leading_space("".join(
-            re.escape(m) + "|" for m in sorted(set(ends), key=len, reverse=True)) + r"(?<=\s)\Z")
+    field.update(_content_close(start, end, closes, ends))
     return field
+
+
+def _content_close(start: str, end: str, closes: list[str], ends: list[str]) -> dict:
+    """Content's close: its wrapper's end, or (open-less, or a wrapper with no end) `closes`
+    and the output's end. A region its wrapper opened watches its own close only: it closes
+    right before an end of turn too (a turn that ends without the wrapper's end, Cohere's
+    `<|START_RESPONSE|>…<|END_OF_TURN_TOKEN|>`), where the field after the end of turn opens.
+    The open-less one is closed by that field's open."""
+    before = _close_before(ends) if start and ends else ""
+    if end and before:
+        return {"close_pattern": re.escape(end) + "|" + before if end not in ends else before}
+    if end:
+        return {"close": end}  # (a literal: transformers commits it as soon as it is complete)
+    # (Trailing whitespace at the output's end too. Not a bare `\Z`: streamed, the regex
+    # module reports that complete match at the buffer's end over the partial one of an end
+    # of turn just begun there, whose first characters would then be content.)
+    literals = "".join(re.escape(m) + "|" for m in sorted(set(closes), key=len, reverse=True))
+    return {"close_pattern": _leading_space(literals + (before + "|" if before else "") + r"(?<=\s)\Z")}
 
 
 # --- tool calls ----------------------------------------------------------------------------
@@ -513,4 +609,5 @@ def _shown(layout: list) -> str:
     return "".join(p if isinstance(p, str) else "{" + p["slot"] + "}" for p in layout)
 
 
-__all__ = ["CannotExport", "VERSION", "response_template"]
+__all__ = ["AFTER_END_OF_TURN", "CannotExport", "TRANSFORMERS_SINCE", "VERSION", "response_template",
+           "transformers_features", "transformers_missing", "transformers_needed"]

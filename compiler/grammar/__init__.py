@@ -7,6 +7,6 @@
     json_schema   JSON Schema as grammar rules
 """
 
-from .build import GrammarOptions, build
+from .build import GrammarOptions, ToolChoice, build
 
-__all__ = ["GrammarOptions", "build"]
+__all__ = ["GrammarOptions", "ToolChoice", "build"]

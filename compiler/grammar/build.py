@@ -23,6 +23,7 @@ and OpenAI strict mode's convention; `open_objects`: JSON Schema's, see json_sch
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from ..probe.markers import first_marker
 from ..probe.spans import Boundaries
@@ -36,10 +37,59 @@ NAME_CHARS = chars("A-Za-z0-9_.-")
 ID_CHARS = chars("A-Za-z0-9_-")
 
 
+MODES = ("auto", "required", "none")
+
+
+class ToolChoice(NamedTuple):
+    """What the model may call: a mode (auto: text, calls or both; required: calls; none: no
+    call), or mode "function" and the one tool it must call."""
+
+    mode: str
+    name: str | None = None
+
+
+def tool_choice_of(value, tools: list[dict] | None) -> ToolChoice:
+    """A tool_choice as it is given: None (not said: auto); a `ToolChoice`; OpenAI's object
+    `{"type": "function", "function": {"name": ...}}`, which always names a tool; or a bare
+    string, a mode word or else a tool's name. A bare mode word when a tool of `tools` has
+    that name is ambiguous (does `none` mean no call, or a call of `none`?): ValueError."""
+    if value is None:
+        return ToolChoice("auto")
+    if isinstance(value, ToolChoice):
+        choice = value
+    elif isinstance(value, dict):
+        function = value.get("function")
+        name = function.get("name") if isinstance(function, dict) else None
+        if value.get("type", "function") != "function" or not isinstance(name, str):
+            raise ValueError('a named tool_choice is {"type": "function", "function": {"name": ...}}')
+        choice = ToolChoice("function", name)
+    elif isinstance(value, str):
+        if value in MODES and value in _tool_names(tools):
+            raise ValueError(f"tool_choice {value!r} is ambiguous: it is a mode and the name of a tool; name the tool "
+                             f'as {{"type": "function", "function": {{"name": "{value}"}}}} to force it, or leave '
+                             "tool_choice unsaid for auto")
+        choice = ToolChoice(value) if value in MODES else ToolChoice("function", value)
+    else:
+        raise ValueError(f"tool_choice must be a mode ({', '.join(MODES)}), a tool's name or a named function, "
+                         f"not {value!r}")
+    if choice.mode not in MODES + ("function",) or (choice.mode == "function") != isinstance(choice.name, str):
+        raise ValueError(f"tool_choice {choice!r} is neither a mode nor a named function")
+    if choice.mode == "function" and tools is not None and choice.name not in _tool_names(tools):
+        raise ValueError(f"tool_choice names {choice.name!r}, which is not among the tools")
+    return choice
+
+
+def _tool_names(tools: list[dict] | None) -> set[str]:
+    return {_tool_name(t) for t in tools or [] if isinstance(t, dict)}
+
+
 @dataclass
 class GrammarOptions:
     tools: list[dict] | None = None  # OpenAI tool definitions; None: any tool, any JSON
-    tool_choice: str = "auto"  # auto | required | none | a tool name
+    # None (auto) | auto | required | none | a tool's name | {"type": "function", "function":
+    # {"name": ...}} | ToolChoice; read as `choice` (tool_choice_of: a bare mode word that is
+    # also an offered tool's name is refused as ambiguous)
+    tool_choice: str | dict | ToolChoice | None = None
     parallel: bool = True
     mode: str = "default"  # which generation-prompt mode (its start state) the output follows
     start: Start | str | None = None  # override the mode's start state
@@ -54,6 +104,14 @@ class GrammarOptions:
     # false) instead of llama.cpp's / OpenAI strict mode's (none where `properties` are listed)
     open_objects: bool = False
     warnings: list[str] = field(default_factory=list)
+
+    def __post_init__(self):
+        tool_choice_of(self.tool_choice, self.tools)  # (refused here, not halfway through a build)
+
+    @property
+    def choice(self) -> ToolChoice:
+        """`tool_choice`, read (`tool_choice_of`)."""
+        return tool_choice_of(self.tool_choice, self.tools)
 
 
 def tolerant(text: str, ws: Ref) -> Node:
@@ -88,7 +146,7 @@ def build(spec: ProtocolSpec, options: GrammarOptions | None = None, special_tok
     ws = add_ws(g)
     # Calls of any tool (tools None) are the generic grammar's; a structured answer (a content
     # schema) without tools offered is that answer alone, not JSON followed by made-up calls.
-    tools_allowed = (spec.tool_calls is not None and options.tool_choice != "none"
+    tools_allowed = (spec.tool_calls is not None and options.choice.mode != "none"
                      and not (options.content_schema is not None and options.tools is None))
     opener = reading["tool_calls"]["opener"] if tools_allowed else ""
 
@@ -123,7 +181,7 @@ def build(spec: ProtocolSpec, options: GrammarOptions | None = None, special_tok
 
     if calls is None:
         body = content
-    elif options.tool_choice == "auto" and opener:
+    elif options.choice.mode == "auto" and opener:
         after = content if content_may_follow_calls(spec) else ws
         body = seq(content, opt(seq(calls, after)))
     else:
@@ -150,19 +208,21 @@ def build(spec: ProtocolSpec, options: GrammarOptions | None = None, special_tok
             pass  # the prompt closed the block: the body alone
         elif r.start:
             opened = seq(ws, Lit(r.start), ws, ended)
-            turn = g.add("reasoning", alt(opened, Ref("body")), "optional reasoning, then the body")
+            # (its end alone: an empty block, as a template that leaves thinking to the model writes it)
+            empty = seq(ws, Lit(r.end), ws, Ref("body"))
+            turn = g.add("reasoning", alt(opened, empty, Ref("body")), "optional reasoning (or its end alone), then the body")
     # The turn forms: the generic one first, then each rendered turn layout the generic
     # form may not cover (content inside the section's markers, a prefix before content,
     # calls without an opener, ...). Each form runs to the end of the text.
     forms = [turn]
-    if options.content_schema is None and options.tool_choice != "none":
+    if options.content_schema is None and options.choice.mode != "none":
         # Layouts with more slots first: a content-only form would swallow a call as text.
         layouts = sorted(spec.turns.items(), key=lambda item: -sum(isinstance(p, dict) for p in item[1]))
         for number, (kind, layout) in enumerate(layouts, 1):
             slots = {p["slot"] for p in layout if isinstance(p, dict)}
             if closed and "reasoning" in slots:
                 continue  # the prompt closed the reasoning block
-            if options.tool_choice != "auto" and ("content" in slots or not slots & {"calls", "call_list"}):
+            if options.choice.mode != "auto" and ("content" in slots or not slots & {"calls", "call_list"}):
                 continue  # a required call: only layouts that are calls
             if any(isinstance(p, str) and any(m in p for m in end_markers) for p in layout[:-1]):
                 continue  # the template renders two turns here; a model's turn ends at the marker
@@ -294,10 +354,8 @@ def _offered_rules(options: GrammarOptions) -> list[tuple[dict, str]] | None:
     tools = options.tools
     if tools is None:
         return None
-    if options.tool_choice not in ("auto", "required", "none"):
-        tools = [t for t in tools if _tool_name(t) == options.tool_choice]
-        if not tools:
-            raise ValueError(f"tool_choice names {options.tool_choice!r}, which is not among the tools")
+    if options.choice.mode == "function":  # (tool_choice_of refused a name not among the tools)
+        tools = [t for t in tools if _tool_name(t) == options.choice.name]
     rules: list[str] = []
     # (get-weather and get_weather are two tools: two rules)
     return [(tool, _unique(_rule_name(_tool_name(tool)), rules)) for tool in tools]

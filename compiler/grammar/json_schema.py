@@ -2,14 +2,20 @@
 
 Supported: `type` (and unions), `enum`, `const`, `properties` + `required`,
 `additionalProperties` (see below), nested objects, `items`,
-`minItems` / `maxItems`, `anyOf` / `oneOf`, local `$ref` into `$defs` / `definitions`,
-string `minLength` / `maxLength`, integer / number bounds where expressible (the sign, and
+`minItems` / `maxItems`, `anyOf` / `oneOf`, local `$ref` (`#`, or a JSON pointer into the
+schema, `$defs` / `definitions`), string `minLength` / `maxLength`, integer / number bounds where expressible (the sign, and
 small integer ranges exactly), `pattern` (an anchored regular-expression subset).
 
 Properties are accepted in the schema's order, each required one present, each optional
 one present or not; extra properties follow when allowed. Any keyword that constrains
 values and is not supported is reported as a warning naming the keyword and its path,
 never dropped silently.
+
+A schema the grammar cannot be written for is a `SchemaError` naming where: an `enum` with
+no value, a `$ref` that is not local or does not resolve, a `$ref` that comes back to itself
+before any value is written (`{"$ref": "#"}`: no grammar holds it), and a lower bound
+(`minItems`, `minLength`) above `MAX_REPETITION`. An upper bound above it is not enforced by
+the grammar (a warning says so; validation still checks it).
 
 Extra (undeclared) properties follow llama.cpp's converter (common/json-schema-to-grammar.cpp)
 and OpenAI's strict mode, not JSON Schema's own default: a schema that lists `properties`
@@ -32,9 +38,10 @@ context-free grammar (that would take a rule per set of names written so far), s
 from __future__ import annotations
 
 import json
+from urllib.parse import unquote
 
 from ..spec.encodings import json_type
-from .ir import AnyChar, Chars, Grammar, Lit, Node, Ref, Rep, TextUntil, alt, chars, opt, seq
+from .ir import AnyChar, Chars, Grammar, Lit, Node, Ref, Rep, TextUntil, alt, chars, children, opt, seq
 from .json_values import add_json, add_python_literal, add_ws
 
 # Keywords that describe but do not constrain: no warning when they are not enforced.
@@ -49,6 +56,21 @@ HANDLED = frozenset({
 
 # Integer ranges up to this many values are enumerated exactly.
 MAX_ENUMERATED_RANGE = 256
+# The largest repetition bound a grammar holds: llama.cpp's GBNF parser refuses a lower bound
+# above 2000 and reads an upper bound above it as none (src/llama-grammar.cpp,
+# MAX_REPETITION_THRESHOLD); it also refuses a repeated group whose rules times the bound pass
+# 2000, so what repeats with a bound here is one named rule.
+MAX_REPETITION = 2000
+
+
+class SchemaError(ValueError):
+    """A schema the grammar cannot be written for: `path` is where (a JSON pointer into the
+    schema, `#` its root), `reason` what is wrong there."""
+
+    def __init__(self, path: str, reason: str):
+        self.path = path or "#"
+        self.reason = reason
+        super().__init__(f"{reason} (at {self.path})")
 
 
 def primary_type(schema: dict) -> str:
@@ -131,6 +153,9 @@ class _Converter:
         self.open_objects = open_objects
         self.ws = add_ws(g)
         self.refs: dict[str, Ref] = {}
+        # The $refs being expanded since the last character a value writes ({ or [): one met
+        # again is a loop that writes nothing (left recursion, which no grammar engine takes).
+        self.unguarded: set[str] = set()
 
     def dump(self, value) -> str:
         return repr(value) if self.flavor == "python" else json.dumps(value, ensure_ascii=False)
@@ -163,7 +188,7 @@ class _Converter:
         if "const" in schema:
             return Lit(self.dump(schema["const"]))
         if "enum" in schema:
-            return alt(*[Lit(self.dump(v)) for v in schema["enum"]])
+            return alt(*[Lit(self.dump(v)) for v in _enum_values(schema, path)])
         for keyword in ("anyOf", "oneOf"):
             if keyword in schema:
                 options = [self.rule(f"{name}-{i}", sub, f"{path}/{keyword}/{i}") for i, sub in enumerate(schema[keyword])]
@@ -177,32 +202,61 @@ class _Converter:
             return add_json(self.g)
         return self.typed(schema, kind, name, path)
 
-    def ref(self, target: str, path: str) -> Node:
+    def ref(self, target, path: str) -> Node:
         if target in self.refs:
+            if target in self.unguarded:
+                raise SchemaError(path, f"$ref {target!r} comes back to itself before any value is written (a loop)")
             return self.refs[target]
-        if not target.startswith("#/"):
-            self.warn("$ref", path, f"only local references are supported, not {target!r}")
-            return add_json(self.g)
-        node = self.root_schema
-        for part in target[2:].split("/"):
-            part = part.replace("~1", "/").replace("~0", "~")
-            if not isinstance(node, dict) or part not in node:
-                self.warn("$ref", path, f"{target!r} does not resolve")
-                return add_json(self.g)
-            node = node[part]
-        name = "ref-" + "-".join(_slug(p) for p in target[2:].split("/") if p not in ("$defs", "definitions"))
+        node = resolve_ref(self.root_schema, target, path)
+        parts = [p for p in target[2:].split("/") if p not in ("$defs", "definitions")] if target != "#" else ["root"]
+        name = _unique_rule(self.g, "ref-" + "-".join(_slug(p) for p in parts))
         ref = Ref(name)
         self.refs[target] = ref
         self.g.add(name, Lit(""))  # placeholder, so recursive references resolve
-        self.g.add(name, self.node(node, name, target))
+        self.unguarded.add(target)
+        try:
+            self.g.add(name, self.node(node, name, target))
+        finally:
+            self.unguarded.discard(target)
         return ref
+
+    def written(self, convert, *args) -> Node:
+        """`convert(*args)` for what a value holds after its first character: a $ref met
+        again there is recursion, not a loop."""
+        unguarded, self.unguarded = self.unguarded, set()
+        try:
+            return convert(*args)
+        finally:
+            self.unguarded = unguarded
+
+    def bounds(self, schema: dict, keywords: tuple[str, str], path: str) -> tuple[int, int | None]:
+        """A schema's (minimum, maximum) count (`minItems` / `maxItems`, `minLength` /
+        `maxLength`): a minimum above MAX_REPETITION is a SchemaError, a maximum above it is
+        left unenforced (a warning says so)."""
+        low, high = (_count(schema, keyword, path) for keyword in keywords)
+        low = low or 0
+        if low > MAX_REPETITION:
+            raise SchemaError(path, f"{keywords[0]} {low} is more than the {MAX_REPETITION} repetitions a grammar holds")
+        if high is not None and high > MAX_REPETITION:
+            self.warn(keywords[1], path, f"{high} is more than the {MAX_REPETITION} repetitions a grammar holds")
+            high = None
+        return low, high
+
+    def repeated(self, item: Node, low: int, high: int | None, name: str) -> Rep:
+        """`item` from `low` to `high` times (None: no bound); a bounded repetition of more
+        than one character or rule repeats a named rule (see MAX_REPETITION)."""
+        if not isinstance(item, (Ref, Chars, AnyChar, Lit)) and (low, high) not in ((0, None), (1, None), (0, 1)):
+            same = self.g.has(name) and self.g.rules[name].body == item
+            item = Ref(name) if same else self.g.add(_unique_rule(self.g, name), item)
+        return Rep(item, low, high)
 
     def typed(self, schema: dict, kind: str, name: str, path: str) -> Node:
         ws = self.ws
         if kind == "string":
             if self.flavor == "python":
                 char = alt(chars("'\\\n", negate=True), seq(Lit("\\"), AnyChar()))
-                return seq(Lit("'"), Rep(char, schema.get("minLength", 0), schema.get("maxLength")), Lit("'"))
+                low, high = self.bounds(schema, ("minLength", "maxLength"), path)
+                return seq(Lit("'"), self.repeated(char, low, high, "py-char"), Lit("'"))
             return seq(Lit('"'), self.string_content(schema, name, path, json_escapes=True), Lit('"'))
         if kind == "integer":
             return self.integer(schema, path)
@@ -219,17 +273,21 @@ class _Converter:
         if kind == "null":
             return Lit("None") if self.flavor == "python" else Lit("null")
         if kind == "array":
-            item = self.rule(f"{name}-item", schema.get("items", {}), f"{path}/items")
-            low, high = schema.get("minItems", 0), schema.get("maxItems")
-            if high == 0:
-                return seq(Lit("["), ws, Lit("]"))
-            rest = Rep(seq(ws, Lit(","), ws, item), max(low - 1, 0), None if high is None else high - 1)
-            items = seq(item, rest)
-            return seq(Lit("["), ws, items if low > 0 else opt(items), ws, Lit("]"))
+            return self.written(self.array, schema, name, path)
         if kind == "object":
-            return self.object(schema, name, path)
+            return self.written(self.object, schema, name, path)
         self.warn("type", path, f"unknown type {kind!r}")
         return add_json(self.g)
+
+    def array(self, schema: dict, name: str, path: str) -> Node:
+        ws = self.ws
+        item = self.rule(f"{name}-item", schema.get("items", {}), f"{path}/items")
+        low, high = self.bounds(schema, ("minItems", "maxItems"), path)
+        if high == 0:
+            return seq(Lit("["), ws, Lit("]"))
+        rest = self.repeated(seq(ws, Lit(","), ws, item), max(low - 1, 0), None if high is None else high - 1, f"{name}-more")
+        items = seq(item, rest)
+        return seq(Lit("["), ws, items if low > 0 else opt(items), ws, Lit("]"))
 
     def object(self, schema: dict, name: str, path: str) -> Node:
         ws = self.ws
@@ -314,17 +372,17 @@ class _Converter:
                 if "minLength" in schema or "maxLength" in schema:
                     self.warn("minLength/maxLength", path, "ignored next to a pattern")
                 return node
-            return self._chars(schema, json_escapes)
-        return self._chars(schema, json_escapes)
+            return self._chars(schema, json_escapes, path)
+        return self._chars(schema, json_escapes, path)
 
-    def _chars(self, schema: dict, json_escapes: bool) -> Node:
+    def _chars(self, schema: dict, json_escapes: bool, path: str) -> Node:
         if json_escapes:
             char = alt(chars('"\\\x00-\x1f', negate=True),
                        seq(Lit("\\"), alt(chars('"\\/bfnrt'), seq(Lit("u"), *[chars("0-9a-fA-F")] * 4))))
         else:
             char = AnyChar()
-        low, high = schema.get("minLength", 0), schema.get("maxLength")
-        return Rep(char, low, high)
+        low, high = self.bounds(schema, ("minLength", "maxLength"), path)
+        return self.repeated(char, low, high, "json-char" if json_escapes else "raw-char")
 
 
 # What a string literal must escape, per quote: JSON's, and Python's in single quotes.
@@ -473,6 +531,63 @@ def _char_set(characters, negate: bool = False) -> Chars:
     return Chars(tuple((chr(a), chr(b)) for a, b in ranges), negate)
 
 
+def _count(schema: dict, keyword: str, path: str) -> int | None:
+    """A count keyword's value (`minItems`, `maxLength`, ...): a non-negative integer (2.0 is
+    one, as JSON Schema reads it), or None when the schema has none."""
+    value = schema.get(keyword)
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if value is None or isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    raise SchemaError(path, f"{keyword} must be a non-negative integer, not {value!r}")
+
+
+def _enum_values(schema: dict, path: str) -> list:
+    """The values of `enum` (an empty one accepts nothing: no grammar can be written for it)."""
+    values = schema["enum"]
+    if not values:
+        raise SchemaError(path, "enum is empty: no value is valid")
+    return values
+
+
+def resolve_ref(root, target, path: str = "#"):
+    """The subschema a `$ref` names: `#` (the whole schema) or a JSON pointer into it. Any other
+    reference (a URL, an anchor), or one that names nothing, is a SchemaError: nothing is
+    fetched, and nothing is guessed."""
+    if not isinstance(target, str) or not (target == "#" or target.startswith("#/")):
+        raise SchemaError(path, f"$ref {target!r} is not a local reference (# or #/...): only those are read, nothing is fetched")
+    node = root
+    for part in target[2:].split("/") if target != "#" else []:
+        part = unquote(part).replace("~1", "/").replace("~0", "~")  # (a URI fragment: %-escaped, RFC 6901)
+        if isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        elif isinstance(node, dict) and part in node:
+            node = node[part]
+        else:
+            raise SchemaError(path, f"$ref {target!r} does not resolve: the schema has nothing there")
+    return node
+
+
+def check_refs(schema, path: str = "#", root=None) -> None:
+    """Every `$ref` in `schema` (in its subschemas, not in values such as `enum`) is local and
+    resolves (`resolve_ref`); SchemaError at the first that does not."""
+    root = schema if root is None else root
+    if not isinstance(schema, dict):
+        return
+    if "$ref" in schema:
+        resolve_ref(root, schema["$ref"], path)
+    for keyword, value in schema.items():
+        where = f"{path}/{keyword}"
+        if keyword in _SUBSCHEMA_MAP and isinstance(value, dict):
+            for name, sub in value.items():
+                check_refs(sub, f"{where}/{name}", root)
+        elif keyword in _SUBSCHEMA_LIST and isinstance(value, list):
+            for i, sub in enumerate(value):
+                check_refs(sub, f"{where}/{i}", root)
+        elif keyword in _ONE_SUBSCHEMA:
+            check_refs(value, where, root)
+
+
 def _unique_rule(g: Grammar, name: str) -> str:
     """`name`, or `name-2`, ... when the grammar already has a rule of that name."""
     unique, n = name, 1
@@ -507,7 +622,7 @@ def add_string_content(g: Grammar, schema: dict, name: str, warnings: list[str])
     """The text of a string (no quotes, no escapes): for formats that write strings raw."""
     converter = _Converter(g, schema, warnings)
     if "enum" in schema:
-        return g.add(name, alt(*[Lit(str(v)) for v in schema["enum"]]))
+        return g.add(name, alt(*[Lit(str(v)) for v in _enum_values(schema, "#")]))
     if "const" in schema:
         return g.add(name, Lit(str(schema["const"])))
     return g.add(name, converter.string_content(schema, name, "#", json_escapes=False))
@@ -522,7 +637,7 @@ def add_raw_value(g: Grammar, schema: dict, name: str, warnings: list[str], flav
     kind = primary_type(schema)
     converter = _Converter(g, schema, warnings, flavor if kind in ("object", "array") else "json", open_objects)
     if "enum" in schema:
-        return alt(*[Lit(v if isinstance(v, str) else json.dumps(v)) for v in schema["enum"]])
+        return alt(*[Lit(v if isinstance(v, str) else json.dumps(v)) for v in _enum_values(schema, "#")])
     if kind == "integer":
         return converter.integer(schema, "#")
     if kind == "number":
@@ -561,6 +676,13 @@ def pattern_to_ir(pattern: str, warn) -> Node | None:
 
 
 _ESCAPE_CLASSES = {"d": "0-9", "w": "A-Za-z0-9_", "s": " \t\n\r\f\v"}
+
+
+def _repetitions(node: Node) -> int:
+    """How many times a bounded repetition (nested ones multiplied) copies what it repeats."""
+    if isinstance(node, Rep):
+        return max(node.min, node.max or 1) * _repetitions(node.item)
+    return max((_repetitions(child) for child in children(node)), default=1)
 
 
 class _PatternParser:
@@ -670,10 +792,12 @@ class _PatternParser:
             if not low.isdigit() or (high and not high.isdigit()):
                 raise ValueError(f"quantifier {{{body}}}")
             node = Rep(node, int(low), int(low) if "," not in body else (int(high) if high else None))
+            if _repetitions(node) > MAX_REPETITION:
+                raise ValueError(f"quantifier {{{body}}}: more than the {MAX_REPETITION} repetitions a grammar holds")
         if self.peek() and self.peek() in "*+?{":
             raise ValueError("lazy or nested quantifiers")
         return node
 
 
-__all__ = ["add_schema", "add_string_content", "add_raw_value", "closed_objects", "extra_properties", "primary_type",
+__all__ = ["MAX_REPETITION", "SchemaError", "add_schema", "check_refs", "resolve_ref", "add_string_content", "add_raw_value", "closed_objects", "extra_properties", "primary_type",
            "pattern_to_ir", "TextUntil"]

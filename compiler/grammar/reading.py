@@ -324,7 +324,8 @@ def reading_tables(spec: ProtocolSpec, special_tokens: tuple[str, ...] = ()) -> 
     r = spec.reasoning
     tables: dict = {
         "version": TABLES_VERSION,
-        "modes": {name: {"tail": mode.tail, "start": mode.start.value} for name, mode in spec.modes.items()},
+        "modes": {name: {"tail": mode.tail, "start": mode.start.value, "header": mode.header}
+                  for name, mode in spec.modes.items()},
         "reasoning": None if r is None else {"start": r.start, "end": r.end,
                                              "call_ends_reasoning": r.tool_call_ends_reasoning},
         "content": {"start": spec.content_start, "end": spec.content_end,

@@ -150,7 +150,14 @@ def _tools_in_shape(tools: list[dict], shape: Shape) -> list[dict]:
     return [{"type": "function", "function": dict(t)} for t in tools]
 
 
-def _turn_message(turn: Turn, shape: Shape, reasoning_blocks: bool = False) -> dict:
+# Call ids that carry the call's name, tried when a template writes a call's id where its name
+# goes (Kimi's `functions.NAME:INDEX`, which its models write as the call's header).
+ID_FORMS = ("functions.{name}:{index}",)
+_BLOCKS_LABEL = ", reasoning as thinking blocks"
+_IDS_LABEL = ", call ids as "
+
+
+def _turn_message(turn: Turn, shape: Shape, reasoning_blocks: bool = False, id_form: str = "") -> dict:
     message: dict[str, Any] = {"role": "assistant"}
     if turn.reasoning is not None and reasoning_blocks:
         # Reasoning as a content block ({"type": "thinking"}), as some templates read it.
@@ -167,10 +174,11 @@ def _turn_message(turn: Turn, shape: Shape, reasoning_blocks: bool = False) -> d
             message["content"] = ""  # a turn with calls gets "" only in the shape that needs it
     if turn.calls:
         calls = []
-        for call in turn.calls:
+        for index, call in enumerate(turn.calls):
             arguments = json.dumps(call.arguments, ensure_ascii=False) if shape.arguments_as_string else call.arguments
             function = {"name": call.name, "arguments": arguments}
-            calls.append({"id": call.id, **function} if shape.bare_calls else {"id": call.id, "type": "function", "function": function})
+            call_id = id_form.format(name=call.name, index=index) if id_form else call.id
+            calls.append({"id": call_id, **function} if shape.bare_calls else {"id": call_id, "type": "function", "function": function})
         message["tool_calls"] = calls
     return message
 
@@ -193,12 +201,22 @@ class ShapedRenderer:
     shape: Shape | None = None
     # Reasoning as a {"type": "thinking"} content block: None until a reasoning turn tells.
     reasoning_blocks: bool | None = None
+    id_form: str = ""  # call ids written in this form (ID_FORMS), not as the sentinel ids
     errors: list[str] = field(default_factory=list)
 
     @property
     def shape_label(self) -> str:
         label = self.shape.label if self.shape else SHAPES[0].label
-        return label + (", reasoning as thinking blocks" if self.reasoning_blocks else "")
+        return label + (_BLOCKS_LABEL if self.reasoning_blocks else "") + (_IDS_LABEL + self.id_form if self.id_form else "")
+
+    @classmethod
+    def for_label(cls, template: ChatTemplate, tools: list[dict], label: str) -> "ShapedRenderer":
+        """A renderer in the shape a spec names (its `shape`: `shape_label` of the probe's renderer)."""
+        label, _, id_form = label.partition(_IDS_LABEL)
+        blocks = label.endswith(_BLOCKS_LABEL)
+        label = label.removesuffix(_BLOCKS_LABEL)
+        return cls(template, tools, shape=next((s for s in SHAPES if s.label == label), None), reasoning_blocks=blocks,
+                   id_form=id_form)
 
     def _render(self, shape: Shape, messages: list[dict], add_generation_prompt: bool, variables: dict) -> str:
         tools = _tools_in_shape(self.tools, shape) if self.tools else None
@@ -211,7 +229,7 @@ class ShapedRenderer:
     def render_followed(self, user: str, turn: Turn, user2: str) -> str | None:
         """[user, turn, user2] rendered without a generation prompt (None if it does not render)."""
         shape = self.shape or SHAPES[0]
-        messages = [{"role": "user", "content": user}, _turn_message(turn, shape, bool(self.reasoning_blocks)),
+        messages = [{"role": "user", "content": user}, _turn_message(turn, shape, bool(self.reasoning_blocks), self.id_form),
                     {"role": "user", "content": user2}]
         try:
             return self._render(shape, messages, False, {})
@@ -227,7 +245,7 @@ class ShapedRenderer:
         shapes = [self.shape] if self.shape else list(SHAPES)
         for shape in shapes:
             try:
-                full = self._render(shape, history + [_turn_message(turn, shape, bool(self.reasoning_blocks))], False, variables)
+                full = self._render(shape, history + [_turn_message(turn, shape, bool(self.reasoning_blocks), self.id_form)], False, variables)
                 prompt = self._render(shape, history, True, variables)
                 bare = self._render(shape, history, False, variables)
             except TemplateError as e:
@@ -241,7 +259,7 @@ class ShapedRenderer:
                 self.reasoning_blocks = False
                 if turn.reasoning not in full:
                     try:
-                        blocks = self._render(shape, history + [_turn_message(turn, shape, True)], False, variables)
+                        blocks = self._render(shape, history + [_turn_message(turn, shape, True, self.id_form)], False, variables)
                     except TemplateError as e:
                         if e.limit:
                             raise

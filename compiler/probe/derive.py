@@ -23,14 +23,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import TemplateError
-from ..source.render import fixed_clock, time_budget
+from ..source.render import default_time_budget, fixed_clock, time_budget
 from ..source.template import ChatTemplate
 from ..spec import Piece, PromptMode, ProtocolSpec, Reasoning, SpecError, Start, ToolCallFormat, slot
 from . import markers
 from .arguments import argument_format
 from .calls import call_format
-from .conversations import SENTINEL_SETS, Call, Sentinels, ShapedRenderer, Turn, tool_definition
-from .modes import find_modes
+from .conversations import ID_FORMS, SENTINEL_SETS, Call, Sentinels, ShapedRenderer, Turn, tool_definition
+from .modes import find_modes, name_thinking_modes
 from .overrides import apply_overrides
 from .renders import assistant_spans, layout_of
 from .spans import Boundaries
@@ -98,6 +98,17 @@ def _probe_with(template: ChatTemplate, s: Sentinels) -> _Findings:
         findings.warnings.append("no probe turn renders: " + "; ".join(renderer.errors[-3:]))
         return findings
     header, tail, spans = rendered
+    if "calls" in spans and s.names[0] not in spans["calls"] and s.ids[0] in spans["calls"]:
+        # The template writes a call's id where its name goes: render ids that carry the name.
+        for form in ID_FORMS:
+            renderer.id_form = form
+            retried = assistant_spans(renderer, s.user, turns)
+            if retried is not None and s.names[0] in retried[2].get("calls", ""):
+                header, tail, spans = retried
+                findings.warnings.append(f"the template writes a call's id where its name goes: call ids are written "
+                                         f"{form!r} (the form the model writes)")
+                break
+            renderer.id_form = ""
     findings.tail, findings.header = tail, header
     findings.shape = renderer.shape_label
 
@@ -156,14 +167,16 @@ PLACEHOLDER_TOKENS = {"bos_token": "<|bos_token|>", "eos_token": "<|eos_token|>"
 PROBE_SECONDS = 15.0
 
 
-def probe(template: ChatTemplate, budget: float = PROBE_SECONDS) -> ProtocolSpec:
+def probe(template: ChatTemplate, budget: float | None = None) -> ProtocolSpec:
     """Derive the template's ProtocolSpec (both sentinel sets must agree on each field).
 
-    The probe renders dozens of times; all of them together get `budget` seconds, and the
-    first render that hits a limit (time, memory, output size) ends the probe: a
-    `TemplateError` saying so."""
+    The probe renders dozens of times; all of them together get `budget` seconds (by default
+    PROBE_SECONDS, or what is left of the budget the probe runs in: a command's, see
+    tplparse.source.isolation), and the first render that hits a limit (time, memory, output
+    size) ends the probe: a `TemplateError` saying so."""
+    within = time_budget(budget) if budget is not None else default_time_budget(PROBE_SECONDS)
     try:
-        with fixed_clock(), time_budget(budget):  # (templates that print the time print the same one)
+        with fixed_clock(), within:  # (templates that print the time print the same one)
             return _probe(template)
     except TemplateError as e:
         if not e.limit:
@@ -203,7 +216,8 @@ def _probe(template: ChatTemplate) -> ProtocolSpec:
             turns[kind] = first.turns[kind]
         else:
             warnings.append(f"the two sentinel sets disagree on the {kind} layout; left out")
-    modes = agreed("modes") or {"default": PromptMode(variables={}, tail=first.tail, start=Start.CONTENT)}
+    modes = agreed("modes") or {"default": PromptMode(variables={}, tail=first.tail, start=Start.CONTENT,
+                                                      header=first.header if first.header == second.header else "")}
     tool_calls = agreed("tool_calls")
 
     # Name the markers.
@@ -249,7 +263,10 @@ def _probe(template: ChatTemplate) -> ProtocolSpec:
             evidence["tool_calls.wrappers"] = (f"{spec.tool_calls.wrappers!r}: the template writes it right before a "
                                                "call's data for some calls only (its code; no standard turn renders it)")
     spec = apply_overrides(spec)
-    markers.start_states(spec.modes, spec.reasoning, turns, thinking_turns)
+    markers.start_states(spec.modes, spec.reasoning, turns, thinking_turns,
+                         first.header if first.header == second.header else "")
+    spec.thinking_switch = name_thinking_modes(spec.modes, spec.thinking_switch,
+                                               spec.reasoning.end if spec.reasoning else "")
     if spec.reasoning is None:
         spec.warnings.append("no reasoning markers: no render shows a reasoning block, and no prompt opens one")
     return spec

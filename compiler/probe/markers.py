@@ -110,26 +110,50 @@ def reasoning_from_layouts(turns: dict[str, list[Piece]], evidence: dict[str, st
 
 
 def reasoning_from_modes(modes: dict[str, PromptMode], boundaries: Boundaries, evidence: dict[str, str]) -> Reasoning | None:
-    """Reasoning markers from a thinking switch: thinking off writes an empty block."""
-    on, off = modes.get("thinking"), modes.get("no_thinking")
-    if on is None or off is None:
-        return None
+    """Reasoning markers from two modes of a switch: one opens the block, the other also closes
+    it, or writes an empty block (thinking on / off; or any two values of one variable)."""
+    for on_name, off_name in _mode_pairs(modes):
+        found = _block_between(modes[on_name], modes[off_name], boundaries)
+        if found is None:
+            continue
+        start, end, how = found
+        names = "" if (on_name, off_name) == ("thinking", "no_thinking") else f" ({on_name} and {off_name})"
+        evidence["reasoning.start"] = f"{start!r} ({how}{names})"
+        evidence["reasoning.end"] = f"{end!r} ({how}{names})"
+        return Reasoning(start=start, end=end, in_history=False)
+    return None
+
+
+def _mode_pairs(modes: dict[str, PromptMode]):
+    """(on, off) pairs of mode names to read an empty block from: thinking / no_thinking first,
+    then any two modes of one variable, and the default beside each other mode."""
+    if "thinking" in modes and "no_thinking" in modes:
+        yield "thinking", "no_thinking"
+    names = list(modes)
+    for a in names:
+        for b in names:
+            if a != b and (a == "default" or b == "default" or modes[a].variables.keys() == modes[b].variables.keys()):
+                yield a, b
+
+
+def _block_between(on: PromptMode, off: PromptMode, boundaries: Boundaries) -> tuple[str, str, str] | None:
+    """(start, end, how) when `off`'s tail is `on`'s and an end marker after it, or an empty
+    block where `on` writes nothing."""
     if on.tail.strip() and off.tail.strip().startswith(on.tail.strip()):
-        start, end = on.tail.strip(), off.tail.strip()[len(on.tail.strip()):].strip()
-        if not end:
-            return None
-        how = "thinking on opens it; thinking off also closes it"
-    else:
-        if on.tail.strip():
-            return None
-        split = split_empty_block(off.tail, boundaries)
-        if split is None:
-            return None
-        start, end = split
-        how = "thinking off writes an empty block"
-    evidence["reasoning.start"] = f"{start!r} ({how})"
-    evidence["reasoning.end"] = f"{end!r} ({how})"
-    return Reasoning(start=start, end=end, in_history=False)
+        end = off.tail.strip()[len(on.tail.strip()):].strip()
+        return (on.tail.strip(), end, "thinking on opens it; thinking off also closes it") if end else None
+    if on.tail.strip():
+        return None
+    split = split_empty_block(off.tail, boundaries)
+    if split is not None:
+        return (*split, "thinking off writes an empty block")
+    # The header every turn shares opens the block (`…<think>`), and thinking off closes it
+    # right away: the end marker is what it adds, the opener that end's pair (`</think>`).
+    end = off.tail.strip()
+    opener = end.replace("/", "", 1)
+    if "/" in end and opener != end and on.header == off.header and on.header.rstrip().endswith(opener):
+        return opener, end, "the assistant header opens it; thinking off closes it at once"
+    return None
 
 
 _OPENING_TAG = re.compile(r"<([A-Za-z][\w:.-]*)>")
@@ -138,7 +162,7 @@ _OPENING_TAG = re.compile(r"<([A-Za-z][\w:.-]*)>")
 def reasoning_from_prompt(modes: dict[str, PromptMode], evidence: dict[str, str]) -> Reasoning | None:
     """Reasoning that a generation prompt opens with a tag (<think>) when no render shows the
     block (history turns strip it): the end is that tag's own closing tag."""
-    for name in ("default", "thinking"):
+    for name in ["default", "thinking"] + [n for n in modes if n not in ("default", "thinking", "no_thinking")]:
         mode = modes.get(name)
         if mode is None:
             continue
@@ -301,13 +325,23 @@ def end_of_turn_markers(turns: dict[str, list[Piece]], tool_calls: ToolCallForma
     return markers
 
 
+def _leaves_open(prompt: str, reasoning: Reasoning) -> bool:
+    """Whether `prompt` ends inside a reasoning block: its last opener comes after its last
+    end marker, and only whitespace follows the opener."""
+    opened = prompt.rfind(reasoning.start)
+    return opened != -1 and opened > prompt.rfind(reasoning.end) and not prompt[opened + len(reasoning.start):].strip()
+
+
 def start_states(modes: dict[str, PromptMode], reasoning: Reasoning | None, turns: dict[str, list[Piece]],
-                 thinking_turns: dict[str, list[Piece]]) -> None:
+                 thinking_turns: dict[str, list[Piece]], header: str = "") -> None:
     """Whether each mode's generation prompt leaves the model inside reasoning.
 
-    Inside reasoning when the prompt's tail ends with the reasoning start marker, or when
-    the mode's rendered turns begin with the reasoning itself (the prompt opened it). Not
-    when the tail also holds the end marker (the prompt opened and closed an empty block).
+    What the generation prompt writes is the assistant header every turn shares and the
+    mode's tail after it. Inside reasoning when that text opens a block it does not close
+    (the opener may end the header, whatever the tail adds after it: `<think>` then a
+    newline), or when the mode's rendered turns begin with the reasoning itself (the prompt
+    opened it). Not when the tail holds the end marker (the prompt opened and closed an
+    empty block).
     """
     if reasoning is None or not reasoning.end:
         return
@@ -320,7 +354,7 @@ def start_states(modes: dict[str, PromptMode], reasoning: Reasoning | None, turn
         layouts = thinking_turns if (name == "thinking" and thinking_turns) else turns
         if reasoning.end in tail:
             mode.start = Start.CONTENT
-        elif reasoning.start and tail.endswith(reasoning.start):
+        elif reasoning.start and _leaves_open(header + mode.tail, reasoning):
             mode.start = Start.REASONING
         elif opened_by_prompt(layouts):
             mode.start = Start.REASONING

@@ -101,7 +101,26 @@ def assistant_spans(renderer: ShapedRenderer, user: str, turns: dict[str, Turn],
         if None not in found.values() and len(trailers) == 1 and trailers != {""}:
             added = trailers.pop()
             texts = {kind: f[0] for kind, f in found.items()}
+        else:
+            # ... or it writes the generation prompt after a last user message only (which an
+            # assistant turn's render does not end with): what history writes after the user's
+            # text is the generation prompt, and what each render writes there is its turn.
+            at = first.history.rfind(user) + len(user) if user in first.history else -1
+            if at > 0 and first.history[at:].strip() and all(r.full.startswith(first.history[:at])
+                                                            for r in renders.values()):
+                added = first.history[at:]
+                texts = {kind: r.full[at:] for kind, r in renders.items()}
     split = min(boundaries.split_common_prefix(added, text) for text in texts.values())
+    lead = added[: len(added) - len(added.lstrip())]
+    if lead and split < len(lead):
+        # The generation prompt writes whitespace before the header that some turns' renders
+        # do not (a newline before `<|header_start|>assistant` in the prompt and in a call
+        # turn, none before a content turn's): that whitespace is the prompt's, and the header
+        # is what every turn writes after its own leading whitespace.
+        shared = min(boundaries.split_common_prefix(added.lstrip(), text.lstrip()) for text in texts.values())
+        if added.lstrip()[:shared].strip():
+            return (added[: len(lead) + shared], added[len(lead) + shared:],
+                    {kind: text.lstrip()[shared:] for kind, text in texts.items()})
     return added[:split], added[split:], {kind: text[split:] for kind, text in texts.items()}
 
 

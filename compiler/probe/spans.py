@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from ..spec import Piece, slot
 
 # Characters after which a new marker may begin (the end of a marker, a line, a word), and
-# characters that may begin one.
+# characters that may begin one (an opener, or a closing bracket: what follows a value a
+# template prints bare, `f(a=text)`).
 _BOUNDARY_AFTER = frozenset(">]})([{:,=\"'\n \t")
-_OPENERS = frozenset("<[{(")
+_OPENERS = frozenset("<[{()]}")
 
 
 def common_prefix_length(a: str, b: str) -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .conversations import FRESH, SHAPES, Call, ShapedRenderer, Turn, tool_definition
+from .conversations import FRESH, Call, ShapedRenderer, Turn, tool_definition
 from .renders import assistant_spans
 from ..source.render import fixed_clock
 from ..spec import ProtocolSpec, SpecError
@@ -17,6 +17,10 @@ from ..source.template import ChatTemplate
 
 TYPED_ARGUMENTS = {"amount": "EUR 12", "count": 3, "rate": 1.08, "exact": False, "note": None,
                    "options": {"round": True, "places": 2}, "tags": ["fx", "daily"]}
+
+
+# The detail of every check when no standard turn renders (the template raises on each).
+RENDERS_NONE = "the template renders none of the standard turns"
 
 
 def standard_turns() -> dict[str, Turn]:
@@ -57,14 +61,12 @@ def verify(template: ChatTemplate, spec: ProtocolSpec) -> list[Check]:
 
     template = template.with_tokens(**{k: v for k, v in PLACEHOLDER_TOKENS.items() if k not in template.named_tokens})
     tools = [tool_definition(n, [FRESH.key1, FRESH.key2]) for n in FRESH.names]
-    label, _, blocks = spec.shape.partition(", reasoning as thinking blocks")
-    renderer = ShapedRenderer(template, tools, shape=next((s for s in SHAPES if s.label == label), None),
-                              reasoning_blocks=spec.shape.endswith("reasoning as thinking blocks"))
+    renderer = ShapedRenderer.for_label(template, tools, spec.shape)
     turns = standard_turns()
     with fixed_clock():
         rendered = assistant_spans(renderer, FRESH.user, turns)
     if rendered is None:
-        return [Check(name, False, "the template renders none of the standard turns") for name in turns]
+        return [Check(name, False, RENDERS_NONE) for name in turns]
     spans = rendered[2]
     checks = []
     for name, turn in turns.items():

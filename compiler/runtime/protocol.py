@@ -410,17 +410,38 @@ class Protocol:
         if not self.reasoning_end:
             return CONTENT
         if generation_prompt is not None:
-            tail = generation_prompt.rstrip()
+            prompt = generation_prompt.rstrip()
+            known = self._mode_ending(prompt)
+            if known is not None:
+                return known
+            tail = self._after_the_header(prompt)
             closed = tail.rfind(self.reasoning_end)
             opened = tail.rfind(self.reasoning_start) if self.reasoning_start else -1
-            for mode in self.modes.values():
-                if mode["tail"].strip() and tail.endswith(mode["tail"].strip()):
-                    return mode["start"]
             if opened > closed:
                 return REASONING
             if closed != -1 and closed >= opened:
                 return CONTENT
         return self.modes["default"]["start"]
+
+    def _mode_ending(self, prompt):
+        """The start state of the mode whose generation prompt (header and tail) the prompt ends
+        with, the longest such ending; None when none does, or two such modes disagree."""
+        found, length = set(), 0
+        for mode in self.modes.values():
+            ending = (mode.get("header", "") + mode["tail"]).rstrip()
+            if not ending.strip() or not prompt.endswith(ending) or len(ending) < length:
+                continue
+            if len(ending) > length:
+                found, length = set(), len(ending)
+            found.add(mode["start"])
+        return found.pop() if len(found) == 1 else None
+
+    def _after_the_header(self, prompt):
+        """The prompt after the last assistant header the generation prompt writes (what came
+        before it, a system prompt that names the markers, is not the output's state)."""
+        at = max((prompt.rfind(h) + len(h) for h in {m.get("header", "").strip() for m in self.modes.values()}
+                  if h and h in prompt), default=0)
+        return prompt[at:]
 
 
 ###}

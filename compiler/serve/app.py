@@ -6,14 +6,15 @@ thread (`plan`), cap max_tokens to what the upstream's context leaves, generate 
 feed each piece to the family's streaming parser, and answer in OpenAI's shapes
 (`responses`): SSE chunks ending in `data: [DONE]`, or one completion, after validation (and
 retries with the errors fed back, when the request asks for them). A client that goes away
-cancels its upstream generation; an upstream that fails is a 502 / 504, or an error event in
-a stream that already started; the server goes on serving.
+cancels its upstream work (counting its prompt's tokens, or generating); an upstream that
+fails is a 502 / 504, or an error event in a stream that already started; a bug of the
+bridge's own is a 500 `server_error` (logged), and the connection stays open; the server goes
+on serving.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from contextlib import aclosing
@@ -29,10 +30,16 @@ from ..errors import TplparseError
 from ..source import ChatTemplate
 from . import responses
 from .plan import Plan, plan
-from .requests import ChatRequest, RequestError, parse_request
-from .upstream import Completion, Finished, Upstream, UpstreamError
+from .requests import LIMITS, ChatRequest, RequestError, parse_body, parse_request
+from .upstream import Completion, Finished, Limits, Upstream, UpstreamError
 
 log = logging.getLogger("tplparse.serve")
+
+# A prompt longer than this many characters per token of the upstream's context is first
+# counted in part: its first `context * PROBE_CHARS_PER_TOKEN` characters alone, when they
+# are already more tokens than the context holds, refuse it without tokenizing it whole (a
+# 6-million-character prompt kept llama-server's /tokenize busy for minutes).
+PROBE_CHARS_PER_TOKEN = 8
 
 
 def create_app(template: ChatTemplate, upstream: Upstream, model_name: str) -> Starlette:
@@ -40,32 +47,14 @@ def create_app(template: ChatTemplate, upstream: Upstream, model_name: str) -> S
 
     async def chat_completions(request: Request):
         try:
-            body = json.loads(await request.body())
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            return _error(400, f"the request body is not JSON: {e}")
-        except RecursionError:
-            return _error(400, "the request body is nested too deeply")
-        try:
-            chat = parse_request(body)
-            if chat.model is not None and chat.model != model_name:
-                return _error(404, f"model {chat.model!r} is not served here (this is {model_name!r})", "model")
-            planned, completion = await _prepared(template, upstream, chat, chat.messages)
+            return await _chat_completions(request, template, upstream, model_name)
         except RequestError as e:
-            return _error(400, e.message, e.param)
+            return _error(e.status, e.message, e.param)
         except UpstreamError as e:
             return _error(e.status, e.message)
-        if chat.stream:
-            return StreamingResponse(_events(upstream, model_name, planned, completion), media_type="text/event-stream",
-                                     headers={"Cache-Control": "no-cache"})
-        try:
-            answer = await _cancelled_on_disconnect(request, _answer(template, upstream, model_name, chat, planned, completion))
-        except RequestError as e:
-            return _error(400, e.message, e.param)
-        except UpstreamError as e:
-            return _error(e.status, e.message)
-        if answer is None:  # the client went away: its generation was cancelled, nobody reads this
-            return _error(499, "the client closed the request")
-        return JSONResponse(answer)
+        except Exception as e:  # a bug of the bridge's own: said, logged, and the connection kept
+            log.exception("unexpected error")
+            return _error(500, f"internal error: {type(e).__name__}: {e}")
 
     async def models(request: Request):
         return JSONResponse({"object": "list", "data": [{"id": model_name, "object": "model", "created": 0,
@@ -88,8 +77,46 @@ def create_app(template: ChatTemplate, upstream: Upstream, model_name: str) -> S
     return app
 
 
+async def _chat_completions(request: Request, template: ChatTemplate, upstream: Upstream, model_name: str):
+    """One request: the body read and checked, then planned and generated while the client
+    waits (a client that goes away cancels what is left)."""
+    chat = parse_request(parse_body(await _body(request)))
+    if chat.model is not None and chat.model != model_name:
+        raise RequestError("model", f"model {chat.model!r} is not served here (this is {model_name!r})", 404)
+    if chat.stream:
+        prepared = await _cancelled_on_disconnect(request, _prepared(template, upstream, chat, chat.messages))
+        if prepared is None:
+            return _error(499, "the client closed the request")
+        return StreamingResponse(_events(upstream, model_name, *prepared), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache"})
+    answer = await _cancelled_on_disconnect(request, _served(template, upstream, model_name, chat))
+    if answer is None:  # the client went away: its work was cancelled, nobody reads this
+        return _error(499, "the client closed the request")
+    return JSONResponse(answer)
+
+
+async def _body(request: Request, limit: int = LIMITS.body_bytes) -> bytes:
+    """The request body, read no further than `limit` bytes (413 past it)."""
+    too_large = RequestError("", f"the request body is more than {limit} bytes (the limit)", 413)
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise too_large
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_large
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 def _error(status: int, message: str, param: str | None = None) -> JSONResponse:
     return JSONResponse(responses.error_body(status, message, param), status_code=status)
+
+
+async def _served(template: ChatTemplate, upstream: Upstream, model: str, chat: ChatRequest) -> dict:
+    planned, completion = await _prepared(template, upstream, chat, chat.messages)
+    return await _answer(template, upstream, model, chat, planned, completion)
 
 
 async def _prepared(template: ChatTemplate, upstream: Upstream, chat: ChatRequest, messages: list) -> tuple[Plan, Completion]:
@@ -100,7 +127,9 @@ async def _prepared(template: ChatTemplate, upstream: Upstream, chat: ChatReques
     except TplparseError as e:  # the template refused the conversation (roles, content, ...)
         raise RequestError("messages", f"the chat template cannot render this conversation: {e}") from e
     limits = await upstream.limits()
-    prompt_tokens = await upstream.count_tokens(planned.prompt.text)
+    text = _sent_prompt(planned, limits)
+    await _probe_length(upstream, text, limits)
+    prompt_tokens = await upstream.count_tokens(text)
     room = limits.context - prompt_tokens
     if room < 1:
         raise RequestError("messages", f"the prompt is {prompt_tokens} tokens and the upstream's context is "
@@ -110,7 +139,33 @@ async def _prepared(template: ChatTemplate, upstream: Upstream, chat: ChatReques
         planned.notes.append(f"max_tokens {chat.max_tokens} capped to {room}: the upstream's context is {limits.context} "
                              f"tokens and the prompt takes {prompt_tokens}")
     planned.prompt_tokens = prompt_tokens
-    return planned, Completion(planned.prompt.text, max_tokens, planned.stop, planned.constraint, chat.sampling)
+    return planned, Completion(text, max_tokens, planned.stop, planned.constraint, chat.sampling)
+
+
+def _sent_prompt(planned: Plan, limits: Limits) -> str:
+    """The prompt as it is sent: without its leading BOS when the upstream puts its own
+    before every prompt (one BOS, not two, as the template meant)."""
+    text = planned.prompt.text
+    if limits.prefix and text.startswith(limits.prefix):
+        planned.notes.append(f"the prompt's leading {limits.prefix!r} is left to the upstream, which puts its own "
+                             "before every prompt (one, not two)")
+        return text[len(limits.prefix):]
+    return text
+
+
+async def _probe_length(upstream: Upstream, text: str, limits: Limits) -> None:
+    """Refuse a prompt far beyond the context by counting its head only (see
+    PROBE_CHARS_PER_TOKEN). The head is cut after a line break, where tokenizers split
+    anyway; a margin covers what a cut may still change."""
+    size = limits.context * PROBE_CHARS_PER_TOKEN
+    if len(text) <= size:
+        return
+    cut = text.rfind("\n", size // 2, size) + 1 or size
+    head_tokens = await upstream.count_tokens(text[:cut])
+    if head_tokens > limits.context + 64:
+        raise RequestError("messages", f"the prompt is {len(text)} characters, and its first {cut} alone are "
+                                       f"{head_tokens} tokens; the upstream's context is {limits.context}: no room "
+                                       "for an answer")
 
 
 def _extra(planned: Plan, raw: str, message: dict, errors: list, dropped: list | None = None) -> dict:
@@ -168,16 +223,34 @@ async def _events(upstream: Upstream, model: str, planned: Plan, completion: Com
         yield responses.sse(responses.error_body(e.status, e.message))
         yield responses.sse("[DONE]")
         return
-    finished = reading.finished
-    for delta in parser.end(finished.reason):
-        yield _chunk_of(delta, cid, model, created, dropped)
+    except Exception as e:  # a bug of the bridge's own: said as an event, and the stream ends as streams do
+        log.exception("unexpected error in a stream")
+        yield responses.sse(responses.error_body(500, f"internal error: {type(e).__name__}: {e}"))
+        yield responses.sse("[DONE]")
+        return
+    try:
+        last = await _last_chunk(reading, planned, cid, model, created, dropped)
+    except Exception as e:
+        log.exception("unexpected error in a stream")
+        yield responses.sse(responses.error_body(500, f"internal error: {type(e).__name__}: {e}"))
+    else:
+        for chunk in last:
+            yield chunk
+    yield responses.sse("[DONE]")
+
+
+async def _last_chunk(reading: "_Reading", planned: Plan, cid: str, model: str, created: int, dropped: list) -> list[bytes]:
+    """What the parser held at the end, then the chunk with the finish reason, the usage and
+    what OpenAI has no field for."""
+    parser, finished = reading.parser, reading.finished
+    out = [_chunk_of(delta, cid, model, created, dropped) for delta in parser.end(finished.reason)]
     message = parser.message
     errors = await run_in_threadpool(reply_errors, message, planned.tools, planned.schema)  # (regexes may be slow)
     last = responses.chunk(cid, model, created, {}, responses.finish_reason(message, finished.reason),
                            _extra(planned, "".join(reading.raw), message, errors, dropped))
     last["usage"] = responses.usage(planned.prompt_tokens, finished.completion_tokens)
-    yield responses.sse(last)
-    yield responses.sse("[DONE]")
+    out.append(responses.sse(last))
+    return out
 
 
 def _chunk_of(delta: dict, cid: str, model: str, created: int, dropped: list) -> bytes:

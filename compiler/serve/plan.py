@@ -35,7 +35,7 @@ def plan(template: ChatTemplate, request: ChatRequest, messages: list[dict] | No
     # grammar, not the prompt, keeps the model from calling them).
     prompt = prompt_for(template, messages or request.messages, tools=request.tools, thinking=request.thinking)
     spec = prompt.spec
-    if request.tools and request.tool_choice != "none" and spec.tool_calls is None:
+    if request.tools and request.tool_choice.mode != "none" and spec.tool_calls is None:
         raise RequestError("tools", f"the model's template ({spec.family}) has no tool-call format: it cannot call tools")
     notes = list(prompt.notes)
     options = GrammarOptions(tools=request.tools, tool_choice=request.tool_choice, parallel=request.parallel_tool_calls,

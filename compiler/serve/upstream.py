@@ -49,6 +49,9 @@ class Finished:
 class Limits:
     context: int  # tokens one request may use, prompt and answer together
     model: str  # the upstream's name for its model
+    # What the upstream puts before every prompt it is sent (its model's BOS token, as text),
+    # "" when nothing: a prompt that starts with it already would start with it twice.
+    prefix: str = ""
 
 
 class Upstream(ABC):
@@ -58,7 +61,9 @@ class Upstream(ABC):
     async def limits(self) -> Limits: ...
 
     @abstractmethod
-    async def count_tokens(self, prompt: str) -> int: ...
+    async def count_tokens(self, prompt: str) -> int:
+        """The tokens the upstream's context holds for `prompt` as it is sent (with what the
+        upstream puts before it)."""
 
     @abstractmethod
     def generate(self, completion: Completion) -> AsyncIterator[str | Finished]:
@@ -104,16 +109,32 @@ class LlamaServer(Upstream):
                 model = str(props.get("model_alias") or props.get("model_path") or "llama-server").rsplit("/", 1)[-1]
             except (KeyError, TypeError, ValueError) as e:
                 raise UpstreamError(502, f"the upstream's /props has no context size ({e})") from e
-            self._limits = Limits(context, model)
+            self._limits = Limits(context, model, await self._prefix())
         return self._limits
 
+    async def _prefix(self) -> str:
+        """What /completion puts before every prompt: the tokens it adds to an empty text (the
+        BOS token, for a model whose vocabulary asks for one), as text."""
+        tokens = await self._tokens("")
+        if not tokens:
+            return ""
+        answer = await self._json("POST", "/detokenize", json={"tokens": tokens})
+        text = answer.get("content")
+        if not isinstance(text, str):
+            raise UpstreamError(502, "the upstream's /detokenize answered no text")
+        return text
+
     async def count_tokens(self, prompt: str) -> int:
-        # The prompt's special tokens are parsed as the completion endpoint parses them.
-        answer = await self._json("POST", "/tokenize", json={"content": prompt, "add_special": False, "parse_special": True})
+        return len(await self._tokens(prompt))
+
+    async def _tokens(self, text: str) -> list:
+        # As /completion tokenizes a prompt: special tokens parsed, the model's BOS added
+        # when its vocabulary asks for one.
+        answer = await self._json("POST", "/tokenize", json={"content": text, "add_special": True, "parse_special": True})
         tokens = answer.get("tokens")
         if not isinstance(tokens, list):
             raise UpstreamError(502, "the upstream's /tokenize answered no token list")
-        return len(tokens)
+        return tokens
 
     async def healthy(self) -> bool:
         try:
@@ -131,6 +152,8 @@ class LlamaServer(Upstream):
                     await response.aread()
                     _decoded(response, "/completion", self.url)  # raises with the upstream's message
                 async for line in _lines(response):
+                    if line.startswith("error:"):  # llama-server before late 2025 sent its errors so
+                        raise UpstreamError(502, f"the upstream failed: {_error_message(_event(line[6:]))}")
                     if not line.strip() or not line.startswith("data:"):
                         continue  # SSE comments and the blank lines between events
                     event = _event(line[5:])
@@ -192,6 +215,13 @@ def _event(data: str) -> dict:
     if not isinstance(event, dict):
         raise UpstreamError(502, "the upstream sent an event that is not a JSON object")
     return event
+
+
+def _error_message(event: dict) -> str:
+    """The message of an error event: {"message": ...} or {"error": {"message": ...}}."""
+    error = event.get("error") if isinstance(event.get("error"), dict) else event
+    message = error.get("message")
+    return message if isinstance(message, str) else json.dumps(event)[:500]
 
 
 def _count(event: dict, key: str) -> int:

@@ -115,6 +115,16 @@ class _Cursor:
         raw = self.string_bytes()
         return raw.decode("utf-8", errors="replace")
 
+    def exact_string(self, what: str) -> str:
+        """A string that must be read as written (a chat template): invalid UTF-8 is an error,
+        never replaced (U+FFFD would silently change the template)."""
+        raw = self.string_bytes()
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise LoadError(f"{self.path}: {what} ({self.context}) is not valid UTF-8 (byte {e.start} of it is "
+                            f"{raw[e.start]:#04x}): it cannot be read as it was written") from None
+
     def string_bytes(self) -> bytes:
         length = self.scalar("Q")
         self._need(length)
@@ -179,7 +189,10 @@ def _read(buf: mmap.mmap, path: str) -> GGUFMetadata:
         cursor.context = f"metadata key {key!r}"
         vtype = _value_type(cursor, cursor.scalar("I"))
         if vtype != GGUFValueType.ARRAY:
-            meta.values[key] = _read_scalar(cursor, vtype)
+            if vtype == GGUFValueType.STRING and _is_chat_template(key):
+                meta.values[key] = cursor.exact_string("the chat template")
+            else:
+                meta.values[key] = _read_scalar(cursor, vtype)
             continue
         item_type = _value_type(cursor, cursor.scalar("I"))
         count = cursor.scalar("Q")
@@ -196,6 +209,10 @@ def _read(buf: mmap.mmap, path: str) -> GGUFMetadata:
     if tokens_at is not None:
         _read_tokens(cursor, meta, tokens_at, token_types)
     return meta
+
+
+def _is_chat_template(key: str) -> bool:
+    return key == Keys.Tokenizer.CHAT_TEMPLATE or key.startswith(Keys.Tokenizer.CHAT_TEMPLATE + ".")
 
 
 def _read_scalar(cursor: _Cursor, vtype: GGUFValueType):

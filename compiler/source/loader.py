@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ..errors import LoadError
 from .gguf import read_gguf_metadata
+from .render import DEFAULT_LIMITS, RenderLimits
 from .template import ChatTemplate, family_slug, slugify
 
 _GGUF_MAGIC = b"GGUF"
@@ -41,11 +42,13 @@ class _Found:
     control_tokens: list[str] = field(default_factory=list)
 
 
-def load(source: str | os.PathLike, *, variant: str | None = None, family: str | None = None) -> ChatTemplate:
+def load(source: str | os.PathLike, *, variant: str | None = None, family: str | None = None,
+         limits: RenderLimits = DEFAULT_LIMITS) -> ChatTemplate:
     """Load the chat template of `source` (GGUF, Jinja, tokenizer_config.json or a model directory).
 
     `variant` picks a named template ("tool_use", ...); the default is the source's main
-    one. `family` overrides the family slug derived from the model's name.
+    one. `family` overrides the family slug derived from the model's name. `limits` are the
+    template's compile and render limits (RenderLimits).
     """
     if str(source) == "-":
         found = _from_stream(Path("<stdin>"), sys.stdin.buffer.read())
@@ -84,6 +87,7 @@ def load(source: str | os.PathLike, *, variant: str | None = None, family: str |
         control_tokens=tuple(_unique(found.control_tokens)),
         variant=variant,
         variants=found.templates,
+        limits=limits,
     )
     template.check()
     return template

@@ -32,6 +32,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import string
 import threading
 import time
 from collections.abc import Iterator
@@ -63,12 +64,27 @@ _DEADLINE: ContextVar[tuple[float, float] | None] = ContextVar("tplparse_deadlin
 @contextmanager
 def time_budget(seconds: float):
     """Within the block, all renders together may take `seconds` of wall clock: each render's
-    own limit shrinks to what is left, and a render started with nothing left fails (a limit)."""
-    token = _DEADLINE.set((time.monotonic() + seconds, seconds))
+    own limit shrinks to what is left, and a render started with nothing left fails (a limit).
+    Inside another budget, the one that ends first holds (an inner budget never extends an
+    outer one: a command's budget bounds the whole command)."""
+    deadline = (time.monotonic() + seconds, seconds)
+    outer = _DEADLINE.get()
+    token = _DEADLINE.set(deadline if outer is None or deadline[0] < outer[0] else outer)
     try:
         yield
     finally:
         _DEADLINE.reset(token)
+
+
+@contextmanager
+def default_time_budget(seconds: float):
+    """`time_budget(seconds)` unless the block already runs inside a budget, which then holds
+    alone (a probe's own 15 s give way to the budget of the command that runs it)."""
+    if _DEADLINE.get() is not None:
+        yield
+        return
+    with time_budget(seconds):
+        yield
 
 
 def check_time_budget(name: str) -> None:
@@ -76,7 +92,7 @@ def check_time_budget(name: str) -> None:
     for work between renders (a probe diffing large renders)."""
     budget = _DEADLINE.get()
     if budget is not None and budget[0] <= time.monotonic():
-        error = TemplateError(f"the time budget of {budget[1]:g} s is used up", template=name)
+        error = TemplateError(f"the render budget of {budget[1]:g} s is used up", template=name)
         error.limit = True
         raise error
 
@@ -91,6 +107,10 @@ class RenderLimits:
     # When `seconds` is what is left of a time budget for several renders (time_budget): that
     # budget, which the error then names.
     budget_seconds: float | None = None
+    # The longest template compiled (in characters). Jinja's compile of a template runs no
+    # template code, but its time and memory grow with the text: 256 Ki characters of the
+    # worst constructs take seconds and some 500 MB; real chat templates are under 20 Ki.
+    max_template_chars: int = 256 * 1024
 
 
 DEFAULT_LIMITS = RenderLimits()
@@ -228,6 +248,7 @@ class _ChatTemplateEnvironment(ImmutableSandboxedEnvironment):
         self.filters["tojson"] = _tojson
         self.filters["center"] = self._checked_filter(self.filters["center"], "width")
         self.filters["indent"] = self._checked_filter(self.filters["indent"], "width")
+        self.filters["format"] = self._checked_format_filter(self.filters["format"])
         self.globals["raise_exception"] = _raise_exception
         self.globals["strftime_now"] = _strftime_now
         self.globals["dict"] = _DictConstructor()
@@ -247,6 +268,39 @@ class _ChatTemplateEnvironment(ImmutableSandboxedEnvironment):
         checked.__name__ = getattr(filter_func, "__name__", "filter")
         return checked
 
+    def _checked_format_filter(self, filter_func):
+        """`'%05d'|format(x)` is `'%05d' % x`: its widths are checked as the operator's are."""
+        def checked(value, *args, **kwargs):
+            if isinstance(value, str):
+                self._check_percent_widths(value, kwargs or args)
+            return filter_func(value, *args, **kwargs)
+
+        checked.__name__ = getattr(filter_func, "__name__", "format")
+        return checked
+
+    def _check_percent_widths(self, text: str, values) -> None:
+        """The widths and precisions of `text % values`: those written in `text`, and with a `*`
+        in it, those taken from `values` (checked all: a `*` takes its width from among them)."""
+        for number in _digit_runs(text):
+            self._too_big("a %-format width", number)
+        if "*" in text:
+            for value in values if isinstance(values, (tuple, list)) else (values,):
+                if isinstance(value, int):
+                    self._too_big("a %-format width", abs(value))
+
+    def _check_format_widths(self, text: str, args, kwargs) -> None:
+        """The widths of `text.format(...)`: those written in `text`, and where a field's spec
+        holds a nested field (`{0:{1}}`), the integers among the arguments (one is that width)."""
+        for number in _digit_runs(text):
+            self._too_big("a format width", number)
+        if _has_nested_format_field(text):
+            values = list(args) + list(kwargs.values())
+            if len(args) == 1 and isinstance(args[0], Mapping):  # (format_map)
+                values += list(args[0].values())
+            for value in values:
+                if isinstance(value, int):
+                    self._too_big("a format width", abs(value))
+
     def call_binop(self, context, operator, left, right):
         if operator == "*":
             for seq, times in ((left, right), (right, left)):
@@ -257,8 +311,7 @@ class _ChatTemplateEnvironment(ImmutableSandboxedEnvironment):
                 # the result has about right * log2(left) bits
                 self._too_big("a power", right * abs(left).bit_length() // 8)
         elif operator == "%" and isinstance(left, str):
-            for number in _digit_runs(left):
-                self._too_big("a %-format width", number)
+            self._check_percent_widths(left, right)
         elif operator == "+" and isinstance(left, (str, list, tuple)) and isinstance(right, (str, list, tuple)):
             self._too_big("joining two sequences", len(left) + len(right))  # (doubling a list in a loop)
         return super().call_binop(context, operator, left, right)
@@ -270,6 +323,8 @@ class _ChatTemplateEnvironment(ImmutableSandboxedEnvironment):
                 for value in list(args) + list(kwargs.values()):
                     if isinstance(value, int):
                         __self._too_big(f"str.{name}()", value)
+                        if name == "expandtabs":  # (each tab becomes up to that many spaces)
+                            __self._too_big("str.expandtabs()", len(__obj.__self__) + __obj.__self__.count("\t") * value)
         return super().call(__context, __obj, *args, **kwargs)
 
     def is_safe_attribute(self, obj, attr, value):
@@ -281,11 +336,18 @@ class _ChatTemplateEnvironment(ImmutableSandboxedEnvironment):
         return True
 
     def wrap_str_format(self, value):
-        # Jinja wraps `str.format` when the template looks the method up; check the widths then.
-        if getattr(value, "__name__", "") in ("format", "format_map") and isinstance(getattr(value, "__self__", None), str):
-            for number in _digit_runs(value.__self__):
-                self._too_big("a format width", number)
-        return super().wrap_str_format(value)
+        # Jinja wraps `str.format` when the template looks the method up; the widths are
+        # checked when it is called (a nested field takes its width from the arguments).
+        wrapped = super().wrap_str_format(value)
+        if wrapped is None:
+            return None
+        text = value.__self__
+
+        def checked(*args, **kwargs):
+            self._check_format_widths(text, args, kwargs)
+            return wrapped(*args, **kwargs)
+
+        return checked
 
 
 class _OwnContainersEnvironment(_ChatTemplateEnvironment):
@@ -318,6 +380,14 @@ def _container_ids(value, found: set) -> set:
     return found
 
 
+def _has_nested_format_field(text: str) -> bool:
+    """Whether a replacement field of the str.format string `text` has a field in its spec."""
+    try:
+        return any(spec and "{" in spec for _, field_name, spec, _ in string.Formatter().parse(text) if field_name is not None)
+    except ValueError:  # (not a valid format string: format() refuses it)
+        return False
+
+
 def _digit_runs(text: str):
     """The integers written in `text` (format widths hide among them)."""
     number = ""
@@ -341,17 +411,43 @@ def _compile(source: str, max_result_chars: int, own_containers: bool = False) -
 
 def compile_template(source: str, name: str, limits: RenderLimits = DEFAULT_LIMITS,
                      own_containers: bool = False) -> jinja2.Template:
-    """Compile `source`; a syntax error becomes a `TemplateError` with its line number."""
+    """Compile `source`; a syntax error becomes a `TemplateError` with its line number, and a
+    template too big or nested too deeply to compile a limit `TemplateError` naming the limit."""
+    _check_template_size(source, name, limits)
     try:
         return _compile(source, limits.max_output_chars, own_containers)
     except jinja2.TemplateSyntaxError as e:
         raise TemplateError(f"Jinja syntax error: {e.message}", template=name, line=e.lineno) from None
+    except (RecursionError, SyntaxError, MemoryError) as e:
+        raise _compile_limit(e, name) from None
 
 
-def parse_template(source: str) -> jinja2.nodes.Template:
+def parse_template(source: str, limits: RenderLimits = DEFAULT_LIMITS) -> jinja2.nodes.Template:
     """The template's syntax tree, from the same environment that renders it (for reading
     which variables it uses, never for running it)."""
-    return _environment(DEFAULT_LIMITS.max_output_chars).parse(source)
+    _check_template_size(source, "template", limits)
+    try:
+        return _environment(limits.max_output_chars).parse(source)
+    except (RecursionError, MemoryError) as e:
+        raise _compile_limit(e, "template") from None
+
+
+def _check_template_size(source: str, name: str, limits: RenderLimits) -> None:
+    if len(source) > limits.max_template_chars:
+        raise _limit(f"the template is {len(source)} characters long; the limit is {limits.max_template_chars} "
+                     "(RenderLimits.max_template_chars)", name)
+
+
+def _compile_limit(error: BaseException, name: str) -> TemplateError:
+    """The limit `TemplateError` for a template Jinja or Python cannot compile within its limits:
+    nesting deeper than Python's recursion limit (parentheses, lists, ifs, filter chains), more
+    nested loops than Python's compiler takes, or no memory left."""
+    if isinstance(error, RecursionError):
+        return _limit("the template nests too deeply to compile (Python's recursion limit)", name)
+    if isinstance(error, MemoryError):
+        return _limit(f"compiling the template ran out of memory{_memory_limit_note()}", name)
+    # (a SyntaxError from compiling Jinja's generated code: the template's own syntax is Jinja's)
+    return _limit(f"the template nests too deeply to compile (Python's compiler: {error.msg})", name)
 
 
 # ---------------------------------------------------------------------------
@@ -483,6 +579,13 @@ class _Watchdog:
                     # The exception may still be pending (not yet delivered): withdraw it.
                     _async_raise(watch.thread_id, None)
 
+    def after_fork(self) -> None:
+        """In a forked child: no thread of the parent runs here, so no watch of theirs is live
+        and their lock may be held forever; start over (the thread restarts on first use)."""
+        self._lock = threading.Lock()
+        self._active = {}
+        self._pid = None
+
     def _run(self):
         while True:
             while not self._active:
@@ -511,7 +614,7 @@ class _Watchdog:
 def _breach(watch: _Watch, now: float, rss: int | None) -> str | None:
     if now > watch.deadline:
         if watch.limits.budget_seconds is not None:
-            return f"the time budget of {watch.limits.budget_seconds:g} s for all renders is used up"
+            return f"the render budget of {watch.limits.budget_seconds:g} s is used up"
         return f"rendering took longer than {watch.limits.seconds:g} s"
     limit = watch.limits.max_memory_growth_bytes
     if rss is not None and watch.start_rss is not None and rss - watch.start_rss > limit:
@@ -524,6 +627,24 @@ def _async_raise(thread_id: int, exception) -> None:
 
 
 _WATCHDOG = _Watchdog()
+if hasattr(os, "register_at_fork"):
+    # A child forked while another thread held the lock or had renders watched starts clean.
+    os.register_at_fork(after_in_child=_WATCHDOG.after_fork)
+
+
+# The address-space limit this process runs under, when one was set for it (a command's
+# child process, tplparse.source.isolation), which an out-of-memory error names.
+_MEMORY_LIMIT_BYTES: int | None = None
+
+
+def note_memory_limit(limit_bytes: int | None) -> None:
+    """Record the address-space limit this process now runs under (out-of-memory errors name it)."""
+    global _MEMORY_LIMIT_BYTES
+    _MEMORY_LIMIT_BYTES = limit_bytes
+
+
+def _memory_limit_note() -> str:
+    return "" if _MEMORY_LIMIT_BYTES is None else f" (the memory limit of {_MEMORY_LIMIT_BYTES >> 20} MB)"
 
 
 def _template_line(tb) -> int | None:
@@ -553,7 +674,7 @@ def render_template(
     if budget is not None:
         left = budget[0] - time.monotonic()
         if left <= 0:
-            error = TemplateError(f"the time budget of {budget[1]:g} s for all renders is used up", template=name)
+            error = TemplateError(f"the render budget of {budget[1]:g} s is used up", template=name)
             error.limit = True
             raise error
         if left < limits.seconds:
@@ -570,6 +691,19 @@ def render_template(
     finally:
         _NEEDS_OWN_CONTAINERS.reset(needs)
         _INPUT_CONTAINERS.reset(inputs)
+
+
+# The longest piece of a template's own text (a raise_exception message) an error quotes.
+MAX_QUOTED_CHARS = 300
+
+
+def escaped(text: str, max_chars: int = MAX_QUOTED_CHARS) -> str:
+    """`text` quoted on one line, as Python writes a string (newlines, carriage returns, NUL,
+    terminal escape sequences and lone surrogates as escapes), cut after `max_chars` characters:
+    the template's own words in an error message, never able to rewrite the terminal."""
+    if len(text) <= max_chars:
+        return repr(text)
+    return f"{text[:max_chars]!r}... ({len(text) - max_chars} more characters)"
 
 
 def _limit(message: str, name: str, line: int | None = None) -> TemplateError:
@@ -596,13 +730,14 @@ def _render(template: jinja2.Template, name: str, variables: dict[str, Any], lim
     except _TooBig as e:
         raise _limit(f"blocked by the sandbox: {e}", name, _template_line(e.__traceback__)) from None
     except _TemplateRaised as e:
-        raise TemplateError(f"the template raised an exception: {e}", template=name, line=_template_line(e.__traceback__)) from None
+        raise TemplateError(f"the template raised an exception: {escaped(str(e))}", template=name,
+                            line=_template_line(e.__traceback__)) from None
     except SecurityError as e:
         raise TemplateError(f"blocked by the sandbox: {e}", template=name, line=_template_line(e.__traceback__)) from None
     except RecursionError as e:
         raise TemplateError("recursion too deep", template=name, line=_template_line(e.__traceback__)) from None
     except MemoryError as e:
-        raise _limit("ran out of memory", name, _template_line(e.__traceback__)) from None
+        raise _limit(f"ran out of memory{_memory_limit_note()}", name, _template_line(e.__traceback__)) from None
     except Exception as e:  # any error raised while evaluating untrusted template code
         message = f"{type(e).__name__}: {e}"
         raise TemplateError(message, template=name, line=_template_line(e.__traceback__)) from None

@@ -59,6 +59,18 @@ class ChatTemplate:
         object.__setattr__(self, "special_tokens", tuple(self.special_tokens))
         object.__setattr__(self, "control_tokens", tuple(self.control_tokens))
 
+    def __getstate__(self) -> dict:
+        # (plain dicts for the read-only views, which do not pickle: a template crosses to and
+        # from a command's child process, tplparse.source.isolation)
+        state = dict(self.__dict__)
+        state["named_tokens"], state["variants"] = dict(self.named_tokens), dict(self.variants)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        object.__setattr__(self, "named_tokens", MappingProxyType(state["named_tokens"]))
+        object.__setattr__(self, "variants", MappingProxyType(state["variants"]))
+
     @property
     def bos_token(self) -> str | None:
         return self.named_tokens.get("bos_token")

@@ -212,6 +212,7 @@ class PromptMode:
     tail: str  # what the generation prompt writes after the assistant header
     start: Start
     system_flag: str = ""  # text the system message carries in this mode ("/no_think")
+    header: str = ""  # the assistant header the generation prompt writes before the tail
 
     def __post_init__(self):
         self.start = Start(self.start)
