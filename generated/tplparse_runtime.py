@@ -180,6 +180,30 @@ def marker_pieces(literal):
     return found
 
 
+# What literal_prefix_here finds: the literal is here whole, is not, or the text ended inside it.
+WHOLE, ABSENT, CUT = "whole", "absent", "cut"
+
+
+def literal_prefix_here(text, pos, literal):
+    """Whether `literal` (its end whitespace aside) comes at `pos` as the waiting match reads
+    it (`_match`: whitespace before it, its whitespace runs matching any whitespace or none,
+    whitespace it does not write where a marker in it ends or begins): WHOLE, ABSENT, or CUT
+    (the text so far is its start: only more text tells)."""
+    pos = SPACES.match(text, pos).end()
+    for word, loose, _, _ in marker_pieces(literal.strip()):
+        if word.isspace() or loose:
+            pos = SPACES.match(text, pos).end()
+            if word.isspace():
+                continue
+        if text.startswith(word, pos):
+            pos += len(word)
+        elif len(text) - pos < len(word) and word.startswith(text[pos:]):
+            return CUT
+        else:
+            return ABSENT
+    return WHOLE
+
+
 LITERALS = {}
 
 
@@ -3685,14 +3709,24 @@ class Rules:
         st.step = _KV_WS
 
     def _argument_layout(self, kv):
-        """Which layout this argument uses: the one whose middle text comes next."""
+        """Which layout this argument uses: the one whose middle text comes next, read as
+        `_match` reads it (whitespace runs of the template's text match any whitespace or none,
+        as the grammar's do); the longest first, and not before what has come could only be
+        the start of a longer one. Ended inside a middle: a cut, not a wrong layout."""
         longest = max(len(a.middle.strip()) for a in kv.layouts)
-        yield from self._need(longest + 8)
-        for layout in sorted(kv.layouts, key=lambda a: -len(a.middle_full)):
-            middle = layout.middle.strip()
-            if self._text.startswith(middle, self._pos) or self._text[self._pos:].lstrip().startswith(middle):
-                return layout
-        raise InvalidOutput(f"an argument's layout is not recognised at {self._text[self._pos:self._pos + longest + 8]!r}")
+        yield from self._need(longest + 8)  # (and so the message below quotes the same text on every chunking)
+        layouts = sorted(kv.layouts, key=lambda a: -len(a.middle_full))
+        while True:
+            found = [literal_prefix_here(self._text, self._pos, a.middle) for a in layouts]
+            if self._eof or CUT not in found:
+                break
+            yield from self._need(self._available() + 1)
+        if WHOLE in found:
+            return layouts[found.index(WHOLE)]
+        seen = self._text[self._pos:self._pos + longest + 8]
+        if CUT in found:
+            raise TruncatedOutput(f"the output ended inside an argument's layout at {seen!r}")
+        raise InvalidOutput(f"an argument's layout is not recognised at {seen!r}")
 
     def _argument_value(self, kv, layout, ending, st, key):
         """argument-value: raw text, quoted text, JSON, a Python literal or the format's notation."""

@@ -78,9 +78,13 @@ class Server:
 
 def start_llama_server(binary: Path, model: Path, log: Path, port: int | None = None, *extra: str) -> Server:
     # 4 slots of 2048 tokens: concurrent requests are batched, the rest wait their turn.
+    # One thread: the tests' own processes (the parsers, tplparse serve, the clients) share the
+    # machine's two cores, and llama.cpp's threads wait for each other at every step, so one
+    # of two that loses its core stalls both (SmolLM2 on a loaded 2-core machine: 1.1 tokens/s
+    # with two threads, 19 with one).
     port = port or free_port()
     return Server([str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-c", "8192",
-                   "-np", "4", "-t", "2", "--no-webui", *extra], port, log)
+                   "-np", "4", "-t", "1", "--no-webui", *extra], port, log)
 
 
 def start_tplparse_serve(source: Path, upstream: str, log: Path, *extra: str) -> Server:

@@ -19,6 +19,8 @@ from tplparse.grammar import GrammarOptions, build
 from tplparse.grammar.ir import Grammar, TextUntil
 from tplparse.grammar.json_schema import add_schema
 from tplparse.emit.llama_request import TRIGGER_WORD, lazy_grammar, llama_request
+from tplparse.grammar.reading import call_opener
+from tplparse.probe.spans import Boundaries
 from tplparse.check.reference import ReferenceParser
 from tplparse.emit.peg import emit_peg
 from tplparse.probe import probe
@@ -126,18 +128,33 @@ def test_lazy_grammar_accepts_from_the_trigger_on(corpus, stem, accepts):
         pytest.skip(f"{stem} does not render tool calls")
     request = llama_request(spec, GrammarOptions(tools=FRESH_TOOLS), template.special_tokens)
     valid(request["grammar"])
+    if not call_opener(spec, Boundaries(template.special_tokens)):
+        # (no marker opens a call: the parser reads free text as calls, the grammar is strict)
+        assert request["grammar_lazy"] is False and "grammar_triggers" not in request
+        return
     assert request["grammar_lazy"] is True
-    trigger = request["grammar_triggers"][0]
+    trigger, *others = request["grammar_triggers"]
     for output in outputs(template, spec):
         if not output.expected["tool_calls"] or output.start == "reasoning" and output.turn.startswith("reasoning"):
             continue
-        if trigger["type"] == TRIGGER_WORD:
-            at = output.text.find(trigger["value"])
-        else:
-            match = re.search(trigger["value"], output.text)
-            at = match.start() if match else -1
+        at = _trigger_at(trigger, output.text)
         assert at != -1, (trigger, output.text)
         assert accepts(request["grammar"], output.text[at:]), (output.turn, output.text[at:])
+        for other in others:
+            # a call the parser reads without the opener, from its own marker; or after a
+            # wrapper: the grammar takes it from that trigger on
+            at_marker = _trigger_at(other, output.text)
+            tail = output.text[at_marker:] if other["value"] not in spec.tool_calls.wrappers \
+                else other["value"] + output.text[at:]
+            assert at_marker != -1 or other["value"] in spec.tool_calls.wrappers, (other, output.text)
+            assert accepts(request["grammar"], tail), (output.turn, other, tail)
+
+
+def _trigger_at(trigger: dict, text: str) -> int:
+    if trigger["type"] == TRIGGER_WORD:
+        return text.find(trigger["value"])
+    match = re.search(trigger["value"], text)
+    return match.start() if match else -1
 
 
 def test_example_request_fields():

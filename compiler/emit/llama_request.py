@@ -3,7 +3,9 @@
 With `tool_choice="auto"` the grammar is lazy: the model writes freely until it writes the
 call opener (the trigger), and from there on the grammar holds it to the calls section.
 A format without an opener marker (bare JSON calls) gets a pattern trigger on the start of
-a call instead. With "required" or a tool name, the grammar is strict from the first token.
+a call instead. With "required" or a tool name, the grammar is strict from the first token;
+so is it with "auto" where nothing opens the calls (the turn's first word is a call's name
+unless it is content's prefix, `all\n`): the parser reads free text there as calls.
 
 The fields are in llama-server's own format, to be posted unchanged: a trigger's type is the
 number of llama.cpp's `common_grammar_trigger_type` (the server refuses a name), and a trigger
@@ -16,9 +18,10 @@ from __future__ import annotations
 import re
 
 from ..grammar import GrammarOptions, build
-from ..grammar.ir import Ref, Visitor, alt, children, opt, seq
+from ..grammar.build import calls_from_marker
+from ..grammar.ir import Alt, Lit, Ref, Seq, Visitor, alt, children, opt, seq
 from ..grammar.json_values import add_ws
-from ..grammar.reading import call_opener, content_may_follow_calls
+from ..grammar.reading import call_opener, calls_without_opener, content_may_follow_calls
 from ..probe.spans import Boundaries
 from ..spec import ProtocolSpec
 from .gbnf import emit_gbnf
@@ -31,7 +34,13 @@ TRIGGER_PATTERN = 2
 
 
 def lazy_grammar(spec: ProtocolSpec, options: GrammarOptions, special_tokens: tuple[str, ...] = ()):
-    """The grammar from the trigger on: the calls section, then the end of turn."""
+    """The grammar from a trigger on: the calls section, then the end of turn. Each way the
+    parser starts reading calls is a trigger, and a way on from it here: the call opener; a
+    call's own marker where the parser reads a call written without the opener
+    (`<function=…` for `<tool_call>\n<function=…`), the section then as the template writes it;
+    a marker the template writes in front of another kind of call (`<|python_tag|>`), a
+    call of this format after it. (Free text that starts a call the parser reads but no
+    trigger caught would be read as a broken call, not as content.)"""
     g = build(spec, options, special_tokens)
     ws = add_ws(g)
     end = Ref("end-of-turn") if g.has("end-of-turn") else None
@@ -39,10 +48,25 @@ def lazy_grammar(spec: ProtocolSpec, options: GrammarOptions, special_tokens: tu
     ending = opt(end) if end is not None else None
     forms = [seq(Ref("tool-calls"), after, ending)]
     # A rendered layout that starts with the opener and holds calls (text inside the
-    # section's markers, say) is a way on from the trigger too.
-    forms += [seq(Ref(name), ending) for name in g.rules if name.startswith("form-") and _holds_calls(g, g.rules[name].body)]
-    g.add("root", alt(*forms), "from the call opener on")
+    # section's markers, say) is a way on from the trigger too; one that starts elsewhere
+    # (with reasoning text, or `</think>`) is not: from the opener, its free text would
+    # take any call the model writes.
+    boundaries = Boundaries(special_tokens)
+    opener = call_opener(spec, boundaries).strip()
+    forms += [seq(Ref(name), ending) for name, rule in g.rules.items()
+              if name.startswith("form-") and _holds_calls(g, rule.body) and _opens_with(g, rule.body, opener)]
+    marker = _own_marker(spec, boundaries)
+    if marker:
+        forms.append(seq(calls_from_marker(g, spec, options, marker), after, ending))
+    forms += [seq(Lit(wrapper), ws, Ref("tool-calls"), after, ending) for wrapper in spec.tool_calls.wrappers]
+    g.add("root", alt(*forms), "from the trigger on")
     return g
+
+
+def _own_marker(spec: ProtocolSpec, boundaries: Boundaries) -> str:
+    """The call's own marker, where the parser reads a call written without the opener ("" if none)."""
+    bare = calls_without_opener(spec, boundaries, call_opener(spec, boundaries))
+    return bare["opener"] if bare else ""
 
 
 class _HoldsCalls(Visitor):
@@ -59,16 +83,32 @@ def _holds_calls(g, node) -> bool:
     return _HoldsCalls().visit(node)
 
 
+def _opens_with(g, node, opener: str) -> bool:
+    """Whether every text of `node` starts with `opener` (whitespace before it aside): its
+    first item is the calls section, or a literal that starts the opener or that it starts."""
+    if isinstance(node, Seq):
+        items = [item for item in node.items if item != Ref("ws")]
+        return bool(items) and _opens_with(g, items[0], opener)
+    if isinstance(node, Alt):
+        return all(_opens_with(g, item, opener) for item in node.items)
+    if isinstance(node, Ref):
+        return node.name in ("tool-calls", "call-list") or (g.has(node.name) and _opens_with(g, g.rules[node.name].body, opener))
+    if isinstance(node, Lit):
+        text = node.text.strip()
+        return bool(text) and (text.startswith(opener) or opener.startswith(text))
+    return False
+
+
 def llama_request(spec: ProtocolSpec, options: GrammarOptions, special_tokens: tuple[str, ...] = ()) -> dict:
     if spec.tool_calls is None and options.content_schema is None:
         raise ValueError("this template has no tool-call format and no JSON schema was given: nothing to constrain")
     boundaries = Boundaries(special_tokens)
     request: dict = {}
-    lazy = spec.tool_calls is not None and options.choice.mode == "auto" and options.content_schema is None
+    lazy = is_lazy(spec, options, boundaries)
     preserved = preserved_tokens(spec, special_tokens)
     if lazy:
         grammar = lazy_grammar(spec, options, special_tokens)
-        triggers = [_trigger(spec, options, boundaries)]
+        triggers = _triggers(spec, options, boundaries)
         request["grammar_triggers"] = triggers
         preserved += [t["value"] for t in triggers if t["type"] == TRIGGER_WORD and t["value"] not in preserved]
     else:
@@ -79,6 +119,29 @@ def llama_request(spec: ProtocolSpec, options: GrammarOptions, special_tokens: t
         **request,
         "preserved_tokens": preserved,
     }
+
+
+def is_lazy(spec: ProtocolSpec, options: GrammarOptions, boundaries: Boundaries) -> bool:
+    """Whether `tool_choice=auto` gets a lazy grammar: only where a marker opens the calls, so
+    that the free text before it reads as content. Without one (the turn's first word is a
+    call's name unless it is content's prefix, `all\n`), the parser reads free text as calls,
+    and the grammar holds the whole turn from the first token."""
+    return (spec.tool_calls is not None and options.choice.mode == "auto" and options.content_schema is None
+            and bool(call_opener(spec, boundaries)))
+
+
+def _triggers(spec: ProtocolSpec, options: GrammarOptions, boundaries: Boundaries) -> list[dict]:
+    """Where the lazy grammar takes over: wherever the parser starts reading calls (lazy_grammar)."""
+    markers = [_own_marker(spec, boundaries), *spec.tool_calls.wrappers]
+    return [_trigger(spec, options, boundaries)] + [_word_or_pattern(m.strip()) for m in markers if m.strip()]
+
+
+def _word_or_pattern(text: str) -> dict:
+    """A trigger on `text`: a word, or a pattern for text that opens a JSON value (a word there
+    would have to be a preserved token: `{` and `[` are single tokens of most vocabularies)."""
+    if text.startswith(("{", "[")):
+        return {"type": TRIGGER_PATTERN, "value": re.escape(text)}
+    return {"type": TRIGGER_WORD, "value": text}
 
 
 def _trigger(spec: ProtocolSpec, options: GrammarOptions, boundaries: Boundaries) -> dict:

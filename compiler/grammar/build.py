@@ -29,9 +29,9 @@ from ..probe.markers import first_marker
 from ..probe.spans import Boundaries
 from ..spec import ArgumentFormat, ArgumentStyle, Parallel, ProtocolSpec, Start, ToolCallFormat, kv_parts, slot
 from . import json_schema
-from .ir import End, Grammar, Lit, Node, Not, Ref, Rep, TextUntil, alt, chars, opt, seq
+from .ir import Alt, End, Grammar, Lit, Node, Not, Ref, Rep, Seq, TextUntil, alt, chars, opt, seq
 from .json_values import add_json, add_python_literal, add_ws
-from .reading import content_may_follow_calls, cut_at_end, reading_tables
+from .reading import content_may_follow_calls, cut_at_end, end_of_turn_markers, reading_tables
 
 NAME_CHARS = chars("A-Za-z0-9_.-")
 ID_CHARS = chars("A-Za-z0-9_-")
@@ -181,7 +181,7 @@ def build(spec: ProtocolSpec, options: GrammarOptions | None = None, special_tok
 
     if calls is None:
         body = content
-    elif options.choice.mode == "auto":
+    elif options.choice.mode == "auto" and opener:
         after = content if content_may_follow_calls(spec) else ws
         segment = reading["segments"]
         if segment and not segment["calls"]:
@@ -190,7 +190,10 @@ def build(spec: ProtocolSpec, options: GrammarOptions | None = None, special_tok
             body = seq(content, opt(alt(seq(calls, after), seq(own, after))))
         else:
             body = seq(content, opt(seq(calls, after)))
-    else:  # required, or one named tool
+    else:
+        # required, or one named tool; or no marker opens a call: then the runtime reads a
+        # turn that does not start with content's prefix ("all\n") as calls, so content
+        # comes only in its rendered layouts (the forms below), never as free text here.
         body = seq(ws, calls, ws)
     g.add("body", body, "what follows the reasoning")
 
@@ -242,6 +245,8 @@ def build(spec: ProtocolSpec, options: GrammarOptions | None = None, special_tok
         after = g.add("after-end", TextUntil(()), "text after the end of turn (reported, not parsed)")
         alternatives.append(seq(turn, end, after, End()))
     g.add("root", alt(*alternatives), "a whole assistant turn")
+    if not options.trailing_text:
+        _end_markers_end_the_text(g, end_markers)
     return g
 
 
@@ -250,6 +255,29 @@ def _goes_on(literal: str, marker: str, segments: dict | None) -> bool:
     marker, then their header: see reading.segment_format): the turn goes on past the marker."""
     return bool(segments) and marker.strip() == segments["end"] and literal.strip().startswith(segments["end"]) \
         and literal.strip()[len(segments["end"]):].lstrip().startswith(segments["header"])
+
+
+def _end_markers_end_the_text(g: Grammar, end_markers: list[str]) -> None:
+    """In a generation grammar, no free text (reasoning, content, a raw argument value) holds
+    an end-of-turn marker: the engine stops on it wherever it comes (the bridge sends the
+    markers as stop strings) and the parser ends the turn there, so a value that held one
+    would come back cut, a call without its other arguments. (A grammar for parsing reads
+    what the model wrote, and keeps such text.)"""
+    for rule in g.rules.values():
+        rule.body = _stopping_at(rule.body, tuple(end_markers))
+
+
+def _stopping_at(node: Node, markers: tuple[str, ...]) -> Node:
+    """`node` with every free text in it also stopping at `markers`."""
+    if isinstance(node, TextUntil):
+        return TextUntil(tuple(dict.fromkeys(node.stops + markers)))
+    if isinstance(node, (Seq, Alt)):
+        return type(node)(tuple(_stopping_at(item, markers) for item in node.items))
+    if isinstance(node, Rep):
+        return Rep(_stopping_at(node.item, markers), node.min, node.max)
+    if isinstance(node, Not):
+        return Not(_stopping_at(node.item, markers))
+    return node
 
 
 def _reasoning_closed(spec: ProtocolSpec, options: GrammarOptions, start_state) -> bool:
@@ -312,25 +340,19 @@ def _layout_form(g: Grammar, spec: ProtocolSpec, layout, number: int, start_stat
 
 
 def _add_tool_calls(g: Grammar, tc: ToolCallFormat, options: GrammarOptions, ws: Ref, section_end: str) -> Ref:
-    tools = options.tools
-    if tools is not None and options.choice.mode == "function":
-        tools = [t for t in tools if _tool_name(t) == options.choice.name]
-    if tools is None:
-        args = _add_arguments(g, tc.arguments, "arguments", None, ws, options.warnings, _after_arguments(tc),
-                              parsing=options.trailing_text)
+    offered = _offered_rules(options)
+    if offered is None:
+        _add_arguments(g, tc.arguments, "arguments", None, ws, options.warnings, _after_arguments(tc),
+                       parsing=options.trailing_text)
         g.add("tool-name", Rep(NAME_CHARS, 1), "a tool name")
-        call = g.add("tool-call", _call_body(tc, Ref("tool-name"), args, ws), "one tool call")
+        call = _add_calls_of(g, tc.call, None, ws, "")
     else:
         alternatives = []
-        rules: list[str] = []
-        for tool in tools:
-            name = _tool_name(tool)
-            rule = _unique(_rule_name(name), rules)  # (get-weather and get_weather are two tools)
-            schema = _tool_schema(tool)
-            args = _add_arguments(g, tc.arguments, f"arguments-{rule}", schema, ws, options.warnings, _after_arguments(tc),
-                                  open_objects=_objects_open(options))
-            tool_name = g.add(f"tool-name-{rule}", Lit(name), f"the name {name}")
-            alternatives.append(g.add(f"call-{rule}", _call_body(tc, tool_name, args, ws), f"a call of {name}"))
+        for tool, rule in offered:
+            _add_arguments(g, tc.arguments, f"arguments-{rule}", _tool_schema(tool), ws, options.warnings,
+                           _after_arguments(tc), open_objects=_objects_open(options))
+            g.add(f"tool-name-{rule}", Lit(_tool_name(tool)), f"the name {_tool_name(tool)}")
+            alternatives.append(_add_call_of(g, tc.call, tool, rule, ws, ""))
         call = g.add("tool-call", alt(*alternatives), "one tool call, of an offered tool")
     g.add("call-id", Rep(ID_CHARS, 1), "a call id")
     g.add("call-index", Rep(chars("0-9"), 1), "a call's position")
@@ -341,6 +363,50 @@ def _add_tool_calls(g: Grammar, tc: ToolCallFormat, options: GrammarOptions, ws:
     return g.add("tool-calls", body, "the calls section")
 
 
+def _offered_rules(options: GrammarOptions) -> list[tuple[dict, str]] | None:
+    """(tool, the suffix of its rules) of each tool a call may name; None: any tool."""
+    tools = options.tools
+    if tools is None:
+        return None
+    if options.choice.mode == "function":  # (tool_choice_of refused a name not among the tools)
+        tools = [t for t in tools if _tool_name(t) == options.choice.name]
+    rules: list[str] = []
+    # (get-weather and get_weather are two tools: two rules)
+    return [(tool, _unique(_rule_name(_tool_name(tool)), rules)) for tool in tools]
+
+
+def _add_calls_of(g: Grammar, layout: list, offered: list[tuple[dict, str]] | None, ws: Ref, prefix: str) -> Ref:
+    """One call laid out as `layout`, of any tool (offered None) or of an offered one, over the
+    name and arguments rules _add_tool_calls made; its rules' names start with `prefix`."""
+    if offered is None:
+        return g.add(f"{prefix}tool-call", _call_body(layout, Ref("tool-name"), Ref("arguments"), ws), "one tool call")
+    alternatives = [_add_call_of(g, layout, tool, rule, ws, prefix) for tool, rule in offered]
+    return g.add(f"{prefix}tool-call", alt(*alternatives), "one tool call, of an offered tool")
+
+
+def _add_call_of(g: Grammar, layout: list, tool: dict, rule: str, ws: Ref, prefix: str) -> Ref:
+    body = _call_body(layout, Ref(f"tool-name-{rule}"), Ref(f"arguments-{rule}"), ws)
+    return g.add(f"{prefix}call-{rule}", body, f"a call of {_tool_name(tool)}")
+
+
+def calls_from_marker(g: Grammar, spec: ProtocolSpec, options: GrammarOptions, marker: str) -> Ref:
+    """The calls section written from `marker`, the call's own marker inside the first call's
+    opening text, as a model writes it that leaves out what comes before (`<function=…` of
+    `<tool_call>\n<function=…`, `<invoke …` without `<minimax:tool_call>`): that call, then
+    the section as it goes on. For a lazy grammar that a model writing the marker triggers
+    (the runtime reads such a call: reading.calls_without_opener). `g` is build()'s grammar."""
+    tc = spec.tool_calls
+    first = tc.call[0]
+    layout = [first[first.index(marker):]] + list(tc.call[1:])
+    ws = Ref("ws")
+    call = _add_calls_of(g, layout, _offered_rules(options), ws, "own-marker-")
+    if options.parallel and tc.parallel == Parallel.ALL:
+        call = seq(call, Rep(seq(tolerant(tc.separator, ws), Ref("tool-call"))))
+    section_end = cut_at_end(tc.section_end, end_of_turn_markers(spec))
+    return g.add("tool-calls-from-own-marker", seq(call, tolerant(section_end, ws)),
+                 "the calls section, from the first call's own marker on")
+
+
 def _objects_open(options: GrammarOptions) -> bool:
     """Whether objects of a schema take properties it does not list (`extra_properties`):
     when asked, and in a grammar for parsing (trailing_text), which reads what the model
@@ -348,9 +414,9 @@ def _objects_open(options: GrammarOptions) -> bool:
     return options.open_objects or options.trailing_text
 
 
-def _call_body(tc: ToolCallFormat, name: Node, arguments: Ref, ws: Ref) -> Node:
+def _call_body(layout: list, name: Node, arguments: Ref, ws: Ref) -> Node:
     parts = []
-    for piece in tc.call:
+    for piece in layout:
         if isinstance(piece, str):
             parts.append(tolerant(piece, ws))
         elif piece == slot("name"):

@@ -29,7 +29,8 @@ call by the same steps.
 from .errors import BadArguments, InvalidOutput, InvalidWhole, TruncatedOutput
 from .protocol import (ARGUMENTS, ARGUMENTS_ALIASES, CALL_ID, CONTENT, LITERAL, NAME, NATURAL_STOPS, REASONING, UNREAD,
                        stopped_in)
-from .text import NAME_CHARS, SPACES, BalancedScan, first_of, run_of, held_back, literal_here, marker_partials, marker_starts, waker
+from .text import (CUT, NAME_CHARS, SPACES, WHOLE, BalancedScan, first_of, held_back, literal_here, literal_prefix_here,
+                   marker_partials, marker_starts, run_of, waker)
 from .streams import KeyValueStream, ObjectStream
 from .values import (JSON_DECODER, DuplicateKey, _schema_kinds, arguments_json, decode_native, keeps_text, object_value,
                      python_value, schema_value, typed_raw)
@@ -1213,14 +1214,24 @@ class Rules:
         st.step = _KV_WS
 
     def _argument_layout(self, kv):
-        """Which layout this argument uses: the one whose middle text comes next."""
+        """Which layout this argument uses: the one whose middle text comes next, read as
+        `_match` reads it (whitespace runs of the template's text match any whitespace or none,
+        as the grammar's do); the longest first, and not before what has come could only be
+        the start of a longer one. Ended inside a middle: a cut, not a wrong layout."""
         longest = max(len(a.middle.strip()) for a in kv.layouts)
-        yield from self._need(longest + 8)
-        for layout in sorted(kv.layouts, key=lambda a: -len(a.middle_full)):
-            middle = layout.middle.strip()
-            if self._text.startswith(middle, self._pos) or self._text[self._pos:].lstrip().startswith(middle):
-                return layout
-        raise InvalidOutput(f"an argument's layout is not recognised at {self._text[self._pos:self._pos + longest + 8]!r}")
+        yield from self._need(longest + 8)  # (and so the message below quotes the same text on every chunking)
+        layouts = sorted(kv.layouts, key=lambda a: -len(a.middle_full))
+        while True:
+            found = [literal_prefix_here(self._text, self._pos, a.middle) for a in layouts]
+            if self._eof or CUT not in found:
+                break
+            yield from self._need(self._available() + 1)
+        if WHOLE in found:
+            return layouts[found.index(WHOLE)]
+        seen = self._text[self._pos:self._pos + longest + 8]
+        if CUT in found:
+            raise TruncatedOutput(f"the output ended inside an argument's layout at {seen!r}")
+        raise InvalidOutput(f"an argument's layout is not recognised at {seen!r}")
 
     def _argument_value(self, kv, layout, ending, st, key):
         """argument-value: raw text, quoted text, JSON, a Python literal or the format's notation."""

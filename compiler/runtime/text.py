@@ -147,6 +147,30 @@ def marker_pieces(literal):
     return found
 
 
+# What literal_prefix_here finds: the literal is here whole, is not, or the text ended inside it.
+WHOLE, ABSENT, CUT = "whole", "absent", "cut"
+
+
+def literal_prefix_here(text, pos, literal):
+    """Whether `literal` (its end whitespace aside) comes at `pos` as the waiting match reads
+    it (`_match`: whitespace before it, its whitespace runs matching any whitespace or none,
+    whitespace it does not write where a marker in it ends or begins): WHOLE, ABSENT, or CUT
+    (the text so far is its start: only more text tells)."""
+    pos = SPACES.match(text, pos).end()
+    for word, loose, _, _ in marker_pieces(literal.strip()):
+        if word.isspace() or loose:
+            pos = SPACES.match(text, pos).end()
+            if word.isspace():
+                continue
+        if text.startswith(word, pos):
+            pos += len(word)
+        elif len(text) - pos < len(word) and word.startswith(text[pos:]):
+            return CUT
+        else:
+            return ABSENT
+    return WHOLE
+
+
 LITERALS = {}
 
 
