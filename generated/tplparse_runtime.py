@@ -3314,7 +3314,7 @@ class Rules:
             value = python_value(text) if python else JSON_DECODER.decode(text)
         except RecursionError:
             raise InvalidOutput("the call object is nested too deeply to read") from None
-        except ValueError as e:
+        except (ValueError, SyntaxError) as e:  # (ast's SyntaxError: not a Python literal)
             raise InvalidOutput(f"the call is not a {'Python' if python else 'JSON'} object: {e}") from None
         if not isinstance(value, dict):
             raise InvalidWhole(f"the call is not a JSON object: {text[:40]!r}")
