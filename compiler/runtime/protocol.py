@@ -377,6 +377,7 @@ class Protocol:
             # each read only when another call follows it.
             self.unwritten_separators = tuple(dict.fromkeys(
                 [s.strip() for s in self.instructed_separators] + list(UNWRITTEN_SEPARATORS)))
+            self.unwritten_separator_starts = "".join(sorted({s[0] for s in self.unwritten_separators}))
             # A call element written self-closing, with no arguments (`<invoke name="f"/>`).
             self.self_closing = tc.get("self_closing")
             self.bare_self_closing = bare.get("self_closing") if bare else None

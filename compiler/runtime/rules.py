@@ -400,7 +400,7 @@ class Rules:
                 continue
             yield from self._tool_calls(bare=stop == p.bare_opener,
                                         unopened=p.instructed_bare and stop in p.call_heads_by_key)
-            if not p.separator_core:
+            if not p.separator_core and self._separator_may_come():
                 yield from self._unwritten_separator()  # (`{…}; {…}` where each call is a section)
 
     def _after_wrapper(self, wrapper):
@@ -624,7 +624,7 @@ class Rules:
                 if self._here(p.separator) or (yield from self._match(p.separator, required=False)):
                     continue
             elif p.parallel_all:
-                if (yield from self._unwritten_separator()):
+                if self._separator_may_come() and (yield from self._unwritten_separator()):
                     continue
                 # Calls separated by whitespace only: another call starts with the call's opener.
                 start = self._pos
@@ -644,6 +644,12 @@ class Rules:
         if p.section_end.strip():  # (its own words: as the call steps'; without an opener, if it comes)
             if not (yield from self._match(p.section_end, required=not (bare or unopened), eats=True)):
                 self._cut_inside(p.section_end)
+
+    def _separator_may_come(self):
+        """Whether an unwritten separator may come next (after whitespace): its character is
+        there, or nothing is yet (the fast way past the usual case, a call or text)."""
+        at = SPACES.match(self._text, self._pos).end()
+        return at >= len(self._text) or self._text[at] in self._p.unwritten_separator_starts
 
     def _unwritten_separator(self):
         """A separator between calls that the layout writes back to back: one the template's
