@@ -414,23 +414,28 @@ def _native_member(fmt):
 def _native_key(text, i, fmt):
     """An object's key at i, and where it ends: a name, or a string in the format's quotes (the
     template's other writer of the notation quotes keys: Gemma 4's `escape_keys`)."""
-    quote_open, quote_close = fmt["quotes"]
-    if quote_open and text.startswith(quote_open, i):
-        end = text.find(quote_close, i + len(quote_open))
-        if end == -1:
-            raise ValueError("a key without its closing quote")
-        return text[i + len(quote_open):end], end + len(quote_close)
+    quoted = _quoted(text, i, fmt, "a key")
+    if quoted is not None:
+        return quoted
     key = _NATIVE_KEY.match(text, i)
     return key.group(), key.end()
 
 
-def _native(text, i, fmt):
+def _quoted(text, i, fmt, what):
+    """A string in the format's quotes at i, and where it ends; None when no quote opens there."""
     quote_open, quote_close = fmt["quotes"]
-    if quote_open and text.startswith(quote_open, i):
-        end = text.find(quote_close, i + len(quote_open))
-        if end == -1:
-            raise ValueError("a string without its closing quote")
-        return text[i + len(quote_open):end], end + len(quote_close)
+    if not quote_open or not text.startswith(quote_open, i):
+        return None
+    end = text.find(quote_close, i + len(quote_open))
+    if end == -1:
+        raise ValueError(f"{what} without its closing quote")
+    return text[i + len(quote_open):end], end + len(quote_close)
+
+
+def _native(text, i, fmt):
+    quoted = _quoted(text, i, fmt, "a string")
+    if quoted is not None:
+        return quoted
     separator = fmt["separator"]
     for kind in ("object", "array"):
         brackets = fmt.get("brackets", {}).get(kind)
