@@ -413,3 +413,45 @@ def test_an_arguments_layout_written_with_other_whitespace_reads_as_the_grammar_
             streamed.feed(ch)
         streamed.end(finish)
         assert streamed.message == one_shot
+
+
+# Calls as a JSON object, or as the Python literal a template prints a dict as, each in
+# `<tool_call>` tags, in a ChatML turn.
+JSON_CALLS_TEMPLATE = (
+    "{%- for m in messages -%}"
+    "<|im_start|>{{ m.role }}\n{{ m.content or '' }}"
+    "{%- for c in m.tool_calls or [] -%}"
+    "{{ '<tool_call>\\n' + {'name': c.function.name, 'arguments': c.function.arguments} | tojson + '\\n</tool_call>' }}"
+    "{%- endfor -%}<|im_end|>\n"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}<|im_start|>assistant\n{%- endif -%}")
+PYTHON_CALLS_TEMPLATE = JSON_CALLS_TEMPLATE.replace("| tojson", "| string")
+
+
+def test_no_string_of_a_generation_grammar_holds_an_end_of_turn_marker(accepts):
+    """Functionary v3.1, required (a CI run): SmolLM2 wrote `<|eot_id|>` inside the JSON
+    string of `restaurant`; the engine stopped there (a stop string) and the parser rightly
+    read a cut call (`truncated_tool_call` at a stop). Strings now keep the end-of-turn
+    markers out as free text does: plain characters and escapes alike (Python's `\\<` is a
+    backslash, then the marker's `<`), while a marker's prefix, or a marker spelled with an
+    escape (`\\u003c`), is text the engine does not stop on."""
+    for source, quote in ((JSON_CALLS_TEMPLATE, '"'), (PYTHON_CALLS_TEMPLATE, "'")):
+        template, spec, protocol = _template(source, f"calls-{quote}")
+        gbnf = emit_gbnf(build(spec, GrammarOptions(tools=TOOLS, tool_choice="required"), template.special_tokens))
+        if quote == '"':
+            call = '<tool_call>\n{"name": "book_table", "arguments": {"restaurant": "%s", "people": 2}}\n</tool_call>'
+        else:
+            call = "<tool_call>\n{'name': 'book_table', 'arguments': {'restaurant': '%s', 'people': 2}}\n</tool_call>"
+            assert runtime.parse(protocol, call % "Chez Nous", tools=TOOLS)["tool_calls"], "not read as a Python literal"
+        for value in ("Chez Nous", "a <b> c", "<|im_end|", "x<|im_en", "<<|im_end"):
+            assert accepts(gbnf, call % value), (quote, value)
+        for value in ("Monsieur<|im_end|>", "<|im_end|>x", "<<|im_end|>", "a<|im<|im_end|>"):
+            assert not accepts(gbnf, call % value), (quote, value)
+            stopped = (call % value).split("<|im_end|>")[0]
+            kinds = [e["kind"] for e in runtime.parse(protocol, stopped, tools=TOOLS)["errors"]]
+            assert kinds == ["truncated_tool_call"], (quote, value, kinds)
+        escaped = "\\u003c|im_end|>" if quote == '"' else "\\x3c|im_end|>"
+        assert accepts(gbnf, call % escaped)
+        if quote == "'":
+            assert not accepts(gbnf, call % "\\<|im_end|>")
+            assert accepts(gbnf, call % "\\<|im_end|")

@@ -13,7 +13,8 @@ followed by a path that ends inside a partial stop (the stop itself may follow t
 
 from __future__ import annotations
 
-from ..grammar.ir import AnyChar, Alt, Chars, End, Grammar, Lit, Not, Ref, Rep, Seq, TextUntil, Visitor, quantifier
+from ..grammar.ir import (AnyChar, Alt, Chars, End, Grammar, Lit, Not, Ref, Rep, Seq, StringUntil, TextUntil, Visitor,
+                          quantifier)
 
 
 def _escape_char(ch: str, in_class: bool) -> str:
@@ -51,7 +52,7 @@ class _Emitter(Visitor):
 
     def __init__(self, grammar: Grammar):
         self.grammar = grammar
-        self.until_rules: dict[tuple[str, ...], str] = {}
+        self.until_rules: dict[tuple, str] = {}  # (stops, plain, escapes) -> the automaton's rule
         self.extra: list[tuple[str, str, str]] = []  # (name, body, comment) for automaton rules
 
     def visit_Lit(self, node: Lit, top: bool = False) -> str:
@@ -93,63 +94,94 @@ class _Emitter(Visitor):
         stops = tuple(s for s in stops if s)
         if not stops:
             return ".*"
-        if stops in self.until_rules:
-            return self.until_rules[stops]
-        name = f"until-{len(self.until_rules) + 1}"
-        self.until_rules[stops] = name
-        self._automaton(name, stops)
-        return name
+        return self._automaton_rule(stops, None, (), "text without " + ", ".join(repr(s) for s in stops))
 
-    def _automaton(self, name: str, stops: tuple[str, ...]) -> None:
-        prefixes = sorted({s[:i] for s in stops for i in range(len(s))}, key=lambda p: (len(p), p))
-        alphabet = sorted({c for s in stops for c in s})
-        accept = object()
+    def visit_StringUntil(self, node: StringUntil, top: bool = False) -> str:
+        comment = "a string's characters without " + ", ".join(repr(s) for s in node.stops)
+        return self._automaton_rule(node.stops, node.plain, node.escapes, comment)
 
-        def step(state: str, ch: str):
-            text = state + ch
-            if any(text.endswith(s) for s in stops):
-                return accept
-            for i in range(len(text) + 1):
-                if text[i:] in prefixes:
-                    return text[i:]
-            return ""
+    def _automaton_rule(self, stops: tuple[str, ...], plain, escapes: tuple, comment: str) -> str:
+        key = (stops, plain, escapes)
+        if key not in self.until_rules:
+            name = self.until_rules[key] = f"until-{len(self.until_rules) + 1}"
+            self._automaton(name, _Moves(stops, plain, escapes, self.visit), comment)
+        return self.until_rules[key]
 
-        ids = {p: i for i, p in enumerate(prefixes)}
-        other = _class([(c, c) for c in alphabet], negate=True)  # characters no stop contains
-
-        def grouped(state: str):
-            """(target, class text) for each next state reachable from `state`."""
-            targets: dict[object, list[str]] = {}
-            for ch in alphabet:
-                target = step(state, ch)
-                if target is not accept:
-                    targets.setdefault(target, []).append(ch)
-            return [(t, _class([(c, c) for c in chs], False)) for t, chs in targets.items()]
-
-        comment = "text without " + ", ".join(repr(s) for s in stops)
+    def _automaton(self, name: str, moves: "_Moves", comment: str) -> None:
+        """Text that never completes a stop: a sequence of chunks, each a path from "no partial
+        stop seen" back to it, then maybe a path that ends inside a partial stop."""
+        ids = {p: i for i, p in enumerate(moves.prefixes)}
         # back-k: from partial stop k back to "nothing pending", never completing a stop
-        for prefix in prefixes[1:]:
-            options = [other]
-            for target, cls in grouped(prefix):
-                options.append(cls if target == "" else f"{cls} {name}-back-{ids[target]}")
+        for prefix in moves.prefixes[1:]:
+            options = [label if target == "" else f"{label} {name}-back-{ids[target]}"
+                       for target, label in moves.from_state(prefix)]
             self.extra.append((f"{name}-back-{ids[prefix]}", " | ".join(options), ""))
         # open-k: from partial stop k, ending while a stop may still be completed after the text
-        for prefix in prefixes[1:]:
-            options = ['""']
-            for target, cls in grouped(prefix):
-                if target != "":
-                    options.append(f"{cls} {name}-open-{ids[target]}")
+        for prefix in moves.prefixes[1:]:
+            options = ['""'] + [f"{label} {name}-open-{ids[target]}"
+                                for target, label in moves.from_state(prefix) if target != ""]
             self.extra.append((f"{name}-open-{ids[prefix]}", " | ".join(options), ""))
-        chunk = [other]
-        tail = []
-        for target, cls in grouped(""):
+        chunk, tail = [], []
+        for target, label in moves.from_state(""):
             if target == "":
-                chunk.append(cls)
+                chunk.append(label)
             else:
-                chunk.append(f"{cls} {name}-back-{ids[target]}")
-                tail.append(f"{cls} {name}-open-{ids[target]}")
+                chunk.append(f"{label} {name}-back-{ids[target]}")
+                tail.append(f"{label} {name}-open-{ids[target]}")
         body = f"({' | '.join(chunk)})*" + (f" ({' | '.join(tail)})?" if tail else "")
         self.extra.append((name, body, comment))
+
+
+class _Moves:
+    """The automaton of a text in which no stop occurs: its states are the stops' proper
+    prefixes (the partial stop the text ends in, "" for none); `from_state` gives each way
+    on, as (next state, the GBNF of what is read), never one that completes a stop.
+
+    What is read: a `plain` character (any one when `plain` is None) or an escape. An
+    escape's backslash is in no stop (build.py keeps such stops out), so it leaves no partial
+    stop behind; a one-character tail (`\\` then any character) is read on like a plain
+    character, a longer tail (JSON's `u0041`) starts no stop, so the text is back at ""."""
+
+    def __init__(self, stops: tuple[str, ...], plain, escapes: tuple, visit):
+        self.stops = stops
+        self.prefixes = sorted({s[:i] for s in stops for i in range(len(s))}, key=lambda p: (len(p), p))
+        self.alphabet = sorted({c for s in stops for c in s})
+        self.plain = plain if plain is not None else AnyChar()
+        self.escapes = escapes
+        self.visit = visit
+
+    def step(self, state: str, ch: str):
+        """The partial stop after `ch`, or None where `ch` completes a stop."""
+        text = state + ch
+        if any(text.endswith(s) for s in self.stops):
+            return None
+        for i in range(len(text) + 1):
+            if text[i:] in self.prefixes:
+                return text[i:]
+        return ""
+
+    def from_state(self, state: str) -> list[tuple[str, str]]:
+        moves = self._characters(state, self.plain, "")
+        for escape in self.escapes:
+            tail = escape.items[1] if len(escape.items) == 2 else Seq(escape.items[1:])
+            if isinstance(tail, (AnyChar, Chars)):
+                moves += self._characters("", tail, '"\\\\" ')
+            else:
+                moves.append(("", self.visit(escape)))
+        return moves
+
+    def _characters(self, state: str, plain, before: str) -> list[tuple[str, str]]:
+        """The moves on one character of `plain` (after `before`, an escape's backslash): those
+        no stop holds back to "", the stops' characters grouped by where they lead."""
+        excluded = plain.ranges if isinstance(plain, Chars) else ()
+        other = _class(tuple(excluded) + tuple((c, c) for c in self.alphabet), negate=True)
+        targets: dict[str, list[str]] = {}
+        for ch in self.alphabet:
+            if not any(a <= ch <= b for a, b in excluded):
+                target = self.step(state, ch)
+                if target is not None:
+                    targets.setdefault(target, []).append(ch)
+        return [("", before + other)] + [(t, before + _class([(c, c) for c in chs], False)) for t, chs in targets.items()]
 
 
 def _comment(text: str) -> str:

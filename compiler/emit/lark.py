@@ -31,6 +31,10 @@ which decides three things here:
   hold (`[BEGIN` for `[BEGIN FINAL RESPONSE]`); and a stop that holds a split character
   after its first (`>>`, `]<]x[>[`) spans pieces, so it is kept out of the text only where
   its own literal may follow.
+- A string's characters (`StringUntil`) are written as the run they are, its stops not kept
+  out: llguidance's own JSON lexer (`%json`) reads most strings, and has no way to keep a
+  stop string out of one; GBNF's automaton does (the end of turn inside a value, where the
+  engine would stop in the middle of a call).
 - A marker the source names as a control token (`ChatTemplate.control_tokens`: GGUF token
   type CONTROL, tokenizer_config's tokens marked special), in the `<...>` form llguidance
   can name, is written `<token>`: the model writes it as that token, which no text lexeme
@@ -58,8 +62,8 @@ import json
 import re
 from functools import lru_cache
 
-from ..grammar.ir import (AnyChar, Alt, Chars, End, Grammar, Lit, Not, Ref, Rep, Rule, Seq, TextUntil, Visitor, children,
-                          quantifier)
+from ..grammar.ir import (AnyChar, Alt, Chars, End, Grammar, Lit, Not, Ref, Rep, Rule, Seq, StringUntil, TextUntil, Visitor,
+                          children, quantifier)
 
 # JSON Schema keywords llguidance's converter enforces (its docs/json_schema.md), and those
 # that only describe. A schema using any other keyword is written from the IR instead.
@@ -159,6 +163,8 @@ def _first_characters(grammar: Grammar) -> set[str]:
         """(first characters of literals, whether the node can match nothing)"""
         if isinstance(node, Lit):
             return (frozenset(node.text[:1]), not node.text)
+        if isinstance(node, StringUntil):
+            return first(node.as_rep())
         if isinstance(node, (TextUntil, End, Not)):
             return frozenset(), True
         if isinstance(node, (Chars, AnyChar)):
@@ -332,6 +338,9 @@ class _Emitter(Visitor):
 
     def visit_TextUntil(self, node: TextUntil, top: bool = False) -> str:
         return self.until(node.stops)
+
+    def visit_StringUntil(self, node: StringUntil, top: bool = False) -> str:
+        return self.visit(node.as_rep(), top)  # (the stops are not kept out: see the module docstring)
 
     def visit_Seq(self, node: Seq, top: bool = False) -> str:
         items = [text for text in (self.visit(i) for i in node.items) if text]

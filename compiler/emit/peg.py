@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 import re
 
-from ..grammar.ir import AnyChar, Alt, Chars, End, Grammar, Lit, Not, Ref, Rep, Seq, TextUntil, Visitor, quantifier
+from ..grammar.ir import (AnyChar, Alt, Chars, End, Grammar, Lit, Not, Ref, Rep, Seq, StringUntil, TextUntil, Visitor,
+                          alt, quantifier, seq)
 
 def _name(rule: str) -> str:
     return rule.replace("-", "_")
@@ -50,6 +51,17 @@ class _PegWriter(Visitor):
             return "~" + _string(r"[\s\S]*")
         stops = "|".join(re.escape(s) for s in node.stops)
         return "~" + _string(f"(?:(?!{stops})[\\s\\S])*")
+
+    def visit_StringUntil(self, node: StringUntil, top: bool = False) -> str:
+        """Each character read where no stop starts: a plain one, or an escape's (a one-character
+        tail is where a stop may start; build.py keeps out the stops a longer one could start)."""
+        no_stop = Not(alt(*(Lit(s) for s in node.stops)))
+        steps = [seq(no_stop, node.plain)]
+        for escape in node.escapes:
+            tail = escape.items[1:]
+            steps.append(seq(escape.items[0], no_stop, *tail) if len(tail) == 1 and isinstance(tail[0], (AnyChar, Chars))
+                         else escape)
+        return self.visit(Rep(alt(*steps)), top)
 
     def visit_Seq(self, node: Seq, top: bool = False) -> str:
         text = " ".join(self.visit(i) for i in node.items)

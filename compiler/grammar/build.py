@@ -29,7 +29,8 @@ from ..probe.markers import first_marker
 from ..probe.spans import Boundaries
 from ..spec import ArgumentFormat, ArgumentStyle, Parallel, ProtocolSpec, Start, ToolCallFormat, kv_parts, slot
 from . import json_schema
-from .ir import Alt, End, Grammar, Lit, Node, Not, Ref, Rep, Seq, TextUntil, alt, chars, opt, seq
+from .ir import (Alt, AnyChar, Chars, End, Grammar, Lit, Node, Not, Ref, Rep, Seq, StringUntil, TextUntil, alt,
+                 chars, opt, seq)
 from .json_values import add_json, add_python_literal, add_ws
 from .reading import content_may_follow_calls, cut_at_end, end_of_turn_markers, reading_tables
 
@@ -268,16 +269,78 @@ def _end_markers_end_the_text(g: Grammar, end_markers: list[str]) -> None:
 
 
 def _stopping_at(node: Node, markers: tuple[str, ...]) -> Node:
-    """`node` with every free text in it also stopping at `markers`."""
+    """`node` with every free text in it, and every unbounded run of a string's characters,
+    also stopping at `markers`."""
     if isinstance(node, TextUntil):
         return TextUntil(tuple(dict.fromkeys(node.stops + markers)))
     if isinstance(node, (Seq, Alt)):
         return type(node)(tuple(_stopping_at(item, markers) for item in node.items))
     if isinstance(node, Rep):
+        run = _string_run(node, markers)
+        if run is not None:
+            return run
         return Rep(_stopping_at(node.item, markers), node.min, node.max)
     if isinstance(node, Not):
         return Not(_stopping_at(node.item, markers))
     return node
+
+
+def _string_run(node: Rep, markers: tuple[str, ...]) -> StringUntil | None:
+    """An unbounded run of a string's characters (`[^"\\]` or any character, and escapes
+    that start with a backslash) as a run in which no marker occurs, or None if `node` is no
+    such run. A bounded run (a schema's maxLength) is left as it is: its count and the
+    markers' prefixes would multiply into a grammar of their product.
+
+    A marker is kept out only where the run's raw text is what decides it: not one that holds
+    a backslash (an escape writes one), nor one that starts with a character an escape of
+    several characters writes (JSON's `\\u0041` holds `u`, digits and letters)."""
+    if (node.min, node.max) != (0, None):
+        return None
+    items = node.item.items if isinstance(node.item, Alt) else (node.item,)
+    plain = [item for item in items if _is_plain(item)]
+    escapes = [item for item in items if _is_escape(item)]
+    if len(plain) != 1 or len(plain) + len(escapes) != len(items):
+        return None
+    written: set[str] | None = set()
+    for escape in escapes:
+        tail = escape.items[1] if len(escape.items) == 2 else Seq(escape.items[1:])
+        if not _is_plain(tail):
+            more = _characters_written(tail)
+            written = None if written is None or more is None else written | more
+    if written is None:
+        return None
+    kept = tuple(m for m in markers if m and "\\" not in m and m[0] not in written)
+    return StringUntil(plain[0], tuple(escapes), kept) if kept else None
+
+
+def _is_plain(node: Node) -> bool:
+    """One character of a class that excludes some (`[^"\\]`), or any character."""
+    return isinstance(node, AnyChar) or (isinstance(node, Chars) and node.negate)
+
+
+def _is_escape(node: Node) -> bool:
+    return isinstance(node, Seq) and len(node.items) >= 2 and node.items[0] == Lit("\\")
+
+
+def _characters_written(node: Node) -> set[str] | None:
+    """The characters `node` may write; None where that is any character, or too many to list."""
+    if isinstance(node, Lit):
+        return set(node.text)
+    if isinstance(node, Chars) and not node.negate:
+        if sum(ord(b) - ord(a) + 1 for a, b in node.ranges) > 1024:
+            return None
+        return {chr(c) for a, b in node.ranges for c in range(ord(a), ord(b) + 1)}
+    if isinstance(node, (Seq, Alt)):
+        found: set[str] = set()
+        for item in node.items:
+            more = _characters_written(item)
+            if more is None:
+                return None
+            found |= more
+        return found
+    if isinstance(node, Rep):
+        return _characters_written(node.item)
+    return None
 
 
 def _reasoning_closed(spec: ProtocolSpec, options: GrammarOptions, start_state) -> bool:

@@ -9,12 +9,15 @@ A `Grammar` is an ordered set of named rules; a rule's body is a tree of nodes:
     Rep(item, min, max)    repetition (max None: unbounded)
     Ref(name)              another rule
     TextUntil(stops)       any text (maybe empty) in which none of `stops` occurs
+    StringUntil(plain, escapes, stops)
+                           a run of a string literal's characters (each a `plain` character
+                           or an escape) in whose raw text none of `stops` occurs
     Not(item)              what follows is not `item` (consumes nothing; PEG only: GBNF has
                            no lookahead and accepts what it would refuse)
     End()                  the end of the text
 
-`TextUntil` is the one construct the emitters write differently: PEG with negative
-lookahead, GBNF (which has no lookahead) as an automaton of the stops' prefixes.
+`TextUntil` and `StringUntil` are the constructs the emitters write differently: PEG with
+negative lookahead, GBNF (which has no lookahead) as an automaton of the stops' prefixes.
 Emitters and analyses walk the tree as a `Visitor` (pegen's GrammarVisitor): a method
 `visit_<NodeClass>` per kind of node, `generic_visit` for the ones a visitor leaves alone.
 Rule names are lower-case words joined by "-" (the GBNF spelling); the PEG emitter turns
@@ -71,6 +74,23 @@ class TextUntil:
 
 
 @dataclass(frozen=True)
+class StringUntil:
+    """A run of a string literal's characters, each one `plain` character or one of
+    `escapes` (each a backslash, then what it writes), in whose raw text (what an engine's
+    stop strings match) none of `stops` occurs. Only a generation grammar has one: a stop
+    string written inside a value would end the output in the middle of a call.
+
+    `Rep(Alt(plain, *escapes))` is the same run with the stops left out (`as_rep`)."""
+
+    plain: "Chars | AnyChar"
+    escapes: tuple  # of Seq(Lit("\\"), tail)
+    stops: tuple[str, ...]
+
+    def as_rep(self) -> "Rep":
+        return Rep(alt(self.plain, *self.escapes))
+
+
+@dataclass(frozen=True)
 class Not:
     item: "Node"
 
@@ -95,7 +115,7 @@ def quantifier(rep: "Rep") -> str:
     return f"{{{rep.min},{rep.max}}}"
 
 
-Node = Union[Lit, Chars, AnyChar, Seq, Alt, Rep, Ref, TextUntil, Not, End]
+Node = Union[Lit, Chars, AnyChar, Seq, Alt, Rep, Ref, TextUntil, StringUntil, Not, End]
 
 
 def seq(*items) -> Node:
@@ -150,6 +170,8 @@ def children(node: Node) -> tuple:
         return node.items
     if isinstance(node, (Rep, Not)):
         return (node.item,)
+    if isinstance(node, StringUntil):
+        return (node.plain, *node.escapes)
     return ()
 
 
