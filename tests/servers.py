@@ -76,15 +76,18 @@ class Server:
         self._log_file.close()
 
 
-def start_llama_server(binary: Path, model: Path, log: Path, port: int | None = None, *extra: str) -> Server:
-    # 4 slots of 2048 tokens: concurrent requests are batched, the rest wait their turn.
+def start_llama_server(binary: Path, model: Path, log: Path, port: int | None = None, *extra: str,
+                       slots: int = 4) -> Server:
+    # `slots` slots of 2048 tokens: concurrent requests are batched, the rest wait their turn.
+    # (Batched, one request's numbers depend on which others share its batch: a sampled
+    # answer is the same from run to run only on a server that runs one request at a time.)
     # One thread: the tests' own processes (the parsers, tplparse serve, the clients) share the
     # machine's two cores, and llama.cpp's threads wait for each other at every step, so one
     # of two that loses its core stalls both (SmolLM2 on a loaded 2-core machine: 1.1 tokens/s
     # with two threads, 19 with one).
     port = port or free_port()
-    return Server([str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-c", "8192",
-                   "-np", "4", "-t", "1", "--no-webui", *extra], port, log)
+    return Server([str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-c", str(2048 * slots),
+                   "-np", str(slots), "-t", "1", "--no-webui", *extra], port, log)
 
 
 def start_tplparse_serve(source: Path, upstream: str, log: Path, *extra: str) -> Server:

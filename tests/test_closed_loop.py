@@ -28,6 +28,7 @@ compile yet and are left out of the loop.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 import traceback
@@ -45,9 +46,10 @@ from tplparse.emit.gbnf import emit_gbnf
 from tplparse.emit.llama_request import lazy_grammar, llama_request
 from tplparse.grammar import GrammarOptions, build
 from tplparse.probe import PLACEHOLDER_TOKENS
+from tplparse.source.render import fixed_clock
 from tplparse.spec import Start
 
-from conftest import CORPUS, EXAMPLES, needs_corpus, proved_corpus_stems
+from conftest import CORPUS, EXAMPLES, SMOLLM2, needs_corpus, proved_corpus_stems
 
 # Two tools whose schemas hold a string, an enum, an integer and required properties.
 TOOLS = [
@@ -66,10 +68,10 @@ TOOLS = [
 ]
 QUESTION = [{"role": "user", "content": "What is the weather in Paris? Then book a table for 2 at Chez Nous."}]
 CHOICES = ("required", "auto")
-SEEDS = (11,)  # one sample per family and choice (see README: what the loop costs)
+SEEDS = (11,)  # one sample per family and choice (README: the loop takes about 3 minutes)
 N_PREDICT = 64
 TEMPERATURE = 0.8  # a sampled answer, fixed by the seed: more of what a model may write than greedy's
-SLOTS = 4  # requests in flight: the session llama-server's parallel slots (tests/servers.py)
+SERVERS = 2  # llama-servers of one slot and one thread each, one per core: each answers one request at a time
 CUT_ERRORS = {"truncated_tool_call", "reasoning_truncated"}  # what a cut by the token limit may say
 
 
@@ -106,7 +108,8 @@ def family_prompt(stem: str) -> tuple[tplparse.ChatTemplate, Prompt] | str:
     # The tools in the shape the template reads them (the probe found it: spec.shape).
     tools = [t["function"] for t in TOOLS] if spec.shape.startswith("bare tools") else TOOLS
     variables = {"functions": json.dumps(TOOLS), "datetime": "2026-01-01"} if "functions variable" in spec.shape else {}
-    return template, prompt_for(template, QUESTION, tools=tools, thinking=False, **variables)
+    with fixed_clock():  # (a template that prints the time, to the second: the same prompt on every run)
+        return template, prompt_for(template, QUESTION, tools=tools, thinking=False, **variables)
 
 
 def request_body(template: tplparse.ChatTemplate, prompt: Prompt, choice: str, seed: int) -> dict:
@@ -222,24 +225,54 @@ def by_shared_prefix(families: dict[str, Family], groups: int) -> list[list[str]
 
 
 @pytest.fixture(scope="module")
-def loop(llama_server, request) -> dict[str, Family]:
-    """stem -> Family, for the families the session selected, SLOTS requests at a time."""
+def loop_servers(tmp_path_factory) -> list[str]:
+    """The loop's own llama-servers (their URLs), SERVERS of them, each of one slot. The
+    session's server batches concurrent requests, and a batched answer depends on which
+    others share its batch: sampled there, a sample changed from run to run (a CI run drew
+    one that no local run had). A server that runs one request at a time, the same requests
+    in the same order, answers the same on every run."""
+    from servers import llama_server_binary, start_llama_server
+
+    binary = llama_server_binary()
+    if binary is None:
+        pytest.skip("llama-server is not built (bash .ci/llama-server.sh .venv/bin/python builds it, or set "
+                    "TPLPARSE_LLAMA_SERVER)")
+    if not SMOLLM2.is_file():
+        pytest.skip(f"{SMOLLM2.name} not fetched into {SMOLLM2.parent} (run tests/fetch_fixtures.py)")
+    servers = [start_llama_server(binary, SMOLLM2, tmp_path_factory.mktemp("loop-server") / "log", slots=1)
+               for _ in range(SERVERS)]
+    yield [server.url for server in servers]
+    for server in servers:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def loop(loop_servers, request) -> dict[str, Family]:
+    """stem -> Family, for the families the session selected: one group of families per
+    server, each group's requests one after the other."""
     stems = list(dict.fromkeys(item.callspec.params["stem"] for item in request.session.items
                                if item.module is request.module and "stem" in getattr(item, "callspec", _NONE).params))
     started = time.monotonic()
     families = {stem: prepare(stem) for stem in stems}
 
-    def run_group(group: list[str]) -> None:
+    def run_group(url: str, group: list[str]) -> None:
         for stem in group:
-            run_family(llama_server.url, stem, families[stem])
+            run_family(url, stem, families[stem])
 
-    with ThreadPoolExecutor(SLOTS) as pool:
-        list(pool.map(run_group, by_shared_prefix(families, SLOTS)))
+    with ThreadPoolExecutor(len(loop_servers)) as pool:
+        list(pool.map(run_group, loop_servers, by_shared_prefix(families, len(loop_servers))))
     samples = [s for f in families.values() for s in f.samples]
     print(f"\nclosed loop: {sum(bool(f.found) for f in families.values())} families, {len(samples)} samples in "
           f"{time.monotonic() - started:.0f} s ({sum(s.finish == 'stop' for s in samples)} ended by a stop, "
-          f"{sum(len(s.pieces) for s in samples)} pieces)")
+          f"{sum(len(s.pieces) for s in samples)} pieces; digest {samples_digest(samples)})")
     return families
+
+
+def samples_digest(samples: list[Sample]) -> str:
+    """A digest of what the model wrote (each sample's family, choice, seed, pieces and how it
+    ended), in the families' order: the same on every run where the servers answer the same."""
+    written = sorted((s.stem, s.choice, s.seed, s.pieces, s.finish) for s in samples)
+    return hashlib.sha256(json.dumps(written).encode()).hexdigest()[:16]
 
 
 @pytest.mark.e2e
