@@ -6,12 +6,33 @@ acceptors); runtime (the streaming parser, standard library only); bridge (promp
 validation, retries); pipeline (the files of a template, the manifest build); cli.
 """
 
-from .bridge import (GaveUp, Prompt, Success, ToolCallError, feedback_messages, parser_for, prompt_for,
-                     validate_content, validate_tool_calls, with_retries)
-from .errors import InputError, LoadError, TemplateError, TplparseError
-from .source import ChatTemplate, RenderLimits, load
+from importlib import import_module
 
-prompt = prompt_for  # tplparse.prompt(template, messages, tools=..., thinking=...)
+from .errors import InputError, LoadError, TemplateError, TplparseError
+
+# The API's names, each imported from its stage on first use (PEP 562): `import tplparse` (and
+# `tplparse --version`, `tplparse parse generated/<family>.py`) loads no probe, grammar or
+# GGUF reader until a name that needs one is asked for.
+_LAZY = {
+    **dict.fromkeys(["GaveUp", "Prompt", "Success", "ToolCallError", "feedback_messages", "parser_for", "prompt_for",
+                     "validate_content", "validate_tool_calls", "with_retries"], ".bridge"),
+    **dict.fromkeys(["ChatTemplate", "RenderLimits", "load"], ".source"),
+}
+
+
+def __getattr__(name: str):
+    if name == "prompt":  # tplparse.prompt(template, messages, tools=..., thinking=...)
+        return __getattr__("prompt_for")
+    if name in _LAZY:
+        value = getattr(import_module(_LAZY[name], __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY) | {"prompt"})
+
 
 __all__ = [
     "ChatTemplate",

@@ -14,7 +14,6 @@ import unicodedata
 import click
 
 from .errors import InputError, TplparseError
-from .source import RenderLimits, load
 from .source.isolation import DEFAULT_WORK_LIMITS, WorkLimits, run_isolated
 
 
@@ -90,8 +89,10 @@ def _isolated(job, source):
     return run_isolated(job, _work_limits(), name=str(source))
 
 
-def _render_limits() -> RenderLimits:
+def _render_limits():
     """Each render's limits, from the command's (a render may take the whole budget)."""
+    from .source import RenderLimits
+
     limits = _work_limits()
     return RenderLimits(seconds=limits.seconds, max_memory_growth_bytes=limits.memory_bytes)
 
@@ -151,6 +152,8 @@ def _read_override(path):
 
 
 def _load(source, variant=None, family=None, bos_token=None, eos_token=None):
+    from .source import load
+
     template = load(source, variant=variant, family=family, limits=_render_limits())
     tokens = {k: v for k, v in (("bos_token", bos_token), ("eos_token", eos_token)) if v is not None}
     return template.with_tokens(**tokens) if tokens else template

@@ -291,3 +291,29 @@ def test_written_files_get_the_mode_a_plain_write_gives(tmp_path):
         assert result.returncode == 0 and (tmp_path / "rt.json").stat().st_mode & 0o777 == 0o640
     finally:
         os.umask(old)
+
+
+HEAVY_MODULES = ("tplparse.probe", "tplparse.grammar", "tplparse.bridge", "tplparse.source.loader", "gguf", "numpy",
+                 "jinja2", "jsonschema", "lark")
+
+
+@pytest.mark.parametrize("argv", [["--version"], ["--help"], ["parse", "generated/qwen_qwen3_0_6b.py"]],
+                         ids=["version", "help", "parse-module"])
+def test_the_commands_that_need_no_probe_import_none_of_it(argv):
+    """`tplparse --version`, `--help` and `parse MODULE` start fast (issue #32; the time is
+    tests/benchmarks/bench_start.py's): none of the probe, the grammar builder, the GGUF
+    reader (numpy), jinja2, jsonschema or lark is imported."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    code = ("import json, sys\nfrom tplparse.cli import main\n"
+            "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+            "print('LOADED', json.dumps(sorted(sys.modules)))")
+    done = subprocess.run([sys.executable, "-c", code, *argv], input="<think>a</think>b", capture_output=True,
+                          text=True, cwd=root, check=True)
+    loaded = json.loads(done.stdout.rsplit("LOADED", 1)[1])
+    assert [m for m in loaded if m.startswith(HEAVY_MODULES)] == [], done.stdout
+    if argv[0] == "parse":
+        assert '"reasoning_content": "a"' in done.stdout

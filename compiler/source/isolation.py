@@ -36,7 +36,6 @@ from dataclasses import dataclass
 from typing import Callable, TypeVar
 
 from ..errors import TemplateError, TplparseError
-from .render import note_memory_limit, time_budget
 
 try:
     import resource
@@ -61,6 +60,13 @@ DEFAULT_WORK_LIMITS = WorkLimits()
 GRACE_SECONDS = 1.0
 
 
+def _time_budget(seconds: float):
+    """render.time_budget (imported here when a job runs: importing the isolation costs no jinja2)."""
+    from .render import time_budget
+
+    return time_budget(seconds)
+
+
 class ChildTraceback(Exception):
     """The traceback of an exception raised in the child (the cause of the one raised again here)."""
 
@@ -71,7 +77,7 @@ def run_isolated(job: Callable[[], T], limits: WorkLimits = DEFAULT_WORK_LIMITS,
     Running out of time or memory is a limit `TemplateError` naming `name` and the limit
     ("the render budget of 15 s is used up", "the memory limit of 1024 MB")."""
     if not hasattr(os, "fork"):  # pragma: no cover - Windows
-        with time_budget(limits.seconds):
+        with _time_budget(limits.seconds):
             return job()
     for stream in (sys.stdout, sys.stderr):  # (what the parent buffered is written once, by the parent)
         stream.flush()
@@ -120,7 +126,7 @@ def _run_child(job, limits: WorkLimits, write_end: int) -> None:
         _die_with_parent()
         _set_limits(limits)
         try:
-            with time_budget(limits.seconds):
+            with _time_budget(limits.seconds):
                 outcome = ("value", job())
         except MemoryError:
             outcome = ("memory", None)
@@ -166,6 +172,8 @@ def _set_limits(limits: WorkLimits) -> None:
     size = _address_space()
     if size is not None and hasattr(resource, "RLIMIT_AS"):
         if _lower_limit(resource.RLIMIT_AS, size + limits.memory_bytes, size + limits.memory_bytes):
+            from .render import note_memory_limit
+
             note_memory_limit(limits.memory_bytes)
 
 
