@@ -778,7 +778,12 @@ def export_vllm(source, out_dir, family, variant, bos_token, eos_token):
 @click.option("--check", is_flag=True,
               help="Write nothing; exit 1 naming the files a fresh build would change and the families whose "
                    "protocol changed.")
-def build_command(manifest, out_dir, check):
+@click.option("-j", "--jobs", type=click.IntRange(min=1), default=os.cpu_count() or 1, show_default="the cores",
+              help="Families compiled at a time.")
+@click.option("--no-cache", is_flag=True,
+              help="Compile every family (the cache keeps each family's files by its template, tokens, override and "
+                   "this tplparse's own source: $TPLPARSE_CACHE_DIR, else ~/.cache/tplparse/build).")
+def build_command(manifest, out_dir, check, jobs, no_cache):
     """Regenerate grammars/ and generated/ for every family of the manifest.
 
     Exit status: 0 everything is fresh (or was written), 1 (with --check) files are stale or a
@@ -787,13 +792,13 @@ def build_command(manifest, out_dir, check):
     """
     from pathlib import Path
 
-    from .pipeline import build, read_manifest
+    from .pipeline import BuildCache, build, read_manifest
 
     manifest_path = Path(manifest)
     count = len(read_manifest(manifest_path))
     with click.progressbar(length=count, label="building", item_show_func=lambda f: f.name if f else "") as bar:
         result = build(manifest_path, check=check, progress=lambda family: bar.update(1, family),
-                       out_dir=Path(out_dir) if out_dir else None)
+                       out_dir=Path(out_dir) if out_dir else None, jobs=jobs, cache=None if no_cache else BuildCache())
     for family, fields in result.protocol_changed.items():
         click.echo(f"protocol changed: {family}: {', '.join(fields)} (tplparse diff shows how)", err=True)
     for family in result.skipped:

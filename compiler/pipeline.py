@@ -296,31 +296,154 @@ def _protocol_changes(written: str, spec: ProtocolSpec) -> list[str]:
     return [d.field for d in protocol_differences(before, spec)]
 
 
-def build(manifest: Path, check: bool = False, progress=lambda family: None, out_dir: Path | None = None) -> BuildResult:
+# --- one family's compile, cached, in parallel -------------------------------------------
+
+@dataclass
+class _Outcome:
+    """What compiling one family of a manifest came to."""
+
+    files: dict[str, str] = field(default_factory=dict)  # relative path -> text, when it proved
+    proof: Proof | None = None  # when it did not prove
+    spec_json: str = ""  # the spec file's text, when it proved (for the protocol-change report)
+    error: str = ""  # the template did not load or probe: the message
+
+
+def _compile_family(family: Family, manifest: Path, cache: "BuildCache | None") -> _Outcome:
+    """One family's files: from the cache where the same template, tokens and override were
+    compiled by this same tplparse, else compiled (and, proved, cached)."""
+    try:
+        template = family_template(family)
+        override = family_override(family, manifest)
+        key = cache.key(family, template, override) if cache else ""
+        if cache:
+            found = cache.get(key)
+            if found is not None:
+                return _Outcome(files=found, spec_json=found[f"grammars/{family.name}.spec.json"])
+        compiled = compile_template(template, override=override)
+    except TplparseError as e:
+        return _Outcome(error=f"{manifest}: family {family.name}: {e}")
+    if not compiled.proof.ok:
+        return _Outcome(proof=compiled.proof)
+    if cache:
+        cache.put(key, compiled.files)
+    return _Outcome(files=compiled.files, spec_json=compiled.files[f"grammars/{family.name}.spec.json"])
+
+
+def _compile_all(families: list[Family], manifest: Path, cache: "BuildCache | None", jobs: int,
+                 progress) -> list[_Outcome]:
+    """Each family's outcome, in the manifest's order, compiled `jobs` at a time (forked
+    workers: each compile is independent, so the files are the same as one by one)."""
+    if jobs <= 1 or len(families) <= 1:
+        outcomes = []
+        for family in families:
+            outcomes.append(_compile_family(family, manifest, cache))
+            progress(family)
+        return outcomes
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(min(jobs, len(families)), mp_context=multiprocessing.get_context("fork")) as pool:
+        futures = [pool.submit(_compile_family, family, manifest, cache) for family in families]
+        outcomes = []
+        for family, future in zip(families, futures):
+            outcomes.append(future.result())
+            progress(family)
+        return outcomes
+
+
+class BuildCache:
+    """Compiled files by what decides them: a digest of the template (its text, tokens and
+    names), the family's manifest entry, its override file, and this tplparse (its version and
+    the bytes of its own source: a changed compiler never reads a stale entry). One JSON file
+    per entry under `folder` (default: $TPLPARSE_CACHE_DIR, else ~/.cache/tplparse/build)."""
+
+    def __init__(self, folder: Path | None = None):
+        default = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tplparse" / "build"
+        self.folder = folder or Path(os.environ.get("TPLPARSE_CACHE_DIR") or default)
+        self.identity = _tplparse_identity()
+
+    def key(self, family: Family, template: ChatTemplate, override: Override | None) -> str:
+        import hashlib
+        import json
+
+        decided_by = {
+            "tplparse": self.identity,
+            "family": [family.name, sorted(family.tokens.items()), family.override],
+            "template": [template.source, template.name, template.family, template.origin, template.model_slug,
+                         sorted(template.named_tokens.items()), list(template.end_of_turn),
+                         list(template.special_tokens), list(template.control_tokens), template.variant,
+                         sorted(template.variants.items())],
+            "override": [override.name, override.file_sha256, override.patch] if override is not None else None,
+        }
+        return hashlib.sha256(json.dumps(decided_by, sort_keys=True, default=str).encode()).hexdigest()
+
+    def get(self, key: str) -> dict[str, str] | None:
+        import json
+
+        try:
+            files = json.loads((self.folder / f"{key}.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None  # (none yet, or unreadable: compiled again)
+        if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
+            return None
+        return files
+
+    def put(self, key: str, files: dict[str, str]) -> None:
+        import json
+
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            write_text_atomically(self.folder / f"{key}.json", json.dumps(files, ensure_ascii=False))
+        except OSError:
+            pass  # (a cache that cannot be written only costs the next build its time)
+
+
+def _tplparse_identity() -> str:
+    """This tplparse: its version, jinja2's (which renders the templates), and a digest of
+    the package's own source files."""
+    import hashlib
+
+    import jinja2
+
+    from . import __version__
+
+    digest = hashlib.sha256()
+    package = Path(__file__).resolve().parent
+    for path in sorted(package.rglob("*")):
+        if path.is_file() and path.suffix in (".py", ".json", ".txt") and "__pycache__" not in path.parts:
+            digest.update(str(path.relative_to(package)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return f"{__version__} jinja2 {jinja2.__version__} {digest.hexdigest()}"
+
+
+def build(manifest: Path, check: bool = False, progress=lambda family: None, out_dir: Path | None = None,
+          jobs: int = 1, cache: BuildCache | None = None) -> BuildResult:
     """Every family of the manifest, into `out_dir` (default: the manifest's folder):
-    written, or (check) compared. Sources are relative to the manifest's folder."""
+    written, or (check) compared. Sources are relative to the manifest's folder. `jobs`
+    families compile at a time; `cache` keeps what a family compiled to (None: compile all)."""
     root = out_dir if out_dir is not None else manifest.parent
     result = BuildResult()
     done: dict[str, str] = {}  # shared files (the runtime, __init__.py) are the same for every family
     kept: set[str] = set()  # the files of families whose source is not here: left as they are
+    present = []
     for family in read_manifest(manifest):
+        if family.source.exists():
+            present.append(family)
+            continue
+        if not family.optional:
+            raise InputError(f"{manifest}: family {family.name}: {family.source}: no such file or folder "
+                             "(mark the family optional = true if its source may be absent)")
         progress(family)
-        if not family.source.exists():
-            if not family.optional:
-                raise InputError(f"{manifest}: family {family.name}: {family.source}: no such file or folder "
-                                 "(mark the family optional = true if its source may be absent)")
-            result.skipped.append(family)
+        result.skipped.append(family)
+        kept |= _family_files(family)
+    outcomes = _compile_all(present, manifest, cache, jobs, progress)
+    for family, outcome in zip(present, outcomes):
+        if outcome.error:
+            raise InputError(outcome.error)
+        if outcome.proof is not None:
+            result.unproved.append(outcome.proof)
             kept |= _family_files(family)
             continue
-        try:
-            compiled = compile_template(family_template(family), override=family_override(family, manifest))
-        except TplparseError as e:
-            raise InputError(f"{manifest}: family {family.name}: {e}") from None
-        if not compiled.proof.ok:
-            result.unproved.append(compiled.proof)
-            kept |= _family_files(family)
-            continue
-        for relative, text in compiled.files.items():
+        for relative, text in outcome.files.items():
             if done.get(relative) == text:
                 continue
             done[relative] = text
@@ -330,7 +453,7 @@ def build(manifest: Path, check: bool = False, progress=lambda family: None, out
                 continue
             current = current.decode("utf-8", errors="replace") if current is not None else None
             if relative.endswith(".spec.json") and current is not None:
-                changed = _protocol_changes(current, compiled.spec)
+                changed = _protocol_changes(current, ProtocolSpec.from_json(outcome.spec_json))
                 if changed:
                     result.protocol_changed[family.name] = changed
             if not check:
@@ -344,5 +467,5 @@ def build(manifest: Path, check: bool = False, progress=lambda family: None, out
     return result
 
 
-__all__ = ["BuildResult", "Compiled", "Family", "artifacts", "build", "compile_template", "family_override",
+__all__ = ["BuildCache", "BuildResult", "Compiled", "Family", "artifacts", "build", "compile_template", "family_override",
            "family_template", "read_manifest", "write_files", "write_text_atomically"]

@@ -18,6 +18,7 @@ Property tests (hypothesis) run one of two profiles, chosen by $TPLPARSE_HYPOTHE
 from __future__ import annotations
 
 import os
+import tempfile
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -25,6 +26,10 @@ from pathlib import Path
 
 import pytest
 from hypothesis import settings
+
+# `tplparse build` keeps compiled families in a cache; the tests' builds (in this process and
+# the CLI's) use one of their own, empty at the start of the session.
+os.environ["TPLPARSE_CACHE_DIR"] = tempfile.mkdtemp(prefix="tplparse-test-cache-")
 
 HYPOTHESIS_PROFILE = os.environ.get("TPLPARSE_HYPOTHESIS", "ci")
 settings.register_profile("ci", derandomize=True, database=None, print_blob=True, deadline=None)
