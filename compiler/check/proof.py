@@ -5,7 +5,7 @@ template has (outputs.mode_outputs: the span of the template's render after that
 the message that render preserves) is fed to the family's parser, given that real prompt
 (the parser decides from it where the output starts), one-shot and one character at a time,
 and checked against the family's GBNF grammar for the mode's start state (llama.cpp when
-llama-cpp-python is installed, else the lark acceptor); a turn is proved when all of them
+llama-cpp-python is installed, else the IR matcher, check/ir_match.py); a turn is proved when all of them
 agree. The deviated forms of each proved turn
 (deviations: what models and engines write instead) are read back too, and reported.
 """
@@ -17,10 +17,11 @@ from dataclasses import dataclass, field
 from .. import runtime
 from ..emit.gbnf import emit_gbnf
 from ..grammar import GrammarOptions, build
+from ..grammar.ir import Grammar
 from ..grammar.reading import reading_tables
 from ..source.template import ChatTemplate
 from ..spec import ProtocolSpec
-from . import gbnf_lark
+from . import ir_match
 from . import llama as llama_check
 from .deviations import deviations
 from .fields import involved_fields
@@ -42,7 +43,7 @@ class TurnProof:
 class Proof:
     family: str
     turns: list[TurnProof]
-    grammar_checker: str  # "llama.cpp" or "lark"
+    grammar_checker: str  # "llama.cpp", or "the IR matcher" where llama-cpp-python is not installed
     error: str = ""  # the template renders nothing to prove
     tolerated: int = 0  # deviated forms of the proved turns (tplparse.check.deviations) read back as their render
     not_tolerated: list[str] = field(default_factory=list)  # those that were not: rule, turn, what differed
@@ -76,16 +77,18 @@ class Proof:
 
 
 def _grammar_acceptor():
+    """(the checker's name, accepts(grammar, text)): llama.cpp's own grammar engine on the
+    emitted GBNF where it is installed, else the IR matcher on the grammar it was emitted from."""
     if llama_check.available():
-        return "llama.cpp", llama_check.checker().accepts
-    cache: dict[str, gbnf_lark.GbnfAcceptor] = {}
+        emitted: dict[int, tuple[Grammar, str]] = {}
 
-    def accepts(gbnf: str, text: str) -> bool:
-        if gbnf not in cache:
-            cache[gbnf] = gbnf_lark.GbnfAcceptor(gbnf)
-        return cache[gbnf].accepts(text)
+        def accepts(grammar: Grammar, text: str) -> bool:
+            if id(grammar) not in emitted:
+                emitted[id(grammar)] = (grammar, emit_gbnf(grammar))  # (the grammar kept: its id stays its own)
+            return llama_check.checker().accepts(emitted[id(grammar)][1], text)
 
-    return "lark", accepts
+        return "llama.cpp", accepts
+    return "the IR matcher", ir_match.accepts
 
 
 def _stream_one_character(protocol, text: str, start=None, finish_reason: str = "stop", prompt=None) -> dict:
@@ -105,7 +108,7 @@ def prove(template: ChatTemplate, spec: ProtocolSpec, grammars: bool = True) -> 
         return Proof(spec.family, [], checker, error="the template renders none of the standard turns")
     if not any(o.text.strip() for o in outputs):
         return Proof(spec.family, [], checker, error="the template renders no assistant turn")
-    gbnf: dict = {}
+    grammars_by_start: dict = {}
     results = []
     tolerance: list[str] = []
     for output in outputs:
@@ -119,9 +122,9 @@ def prove(template: ChatTemplate, spec: ProtocolSpec, grammars: bool = True) -> 
         if not problems and _stream_one_character(protocol, output.text, prompt=output.prompt) != one_shot:
             problems.append("fed one character at a time, the parser reads a different message")
         if not problems and accepts is not None:
-            if output.start not in gbnf:
-                gbnf[output.start] = emit_gbnf(build(spec, GrammarOptions(start=output.start), template.special_tokens))
-            rejected = not accepts(gbnf[output.start], output.text)
+            if output.start not in grammars_by_start:
+                grammars_by_start[output.start] = build(spec, GrammarOptions(start=output.start), template.special_tokens)
+            rejected = not accepts(grammars_by_start[output.start], output.text)
             if rejected:
                 problems.append(f"the GBNF grammar ({checker}) does not accept it")
         detail = "; ".join(problems) if problems else "; ".join(output.lossy)

@@ -82,7 +82,8 @@ class _Emitter(Visitor):
         return text if top else f"({text})"
 
     def visit_Rep(self, node: Rep, top: bool = False) -> str:
-        return self.visit(node.item) + quantifier(node)
+        item = self.visit(node.item)
+        return (f"({item})" if isinstance(node.item, Rep) else item) + quantifier(node)  # (no `x?*` in GBNF)
 
     def visit_Not(self, node: Not, top: bool = False) -> str:
         return '""'  # (no lookahead in GBNF: the grammar accepts what the lookahead would refuse)
