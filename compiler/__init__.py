@@ -9,6 +9,7 @@ validation, retries); pipeline (the files of a template, the manifest build); cl
 from importlib import import_module
 
 from .errors import InputError, LoadError, TemplateError, TplparseError
+from .version import __version__
 
 # The API's names, each imported from its stage on first use (PEP 562): `import tplparse` (and
 # `tplparse --version`, `tplparse parse generated/<family>.py`) loads no probe, grammar or
@@ -54,4 +55,3 @@ __all__ = [
     "TplparseError",
     "load",
 ]
-__version__ = "0.1.0"

@@ -13,7 +13,7 @@ import unicodedata
 
 import click
 
-from . import __version__
+from .version import __version__
 from .errors import InputError, TplparseError
 from .source.isolation import DEFAULT_WORK_LIMITS, WorkLimits, run_isolated
 

@@ -405,7 +405,7 @@ def _tplparse_identity() -> str:
 
     import jinja2
 
-    from . import __version__
+    from .version import __version__
 
     digest = hashlib.sha256()
     package = Path(__file__).resolve().parent

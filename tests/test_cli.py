@@ -317,3 +317,17 @@ def test_the_commands_that_need_no_probe_import_none_of_it(argv):
     assert [m for m in loaded if m.startswith(HEAVY_MODULES)] == [], done.stdout
     if argv[0] == "parse":
         assert '"reasoning_content": "a"' in done.stdout
+
+
+def test_the_version_is_the_package_version():
+    """`tplparse --version` reads tplparse/version.py (no metadata lookup at start): the same
+    version pyproject.toml gives the package."""
+    from pathlib import Path
+
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib
+    declared = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]["version"]
+    shown = run_cli("--version")
+    assert shown.returncode == 0 and shown.stdout.strip() == f"tplparse, version {declared}"
