@@ -39,6 +39,7 @@ class Scripted(Upstream):
         return Limits(self.context, "scripted")
 
     async def count_tokens(self, prompt):
+        self.counted = getattr(self, "counted", 0) + 1
         return self.prompt_tokens
 
     async def healthy(self):
@@ -173,6 +174,23 @@ def test_length_inside_reasoning_is_reported():
     assert answer["choices"][0]["message"]["reasoning_content"] == "Let me think about Par"
     assert [e["kind"] for e in answer["tplparse"]["errors"]] == ["reasoning_truncated"]
     assert upstream.asked[0].max_tokens == 8
+
+
+def test_a_prompt_that_surely_fits_is_not_counted_before_it_is_sent():
+    """Every token holds at least one byte of the prompt: where the prompt's bytes and
+    max_tokens fit the context, the bridge sends it at once (a /tokenize round trip made each
+    of 16 concurrent requests wait, bench_serve.py), and the usage takes the upstream's own
+    count of the prompt; without max_tokens, or where the bound does not fit, it counts first."""
+    prompt_bytes = len(tplparse.prompt(TEMPLATE, ASK).text.encode())
+    upstream = Scripted(["Sunny.", Finished("stop", 33, 2)], ["Sunny.", Finished("stop", 33, 2)],
+                        ["Sunny.", Finished("stop", 33, 2)], context=prompt_bytes + 8 + 50, prompt_tokens=20)
+    status, answer = post(upstream, {"messages": ASK, "max_tokens": 50})
+    assert status == 200 and getattr(upstream, "counted", 0) == 0 and upstream.asked[0].max_tokens == 50
+    assert answer["usage"] == {"prompt_tokens": 33, "completion_tokens": 2, "total_tokens": 35}
+    status, answer = post(upstream, {"messages": ASK, "max_tokens": 51})  # (one more than the bound leaves)
+    assert status == 200 and upstream.counted == 1 and answer["usage"]["prompt_tokens"] == 20
+    status, answer = post(upstream, {"messages": ASK})
+    assert status == 200 and upstream.counted == 2 and upstream.asked[2].max_tokens == prompt_bytes + 58 - 20
 
 
 def test_max_tokens_capped_to_the_context_and_a_prompt_too_long():

@@ -128,6 +128,10 @@ async def _prepared(template: ChatTemplate, upstream: Upstream, chat: ChatReques
         raise RequestError("messages", f"the chat template cannot render this conversation: {e}") from e
     limits = await upstream.limits()
     text = _sent_prompt(planned, limits)
+    if chat.max_tokens is not None and _surely_fits(text, chat.max_tokens, limits):
+        # No count before generating (a round trip that made each of 16 concurrent requests
+        # wait for the others' /tokenize): the usage takes the upstream's own count.
+        return planned, Completion(text, chat.max_tokens, planned.stop, planned.constraint, chat.sampling)
     await _probe_length(upstream, text, limits)
     prompt_tokens = await upstream.count_tokens(text)
     room = limits.context - prompt_tokens
@@ -140,6 +144,19 @@ async def _prepared(template: ChatTemplate, upstream: Upstream, chat: ChatReques
                              f"tokens and the prompt takes {prompt_tokens}")
     planned.prompt_tokens = prompt_tokens
     return planned, Completion(text, max_tokens, planned.stop, planned.constraint, chat.sampling)
+
+
+# Tokens a tokenizer may make beyond one per byte of the text: SentencePiece's space before
+# the first word (and after each special token, which is itself one token of several bytes).
+SPARE_TOKENS = 8
+
+
+def _surely_fits(text: str, max_tokens: int, limits: Limits) -> bool:
+    """Whether the prompt and `max_tokens` fit the context whatever the tokenizer makes of the
+    prompt: every token holds at least one byte of it, so it is at most its UTF-8 length (and
+    the upstream's prefix) in tokens."""
+    bound = len(text.encode("utf-8", "surrogatepass")) + len(limits.prefix.encode("utf-8")) + SPARE_TOKENS
+    return bound + max_tokens <= limits.context
 
 
 def _sent_prompt(planned: Plan, limits: Limits) -> str:
@@ -248,7 +265,7 @@ async def _last_chunk(reading: "_Reading", planned: Plan, cid: str, model: str, 
     errors = await run_in_threadpool(reply_errors, message, planned.tools, planned.schema)  # (regexes may be slow)
     last = responses.chunk(cid, model, created, {}, responses.finish_reason(message, finished.reason),
                            _extra(planned, "".join(reading.raw), message, errors, dropped))
-    last["usage"] = responses.usage(planned.prompt_tokens, finished.completion_tokens)
+    last["usage"] = responses.usage(planned.prompt_tokens or finished.prompt_tokens, finished.completion_tokens)
     out.append(responses.sse(last))
     return out
 
@@ -284,7 +301,7 @@ async def _answer(template: ChatTemplate, upstream: Upstream, model: str, chat: 
     while True:
         raw, message, finished = await _generated(upstream, planned, completion)
         completion_tokens += finished.completion_tokens
-        prompt_tokens += planned.prompt_tokens
+        prompt_tokens += planned.prompt_tokens or finished.prompt_tokens
         errors = await run_in_threadpool(reply_errors, message, planned.tools, planned.schema)
         attempts.append(Attempt(raw, message, errors))
         if not errors or len(attempts) >= chat.max_attempts:

@@ -26,7 +26,7 @@ class Plan:
     schema: dict | None
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # schema keywords the grammar does not enforce
-    prompt_tokens: int = 0  # counted by the upstream (set by the app)
+    prompt_tokens: int = 0  # counted by the upstream before generating (set by the app; 0 where the prompt surely fits)
 
 
 def plan(template: ChatTemplate, request: ChatRequest, messages: list[dict] | None = None) -> Plan:
