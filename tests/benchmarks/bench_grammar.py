@@ -10,7 +10,8 @@ grammar and under the `auto` one (the fields `tplparse gbnf --llama-request` pri
 request is greedy (temperature 0, so every run decodes the same tokens) and its speed is
 llama-server's own count: generated tokens per second of generation
 (`timings.predicted_per_second`); the prompt is evaluated once per family (the cache keeps
-it). Prints each family's three speeds and the grammars' share of the unconstrained speed,
+it). The unconstrained answer runs to `--tokens` (no stop string, the end of generation
+ignored); a constrained answer the grammar ends in fewer than MIN_TOKENS tokens is not timed. Prints each family's three speeds and the grammars' share of the unconstrained speed,
 then the slowest families (issue #32: every family ≥ 90%).
 """
 
@@ -30,6 +31,9 @@ import httpx  # noqa: E402
 from conftest import SMOLLM2, proved_corpus_stems  # noqa: E402
 from servers import llama_server_binary, start_llama_server  # noqa: E402
 from test_closed_loop import family_prompt, request_body  # noqa: E402
+
+
+MIN_TOKENS = 8  # a constrained answer shorter than this (the grammar ended it) is not timed
 
 
 def speed(url: str, body: dict) -> tuple[float, int]:
@@ -60,13 +64,17 @@ def main() -> None:
             if isinstance(found, str):
                 continue
             template, prompt = found
-            free_body = {**request_body(template, prompt, "required", 0), "n_predict": args.tokens}
+            free_body = {**request_body(template, prompt, "required", 0), "n_predict": args.tokens,
+                         "ignore_eos": True, "stop": []}  # (the unconstrained speed over all the tokens)
             for field in ("grammar", "grammar_lazy", "grammar_triggers", "preserved_tokens"):
                 free_body.pop(field, None)
             free, _ = speed(server.url, free_body)
             row = []
             for choice in ("required", "auto"):
-                constrained, _ = speed(server.url, {**request_body(template, prompt, choice, 0), "n_predict": args.tokens})
+                constrained, count = speed(server.url, {**request_body(template, prompt, choice, 0), "n_predict": args.tokens})
+                if count < MIN_TOKENS:
+                    row.append(f"{'(' + str(count) + ' tokens)':>12}")
+                    continue
                 shares.append((constrained / free, stem, choice))
                 row.append(f"{constrained:7.1f} {constrained / free:4.0%}")
             print(f"{stem[:46]:<46} {free:7.1f} {row[0]:>12} {row[1]:>12}", flush=True)
