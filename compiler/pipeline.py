@@ -315,10 +315,9 @@ def _compile_family(family: Family, manifest: Path, cache: "BuildCache | None") 
         template = family_template(family)
         override = family_override(family, manifest)
         key = cache.key(family, template, override) if cache else ""
-        if cache:
-            found = cache.get(key)
-            if found is not None:
-                return _Outcome(files=found, spec_json=found[f"grammars/{family.name}.spec.json"])
+        found = cache.get(key) if cache else None
+        if found is not None and f"grammars/{family.name}.spec.json" in found:
+            return _Outcome(files=found, spec_json=found[f"grammars/{family.name}.spec.json"])
         compiled = compile_template(template, override=override)
     except TplparseError as e:
         return _Outcome(error=f"{manifest}: family {family.name}: {e}")
