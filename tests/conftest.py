@@ -159,10 +159,9 @@ def corpus_ids(paths):
 
 # --- real servers (tests/servers.py) ---------------------------------------------------
 
-@pytest.fixture(scope="session")
-def llama_server(tmp_path_factory):
-    """llama-server with SmolLM2, for the whole session (its URL)."""
-    from servers import llama_server_binary, start_llama_server
+def llama_server_or_skip() -> Path:
+    """The llama-server binary, with SmolLM2 fetched; else the test is skipped, saying why."""
+    from servers import llama_server_binary
 
     binary = llama_server_binary()
     if binary is None:
@@ -170,6 +169,14 @@ def llama_server(tmp_path_factory):
                     "TPLPARSE_LLAMA_SERVER)")
     if not SMOLLM2.is_file():
         pytest.skip(f"{SMOLLM2.name} not fetched into {FIXTURES} (run tests/fetch_fixtures.py)")
-    server = start_llama_server(binary, SMOLLM2, tmp_path_factory.mktemp("llama-server") / "log")
+    return binary
+
+
+@pytest.fixture(scope="session")
+def llama_server(tmp_path_factory):
+    """llama-server with SmolLM2, for the whole session (its URL)."""
+    from servers import start_llama_server
+
+    server = start_llama_server(llama_server_or_skip(), SMOLLM2, tmp_path_factory.mktemp("llama-server") / "log")
     yield server
     server.stop()

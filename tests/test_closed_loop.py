@@ -49,7 +49,7 @@ from tplparse.probe import PLACEHOLDER_TOKENS
 from tplparse.source.render import fixed_clock
 from tplparse.spec import Start
 
-from conftest import CORPUS, EXAMPLES, SMOLLM2, needs_corpus, proved_corpus_stems
+from conftest import CORPUS, EXAMPLES, SMOLLM2, llama_server_or_skip, needs_corpus, proved_corpus_stems
 
 # Two tools whose schemas hold a string, an enum, an integer and required properties.
 TOOLS = [
@@ -231,14 +231,9 @@ def loop_servers(tmp_path_factory) -> list[str]:
     others share its batch: sampled there, a sample changed from run to run (a CI run drew
     one that no local run had). A server that runs one request at a time, the same requests
     in the same order, answers the same on every run."""
-    from servers import llama_server_binary, start_llama_server
+    from servers import start_llama_server
 
-    binary = llama_server_binary()
-    if binary is None:
-        pytest.skip("llama-server is not built (bash .ci/llama-server.sh .venv/bin/python builds it, or set "
-                    "TPLPARSE_LLAMA_SERVER)")
-    if not SMOLLM2.is_file():
-        pytest.skip(f"{SMOLLM2.name} not fetched into {SMOLLM2.parent} (run tests/fetch_fixtures.py)")
+    binary = llama_server_or_skip()
     servers = [start_llama_server(binary, SMOLLM2, tmp_path_factory.mktemp("loop-server") / "log", slots=1)
                for _ in range(SERVERS)]
     yield [server.url for server in servers]
