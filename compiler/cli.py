@@ -826,7 +826,15 @@ def build_command(manifest, out_dir, check, jobs, no_cache):
 @main.command()
 @click.argument("source", type=_PATH)
 @click.option("--upstream", required=True, metavar="URL",
-              help="The engine's base URL: a llama-server (its /completion endpoint; it applies no template).")
+              help="The engine's base URL (it is sent the rendered prompt; it applies no template).")
+@click.option("--upstream-kind", type=click.Choice(["llama-server", "vllm", "sglang", "openai-completions"]),
+              default="llama-server", show_default=True,
+              help="The engine: llama-server (/completion, GBNF in its own fields), vllm (/v1/completions, "
+                   "Lark for its guidance backend), sglang (/v1/completions, GBNF as ebnf), openai-completions "
+                   "(/v1/completions, no grammar: tool_choice and response_format are not enforced).")
+@click.option("--context", type=click.IntRange(min=1), metavar="TOKENS",
+              help="The upstream's context size, where its /v1/models does not say it (not for llama-server: "
+                   "its /props says it).")
 @click.option("--host", default="127.0.0.1", show_default=True, help="The address to listen on.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True, help="The port to listen on.")
 @click.option("--model-name", help="The model's name in /v1/models and in answers (default: the source's file name).")
@@ -834,23 +842,31 @@ def build_command(manifest, out_dir, check, jobs, no_cache):
               help="Seconds the upstream may go without sending a token before the request fails (504).")
 @click.option("--variant", help="A named template of the source (e.g. tool_use).")
 @_token_options
-def serve(source, upstream, host, port, model_name, timeout, variant, bos_token, eos_token):
+def serve(source, upstream, upstream_kind, context, host, port, model_name, timeout, variant, bos_token, eos_token):
     """An OpenAI-compatible /v1/chat/completions in front of an engine that only completes text."""
     try:
         import uvicorn
 
-        from .serve import LlamaServer, create_app
+        from .serve import create_app, upstream_for
     except ImportError as e:
         raise InputError(f"tplparse serve needs its extra ({e.name} is missing): pip install 'tplparse[serve]'") from e
     if not upstream.startswith(("http://", "https://")):
         raise InputError(f"--upstream must be an http:// or https:// URL, not {upstream!r}")
+    if context is not None and upstream_kind == "llama-server":
+        raise InputError("--context is for an OpenAI-compatible upstream: llama-server says its own context (/props)")
     template = _load(source, variant=variant, bos_token=bos_token, eos_token=eos_token)
     from .bridge import compile_in_memory
 
     spec, _ = compile_in_memory(template)  # a template that cannot be probed fails here, before listening
     name = model_name or os.path.basename(str(source).rstrip("/"))
-    click.echo(f"tplparse serve: {name} (family {spec.family}) at http://{host}:{port}/v1, upstream {upstream}", err=True)
-    app = create_app(template, LlamaServer(upstream, timeout=timeout), name)
+    engine = upstream_for(upstream_kind, upstream, timeout=timeout, context=context)
+    click.echo(f"tplparse serve: {name} (family {spec.family}) at http://{host}:{port}/v1, upstream {upstream} "
+               f"({upstream_kind})", err=True)
+    if engine.grammar_form is None:
+        click.echo(f"tplparse serve: {upstream_kind} is sent no grammar: tool_choice 'required' or a named tool, and "
+                   "response_format, are not enforced while generating (answers are still parsed and validated)",
+                   err=True)
+    app = create_app(template, engine, name)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5)
     server = uvicorn.Server(config)
     try:

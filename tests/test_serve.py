@@ -17,6 +17,7 @@ pytest.importorskip("starlette", reason="tplparse serve's extra is not installed
 
 import tplparse  # noqa: E402
 from conftest import EXAMPLES, run_cli  # noqa: E402
+from tplparse.bridge.grammar import GrammarForm  # noqa: E402
 from tplparse.serve import Completion, Finished, Limits, LlamaServer, Upstream, UpstreamError, create_app  # noqa: E402
 
 TOOLS = json.loads((EXAMPLES / "tools.json").read_text())
@@ -28,7 +29,10 @@ CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "uni
 
 class Scripted(Upstream):
     """Answers each generation with the next script: a list of text pieces and a Finished
-    (or an UpstreamError, raised where it stands). Records what it was asked."""
+    (or an UpstreamError, raised where it stands). Records what it was asked. Takes the
+    grammar as llama-server does."""
+
+    grammar_form = GrammarForm.LLAMA_REQUEST
 
     def __init__(self, *scripts, context=2048, prompt_tokens=20):
         self.scripts = list(scripts)
@@ -147,7 +151,7 @@ def test_a_tool_call_non_streamed_and_streamed():
     # what went upstream: the rendered prompt, the family's stop, a strict grammar
     asked = upstream.asked[0]
     assert asked.prompt == tplparse.prompt(TEMPLATE, ASK, tools=TOOLS).text
-    assert "<|im_end|>" in asked.stop and asked.constraint["grammar_lazy"] is False
+    assert "<|im_end|>" in asked.stop and asked.grammar.fields["grammar_lazy"] is False
     status, events = post(upstream, {**request, "stream": True})
     assert status == 200 and events[-1] == "[DONE]"
     assert events[0]["choices"][0]["delta"]["role"] == "assistant"
@@ -161,7 +165,7 @@ def test_lazy_grammar_for_auto_and_the_text_answer():
     status, answer = post(upstream, {"messages": ASK, "tools": TOOLS})
     assert status == 200 and answer["choices"][0]["finish_reason"] == "stop"
     assert answer["choices"][0]["message"] == {"role": "assistant", "content": "It is sunny."}
-    constraint = upstream.asked[0].constraint
+    constraint = upstream.asked[0].grammar.fields
     assert constraint["grammar_lazy"] is True and constraint["grammar_triggers"] == [{"type": 1, "value": "<tool_call>"}]
 
 

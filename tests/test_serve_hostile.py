@@ -27,6 +27,7 @@ from bad_requests import ASK, CASES, OK, Case  # noqa: E402
 from conftest import EXAMPLES  # noqa: E402
 from servers import free_port, start_tplparse_serve  # noqa: E402
 from tplparse.check import llama as llama_check  # noqa: E402
+from tplparse.bridge.grammar import GrammarForm  # noqa: E402
 from tplparse.serve import Completion, Finished, Limits, LlamaServer, Upstream, UpstreamError, create_app  # noqa: E402
 
 SOURCE = EXAMPLES / "chatml-think-tools.gguf"
@@ -36,7 +37,9 @@ MODEL = "example"
 
 class Recording(Upstream):
     """An upstream that answers every generation with `answer` and records each prompt it
-    counts and each completion it is asked for."""
+    counts and each completion it is asked for. Takes the grammar as llama-server does."""
+
+    grammar_form = GrammarForm.LLAMA_REQUEST
 
     def __init__(self, answer: str = "Sunny.", context: int = 4096, prefix: str = "", tokens=lambda text: 20):
         self.answer, self.context, self.prefix, self.tokens = answer, context, prefix, tokens
@@ -105,7 +108,7 @@ def test_bad_requests_in_process(case):
     if status >= 400:
         assert upstream.counted == [] and upstream.asked == []  # refused before anything went upstream
     if name:  # forced from the first token: the named tool's call, and no other
-        constraint = upstream.asked[0].constraint
+        constraint = upstream.asked[0].grammar.fields
         assert constraint["grammar_lazy"] is False
         assert f'tool-name-{name} ::= "{name}"' in constraint["grammar"]
         assert [line for line in constraint["grammar"].splitlines() if line.startswith("tool-call ::=")] == [
@@ -121,7 +124,7 @@ def test_a_maximum_past_the_grammar_is_left_to_validation_and_said():
     assert status == 200 and answer["tplparse"]["validation"] == []
     assert any("'maxLength'" in w and "not enforced by the grammar" in w for w in answer["tplparse"]["grammar_warnings"])
     if llama_check.available():
-        ok, message = llama_check.checker().validate(upstream.asked[0].constraint["grammar"])
+        ok, message = llama_check.checker().validate(upstream.asked[0].grammar.fields["grammar"])
         assert ok, message
 
 

@@ -3,6 +3,7 @@ serve` and the build get a grammar from, with its checks.
 
     grammar_for(template, spec, options, form)   the grammar IR built for the request's options,
                                                  emitted in `form`, checked, with its warnings
+    spec_grammar(spec, options, form, tokens)    the same from a spec and the model's tokens
     checked(grammar, control_tokens)             the same checks, on a grammar built unchecked
     check_gbnf(text)                             llama.cpp's own grammar parser accepts it
                                                  (tplparse's GBNF reader where llama.cpp is not
@@ -55,20 +56,28 @@ def grammar_for(template: ChatTemplate, spec: ProtocolSpec, options: GrammarOpti
     """The grammar for a request with `options` on `template`'s `spec`, in `form`; with `check`,
     checked by the engine's own grammar reader where it is installed. A request the grammar
     cannot be built for is the builder's ValueError; a refused grammar is GrammarRefused."""
+    return spec_grammar(spec, options, form, template.special_tokens, template.control_tokens, check)
+
+
+def spec_grammar(spec: ProtocolSpec, options: GrammarOptions, form: GrammarForm = GrammarForm.GBNF,
+                 special_tokens: tuple[str, ...] = (), control_tokens: tuple[str, ...] = (),
+                 check: bool = True) -> RequestGrammar:
+    """`grammar_for` from a spec and the model's special and control tokens alone (what it
+    reads of the template)."""
     form = GrammarForm(form)
     if form == GrammarForm.LLAMA_REQUEST:
-        fields = llama_request(spec, options, template.special_tokens)
+        fields = llama_request(spec, options, special_tokens)
         text, warnings = fields["grammar"], tuple(options.warnings)
     else:
-        grammar = build(spec, options, template.special_tokens)
+        grammar = build(spec, options, special_tokens)
         fields = {}
         if form == GrammarForm.LARK:
-            text, warnings = emit_lark(grammar, template.control_tokens), tuple(lark_warnings(grammar, options.warnings))
+            text, warnings = emit_lark(grammar, control_tokens), tuple(lark_warnings(grammar, options.warnings))
         else:
             text, warnings = emit_gbnf(grammar), tuple(options.warnings)
     grammar = RequestGrammar(form, text, fields, warnings)
     if check:
-        checked(grammar, template.control_tokens)
+        checked(grammar, control_tokens)
     return grammar
 
 
@@ -101,4 +110,4 @@ def check_lark(text: str, control_tokens: tuple[str, ...] = ()) -> None:
                                  "please report it)")
 
 
-__all__ = ["GrammarForm", "GrammarRefused", "RequestGrammar", "check_gbnf", "check_lark", "checked", "grammar_for"]
+__all__ = ["GrammarForm", "GrammarRefused", "RequestGrammar", "check_gbnf", "check_lark", "checked", "grammar_for", "spec_grammar"]

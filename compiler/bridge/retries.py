@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..errors import InputError
+from ..grammar import ToolChoice
 from .validate import ToolCallError, validate_content, validate_tool_calls
 
 
@@ -24,10 +25,14 @@ def feedback_messages(message: dict, errors: list[ToolCallError]) -> list[dict]:
     return [turn, {"role": "user", "content": "\n".join(lines)}]
 
 
-def reply_errors(message: dict, tools: list | None = None, schema: dict | None = None) -> list[ToolCallError]:
+def reply_errors(message: dict, tools: list | None = None, schema: dict | None = None,
+                 choice: ToolChoice | None = None) -> list[ToolCallError]:
     """What keeps a parsed reply from being used: parse errors, calls that do not validate
-    against the offered tools, content that does not validate against `schema`."""
-    errors: list[ToolCallError] = []
+    against the offered tools, content that does not validate against `schema`, calls that
+    `choice` (the request's tool_choice) does not allow or a call it asks for and is not
+    there (a grammar enforces these where the engine takes one; an engine without grammars
+    does not)."""
+    errors: list[ToolCallError] = _choice_errors(message, choice) if choice is not None else []
     if tools is not None and message.get("tool_calls"):
         errors += validate_tool_calls(message, tools)
     elif message.get("errors"):
@@ -35,6 +40,23 @@ def reply_errors(message: dict, tools: list | None = None, schema: dict | None =
     if schema is not None and not message.get("tool_calls"):
         errors += validate_content(message, schema)
     return errors
+
+
+def _choice_errors(message: dict, choice: ToolChoice) -> list[ToolCallError]:
+    calls = message.get("tool_calls") or []
+    if choice.mode == "required" and not calls:
+        return [ToolCallError(None, "tool_choice", "$",
+                              "the reply has no tool call, and tool_choice 'required' asks for one")]
+    if choice.mode == "none" and calls:
+        return [ToolCallError(None, "tool_choice", "$", "the reply calls a tool, and tool_choice 'none' allows no call")]
+    if choice.mode == "function":
+        if not calls:
+            return [ToolCallError(None, "tool_choice", "$",
+                                  f"the reply has no tool call, and tool_choice asks for a call of {choice.name!r}")]
+        names = [(call.get("function") or {}).get("name") for call in calls]
+        return [ToolCallError(i, "tool_choice", "$", f"a call of {name!r}, and tool_choice asks for {choice.name!r}")
+                for i, name in enumerate(names) if name != choice.name]
+    return []
 
 
 @dataclass

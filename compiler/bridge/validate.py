@@ -14,7 +14,7 @@ import jsonschema
 @dataclass
 class ToolCallError:
     call_index: int | None  # None: an error about the message, not one call
-    kind: str  # unknown_tool, invalid_json, schema, parse
+    kind: str  # unknown_tool, invalid_json, schema, parse, tool_choice
     path: str  # JSON path inside the arguments ("$" is the whole object)
     message: str
     expected: str = ""

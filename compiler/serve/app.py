@@ -123,7 +123,7 @@ async def _prepared(template: ChatTemplate, upstream: Upstream, chat: ChatReques
     """The plan (in a worker thread) and the upstream request, max_tokens capped to what the
     context leaves after the prompt (a shorter answer beats an engine error)."""
     try:
-        planned = await run_in_threadpool(plan, template, chat, messages)
+        planned = await run_in_threadpool(plan, template, chat, messages, upstream.grammar_form)
     except TplparseError as e:  # the template refused the conversation (roles, content, ...)
         raise RequestError("messages", f"the chat template cannot render this conversation: {e}") from e
     limits = await upstream.limits()
@@ -131,9 +131,12 @@ async def _prepared(template: ChatTemplate, upstream: Upstream, chat: ChatReques
     if chat.max_tokens is not None and _surely_fits(text, chat.max_tokens, limits):
         # No count before generating (a round trip that made each of 16 concurrent requests
         # wait for the others' /tokenize): the usage takes the upstream's own count.
-        return planned, Completion(text, chat.max_tokens, planned.stop, planned.constraint, chat.sampling)
+        return planned, Completion(text, chat.max_tokens, planned.stop, planned.grammar, chat.sampling)
     await _probe_length(upstream, text, limits)
     prompt_tokens = await upstream.count_tokens(text)
+    if prompt_tokens is None:
+        return planned, Completion(text, _uncounted_max_tokens(planned, text, chat.max_tokens, limits), planned.stop,
+                                   planned.grammar, chat.sampling)
     room = limits.context - prompt_tokens
     if room < 1:
         raise RequestError("messages", f"the prompt is {prompt_tokens} tokens and the upstream's context is "
@@ -143,7 +146,7 @@ async def _prepared(template: ChatTemplate, upstream: Upstream, chat: ChatReques
         planned.notes.append(f"max_tokens {chat.max_tokens} capped to {room}: the upstream's context is {limits.context} "
                              f"tokens and the prompt takes {prompt_tokens}")
     planned.prompt_tokens = prompt_tokens
-    return planned, Completion(text, max_tokens, planned.stop, planned.constraint, chat.sampling)
+    return planned, Completion(text, max_tokens, planned.stop, planned.grammar, chat.sampling)
 
 
 # Tokens a tokenizer may make beyond one per byte of the text: SentencePiece's space before
@@ -157,6 +160,22 @@ def _surely_fits(text: str, max_tokens: int, limits: Limits) -> bool:
     the upstream's prefix) in tokens."""
     bound = len(text.encode("utf-8", "surrogatepass")) + len(limits.prefix.encode("utf-8")) + SPARE_TOKENS
     return bound + max_tokens <= limits.context
+
+
+def _uncounted_max_tokens(planned: Plan, text: str, max_tokens: int | None, limits: Limits) -> int | None:
+    """max_tokens for an upstream that cannot count the prompt's tokens: as asked; when not
+    asked, what the context surely leaves (every token holds a byte), else None (the engine
+    decides, and refuses a prompt too long for its context itself)."""
+    if max_tokens is not None:
+        planned.notes.append("the upstream cannot count tokens: max_tokens is sent as asked, not capped to the context")
+        return max_tokens
+    bound = len(text.encode("utf-8", "surrogatepass")) + len(limits.prefix.encode("utf-8")) + SPARE_TOKENS
+    if limits.context - bound >= 1:
+        planned.notes.append(f"the upstream cannot count tokens: max_tokens set to {limits.context - bound}, what its "
+                             f"context of {limits.context} surely leaves after the prompt's {bound} bytes")
+        return limits.context - bound
+    planned.notes.append("the upstream cannot count tokens: no max_tokens is sent (the engine's own limit holds)")
+    return None
 
 
 def _sent_prompt(planned: Plan, limits: Limits) -> str:
@@ -179,7 +198,7 @@ async def _probe_length(upstream: Upstream, text: str, limits: Limits) -> None:
         return
     cut = text.rfind("\n", size // 2, size) + 1 or size
     head_tokens = await upstream.count_tokens(text[:cut])
-    if head_tokens > limits.context + 64:
+    if head_tokens is not None and head_tokens > limits.context + 64:
         raise RequestError("messages", f"the prompt is {len(text)} characters, and its first {cut} alone are "
                                        f"{head_tokens} tokens; the upstream's context is {limits.context}: no room "
                                        "for an answer")
@@ -262,7 +281,7 @@ async def _last_chunk(reading: "_Reading", planned: Plan, cid: str, model: str, 
     parser, finished = reading.parser, reading.finished
     out = [_chunk_of(delta, cid, model, created, dropped) for delta in parser.end(finished.reason)]
     message = parser.message
-    errors = await run_in_threadpool(reply_errors, message, planned.tools, planned.schema)  # (regexes may be slow)
+    errors = await run_in_threadpool(reply_errors, message, planned.tools, planned.schema, planned.choice)  # (regexes may be slow)
     last = responses.chunk(cid, model, created, {}, responses.finish_reason(message, finished.reason),
                            _extra(planned, "".join(reading.raw), message, errors, dropped))
     last["usage"] = responses.usage(planned.prompt_tokens or finished.prompt_tokens, finished.completion_tokens)
@@ -302,7 +321,7 @@ async def _answer(template: ChatTemplate, upstream: Upstream, model: str, chat: 
         raw, message, finished = await _generated(upstream, planned, completion)
         completion_tokens += finished.completion_tokens
         prompt_tokens += planned.prompt_tokens or finished.prompt_tokens
-        errors = await run_in_threadpool(reply_errors, message, planned.tools, planned.schema)
+        errors = await run_in_threadpool(reply_errors, message, planned.tools, planned.schema, planned.choice)
         attempts.append(Attempt(raw, message, errors))
         if not errors or len(attempts) >= chat.max_attempts:
             break
