@@ -4,7 +4,7 @@ reasoning parser over one family's generated parser, in vLLM's legacy parser int
 
 tplparse never imports this file (it imports vLLM): the exporter copies its `###{imports`
 section to the top of the plugin and its `###{plugin` section after the family's data
-(FAMILY, REASONING_START, REASONING_END, MARKERS, CALL_IDS_FROM_MODEL, MODES) and the
+(FAMILY, REASONING_START, REASONING_END, MARKERS, CALL_IDS_FROM_MODEL, MODES, SPEC_JSON) and the
 family's generated parser, loaded as `_family`; the plugin ends with `register(PARSER_NAME)`.
 The plugin is tested with the real vLLM (tests/test_vllm_plugin.py, in the virtual
 environment `.ci/run` makes for it).
@@ -41,6 +41,7 @@ from vllm.entrypoints.generate.base.protocol import (
 )
 from vllm.reasoning import ReasoningParser, ReasoningParserManager
 from vllm.renderers.chat_utils import make_tool_call_id
+from vllm.sampling_params import StructuredOutputsParams
 from vllm.tool_parsers import ToolParser, ToolParserManager
 ###}
 
@@ -115,6 +116,47 @@ def _start_for(kwargs, request=None):
         if score > best_score:
             best, best_score = mode["start"], score
     return best
+
+
+def _forces_a_call(request):
+    """Whether the request's tool_choice asks for a call: "required", or a named tool."""
+    return bool(request.tools) and (request.tool_choice == "required" or _named_tool(request) is not None)
+
+
+def _special_tokens(tokenizer):
+    """The served model's special tokens (what llguidance's Lark names as tokens)."""
+    added = getattr(tokenizer, "added_tokens_decoder", None) or {}
+    names = set(getattr(tokenizer, "all_special_tokens", None) or ())
+    names.update(token.content for token in added.values() if getattr(token, "special", False))
+    return tuple(sorted(names))
+
+
+_tplparse_missing = []
+
+
+def _strict_grammar(tokenizer, tools, request, start, after_reasoning):
+    """tplparse's Lark grammar for a request whose tool_choice asks for a call (vLLM hands it to
+    its guidance backend, llguidance): from the first token the tool parser reads (`start`), or
+    after the reasoning when a reasoning parser runs (vLLM applies a grammar once the reasoning
+    ends). None when tplparse is not importable in vLLM's environment (said once in the log:
+    the choice is then not enforced, and a reply without a call comes back as content)."""
+    try:
+        from tplparse.emit.lark import emit_lark
+        from tplparse.grammar import GrammarOptions, build
+        from tplparse.spec import ProtocolSpec
+    except ImportError as e:
+        if not _tplparse_missing:
+            _tplparse_missing.append(e)
+            _log.warning("tool_choice %r is not enforced by a grammar: tplparse, which builds it, is not importable "
+                         "in vLLM's environment (%s; pip install tplparse there)", request.tool_choice, e)
+        return None
+    choice = request.tool_choice
+    if not isinstance(choice, str):
+        choice = {"type": "function", "function": {"name": _named_tool(request)}}
+    options = GrammarOptions(tools=tools, tool_choice=choice, parallel=bool(getattr(request, "parallel_tool_calls", True)),
+                             start="content" if after_reasoning else start, reasoning_closed=after_reasoning)
+    special = _special_tokens(tokenizer)
+    return emit_lark(build(ProtocolSpec.from_json(SPEC_JSON), options, special), special)
 
 
 class _Deltas:
@@ -328,7 +370,8 @@ class TplparseToolParser(ToolParser):
 
     engine_based_streaming = True
     # The model writes its calls in its own format, for every tool_choice: vLLM's JSON-list
-    # handling of "required" and named choices would not find them.
+    # grammar for "required" and named choices would force a format the family does not
+    # write. adjust_request sets tplparse's grammar for them instead.
     supports_required_and_named = False
 
     def __init__(self, tokenizer, tools=None):
@@ -357,10 +400,18 @@ class TplparseToolParser(ToolParser):
         return _family.StreamParser(tools=tools, start=start)
 
     def adjust_request(self, request):
-        """Keep special tokens in the text when one of the family's markers is one."""
+        """Keep special tokens in the text when one of the family's markers is one; a required
+        or named tool_choice is enforced by tplparse's grammar (`_strict_grammar`), unless the
+        request brings structured outputs of its own."""
         request = super().adjust_request(request)
         if request.tools and request.tool_choice != "none" and _markers_are_special(self.model_tokenizer):
             request.skip_special_tokens = False
+        if _forces_a_call(request) and getattr(request, "structured_outputs", None) is None:
+            start = _start_for(getattr(request, "chat_template_kwargs", None), request)
+            grammar = _strict_grammar(self.model_tokenizer, self._tools, request, start,
+                                      after_reasoning=not self.skip_reasoning_parsing)
+            if grammar is not None:
+                request.structured_outputs = StructuredOutputsParams(grammar=grammar)
         return request
 
     def extract_tool_calls(self, model_output, request):

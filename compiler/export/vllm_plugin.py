@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .. import runtime
@@ -141,6 +141,9 @@ def vllm_plugin(spec: ProtocolSpec, tables: dict) -> VllmPlugin:
     e.line("# the modes the probe found: the template variables and the system-message flag that select")
     e.line("# each, and where the output starts")
     e.lines_of("MODES = " + python_literal(modes))
+    e.line("# the spec itself (JSON): with tplparse importable in vLLM's environment, a required or named")
+    e.line("# tool_choice is enforced by tplparse's Lark grammar for the request (vLLM's guidance backend)")
+    e.line(f"SPEC_JSON = {_protocol_only(spec).to_json()!r}")
     e.line()
     e.line()
     e.lines_of(adapter_section("plugin"))
@@ -149,3 +152,9 @@ def vllm_plugin(spec: ProtocolSpec, tables: dict) -> VllmPlugin:
     e.line("register(PARSER_NAME)")
     plugin.files = {f"{module}.py": standalone_module(spec, tables), plugin_file: e.text()}
     return plugin
+
+
+def _protocol_only(spec: ProtocolSpec) -> ProtocolSpec:
+    """The spec as the plugin needs it to build a grammar: the protocol, without the probe's
+    evidence and warnings (prose about the template, which the plugin never reads)."""
+    return replace(spec, evidence={}, warnings=[])
