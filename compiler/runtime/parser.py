@@ -39,6 +39,7 @@ class StreamParser(Input, Rules, Messages, Output):
         if start not in (None, REASONING, CONTENT, AFTER_REASONING):
             raise ValueError(f"start must be {REASONING!r}, {CONTENT!r}, {AFTER_REASONING!r} or None, not {start!r}")
         self._state = self._p.start_state(generation_prompt, start)
+        self._started = AFTER_REASONING if start == AFTER_REASONING else self._state
         # where the text after the output's reasoning begins (an offset in characters), once the
         # parse has left the reasoning it started in or found none (see `reasoning_ended_at`)
         self._reasoning_ended_at = 0 if start == AFTER_REASONING else None
@@ -89,6 +90,12 @@ class StreamParser(Input, Rules, Messages, Output):
         next(self._run)
         self._resume = self._run.send
 
+
+    @property
+    def start_state(self):
+        """Where the output started: "reasoning" or "content" (as `start` or the generation
+        prompt decided), or "after_reasoning" when it was given."""
+        return self._started
 
     @property
     def reasoning_ended_at(self):
