@@ -15,7 +15,8 @@ from .version import __version__
 # `tplparse --version`, `tplparse parse generated/<family>.py`) loads no probe, grammar or
 # GGUF reader until a name that needs one is asked for.
 _LAZY = {
-    **dict.fromkeys(["GaveUp", "Prompt", "Success", "ToolCallError", "feedback_messages", "parser_for", "prompt_for",
+    **dict.fromkeys(["GaveUp", "Identity", "Prompt", "Recorder", "Success", "ToolCallError", "Transcript",
+                     "append_transcript", "feedback_messages", "parser_for", "prompt_for", "read_transcripts", "replay",
                      "validate_content", "validate_tool_calls", "with_retries"], ".bridge"),
     **dict.fromkeys(["ChatTemplate", "RenderLimits", "load"], ".source"),
 }
@@ -38,13 +39,19 @@ def __dir__() -> list[str]:
 __all__ = [
     "ChatTemplate",
     "GaveUp",
+    "Identity",
     "Prompt",
+    "Recorder",
     "Success",
     "ToolCallError",
+    "Transcript",
+    "append_transcript",
     "feedback_messages",
     "parser_for",
     "prompt",
     "prompt_for",
+    "read_transcripts",
+    "replay",
     "validate_content",
     "validate_tool_calls",
     "with_retries",

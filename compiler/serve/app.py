@@ -26,6 +26,7 @@ from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
 from ..bridge import Attempt, feedback_messages, reply_errors
+from ..bridge.transcripts import Identity, Recorder, TranscriptFolder
 from ..errors import TplparseError
 from ..source import ChatTemplate
 from . import responses
@@ -42,12 +43,14 @@ log = logging.getLogger("tplparse.serve")
 PROBE_CHARS_PER_TOKEN = 8
 
 
-def create_app(template: ChatTemplate, upstream: Upstream, model_name: str) -> Starlette:
-    """The app serving `template`'s model through `upstream` under the name `model_name`."""
+def create_app(template: ChatTemplate, upstream: Upstream, model_name: str,
+               record: TranscriptFolder | None = None) -> Starlette:
+    """The app serving `template`'s model through `upstream` under the name `model_name`;
+    with `record`, a transcript of every generation goes into that folder."""
 
     async def chat_completions(request: Request):
         try:
-            return await _chat_completions(request, template, upstream, model_name)
+            return await _chat_completions(request, template, upstream, model_name, record)
         except RequestError as e:
             return _error(e.status, e.message, e.param)
         except UpstreamError as e:
@@ -77,7 +80,8 @@ def create_app(template: ChatTemplate, upstream: Upstream, model_name: str) -> S
     return app
 
 
-async def _chat_completions(request: Request, template: ChatTemplate, upstream: Upstream, model_name: str):
+async def _chat_completions(request: Request, template: ChatTemplate, upstream: Upstream, model_name: str,
+                            record: TranscriptFolder | None):
     """One request: the body read and checked, then planned and generated while the client
     waits (a client that goes away cancels what is left)."""
     chat = parse_request(parse_body(await _body(request)))
@@ -87,9 +91,9 @@ async def _chat_completions(request: Request, template: ChatTemplate, upstream: 
         prepared = await _cancelled_on_disconnect(request, _prepared(template, upstream, chat, chat.messages))
         if prepared is None:
             return _error(499, "the client closed the request")
-        return StreamingResponse(_events(upstream, model_name, *prepared), media_type="text/event-stream",
+        return StreamingResponse(_events(upstream, model_name, *prepared, record), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache"})
-    answer = await _cancelled_on_disconnect(request, _served(template, upstream, model_name, chat))
+    answer = await _cancelled_on_disconnect(request, _served(template, upstream, model_name, chat, record))
     if answer is None:  # the client went away: its work was cancelled, nobody reads this
         return _error(499, "the client closed the request")
     return JSONResponse(answer)
@@ -114,9 +118,10 @@ def _error(status: int, message: str, param: str | None = None) -> JSONResponse:
     return JSONResponse(responses.error_body(status, message, param), status_code=status)
 
 
-async def _served(template: ChatTemplate, upstream: Upstream, model: str, chat: ChatRequest) -> dict:
+async def _served(template: ChatTemplate, upstream: Upstream, model: str, chat: ChatRequest,
+                  record: TranscriptFolder | None) -> dict:
     planned, completion = await _prepared(template, upstream, chat, chat.messages)
-    return await _answer(template, upstream, model, chat, planned, completion)
+    return await _answer(template, upstream, model, chat, planned, completion, record)
 
 
 async def _prepared(template: ChatTemplate, upstream: Upstream, chat: ChatRequest, messages: list) -> tuple[Plan, Completion]:
@@ -127,6 +132,7 @@ async def _prepared(template: ChatTemplate, upstream: Upstream, chat: ChatReques
     except TplparseError as e:  # the template refused the conversation (roles, content, ...)
         raise RequestError("messages", f"the chat template cannot render this conversation: {e}") from e
     limits = await upstream.limits()
+    planned.upstream_model = limits.model
     text = _sent_prompt(planned, limits)
     if chat.max_tokens is not None and _surely_fits(text, chat.max_tokens, limits):
         # No count before generating (a round trip that made each of 16 concurrent requests
@@ -218,14 +224,32 @@ def _extra(planned: Plan, raw: str, message: dict, errors: list, dropped: list |
 
 class _Reading:
     """One generation read by the family's parser as it streams: `deltas()` yields the
-    parser's deltas piece by piece (closing it closes the upstream generation); then `raw`
-    holds the model's text and `finished` how the upstream stopped."""
+    parser's deltas piece by piece (closing it closes the upstream generation); `end(reason)`
+    the parser's last ones (and, with a transcript folder, writes the transcript, named
+    `name`); then `raw` holds the model's text and `finished` how the upstream stopped."""
 
-    def __init__(self, upstream: Upstream, planned: Plan, completion: Completion):
+    def __init__(self, upstream: Upstream, planned: Plan, completion: Completion,
+                 record: TranscriptFolder | None = None, name: str = ""):
         self._upstream, self._completion = upstream, completion
+        self._record, self._name = record, name
         self.parser = planned.prompt.parser()
+        if record is not None:
+            spec = planned.prompt.spec
+            self.parser = Recorder(self.parser, Identity(spec.template_sha256, spec.template_name, spec.family,
+                                                         planned.upstream_model),
+                                   tools=planned.tools, generation_prompt=planned.prompt.generation_prompt,
+                                   writer="serve")
         self.raw: list[str] = []
         self.finished: Finished | None = None
+
+    def end(self, reason: str) -> list[dict]:
+        deltas = self.parser.end(reason)
+        if self._record is not None:
+            try:
+                self._record.write(self.parser.transcript(), self._name)
+            except OSError as e:  # the answer goes out all the same; the operator reads why in the log
+                log.warning("cannot write a transcript into %s: %s", self._record.path, e)
+        return deltas
 
     async def deltas(self):
         async with aclosing(self._upstream.generate(self._completion)) as pieces:
@@ -238,12 +262,12 @@ class _Reading:
                     yield delta
 
 
-async def _events(upstream: Upstream, model: str, planned: Plan, completion: Completion):
+async def _events(upstream: Upstream, model: str, planned: Plan, completion: Completion,
+                  record: TranscriptFolder | None = None):
     """The SSE stream: a role chunk, a chunk per parser delta, a last chunk with the finish
     reason (and what OpenAI has no field for), `data: [DONE]`."""
     cid, created = responses.completion_id(), int(time.time())
-    reading = _Reading(upstream, planned, completion)
-    parser = reading.parser
+    reading = _Reading(upstream, planned, completion, record, cid)
     yield responses.sse(responses.chunk(cid, model, created, {"role": "assistant", "content": ""}))
     dropped: list = []
     try:
@@ -254,7 +278,7 @@ async def _events(upstream: Upstream, model: str, planned: Plan, completion: Com
         # The stream has started (HTTP 200 is sent): what the parser held goes out (a call
         # not complete stays out: the parser drops a cut call), then the error as an event,
         # as OpenAI sends one.
-        for delta in parser.end("error"):
+        for delta in reading.end("error"):
             yield _chunk_of(delta, cid, model, created, dropped)
         yield responses.sse(responses.error_body(e.status, e.message))
         yield responses.sse("[DONE]")
@@ -279,7 +303,7 @@ async def _last_chunk(reading: "_Reading", planned: Plan, cid: str, model: str, 
     """What the parser held at the end, then the chunk with the finish reason, the usage and
     what OpenAI has no field for."""
     parser, finished = reading.parser, reading.finished
-    out = [_chunk_of(delta, cid, model, created, dropped) for delta in parser.end(finished.reason)]
+    out = [_chunk_of(delta, cid, model, created, dropped) for delta in reading.end(finished.reason)]
     message = parser.message
     errors = await run_in_threadpool(reply_errors, message, planned.tools, planned.schema, planned.choice)  # (regexes may be slow)
     last = responses.chunk(cid, model, created, {}, responses.finish_reason(message, finished.reason),
@@ -300,25 +324,28 @@ def _chunk_of(delta: dict, cid: str, model: str, created: int, dropped: list) ->
     return responses.sse(responses.chunk(cid, model, created, out))
 
 
-async def _generated(upstream: Upstream, planned: Plan, completion: Completion) -> tuple[str, dict, Finished]:
+async def _generated(upstream: Upstream, planned: Plan, completion: Completion, record: TranscriptFolder | None = None,
+                     name: str = "") -> tuple[str, dict, Finished]:
     """One whole generation, read by the family's parser as it streams."""
-    reading = _Reading(upstream, planned, completion)
+    reading = _Reading(upstream, planned, completion, record, name)
     async with aclosing(reading.deltas()) as deltas:
         async for _ in deltas:
             pass
-    reading.parser.end(reading.finished.reason)
+    reading.end(reading.finished.reason)
     return "".join(reading.raw), reading.parser.message, reading.finished
 
 
 async def _answer(template: ChatTemplate, upstream: Upstream, model: str, chat: ChatRequest, planned: Plan,
-                  completion: Completion) -> dict:
+                  completion: Completion, record: TranscriptFolder | None = None) -> dict:
     """A non-streamed completion: attempt -> parse -> validate, and, when the request allows
     more attempts, again with the errors fed back; the attempts come back when it gives up."""
     attempts: list[Attempt] = []
     conversation = chat.messages
+    cid = responses.completion_id()
     prompt_tokens = completion_tokens = 0
     while True:
-        raw, message, finished = await _generated(upstream, planned, completion)
+        raw, message, finished = await _generated(upstream, planned, completion, record,
+                                                  f"{cid}-{len(attempts) + 1}")
         completion_tokens += finished.completion_tokens
         prompt_tokens += planned.prompt_tokens or finished.prompt_tokens
         errors = await run_in_threadpool(reply_errors, message, planned.tools, planned.schema, planned.choice)
@@ -337,7 +364,7 @@ async def _answer(template: ChatTemplate, upstream: Upstream, model: str, chat: 
         extra["attempts"] = [{"raw": a.raw, "message": responses.assistant_message(a.message),
                               "errors": [e.describe() for e in a.errors]} for a in attempts]
         extra["gave_up"] = bool(errors)
-    return responses.completion(responses.completion_id(), model, message, responses.finish_reason(message, finished.reason),
+    return responses.completion(cid, model, message, responses.finish_reason(message, finished.reason),
                                 responses.usage(prompt_tokens, completion_tokens), extra)
 
 

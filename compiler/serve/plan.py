@@ -29,6 +29,7 @@ class Plan:
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # schema keywords the grammar does not enforce
     prompt_tokens: int = 0  # counted by the upstream before generating (set by the app; 0 where the prompt surely fits)
+    upstream_model: str | None = None  # the upstream's name for its model (set by the app, for transcripts)
 
 
 def plan(template: ChatTemplate, request: ChatRequest, messages: list[dict] | None = None,
