@@ -109,10 +109,14 @@ PROTOCOL = _runtime.Protocol(TABLES)  # prepared once, shared by every parser of
 class StreamParser(_runtime.StreamParser):
     """Feed the cohere-cohere2moe family's output in chunks (str or bytes); get OpenAI-style deltas back."""
 
-    def __init__(self, tools=None, generation_prompt=None, start=None):
-        super().__init__(PROTOCOL, tools=tools, generation_prompt=generation_prompt, start=start)
+    def __init__(self, tools=None, generation_prompt=None, start=None, calls="deltas", validate=None):
+        super().__init__(PROTOCOL, tools=tools, generation_prompt=generation_prompt, start=start, calls=calls,
+                         validate=validate)
 
 
-def parse(text, tools=None, generation_prompt=None, start=None, finish_reason="stop"):
+def parse(text, tools=None, generation_prompt=None, start=None, finish_reason="stop", calls="deltas",
+          validate=None):
     """Parse a whole output at once: the same result as streaming it."""
-    return _runtime.read_all(StreamParser(tools=tools, generation_prompt=generation_prompt, start=start), text, finish_reason)
+    parser = StreamParser(tools=tools, generation_prompt=generation_prompt, start=start, calls=calls,
+                          validate=validate)
+    return _runtime.read_all(parser, text, finish_reason)

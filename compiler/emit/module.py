@@ -171,16 +171,19 @@ def _emit_family(e: CodeEmitter, spec: ProtocolSpec, tables: dict, protocol: str
     with e.indent():
         e.line(f'"""Feed the {spec.family} family\'s output in chunks (str or bytes); get OpenAI-style deltas back."""')
         e.line()
-        e.line("def __init__(self, tools=None, generation_prompt=None, start=None):")
+        e.line('def __init__(self, tools=None, generation_prompt=None, start=None, calls="deltas", validate=None):')
         with e.indent():
-            e.line("super().__init__(PROTOCOL, tools=tools, generation_prompt=generation_prompt, start=start)")
+            e.line("super().__init__(PROTOCOL, tools=tools, generation_prompt=generation_prompt, start=start, calls=calls,")
+            e.line("                 validate=validate)")
     e.line()
     e.line()
-    e.line('def parse(text, tools=None, generation_prompt=None, start=None, finish_reason="stop"):')
+    e.line('def parse(text, tools=None, generation_prompt=None, start=None, finish_reason="stop", calls="deltas",')
+    e.line("          validate=None):")
     with e.indent():
         e.line('"""Parse a whole output at once: the same result as streaming it."""')
-        e.line(f"return {read_all}(StreamParser(tools=tools, generation_prompt=generation_prompt, start=start), text, "
-               "finish_reason)")
+        e.line("parser = StreamParser(tools=tools, generation_prompt=generation_prompt, start=start, calls=calls,")
+        e.line("                      validate=validate)")
+        e.line(f"return {read_all}(parser, text, finish_reason)")
 
 
 def family_module(spec: ProtocolSpec, tables: dict) -> str:

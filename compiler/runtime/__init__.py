@@ -9,7 +9,8 @@ in the order of `MODULES`). Layers, one module each:
     values     argument values: decoding and the canonical JSON text
     streams    argument deltas: the canonical JSON text while a call is still arriving
     protocol   the tables, prepared once per family: `Protocol`
-    output     fields, deltas, the message
+    schema     the dispatch stream's JSON Schema check (the keywords tool schemas use)
+    output     fields, deltas, the message, the two streams (UI deltas, complete calls)
     input      the buffer, feed()'s fast paths, the readers
     rules      the grammar of a turn, as a coroutine
     messages   the grammar of a turn written as messages with headers (harmony)
@@ -19,17 +20,19 @@ Code outside the runtime imports only the names below.
 """
 
 from .errors import BadArguments, InvalidOutput
+from .output import COMPLETE, DELTAS
 from .parser import StreamParser, parse, read_all
 from .text import MARKER_BOUNDARY
 from .protocol import (AFTER_REASONING, ARGUMENTS_ALIASES, CLOSES_A_VALUE, CONTENT, NATURAL_STOPS, PARALLEL_ALL, REASONING, TABLES_VERSION, Protocol,
                        json_call_object, stoppable_word)
+from .schema import SchemaCheck, SchemaError, schema_validator
 from .values import arguments_json, decode_native, format_fillers, object_value, python_value, typed_raw
 
 # The runtime's modules in the order the standalone file stacks them (each only uses those before it).
-MODULES = ("errors", "text", "values", "streams", "protocol", "output", "input", "rules", "messages", "parser")
+MODULES = ("errors", "text", "values", "streams", "protocol", "schema", "output", "input", "rules", "messages", "parser")
 
 __all__ = [
-    "AFTER_REASONING", "ARGUMENTS_ALIASES", "BadArguments", "CLOSES_A_VALUE", "CONTENT", "InvalidOutput", "MARKER_BOUNDARY", "MODULES", "NATURAL_STOPS", "PARALLEL_ALL", "Protocol", "REASONING",
-    "StreamParser", "TABLES_VERSION", "arguments_json", "decode_native", "format_fillers", "json_call_object", "object_value", "parse", "python_value", "read_all",
-    "stoppable_word", "typed_raw",
+    "AFTER_REASONING", "ARGUMENTS_ALIASES", "BadArguments", "CLOSES_A_VALUE", "COMPLETE", "CONTENT", "DELTAS", "InvalidOutput", "MARKER_BOUNDARY", "MODULES", "NATURAL_STOPS", "PARALLEL_ALL", "Protocol", "REASONING",
+    "SchemaCheck", "SchemaError", "StreamParser", "TABLES_VERSION", "arguments_json", "decode_native", "format_fillers", "json_call_object", "object_value", "parse", "python_value", "read_all",
+    "schema_validator", "stoppable_word", "typed_raw",
 ]

@@ -3,6 +3,7 @@ errors, and the final message. Nothing emitted is retracted: text goes out once 
 change, a call's header once its name is settled, its arguments once the call is read."""
 
 ###{standalone
+import json
 
 
 class TextField:
@@ -21,6 +22,33 @@ class TextField:
 
 def error_entry(kind, message, offset):
     return {"kind": kind, "message": message, "offset": offset}
+
+
+# The two streams one parse gives (StreamParser's `calls`): for a UI, a call's header once its
+# name is settled, its arguments as they are read, and a `tool_call_error` delta that voids a
+# call found broken later; for code that executes tools, each call once, whole, when it is
+# complete and its arguments validate, and never anything to take back.
+DELTAS = "deltas"
+COMPLETE = "complete"
+
+
+class Dispatched(dict):
+    """A delta of the dispatch stream (a complete, valid call): how it is told from the UI
+    stream's call deltas, which that stream leaves out."""
+
+    __slots__ = ()
+
+
+def dispatch_only(deltas):
+    """The dispatch stream's deltas of what the UI stream gives: its text deltas, and the
+    complete calls as plain dicts; no call header, argument or void delta."""
+    for delta in deltas:
+        if "tool_calls" in delta or "tool_call_error" in delta:
+            break
+    else:
+        return deltas  # (text only, or nothing: as it is)
+    return [dict(d) if type(d) is Dispatched else d for d in deltas
+            if type(d) is Dispatched or ("tool_calls" not in d and "tool_call_error" not in d)]
 
 
 class Output:
@@ -75,8 +103,40 @@ class Output:
         rest = arguments[len(streamed):] if streamed else arguments
         if rest:
             self._arguments_delta(index, rest)
-        self._calls.append({"id": call["id"] or f"call_{index}", "type": "function",
-                            "function": {"name": call["name"], "arguments": arguments}})
+        entry = {"id": call["id"] or f"call_{index}", "type": "function",
+                 "function": {"name": call["name"], "arguments": arguments}}
+        if self._validate is not None and not self._dispatched(index, entry):
+            return
+        self._calls.append(entry)
+
+    def _dispatched(self, index, entry):
+        """The dispatch stream: a complete call whose arguments validate against its tool's
+        schema goes out whole, as one delta, numbered as it is in the message; one that does
+        not is dropped (its error in the message; its index stays taken, so the ids of the
+        calls after it are the UI stream's)."""
+        function = entry["function"]
+        problem = self._validate(function["name"], json.loads(function["arguments"]))
+        if problem is not None:
+            self._error("invalid_arguments", f"call {index} ({function['name']}): the arguments do not validate "
+                                             f"against the tool's schema: {problem}", self._offset())
+            self._invalid_calls += 1
+            return False
+        self._deltas.append(Dispatched({"tool_calls": [{"index": len(self._calls), **entry}]}))
+        return True
+
+    def _feed_complete(self, chunk):
+        """feed() of the dispatch stream (set on the instance: the UI stream's feed is untouched)."""
+        deltas = self._ui_feed(chunk)
+        if len(deltas) == 1:  # (most chunks: one delta, or none)
+            delta = deltas[0]
+            if type(delta) is Dispatched:
+                return [dict(delta)]
+            return [] if "tool_calls" in delta or "tool_call_error" in delta else deltas
+        return dispatch_only(deltas) if deltas else deltas
+
+    def _end_complete(self, finish_reason="stop"):
+        """end() of the dispatch stream."""
+        return dispatch_only(self._ui_end(finish_reason))
 
     def _drop_call(self, index, kind, message):
         """A call whose header went out is not a call after all: a delta says so (its

@@ -9,9 +9,10 @@ or parse(protocol, text, ...) for a whole output at once (the same result).
 
 from .input import Input
 from .messages import Messages
-from .output import Output, TextField
+from .output import COMPLETE, DELTAS, Output, TextField
 from .protocol import AFTER_REASONING, CONTENT, REASONING, Protocol
 from .rules import Rules
+from .schema import schema_validator
 
 ###{standalone
 import codecs
@@ -26,9 +27,17 @@ class StreamParser(Input, Rules, Messages, Output):
     "after_reasoning": the output is what follows a reasoning block that another reader read
     (content, with no reasoning block of its own: see `reasoning_ended_at`).
     Text that may start a marker is held back until it cannot; nothing emitted is retracted.
+
+    `calls` picks the stream: "deltas" (for a UI: a call's header, then its arguments as they
+    are read, and a `tool_call_error` delta voiding a call that turned out broken) or
+    "complete" (for code that executes tools: each call once, whole, when it is complete and
+    its arguments validate against its tool's schema; nothing to take back; a call that does
+    not validate is not in the message, its error is). `validate(name, arguments)` -> None or
+    what is wrong: the check of "complete" (default: the runtime's own, runtime/schema.py,
+    which refuses a tool schema with a keyword it does not check).
     """
 
-    def __init__(self, protocol, tools=None, generation_prompt=None, start=None):
+    def __init__(self, protocol, tools=None, generation_prompt=None, start=None, calls=DELTAS, validate=None):
         if not isinstance(protocol, (Protocol, dict)):
             raise TypeError(f"protocol must be a Protocol or its tables (a dict), not {type(protocol).__name__}")
         self._p = protocol if isinstance(protocol, Protocol) else Protocol(protocol)
@@ -38,6 +47,16 @@ class StreamParser(Input, Rules, Messages, Output):
             raise TypeError(f"generation_prompt must be a str or None, not {type(generation_prompt).__name__}")
         if start not in (None, REASONING, CONTENT, AFTER_REASONING):
             raise ValueError(f"start must be {REASONING!r}, {CONTENT!r}, {AFTER_REASONING!r} or None, not {start!r}")
+        if calls not in (DELTAS, COMPLETE):
+            raise ValueError(f"calls must be {DELTAS!r} or {COMPLETE!r}, not {calls!r}")
+        if validate is not None and not callable(validate):
+            raise TypeError(f"validate must be a function (name, arguments) -> None or a problem, not "
+                            f"{type(validate).__name__}")
+        self._validate = None  # the dispatch stream's check, when that is the stream
+        if calls == COMPLETE:
+            self._validate = validate or schema_validator(tools)
+            self._ui_feed, self._ui_end = self.feed, self.end  # (the class's: what the UI stream gives)
+            self.feed, self.end = self._feed_complete, self._end_complete
         self._state = self._p.start_state(generation_prompt, start)
         self._started = AFTER_REASONING if start == AFTER_REASONING else self._state
         # where the text after the output's reasoning begins (an offset in characters), once the
@@ -144,10 +163,11 @@ def read_all(parser, text, finish_reason="stop"):
     return parser.message
 
 
-def parse(protocol, text, tools=None, generation_prompt=None, start=None, finish_reason="stop"):
+def parse(protocol, text, tools=None, generation_prompt=None, start=None, finish_reason="stop", calls=DELTAS,
+          validate=None):
     """Parse a whole output at once: the same result as streaming it."""
-    return read_all(StreamParser(protocol, tools=tools, generation_prompt=generation_prompt, start=start), text,
-                    finish_reason)
+    return read_all(StreamParser(protocol, tools=tools, generation_prompt=generation_prompt, start=start, calls=calls,
+                                 validate=validate), text, finish_reason)
 
 
 ###}
