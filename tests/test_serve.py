@@ -113,6 +113,8 @@ def assembled(events: list) -> dict:
      "tools[0].function.parameters"),
     ({"messages": ASK, "tools": TOOLS, "tool_choice": {"function": "get_weather"}}, "tool_choice"),
     ({"messages": ASK, "max_completion_tokens": 0}, "max_completion_tokens"),
+    ({"messages": ASK, "calls": "later"}, "calls"),
+    ({"messages": ASK, "calls": True}, "calls"),
 ])
 def test_bad_requests_are_400_naming_the_field(body, param):
     upstream = Scripted()
@@ -243,6 +245,27 @@ def test_a_call_dropped_after_its_header_is_said_in_the_stream():
     assert last["choices"][0]["finish_reason"] == "stop"  # no call came through
     assert [d["kind"] for d in last["tplparse"]["dropped_tool_calls"]] == ["invalid_arguments"]
     assert [e["kind"] for e in last["tplparse"]["errors"]] == ["invalid_arguments"]
+
+
+def test_the_dispatch_stream_sends_each_valid_call_once_whole_and_nothing_to_take_back():
+    """`"calls": "complete"`: a broken call (a duplicate key) and one whose arguments do not
+    validate (a unit not in the enum) never go out; the valid one goes out once, whole, with
+    the id the UI stream gives it."""
+    broken = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "city": "Lyon"}}\n</tool_call>'
+    kelvin = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo", "unit": "kelvin"}}\n</tool_call>'
+    text = broken + kelvin + CALL
+    pieces = [text[i:i + 9] for i in range(0, len(text), 9)]
+    upstream = Scripted(pieces + [Finished("stop")], pieces + [Finished("stop")])
+    _, events = post(upstream, {"messages": ASK, "tools": TOOLS, "stream": True, "calls": "complete"})
+    calls = [c for e in events[:-1] for c in e["choices"][0]["delta"].get("tool_calls") or []]
+    assert calls == [{"index": 0, "id": "call_2", "type": "function", "function": {
+        "name": "get_weather", "arguments": '{"city": "Paris", "unit": "celsius"}'}}]
+    assert not any("tool_call_error" in e.get("tplparse", {}) for e in events[:-2])
+    last = events[-2]
+    assert last["choices"][0]["finish_reason"] == "tool_calls"
+    assert [e["kind"] for e in last["tplparse"]["errors"]] == ["invalid_arguments", "invalid_arguments"]
+    status, answer = post(upstream, {"messages": ASK, "tools": TOOLS, "calls": "complete"})
+    assert [c["id"] for c in answer["choices"][0]["message"]["tool_calls"]] == ["call_2"]
 
 
 def test_upstream_failure_before_and_during_the_stream():

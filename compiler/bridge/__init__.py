@@ -6,8 +6,8 @@ from .prompt import Prompt, compile_in_memory, parser_for, prompt_for
 from .replayer import Change, Replayed, replay
 from .transcripts import Identity, Recorder, Transcript, TranscriptFolder, append_transcript, read_transcripts
 from .retries import Attempt, GaveUp, Success, feedback_messages, reply_errors, with_retries
-from .validate import ToolCallError, validate_content, validate_tool_calls
+from .validate import ToolCallError, dispatch_check, validate_content, validate_tool_calls
 
 __all__ = ["Attempt", "Change", "GaveUp", "Identity", "Recorder", "Replayed", "Transcript", "TranscriptFolder",
-           "append_transcript", "read_transcripts", "replay", "GrammarForm", "GrammarRefused", "Prompt", "RequestGrammar", "Success", "ToolCallError", "compile_in_memory", "feedback_messages", "grammar_for", "parser_for",
+           "append_transcript", "read_transcripts", "replay", "GrammarForm", "GrammarRefused", "Prompt", "RequestGrammar", "Success", "ToolCallError", "compile_in_memory", "dispatch_check", "feedback_messages", "grammar_for", "parser_for",
            "prompt_for", "reply_errors", "validate_content", "validate_tool_calls", "with_retries"]

@@ -17,6 +17,7 @@ from ..grammar.reading import reading_tables
 from ..probe import probe
 from ..source import ChatTemplate
 from ..spec import ProtocolSpec, Start
+from .validate import dispatch_check
 
 
 _PROTOCOLS: dict = {}
@@ -32,9 +33,16 @@ def compile_in_memory(template: ChatTemplate) -> tuple[ProtocolSpec, runtime.Pro
 
 
 def parser_for(template: ChatTemplate, tools: list | None = None, generation_prompt: str | None = None,
-               start: str | None = None) -> runtime.StreamParser:
-    """The family's streaming parser for `template`, probed (once) in process."""
-    return runtime.StreamParser(compile_in_memory(template)[1], tools=tools, generation_prompt=generation_prompt, start=start)
+               start: str | None = None, calls: str = runtime.DELTAS) -> runtime.StreamParser:
+    """The family's streaming parser for `template`, probed (once) in process; `calls`:
+    "deltas" (the UI stream) or "complete" (the dispatch stream, checked by jsonschema)."""
+    return runtime.StreamParser(compile_in_memory(template)[1], tools=tools, generation_prompt=generation_prompt,
+                                start=start, calls=calls, validate=_check_for(calls, tools))
+
+
+def _check_for(calls: str, tools: list | None):
+    """The dispatch stream's check: jsonschema's, every keyword (None for the UI stream)."""
+    return dispatch_check(tools) if calls == runtime.COMPLETE else None
 
 
 @dataclass
@@ -52,9 +60,11 @@ class Prompt:
     reasoning_closed: bool = False  # the prompt ends with an empty reasoning block it wrote (no switch)
     protocol: runtime.Protocol | None = field(default=None, repr=False)  # the family's reading tables
 
-    def parser(self) -> runtime.StreamParser:
-        """The family's streaming parser, set to this prompt's start state."""
-        return runtime.StreamParser(self.protocol, tools=self.tools, start=self.start)
+    def parser(self, calls: str = runtime.DELTAS) -> runtime.StreamParser:
+        """The family's streaming parser, set to this prompt's start state; `calls`: "deltas"
+        (the UI stream) or "complete" (the dispatch stream, checked by jsonschema)."""
+        return runtime.StreamParser(self.protocol, tools=self.tools, start=self.start, calls=calls,
+                                    validate=_check_for(calls, self.tools))
 
 
 def prompt_for(template: ChatTemplate, messages: list, tools: list | None = None, thinking: bool | None = None,

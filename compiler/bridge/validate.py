@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Callable
 
 import jsonschema
 
@@ -54,12 +55,39 @@ def _schema_errors(value, schema, call_index) -> list[ToolCallError]:
     ]
 
 
-def validate_tool_calls(message: dict, tools: list) -> list[ToolCallError]:
-    """Each call: an offered tool, arguments that are JSON, and valid under its schema."""
+def _offered(tools: list | None) -> dict:
+    """name -> parameters (a JSON Schema) of the offered tools."""
     offered = {}
     for tool in tools or []:
         function = tool.get("function") or tool
         offered[function.get("name")] = function.get("parameters") or {"type": "object"}
+    return offered
+
+
+def dispatch_check(tools: list | None) -> Callable[[str, object], str | None]:
+    """`validate(name, arguments)` for a parser's dispatch stream (`calls="complete"`), by
+    jsonschema (every keyword, draft 2020-12): None when the arguments are valid under the
+    tool's schema, else the first error and where. A schema jsonschema cannot apply (a $ref
+    to nowhere, ...) fails the call: nothing unchecked is dispatched."""
+    validators = {name: jsonschema.Draft202012Validator(schema) for name, schema in _offered(tools).items()}
+
+    def validate(name: str, arguments: object) -> str | None:
+        validator = validators.get(name)
+        if validator is None:
+            return None
+        try:
+            errors = sorted(validator.iter_errors(arguments), key=lambda e: list(map(str, e.absolute_path)))
+        except Exception as e:  # (a $ref to nowhere, a bad pattern, a schema too deep: the schema's fault, not dispatched)
+            reason = str(e).splitlines()[0][:200] if str(e) else ""
+            return f"the tool's schema cannot be checked ({type(e).__name__}: {reason})"
+        return f"{_json_path(errors[0])}: {errors[0].message}" if errors else None
+
+    return validate
+
+
+def validate_tool_calls(message: dict, tools: list) -> list[ToolCallError]:
+    """Each call: an offered tool, arguments that are JSON, and valid under its schema."""
+    offered = _offered(tools)
     errors: list[ToolCallError] = [
         ToolCallError(None, "parse", "$", f"{e.get('kind')}: {e.get('message')}") for e in message.get("errors") or []
     ]

@@ -232,7 +232,7 @@ class _Reading:
                  record: TranscriptFolder | None = None, name: str = ""):
         self._upstream, self._completion = upstream, completion
         self._record, self._name = record, name
-        self.parser = planned.prompt.parser()
+        self.parser = planned.prompt.parser(planned.calls)
         if record is not None:
             spec = planned.prompt.spec
             self.parser = Recorder(self.parser, Identity(spec.template_sha256, spec.template_name, spec.family,

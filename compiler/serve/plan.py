@@ -26,6 +26,7 @@ class Plan:
     tools: list[dict] | None
     schema: dict | None
     choice: ToolChoice  # the request's tool_choice (checked after generation; the grammar enforces it where there is one)
+    calls: str = "deltas"  # the parser's stream of calls (the request's `calls`)
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # schema keywords the grammar does not enforce
     prompt_tokens: int = 0  # counted by the upstream before generating (set by the app; 0 where the prompt surely fits)
@@ -60,4 +61,5 @@ def plan(template: ChatTemplate, request: ChatRequest, messages: list[dict] | No
             notes.append("lazy grammar: free text until the call opener" if grammar.fields.get("grammar_lazy")
                          else "grammar from the first token" + ("" if form == GrammarForm.LLAMA_REQUEST else f" ({form.value})"))
     stop = list(dict.fromkeys(prompt.stop + request.stop))
-    return Plan(prompt, grammar, stop, request.tools, request.schema, request.tool_choice, notes, list(options.warnings))
+    return Plan(prompt, grammar, stop, request.tools, request.schema, request.tool_choice, request.calls, notes,
+                list(options.warnings))

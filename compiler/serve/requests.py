@@ -24,7 +24,7 @@ from ..grammar.json_schema import SchemaError, add_schema, check_refs
 # options whose only value this bridge implements), each of OpenAI's type.
 IGNORED = {"user": str, "metadata": dict, "store": bool, "service_tier": str, "n": int, "logit_bias": dict,
            "stream_options": dict, "prompt_cache_key": str, "safety_identifier": str}
-EXTENSIONS = {"thinking", "chat_template_kwargs", "max_attempts"}
+EXTENSIONS = {"thinking", "chat_template_kwargs", "max_attempts", "calls"}
 KNOWN = {"model", "messages", "tools", "tool_choice", "parallel_tool_calls", "response_format", "max_tokens",
          "max_completion_tokens", "stream", "temperature", "top_p", "seed", "stop", "frequency_penalty",
          "presence_penalty"} | set(IGNORED) | EXTENSIONS
@@ -75,6 +75,9 @@ class ChatRequest:
     stop: list[str] = field(default_factory=list)  # the client's stop strings, besides the family's
     thinking: bool | None = None  # None: the template's default
     max_attempts: int = 1  # > 1: retry with the validation errors fed back (non-streaming only)
+    # the stream of calls: "deltas" (for a UI: headers, argument pieces, a void delta for a call
+    # found broken) or "complete" (for code that executes tools: each call once, whole and valid)
+    calls: str = "deltas"
 
 
 # --- the body: JSON, and every value in it ------------------------------------------------
@@ -184,6 +187,10 @@ def parse_request(body, limits: RequestLimits = LIMITS) -> ChatRequest:
     if attempts > 1 and request.stream:
         raise RequestError("max_attempts", "retries are for non-streaming requests: a streamed attempt cannot be taken back")
     request.max_attempts = attempts
+    request.calls = _optional(body, "calls", str, "deltas")
+    if request.calls not in ("deltas", "complete"):
+        raise RequestError("calls", "calls must be 'deltas' (a call's arguments as they are generated) or 'complete' "
+                                    "(each call once, when complete and valid against its tool's schema)")
     return request
 
 
