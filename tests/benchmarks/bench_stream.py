@@ -192,7 +192,31 @@ def family(folder: Path, label: str, stem: str, package) -> None:
     pattern = re.compile("|".join(re.escape(m) for m in markers))
     for shape in ("calls", "one argument"):
         measure(spec, module, pattern, label, shape, before)
+    dispatch_cost(spec, module, label)
     per_chunk(spec, module, label)
+
+
+def dispatch_cost(spec, module, label) -> None:
+    """The dispatch stream (calls="complete": each call once, whole and schema-checked) against
+    the UI stream, on the 32k "calls" turn fed 4 characters at a time, in the same rounds."""
+    text, tools, args = output(spec, 32_000, "calls")
+    parser = module.StreamParser(tools=tools, start="content", calls="complete")
+    sent = [d for i in range(0, len(text), 4) for d in parser.feed(text[i:i + 4]) if "tool_calls" in d]
+    sent += [d for d in parser.end() if "tool_calls" in d]
+    if len(sent) != len(args):
+        raise SystemExit(f"{label}: the dispatch stream sent {len(sent)} calls of {len(args)}")
+
+    def fed(calls):
+        parser = module.StreamParser(tools=tools, start="content", calls=calls)
+        for i in range(0, len(text), 4):
+            parser.feed(text[i:i + 4])
+        parser.end()
+
+    ui, dispatch = timed(lambda: fed("deltas"), lambda: fed("complete"))
+    chunks = len(text) / 4
+    print(f"{label:<15} dispatch stream (calls=\"complete\", {len(args)} calls, each schema-checked): "
+          f"{dispatch / chunks * 1e9:.0f} ns per 4-character chunk against the UI stream's {ui / chunks * 1e9:.0f} "
+          f"({dispatch / ui:.2f}x)")
 
 
 PROSE = "The quick brown fox jumps over the lazy dog while the model thinks. "
