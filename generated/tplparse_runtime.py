@@ -2,8 +2,10 @@
 """tplparse's streaming parser runtime, in one file: standard library only.
 
 Each family module beside it binds this runtime to the family's tables; import those.
-Layers, in order: errors, text, values, streams, protocol, schema, output, input, rules, messages, parser.
+Layers, in order: errors, tables, text, values, streams, protocol, schema, output, input, rules, messages, parser.
 """
+
+from __future__ import annotations
 
 import ast
 import codecs
@@ -12,8 +14,11 @@ import json
 import math
 import re
 import tokenize
+import typing
 import warnings
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from json.encoder import encode_basestring as _encode_basestring
+from typing import Any, NamedTuple, TypeGuard, TypedDict
 
 
 # --- errors (tplparse/runtime/errors.py) ----------------------------------------------
@@ -36,8 +41,156 @@ class BadArguments(Exception):
     """A complete call whose arguments do not read (invalid JSON, a value of the wrong type)."""
 
 
+# --- tables (tplparse/runtime/tables.py) ----------------------------------------------
+
+
+class Slot(TypedDict):
+    """A slot of a layout: what the model writes there (a tool name, its arguments, ...)."""
+
+    slot: str
+
+
+LayoutPiece = str | Slot
+Layout = list[LayoutPiece]
+
+
+class ModeTable(TypedDict):
+    """A mode of the template (thinking on, off, ...): its generation prompt and the state the
+    output starts in after it."""
+
+    tail: str  # what the generation prompt writes after the assistant header
+    start: str  # "reasoning" or "content"
+    header: str  # the assistant header
+
+
+class ReasoningTable(TypedDict):
+    start: str  # opens a reasoning block ("" when only the prompt opens it)
+    end: str  # ends it
+    call_ends_reasoning: bool  # a call opener inside reasoning ends the block (the policy)
+    end_opens_content: str  # the part of a compound end that opens the content block
+
+
+class ContentTable(TypedDict):
+    start: str  # the content wrapper's opener ("" without one)
+    end: str  # and its end
+    space_before: dict[str, str]  # marker ("" = the output's end) -> whitespace written before it
+
+
+class SegmentsTable(TypedDict):
+    """A turn written as segments, each with a header of its own."""
+
+    end: str  # ends a segment the turn goes on after
+    header: str  # opens the next segment
+    calls: bool  # that header is the calls section's own
+
+
+class ArgumentsTable(TypedDict, total=False):
+    """How a call's arguments are written: one object ("object": JSON, or a Python dict), or
+    key/value arguments ("key_value": each by the layout of its value's kind)."""
+
+    style: str  # "object" or "key_value" (always present)
+    encoder: str  # object: "json" or "python"
+    argument: dict[str, Layout]  # key/value: value kind ("string", "number", ...) -> its layout
+    value_encoders: dict[str, str]  # value kind -> "json", "raw", "quoted", "native", ...
+    separator: str  # between arguments
+    quotes: list[str]  # [open, close] around a quoted string
+    brackets: dict[str, list[str]]  # "native" encoder: kind -> [open, close]
+
+
+class SelfClosingTable(TypedDict):
+    """A call element written self-closing when it has no arguments (`<invoke name="f"/>`)."""
+
+    at: int  # the call step of the literal that ends the element's opening tag
+    written: str  # that literal self-closed (`" />`)
+    resume: int  # the call step of the literal that starts with the closing tag
+    rest: str  # what that literal writes after the closing tag
+
+
+class BareCallsTable(TypedDict):
+    """Calls written without the marker that opens the calls, from the call's own marker on."""
+
+    opener: str
+    call: Layout
+    closer: str
+    self_closing: SelfClosingTable | None
+
+
+class BareListTable(TypedDict):
+    """A pythonic list of calls written without the markers that wrap it (`[f(a=1)]`)."""
+
+    open: str
+    close: str
+    call: str  # what follows a call's name
+
+
+class ToolCallsTable(TypedDict):
+    opener: str  # what opens the calls (the section's first marker, or the call's)
+    call_head: str  # what starts each call
+    section_start: str
+    section_end: str
+    section_inner: list[str] | None  # a section whose start holds content: [its start, its end]
+    content_prefix: str  # without an opener: what content turns start with
+    inline_opener: str  # without an opener: the text between content and calls
+    call: Layout  # one call
+    separator: str  # between calls
+    parallel: str  # "all", or another policy
+    arguments: ArgumentsTable
+    bare: BareCallsTable | None
+    self_closing: SelfClosingTable | None
+    bare_list: BareListTable | None
+    wrappers: list[str]  # markers written in front of some kinds of call only
+    # the instructions tell the model to write calls without the section's markers
+    instructed_bare: bool
+    instructed_separators: list[str]  # the separators between calls the instructions name
+
+
+class MessagesTable(TypedDict):
+    """A turn written as messages with headers (harmony)."""
+
+    start: str  # opens each message after the first
+    channel: str  # starts the header's channel part
+    body: str  # ends the header
+    end: str  # ends a message the turn goes on after
+    call_end: str  # ends a call's message
+    channels: dict[str, str]  # channel -> "reasoning", "content" or "calls"
+    recipient: str  # the header field that addresses a message to a tool
+    namespace: str  # the offered tools' names are in it
+
+
+class _RequiredTables(TypedDict):
+    version: int  # TABLES_VERSION
+    modes: dict[str, ModeTable]  # "default" and the template's others
+    reasoning: ReasoningTable | None
+    content: ContentTable
+    end_of_turn: list[str]
+    tool_calls: ToolCallsTable | None
+    segments: SegmentsTable | None
+    repeated_headers: list[str]  # what the generation prompt wrote that a model may write again
+
+
+class ReadingTables(_RequiredTables, total=False):
+    """One family's tables."""
+
+    messages: MessagesTable | None  # (written with tool_calls)
+
+
 # --- text (tplparse/runtime/text.py) --------------------------------------------------
 
+
+class Search(typing.Protocol):
+    """A compiled regex's bound `search` (or `match`, `fullmatch`): where it finds its pattern
+    in `string` (from `pos` on, before `endpos`), or None."""
+
+    def __call__(
+        self, string: str, pos: int = ..., endpos: int = ..., /
+    ) -> re.Match[str] | None: ...
+
+
+# (SPACES and the other patterns of `*` runs always match: their `.match(...).end()` is
+# marked `type: ignore[union-attr]`, where the type of `match` says it may be None.)
+
+# A set of characters: a string of them, or a frozenset (NAME_CHARS).
+CharSet = str | frozenset[str]
 
 NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
 ID_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
@@ -50,10 +203,10 @@ STRING_BODY = {'"': re.compile(r'[^"\\]+'), "'": re.compile(r"[^'\\]+")}
 PLAIN = re.compile(r"[^\"'{}\[\]()]+")
 SCALAR = re.compile(r"[^\s,}\])]+")
 
-_WAKERS = {}
+_WAKERS: dict[CharSet, Search] = {}
 
 
-def waker(chars):
+def waker(chars: CharSet) -> Search:
     """A search for any of `chars` (cached)."""
     found = _WAKERS.get(chars)
     if found is None:
@@ -61,10 +214,14 @@ def waker(chars):
     return found
 
 
-_STARTS = {}
+_STARTS: dict[tuple[str, ...], Search] = {}
+
+# A trie of the stops' heads: character -> the trie of what may follow it ("" -> {}: a head
+# ends here).
+_Trie = dict[str, "_Trie"]
 
 
-def marker_starts(stops):
+def marker_starts(stops: Iterable[str]) -> Search:
     """A search for where one of `stops` may begin in a chunk of text that nothing before it
     is held back for: a stop's first three characters, or a shorter start of one at the
     chunk's end (cached). A `<` of code or math (`a < b`, `<div>`, `</span>`) does not wake
@@ -72,8 +229,8 @@ def marker_starts(stops):
     key = tuple(stops)
     found = _STARTS.get(key)
     if found is None:
-        trie = {}
-        for stop in stops:
+        trie: _Trie = {}
+        for stop in key:
             node = trie
             for ch in stop[:MARKER_HEAD]:
                 node = node.setdefault(ch, {})
@@ -85,21 +242,21 @@ def marker_starts(stops):
 
 MARKER_HEAD = 3  # how many of a stop's first characters tell a chunk that may hold it
 
-_PARTIALS = {}
+_PARTIALS: dict[tuple[str, ...], frozenset[str]] = {}
 
 
-def marker_partials(stops):
+def marker_partials(stops: Iterable[str]) -> frozenset[str]:
     """The starts of `stops` shorter than their heads that are not stops themselves: what
     marker_starts finds at a chunk's end that only the next chunk can tell (cached)."""
     key = tuple(stops)
     found = _PARTIALS.get(key)
     if found is None:
-        found = _PARTIALS[key] = frozenset(stop[:n] for stop in stops for n in range(1, min(len(stop), MARKER_HEAD))) - set(
-            stops)
+        starts = frozenset(stop[:n] for stop in key for n in range(1, min(len(stop), MARKER_HEAD)))
+        found = _PARTIALS[key] = starts - set(key)
     return found
 
 
-def _trie_pattern(node):
+def _trie_pattern(node: _Trie) -> str:
     """A regex for the heads in a trie: each head, or a start of one at the end of the text."""
     if "" in node:
         return ""  # a head (or a whole stop) ends here: matched
@@ -107,31 +264,35 @@ def _trie_pattern(node):
     return "(?:" + "|".join(branches) + "|\\Z)"
 
 
-def outside(chars):
+_OUTSIDES: dict[CharSet, Search] = {}
+
+
+def outside(chars: CharSet) -> Search:
     """A search for any character not in `chars` (cached)."""
-    found = _WAKERS.get((chars, False))
+    found = _OUTSIDES.get(chars)
     if found is None:
-        found = _WAKERS[chars, False] = re.compile("[^" + class_body(chars) + "]").search
+        found = _OUTSIDES[chars] = re.compile("[^" + class_body(chars) + "]").search
     return found
 
 
-_FIRSTS = {}
+_FIRSTS: dict[tuple[str, ...], Search] = {}
 
 
-def first_of(stops):
-    """A search for the first of `stops` (the longest of those that start at the same place; cached)."""
+def first_of(stops: Iterable[str]) -> Search:
+    """A search for the first of `stops` (the longest of those that start at the same place;
+    cached)."""
     key = tuple(stops)
     found = _FIRSTS.get(key)
     if found is None:
-        ordered = sorted(set(stops), key=len, reverse=True)
+        ordered = sorted(set(key), key=len, reverse=True)
         found = _FIRSTS[key] = re.compile("|".join(re.escape(s) for s in ordered)).search
     return found
 
 
-_RUNS = {}
+_RUNS: dict[CharSet, re.Pattern[str]] = {}
 
 
-def run_of(chars):
+def run_of(chars: CharSet) -> re.Pattern[str]:
     """A compiled match of a run of `chars` (cached)."""
     found = _RUNS.get(chars)
     if found is None:
@@ -139,14 +300,15 @@ def run_of(chars):
     return found
 
 
-def class_body(chars):
+def class_body(chars: CharSet) -> str:
+    """`chars` as the body of a regex character class (`[...]`)."""
     return "".join(re.escape(ch) if ch in "\\]^-[" else ch for ch in sorted(set(chars)))
 
 
-_WORDS = {}
+_WORDS: dict[str, list[str]] = {}
 
 
-def words(literal):
+def words(literal: str) -> list[str]:
     """A literal cut into words and whitespace runs (cached: the same few literals recur)."""
     found = _WORDS.get(literal)
     if found is None:
@@ -154,17 +316,22 @@ def words(literal):
     return found
 
 
-_PIECES = {}
+# A piece of a literal as the waiting match reads it (see marker_pieces): (the piece: a
+# whitespace run, or a word or the part of one between markers; `loose`: whether whitespace
+# the literal does not write may come before it; the rest of its word from it on; the words
+# after its word). A plain tuple, unpacked where it is read (a NamedTuple unpacks slower).
+MarkerPiece = tuple[str, bool, str, list[str]]
+
+_PIECES: dict[str, list[MarkerPiece]] = {}
 # Where a marker ends or begins inside a word of a literal (`<|tool_call_begin|>functions.`):
 # models write whitespace there that the template does not.
 MARKER_BOUNDARY = re.compile(r"(?<=[>\]])(?=\S)|(?<=\S)(?=[<\[])")
 
 
-def marker_pieces(literal):
+def marker_pieces(literal: str) -> list[MarkerPiece]:
     """A literal cut into whitespace runs and words, each word also cut where a marker in it
-    ends or begins: [(piece, whether whitespace the literal does not write may come before
-    it, the rest of its word from it on, the words after its word)]; the first word takes
-    such whitespace when it starts with a marker (cached)."""
+    ends or begins: a MarkerPiece each; the first word takes whitespace the literal does not
+    write when it starts with a marker (cached)."""
     found = _PIECES.get(literal)
     if found is None:
         found = []
@@ -176,7 +343,8 @@ def marker_pieces(literal):
                 continue
             pieces = MARKER_BOUNDARY.split(word)
             for i, piece in enumerate(pieces):
-                found.append((piece, i > 0 or (not found and piece[:1] in "<["), "".join(pieces[i:]), after))
+                loose = i > 0 or (not found and piece[:1] in "<[")
+                found.append((piece, loose, "".join(pieces[i:]), after))
         _PIECES[literal] = found
     return found
 
@@ -185,15 +353,15 @@ def marker_pieces(literal):
 WHOLE, ABSENT, CUT = "whole", "absent", "cut"
 
 
-def literal_prefix_here(text, pos, literal):
+def literal_prefix_here(text: str, pos: int, literal: str) -> str:
     """Whether `literal` (its end whitespace aside) comes at `pos` as the waiting match reads
     it (`_match`: whitespace before it, its whitespace runs matching any whitespace or none,
     whitespace it does not write where a marker in it ends or begins): WHOLE, ABSENT, or CUT
     (the text so far is its start: only more text tells)."""
-    pos = SPACES.match(text, pos).end()
+    pos = SPACES.match(text, pos).end()  # type: ignore[union-attr]
     for word, loose, _, _ in marker_pieces(literal.strip()):
         if word.isspace() or loose:
-            pos = SPACES.match(text, pos).end()
+            pos = SPACES.match(text, pos).end()  # type: ignore[union-attr]
             if word.isspace():
                 continue
         if text.startswith(word, pos):
@@ -205,19 +373,26 @@ def literal_prefix_here(text, pos, literal):
     return WHOLE
 
 
-LITERALS = {}
+# A literal as literal_here reads it: (its core: the literal without its end whitespace;
+# `lead`: whether it starts with whitespace; `trail`: whether it ends so). A plain tuple,
+# unpacked where it is read (literal_here: the common case of every literal).
+LiteralParts = tuple[str, bool, bool]
+
+LITERALS: dict[str, LiteralParts] = {}
 
 
-def literal_parts(literal):
-    """(the literal without its end whitespace, whether it starts with whitespace, whether it ends so); cached."""
+def literal_parts(literal: str) -> LiteralParts:
+    """(the literal without its end whitespace, whether it starts with whitespace, whether it
+    ends so): its LiteralParts; cached."""
     parts = LITERALS.get(literal)
     if parts is None:
         core = literal.strip()
-        parts = LITERALS[literal] = (core, literal[:1].isspace(), literal[-1:].isspace())
+        lead, trail = literal[:1].isspace(), literal[-1:].isspace()
+        parts = LITERALS[literal] = (core, lead, trail)
     return parts
 
 
-def literal_here(text, pos, literal, end_known=False):
+def literal_here(text: str, pos: int, literal: str, end_known: bool = False) -> int:
     """Where `literal` ends if it is here as the waiting match reads it, without waiting (-1:
     it is not, or not yet known: whitespace it ends with runs to the end of what has arrived
     and `end_known` (the stream ended, or the next reader skips whitespace) is False).
@@ -230,20 +405,20 @@ def literal_here(text, pos, literal, end_known=False):
         pos += len(literal)
     else:
         if lead:
-            pos = SPACES.match(text, pos).end()
+            pos = SPACES.match(text, pos).end()  # type: ignore[union-attr]
         if not text.startswith(core, pos):
             return -1
         pos += len(core)
     if trail:
         if pos < len(text) and not text[pos].isspace():
             return pos
-        pos = SPACES.match(text, pos).end()
+        pos = SPACES.match(text, pos).end()  # type: ignore[union-attr]
         if pos >= len(text) and not end_known:
             return -1
     return pos
 
 
-def held_back(window, stops):
+def held_back(window: str, stops: Sequence[str]) -> int:
     """How much of the end of `window` could be the start of a stop (kept until it is known)."""
     longest = max(len(stop) for stop in stops) - 1
     tail = window[-longest:] if longest > 0 else ""
@@ -261,12 +436,21 @@ class BalancedScan:
 
     __slots__ = ("quotes", "start", "i", "depth", "quote", "end", "unbalanced")
 
-    def __init__(self, quotes, start):
+    quotes: str  # the characters that open (and close) a string
+    start: int | None  # where the literal starts (None: only whitespace yet)
+    i: int  # where the scan goes on
+    depth: int  # how many brackets are open
+    quote: str | None  # the quote of the string the scan is in
+    end: int | None  # where the literal ends, once known
+    unbalanced: str | None  # or: the stray closing bracket found
+
+    def __init__(self, quotes: str, start: int) -> None:
         self.quotes, self.start, self.i = quotes, None, start
         self.depth, self.quote, self.end, self.unbalanced = 0, None, None, None
 
-    def quiet(self, n):
-        """A search for the characters that can move the scan on, once it has read `n` characters."""
+    def quiet(self, n: int) -> Search | None:
+        """A search for the characters that can move the scan on, once it has read `n`
+        characters."""
         if self.start is None:  # nothing but whitespace yet
             return NOT_SPACE
         # Only a closing bracket can end a nested value; a closing quote a string alone.
@@ -277,12 +461,14 @@ class BalancedScan:
             return waker(self.quote)
         return None
 
-    def scan(self, text, eof=False):
+    def scan(self, text: str, eof: bool = False) -> bool:
+        """Read on in `text` (what has arrived); whether the literal's end (or a stray closing
+        bracket) is known. `eof`: nothing follows `text` (a scalar at its end ends there)."""
         if self.end is not None or self.unbalanced is not None:
             return True
         n = len(text)
         if self.start is None:  # the literal starts at its first non-space character
-            self.i = SPACES.match(text, self.i).end()
+            self.i = SPACES.match(text, self.i).end()  # type: ignore[union-attr]
             if self.i >= n:
                 return False
             self.start = self.i
@@ -334,16 +520,27 @@ class BalancedScan:
 # --- values (tplparse/runtime/values.py) ----------------------------------------------
 
 
+# A decoded value (dict, list, str, int, float, bool or None; a Python literal may give a
+# tuple too): its shape is the data's, so Any.
+JSONValue = Any
+# A JSON Schema as a tool gives it (an object; a boolean; None where a property has none):
+# any JSON value, so Any too. Only a non-empty object types anything here.
+SchemaValue = Any
+
+
 class DuplicateKey(ValueError):
     """An object that names a key twice: streamed deltas cannot take back its first value."""
 
 
-def _unique_keys(pairs):
+def _unique_keys(pairs: list[tuple[str, JSONValue]]) -> dict[str, JSONValue]:
+    """An object's members as a dict (DuplicateKey: a key twice)."""
     found = dict(pairs)
     if len(found) != len(pairs):
-        seen = set()
-        key = next(k for k, _ in pairs if k in seen or seen.add(k))
-        raise DuplicateKey(f"the key {key!r} appears twice")
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise DuplicateKey(f"the key {key!r} appears twice")
+            seen.add(key)
     return found
 
 
@@ -351,14 +548,17 @@ def _unique_keys(pairs):
 JSON_DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys)
 
 
-def _json_encoder():
+def _json_encoder() -> Callable[[JSONValue], str]:
     """json.dumps(value, ensure_ascii=False, allow_nan=False), built once: the C encoder when
-    it is there and writes what the pure one does (its constructor is not public), else that one."""
+    it is there and writes what the pure one does (its constructor is not public), else that
+    one."""
     pure = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
     try:
-        from json.encoder import c_make_encoder, encode_basestring
+        # (c_make_encoder is undocumented: typeshed does not declare it)
+        from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 
-        c_encode = c_make_encoder(None, pure.default, encode_basestring, None, ": ", ", ", False, False, False)
+        c_encode = c_make_encoder(None, pure.default, encode_basestring, None, ": ", ", ", False,
+                                  False, False)
         sample = {"a": [1, -2.5e-300, None, True, "é\"\\\n\u2028\x00"], "b": {}}
         if "".join(c_encode(sample, 0)) == pure.encode(sample):
             return lambda value: "".join(c_encode(value, 0))
@@ -370,11 +570,12 @@ def _json_encoder():
 encode_json = _json_encoder()
 
 
-def arguments_json(value):
+def arguments_json(value: JSONValue) -> str:
     """Arguments as the JSON text of the final call; what JSON cannot hold is bad arguments."""
     try:
         return encode_json(value)
-    except (ValueError, TypeError, RecursionError) as e:  # NaN / Infinity; a value no decoder here makes
+    # (NaN / Infinity; a value no decoder here makes)
+    except (ValueError, TypeError, RecursionError) as e:
         raise BadArguments(f"the arguments hold a value JSON cannot: {e}") from None
 
 
@@ -382,7 +583,7 @@ _JSON_KINDS = (str, int, float, bool, type(None))
 _JSON_WORD_VALUES = {"true": True, "false": False, "null": None}
 
 
-def python_value(text):
+def python_value(text: str) -> JSONValue:
     """A Python literal that is a JSON value (dicts with string keys, lists, tuples, scalars);
     JSON's true / false / null read where Python's words go."""
     try:
@@ -394,12 +595,7 @@ def python_value(text):
     if isinstance(tree.body, ast.Name) and tree.body.id in _JSON_WORD_VALUES:
         tree.body = ast.Constant(_JSON_WORD_VALUES[tree.body.id])
     for node in ast.walk(tree):  # (literal_eval keeps the last of two equal keys)
-        for field in ("keys", "values", "elts"):  # JSON's words where Python's go (a model mixes them)
-            items = getattr(node, field, None)
-            if isinstance(items, list):
-                for i, item in enumerate(items):
-                    if isinstance(item, ast.Name) and item.id in _JSON_WORD_VALUES:
-                        items[i] = ast.Constant(_JSON_WORD_VALUES[item.id])
+        _json_words_as_constants(node)
         if isinstance(node, ast.Dict):
             seen = set()
             for key in node.keys:
@@ -410,8 +606,27 @@ def python_value(text):
     _separated_as_written(text.strip())
     try:
         value = ast.literal_eval(tree)
-    except (ValueError, TypeError, OverflowError):  # ({[1]: 2}: unhashable; messages may hold addresses)
+    # ({[1]: 2}: unhashable; messages may hold addresses)
+    except (ValueError, TypeError, OverflowError):
         raise ValueError("not a Python literal") from None
+    _check_json_kinds(value)
+    return value
+
+
+def _json_words_as_constants(node: ast.AST) -> None:
+    """JSON's words (true / false / null) where Python's go among a node's keys, values or
+    elements, made the constants Python's would be (a model mixes them)."""
+    for field in ("keys", "values", "elts"):
+        items = getattr(node, field, None)
+        if isinstance(items, list):
+            for i, item in enumerate(items):
+                if isinstance(item, ast.Name) and item.id in _JSON_WORD_VALUES:
+                    items[i] = ast.Constant(_JSON_WORD_VALUES[item.id])
+
+
+def _check_json_kinds(value: JSONValue) -> None:
+    """ValueError unless an evaluated literal holds only what JSON holds (dicts with string
+    keys, lists and tuples, strings, numbers, booleans, None)."""
     stack = [value]
     while stack:
         item = stack.pop()
@@ -424,41 +639,51 @@ def python_value(text):
             stack.extend(item)
         elif not isinstance(item, _JSON_KINDS):
             raise ValueError(f"a {type(item).__name__} is not a JSON value")
-    return value
 
 
+_LAYOUT_TOKENS = frozenset({tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.INDENT,
+                            tokenize.DEDENT, tokenize.ENDMARKER})
 
 
-_LAYOUT_TOKENS = frozenset({tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT,
-                            tokenize.ENDMARKER})
-
-
-def _separated_as_written(text):
+def _separated_as_written(text: str) -> None:
     """ValueError where a Python literal's elements are separated otherwise than Python writes
     them (repr): two strings side by side, which Python joins ('x' 'y' is 'xy': a separator
     left out, not a guess to make), or a separator after the last element (but the one a
     one-element tuple is written with). `text` parses as Python."""
     try:
-        tokens = [t for t in tokenize.generate_tokens(io.StringIO(text).readline) if t.type not in _LAYOUT_TOKENS]
+        tokens = [t for t in tokenize.generate_tokens(io.StringIO(text).readline)
+                  if t.type not in _LAYOUT_TOKENS]
     except (tokenize.TokenError, SyntaxError):
         raise ValueError("not a Python literal") from None
-    commas = []  # per open bracket, the separators seen in it
-    for previous, token in zip([None] + tokens, tokens):
-        if token.type == tokenize.STRING and previous is not None and previous.type == tokenize.STRING:
-            raise ValueError(f"two strings side by side at {token.line[token.start[1]:][:20]!r}: a separator missing")
-        if token.type != tokenize.OP:
-            continue
-        if token.string in ("(", "[", "{"):
-            commas.append(0)
-        elif token.string in (")", "]", "}"):
-            seen = commas.pop() if commas else 0
-            if previous is not None and previous.string == "," and not (token.string == ")" and seen == 1):
-                raise ValueError(f"a separator after the last element, before {token.string!r}")
-        elif token.string == "," and commas:
-            commas[-1] += 1
+    commas: list[int] = []  # per open bracket, the separators seen in it
+    previous: tokenize.TokenInfo | None = None
+    for token in tokens:
+        _separated_after(previous, token, commas)
+        previous = token
 
 
-def object_value(text, python):
+def _separated_after(previous: tokenize.TokenInfo | None, token: tokenize.TokenInfo,
+                     commas: list[int]) -> None:
+    """_separated_as_written's check of one token after the one before it (`commas`: per
+    open bracket, the separators seen in it, kept up to date)."""
+    if token.type == tokenize.STRING and previous is not None and previous.type == tokenize.STRING:
+        _, column = token.start
+        raise ValueError(f"two strings side by side at {token.line[column:][:20]!r}: "
+                         f"a separator missing")
+    if token.type != tokenize.OP:
+        return
+    if token.string in ("(", "[", "{"):
+        commas.append(0)
+    elif token.string in (")", "]", "}"):
+        seen = commas.pop() if commas else 0
+        one_tuple = token.string == ")" and seen == 1  # ((1,): the comma a 1-tuple needs)
+        if previous is not None and previous.string == "," and not one_tuple:
+            raise ValueError(f"a separator after the last element, before {token.string!r}")
+    elif token.string == "," and commas:
+        commas[-1] += 1
+
+
+def object_value(text: str, python: bool) -> JSONValue:
     """An encoded arguments object: JSON, or (a format that writes Python literals) a Python
     dict, or JSON after all (a model may write true / null where the template writes True /
     None). ValueError / SyntaxError when it is neither."""
@@ -479,9 +704,11 @@ def object_value(text, python):
 
 
 _KINDS = ("integer", "number", "boolean", "null", "object", "array", "string")
+_ENUM_KINDS: dict[type, str] = {bool: "boolean", int: "integer", float: "number",
+                                type(None): "null"}
 
 
-def _schema_kinds(schema):
+def _schema_kinds(schema: SchemaValue) -> tuple[str, ...]:
     """The types a raw value of this schema may be read as, in the schema's order (`type` as a
     list, `anyOf` / `oneOf` alternatives, an enum's values); () where it says none (the value
     is kept as written)."""
@@ -492,29 +719,31 @@ def _schema_kinds(schema):
         return (kind,) if kind in _KINDS else ()
     if isinstance(kind, list):
         return tuple(k for k in kind if k in _KINDS)
-    kinds = []
+    kinds: list[str] = []
     for option in (schema.get("anyOf") or schema.get("oneOf") or []):
         kinds += [k for k in _schema_kinds(option) if k not in kinds]
     if not kinds and schema.get("enum"):
         for value in schema["enum"]:
-            k = {bool: "boolean", int: "integer", float: "number", type(None): "null"}.get(type(value), "string")
+            k = _ENUM_KINDS.get(type(value), "string")
             if k not in kinds:
                 kinds.append(k)
     return tuple(kinds)
 
 
-def keeps_text(schema):
+def keeps_text(schema: SchemaValue) -> bool:
     """Whether typed_raw gives a raw value of this schema back as written (a string) whatever
     it is: the schema types nothing, or a string first."""
     kinds = _schema_kinds(schema)
-    return not kinds or kinds[0] == "string" and "null" not in kinds  # (a nullable string may read as null)
+    # (a nullable string may read as null)
+    return not kinds or kinds[0] == "string" and "null" not in kinds
 
 
 _NULL_WORDS = ("null", "None")  # (what JSON and Python write for null)
 _BOOLEAN_WORDS = {"true": True, "false": False, "1": True, "0": False}
 
 
-def typed_raw(text, schema, fillers=(), quoted=False):
+def typed_raw(text: str, schema: SchemaValue, fillers: Sequence[str] = (),
+              quoted: bool = False) -> JSONValue:
     """A value written as raw text, typed by its schema (a string when there is none): each
     of the schema's types in its order (["integer", "null"]: 3, or null for `null`; anyOf
     integer then string: 3, or the text); an object or array may be JSON, a Python literal,
@@ -526,7 +755,7 @@ def typed_raw(text, schema, fillers=(), quoted=False):
         return text
     if "null" in kinds and text.strip() in _NULL_WORDS and not (quoted and "string" in kinds):
         return None
-    first = None
+    first: BadArguments | None = None
     for kind in kinds:
         if kind == "string":
             return text
@@ -534,10 +763,11 @@ def typed_raw(text, schema, fillers=(), quoted=False):
             return _typed(text, kind, schema, fillers)
         except BadArguments as e:
             first = first or e
+    assert first is not None  # (kinds is not empty, and each kind tried failed)
     raise first
 
 
-def _type_of(value):
+def _type_of(value: JSONValue) -> tuple[str, ...]:
     """The JSON Schema types a decoded literal is (an integer is a number too)."""
     if value is None:
         return ("null",)
@@ -550,10 +780,10 @@ def _type_of(value):
     return (_LITERAL_TYPES.get(type(value), ""),)
 
 
-_LITERAL_TYPES = {str: "string", list: "array", tuple: "array", dict: "object"}
+_LITERAL_TYPES: dict[type, str] = {str: "string", list: "array", tuple: "array", dict: "object"}
 
 
-def schema_value(value, schema):
+def schema_value(value: JSONValue, schema: SchemaValue) -> JSONValue:
     """A value written as a JSON or Python literal, read as its schema types it: as it is
     where the schema allows its type (or types nothing); a string of another type's text as
     typed_raw reads it (`'{"a": 1}'` for an object, `'3'` for an integer); 1/0 for a
@@ -569,7 +799,7 @@ def schema_value(value, schema):
     raise BadArguments(f"{json.dumps(value)[:40]} is not {' or '.join(kinds)}")
 
 
-def _typed(text, kind, schema, fillers):
+def _typed(text: str, kind: str, schema: SchemaValue, fillers: Sequence[str]) -> JSONValue:
     """A raw value as one type (BadArguments: not one)."""
     try:
         if kind == "integer":
@@ -583,30 +813,38 @@ def _typed(text, kind, schema, fillers):
                 raise ValueError("not null")
             return None
         if kind in ("object", "array"):
-            try:
-                value = JSON_DECODER.decode(text)  # (a key twice is an error, as in arguments objects)
-            except ValueError:
-                try:
-                    value = python_value(text.strip())
-                except (ValueError, SyntaxError):
-                    value = xml_elements(text, schema, kind, fillers)
-                    if value is None:
-                        raise
-            if not isinstance(value, dict if kind == "object" else list):
-                raise ValueError(f"not an {kind}")
-            return value
+            return _typed_container(text, kind, schema, fillers)
     except RecursionError:
         raise BadArguments(f"{text[:40]!r} is nested too deeply to read") from None
     except (ValueError, KeyError, SyntaxError, MemoryError) as e:
-        raise BadArguments(f"{text[:40]!r} is not a{'n' if kind[0] in 'aeiou' else ''} {kind}: {e}") from None
+        article = "an" if kind[0] in "aeiou" else "a"
+        raise BadArguments(f"{text[:40]!r} is not {article} {kind}: {e}") from None
     return text
+
+
+def _typed_container(text: str, kind: str, schema: SchemaValue,
+                     fillers: Sequence[str]) -> JSONValue:
+    """A raw value as an object or an array (`kind`): JSON, a Python literal, or XML elements
+    (ValueError, SyntaxError: none of them, or not of that kind)."""
+    try:
+        value = JSON_DECODER.decode(text)  # (a key twice is an error, as in arguments objects)
+    except ValueError:
+        try:
+            value = python_value(text.strip())
+        except (ValueError, SyntaxError):
+            value = xml_elements(text, schema, kind, fillers)
+            if value is None:
+                raise
+    if not isinstance(value, dict if kind == "object" else list):
+        raise ValueError(f"not an {kind}")
+    return value
 
 
 _ELEMENT = re.compile(r"<([A-Za-z_][\w.:-]*)>")
 _TAG_ENDS = re.compile(r"^(?:</|<|>)+|(?:</|<|>)+$")
 
 
-def format_fillers(layouts):
+def format_fillers(layouts: Iterable[Layout]) -> tuple[str, ...]:
     """The tokens a key/value format writes around its elements, besides tag syntax (a
     separator token between every element): the literals of its argument layouts, with
     the tags' own < </ > cut from their ends. An XML-nested value may hold them between
@@ -621,14 +859,15 @@ def format_fillers(layouts):
     return tuple(sorted(found, key=len, reverse=True))
 
 
-def xml_elements(text, schema, kind, fillers=(), depth=0):
+def xml_elements(text: str, schema: SchemaValue, kind: str, fillers: Sequence[str] = (),
+                 depth: int = 0) -> JSONValue | None:
     """An object or array written as XML elements, as XML-style formats nest values:
     <key>value</key> children (an object), or <item>value</item> children (an array).
     Between the elements only whitespace and the format's filler tokens may stand.
     None when `text` is not such a list of elements."""
     if depth > 100:
         raise RecursionError
-    children = []
+    children: list[tuple[str, str]] = []  # (name, text) of each element
     pos = 0
     while True:
         found = _ELEMENT.search(text, pos)
@@ -648,10 +887,11 @@ def xml_elements(text, schema, kind, fillers=(), depth=0):
         items = (schema or {}).get("items") or {}
         return [_element_value(value, items, fillers, depth) for _, value in children]
     properties = (schema or {}).get("properties") or {}
-    return {name: _element_value(value, properties.get(name), fillers, depth) for name, value in children}
+    return {name: _element_value(value, properties.get(name), fillers, depth)
+            for name, value in children}
 
 
-def _strip_fillers(text, fillers):
+def _strip_fillers(text: str, fillers: Sequence[str]) -> str:
     """`text` without whitespace and filler tokens at its ends."""
     text = text.strip()
     changed = True
@@ -665,7 +905,7 @@ def _strip_fillers(text, fillers):
     return text
 
 
-def _matching_close(text, name, start):
+def _matching_close(text: str, name: str, start: int) -> int:
     """Where the </name> closing the element opened just before `start` begins (-1: none)."""
     depth, pos = 1, start
     opener, closer = f"<{name}>", f"</{name}>"
@@ -683,7 +923,8 @@ def _matching_close(text, name, start):
         pos = next_close + len(closer)
 
 
-def _element_value(text, schema, fillers, depth):
+def _element_value(text: str, schema: SchemaValue, fillers: Sequence[str],
+                   depth: int) -> JSONValue:
     """A child element's text: nested elements, or a scalar typed by its schema (without
     one, as JSON reads it, else a string)."""
     kind = (schema or {}).get("type")
@@ -700,7 +941,7 @@ def _element_value(text, schema, fillers, depth):
         return value
 
 
-def decode_native(text, fmt):
+def decode_native(text: str, fmt: ArgumentsTable) -> JSONValue:
     """A value in the format's own notation (objects as the format's argument lists, arrays as
     item lists: ArgumentFormat.encode_value), read as the format writes it: one separator
     between elements, none after the last, no empty element, each key a name. Anything else
@@ -717,32 +958,42 @@ def decode_native(text, fmt):
 
 
 _NATIVE_SCALAR = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|true|false|null|None|True|False")
+_NATIVE_WORDS = {"true": True, "True": True, "false": False, "False": False, "null": None,
+                 "None": None}
 _NATIVE_KEY = run_of(NAME_CHARS)  # (a key, as an argument's name is read)
 
 
-def _native_member(fmt):
+def _native_member(fmt: ArgumentsTable) -> tuple[str, str, str]:
     """What the format writes around an object's key and value: (before the key, between the
     key and the value, after the value), from its argument layout (one layout: `key:value`)."""
     layouts = list((fmt.get("argument") or {}).values())
     if len(layouts) == 1:
         pieces = layouts[0]
         k, v = pieces.index({"slot": "key"}), pieces.index({"slot": "value"})
-        if k < v and all(isinstance(p, str) for i, p in enumerate(pieces) if i not in (k, v)):
-            return "".join(pieces[:k]), "".join(pieces[k + 1:v]), "".join(pieces[v + 1:])
+        before, middle = _literals(pieces[:k]), _literals(pieces[k + 1:v])
+        after = _literals(pieces[v + 1:])
+        if k < v and before is not None and middle is not None and after is not None:
+            return before, middle, after
     return "", ":", ""
 
 
-def _native_key(text, i, fmt):
+def _literals(pieces: Sequence[LayoutPiece]) -> str | None:
+    """Layout pieces joined, when all of them are literals (None: a slot among them)."""
+    texts = [piece for piece in pieces if isinstance(piece, str)]
+    return "".join(texts) if len(texts) == len(pieces) else None
+
+
+def _native_key(text: str, i: int, fmt: ArgumentsTable) -> tuple[str, int]:
     """An object's key at i, and where it ends: a name, or a string in the format's quotes (the
     template's other writer of the notation quotes keys: Gemma 4's `escape_keys`)."""
     quoted = _quoted(text, i, fmt, "a key")
     if quoted is not None:
         return quoted
     key = _NATIVE_KEY.match(text, i)
-    return key.group(), key.end()
+    return key.group(), key.end()  # type: ignore[union-attr]  # (a `*` run: always matches)
 
 
-def _quoted(text, i, fmt, what):
+def _quoted(text: str, i: int, fmt: ArgumentsTable, what: str) -> tuple[str, int] | None:
     """A string in the format's quotes at i, and where it ends; None when no quote opens there."""
     quote_open, quote_close = fmt["quotes"]
     if not quote_open or not text.startswith(quote_open, i):
@@ -753,46 +1004,74 @@ def _quoted(text, i, fmt, what):
     return text[i + len(quote_open):end], end + len(quote_close)
 
 
-def _native(text, i, fmt):
+def _native(text: str, i: int, fmt: ArgumentsTable) -> tuple[JSONValue, int]:
+    """The value at `i` in the format's own notation, and where it ends (ValueError: none)."""
     quoted = _quoted(text, i, fmt, "a string")
     if quoted is not None:
         return quoted
     separator = fmt["separator"]
     for kind in ("object", "array"):
         brackets = fmt.get("brackets", {}).get(kind)
-        if brackets and text.startswith(brackets[0], i):
-            i += len(brackets[0])
-            out = {} if kind == "object" else []
-            before, middle, after = _native_member(fmt) if kind == "object" else ("", "", "")
-            if text.startswith(brackets[1], i):
-                return out, i + len(brackets[1])
-            while True:  # element (separator element)*, then the closing bracket
-                if kind == "object":
-                    if not text.startswith(before, i):
-                        raise ValueError(f"expected {before!r} at {text[i:i + 20]!r}")
-                    key, key_end = _native_key(text, i + len(before), fmt)
-                    if not key or not text.startswith(middle, key_end):
-                        raise ValueError(f"expected a key and {middle!r} at {text[i:i + 20]!r}")
-                    if key in out:
-                        raise DuplicateKey(f"the key {key!r} appears twice")
-                    out[key], i = _native(text, key_end + len(middle), fmt)
-                    if not text.startswith(after, i):
-                        raise ValueError(f"expected {after!r} at {text[i:i + 20]!r}")
-                    i += len(after)
-                else:
-                    value, i = _native(text, i, fmt)
-                    out.append(value)
-                if text.startswith(brackets[1], i):
-                    return out, i + len(brackets[1])
-                if not separator or not text.startswith(separator, i):
-                    raise ValueError(f"expected {separator!r} or {brackets[1]!r} at {text[i:i + 20]!r}")
-                i += len(separator)
+        if not brackets:
+            continue
+        opener, closer = brackets
+        if text.startswith(opener, i):
+            i += len(opener)
+            if kind == "object":
+                return _native_object(text, i, closer, separator, fmt)
+            return _native_array(text, i, closer, separator, fmt)
     match = _NATIVE_SCALAR.match(text, i)
     if not match:
         raise ValueError(f"cannot read a value at {text[i:i + 20]!r}")
     word = match.group(0)
-    words = {"true": True, "True": True, "false": False, "False": False, "null": None, "None": None}
-    return (words[word] if word in words else json.loads(word)), match.end()
+    return (_NATIVE_WORDS[word] if word in _NATIVE_WORDS else json.loads(word)), match.end()
+
+
+def _native_object(text: str, i: int, closer: str, separator: str,
+                   fmt: ArgumentsTable) -> tuple[dict[str, JSONValue], int]:
+    """An object's members from `i` (after its opening bracket) to its closing bracket, and
+    where that ends."""
+    out: dict[str, JSONValue] = {}
+    before, middle, after = _native_member(fmt)
+    if text.startswith(closer, i):
+        return out, i + len(closer)
+    while True:  # member (separator member)*, then the closing bracket
+        if not text.startswith(before, i):
+            raise ValueError(f"expected {before!r} at {text[i:i + 20]!r}")
+        key, key_end = _native_key(text, i + len(before), fmt)
+        if not key or not text.startswith(middle, key_end):
+            raise ValueError(f"expected a key and {middle!r} at {text[i:i + 20]!r}")
+        if key in out:
+            raise DuplicateKey(f"the key {key!r} appears twice")
+        out[key], i = _native(text, key_end + len(middle), fmt)
+        if not text.startswith(after, i):
+            raise ValueError(f"expected {after!r} at {text[i:i + 20]!r}")
+        i += len(after)
+        if text.startswith(closer, i):
+            return out, i + len(closer)
+        i = _native_separator(text, i, separator, closer)
+
+
+def _native_array(text: str, i: int, closer: str, separator: str,
+                  fmt: ArgumentsTable) -> tuple[list[JSONValue], int]:
+    """An array's items from `i` (after its opening bracket) to its closing bracket, and where
+    that ends."""
+    out: list[JSONValue] = []
+    if text.startswith(closer, i):
+        return out, i + len(closer)
+    while True:  # item (separator item)*, then the closing bracket
+        value, i = _native(text, i, fmt)
+        out.append(value)
+        if text.startswith(closer, i):
+            return out, i + len(closer)
+        i = _native_separator(text, i, separator, closer)
+
+
+def _native_separator(text: str, i: int, separator: str, closer: str) -> int:
+    """Where the separator at `i` between two elements ends (ValueError: it is not there)."""
+    if not separator or not text.startswith(separator, i):
+        raise ValueError(f"expected {separator!r} or {closer!r} at {text[i:i + 20]!r}")
+    return i + len(separator)
 
 
 # --- streams (tplparse/runtime/streams.py) --------------------------------------------
@@ -812,15 +1091,20 @@ _JSON_SPECIAL = re.compile(r'["\\\x00-\x1f]').search
 _PYTHON_SPECIAL = {"'": re.compile(r"""['"\\\x00-\x1f]""").search, '"': _JSON_SPECIAL}
 _JSON_AS_IS_TEXT = re.compile(r'[^"\\\x00-\x1f]*(?:\\["\\bfnrt][^"\\\x00-\x1f]*)*')
 _JSON_AS_IS = _JSON_AS_IS_TEXT.fullmatch
-_PYTHON_AS_IS = {"'": re.compile(r"""[^'"\\\x00-\x1f]*(?:\\["\\bfnrt][^'"\\\x00-\x1f]*)*""").fullmatch,
-                 '"': _JSON_AS_IS}
+_PYTHON_AS_IS = {
+    "'": re.compile(r"""[^'"\\\x00-\x1f]*(?:\\["\\bfnrt][^'"\\\x00-\x1f]*)*""").fullmatch,
+    '"': _JSON_AS_IS,
+}
 _JSON_ESCAPED = re.compile(r'([^"\\\x00-\x1f]*(?:\\["\\bfnrt][^"\\\x00-\x1f]*)*)(\\?)').fullmatch
 # (In a Python string in single quotes, a double quote is a character of the string: taken, and
 # given out as the canonical text writes it, \", by _raw_quotes_escaped.)
-_PYTHON_ESCAPED = {"'": re.compile(r"""([^'\\\x00-\x1f]*(?:\\["\\bfnrt][^'\\\x00-\x1f]*)*)(\\?)""").fullmatch,
-                   '"': _JSON_ESCAPED}
+_PYTHON_ESCAPED = {
+    "'": re.compile(r"""([^'\\\x00-\x1f]*(?:\\["\\bfnrt][^'\\\x00-\x1f]*)*)(\\?)""").fullmatch,
+    '"': _JSON_ESCAPED,
+}
 _RAW_QUOTE = re.compile(r'(\\.)|"')  # an escape (stays as it is), or a double quote written raw
-_ALWAYS = re.compile("").search  # (a `special` that finds something in every chunk: while one is held)
+# (a `special` that finds something in every chunk: while one is held)
+_ALWAYS = re.compile("").search
 _NEVER = re.compile("(?!)").fullmatch  # (an `as_is` that takes no chunk)
 _TOKEN = re.compile(r"[A-Za-z0-9_.+\-]*")
 _JSON_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?")
@@ -839,10 +1123,21 @@ _OBJECT_WAKE = re.compile(r"[:}\]]").search
 _VALUE_WAKE = re.compile(r"\S").search
 _TOKEN_WAKE = re.compile(r"[^A-Za-z0-9_.+\-]").search
 
-# Where an ObjectStream is.
-_TOP, _KEY_OR_CLOSE, _KEY, _KEY_STRING, _COLON, _VALUE, _VALUE_OR_CLOSE, _STRING, _AFTER_PY_STRING, _TOKEN_READ, \
-    _AFTER, _DONE = range(12)
-
+# Where an ObjectStream is (its `state`): each has its step in _OBJECT_STEPS.
+(
+    _TOP,  # before the object (its "{")
+    _KEY_OR_CLOSE,  # after an object's "{": its first key, or its "}"
+    _KEY,  # after a comma in an object: a key (Python: or the "}" after a trailing comma)
+    _KEY_STRING,  # in a key's string (its text from `start` on)
+    _COLON,  # after a key (`key`) whose colon is not read yet
+    _VALUE,  # where a value goes (Python, after a comma in an array: or the "]")
+    _VALUE_OR_CLOSE,  # after an array's "[": its first value, or its "]"
+    _STRING,  # in a string value (its quote: `quote`)
+    _AFTER_PY_STRING,  # after a string that another may follow (Python joins 'a' 'b')
+    _TOKEN_READ,  # in a number or a word (from `start` on)
+    _AFTER,  # after a value: a comma, or the closing bracket of its container
+    _DONE,  # the value is read to its end
+) = range(12)
 
 _IN_OBJECT = frozenset((_AFTER, _KEY_OR_CLOSE, _KEY, _KEY_STRING, _COLON))
 # How deep a stream reads values inside values: deeper, it stops (the rest goes out when the
@@ -851,27 +1146,54 @@ _MAX_DEPTH = 128
 
 
 class ObjectStream:
-    """The canonical JSON text of an arguments object read from `pos` on, given out as it arrives."""
+    """The canonical JSON text of an arguments object read from `pos` on, given out as it
+    arrives.
 
-    __slots__ = ("index", "pos", "python", "either", "state", "stack", "keys", "comma", "start", "quote", "key", "out",
-                 "paused", "special", "as_is", "escapes", "wake", "held", "ended")
+    `advance` reads what has arrived: `_read` takes one step at a time, each the method of
+    the state the stream is in (_OBJECT_STEPS: a token, or a run of a string), which gives out
+    what it settles and says where reading goes on. Inside a string, feed() may give chunks
+    out without a step (`special`, `as_is`, `escaped`; then `caught_up`)."""
 
-    def __init__(self, index, pos, python, value=False):
-        self.index = index  # the call's index in the deltas
-        self.pos = pos  # the next character of the parser's text to read
+    __slots__ = ("index", "pos", "python", "either", "state", "stack", "keys", "comma", "start",
+                 "quote", "key", "out", "paused", "special", "as_is", "escapes", "wake", "held",
+                 "ended")
+
+    index: int  # the call's index in the deltas
+    pos: int  # the next character of the parser's text to read
+    python: bool  # the value is a Python literal (else JSON)
+    either: bool  # JSON, else a Python literal: known at its end (see __init__)
+    state: int  # where the stream is (_TOP, _KEY, ..., _DONE)
+    stack: list[str]  # the closing brackets of the open containers
+    keys: list[set[str]]  # per open object: the keys it has
+    comma: bool  # a comma read, given out with what follows it
+    start: int  # where the key or token being read starts
+    quote: str  # the quote of the string being read
+    key: str | None  # the key read, whose colon is not yet
+    out: list[str]  # what was given out
+    paused: bool  # nothing more goes out (see pause)
+    special: Search | None  # inside a string: what may end it or begin an escape
+    as_is: Search  # inside a string: a chunk of escapes the canonical text writes the same
+    escapes: Search  # and one that may end with a backslash (see escaped)
+    wake: Search | None  # outside strings: what can make the stream give something out
+    held: str  # a backslash given out with the chunk after it (see escaped)
+    ended: bool  # whether the value is read to its end (the bracket that closes it)
+
+    def __init__(self, index: int, pos: int, python: bool, value: bool = False) -> None:
+        self.index = index
+        self.pos = pos
         self.python = python
         self.state = _VALUE if value else _TOP  # (value: any one value, not only an object)
         # An argument's value is read as JSON, else as a Python literal (which reading it is is
         # known at its end): what the two read differently (\/, a surrogate pair, a key's
         # escapes, a string followed by another), the stream does not give out.
         self.either = value
-        self.stack = []  # the closing brackets of the open containers
-        self.keys = []  # per open object: the keys it has
-        self.comma = False  # a comma read, given out with what follows it
-        self.start = 0  # where the key or token being read starts
+        self.stack = []
+        self.keys = []
+        self.comma = False
+        self.start = 0
         self.quote = '"'
         self.key = None
-        self.out = []  # what was given out
+        self.out = []
         self.paused = False
         # Inside a string (and not paused): a search for what may end it or begin an escape.
         # When all the text before a chunk went out (`pos` is the text's end), a chunk without
@@ -881,12 +1203,12 @@ class ObjectStream:
         # Outside strings: a search for what can make the stream give something out or end
         # its value; a chunk without any is only kept (read with what follows it). None: any.
         self.wake = None
-        self.held = ""  # a backslash given out with the chunk after it (see escaped)
-        self.ended = False  # whether the value is read to its end (the bracket that closes it)
-        self.as_is = _NEVER  # (inside a string: a chunk with escapes that go out as they are)
-        self.escapes = _JSON_ESCAPED  # (and one that may end with a backslash: see escaped)
+        self.held = ""
+        self.ended = False
+        self.as_is = _NEVER
+        self.escapes = _JSON_ESCAPED
 
-    def escaped(self, chunk):
+    def escaped(self, chunk: str) -> str | None:
         """The next characters of the string (all of its text before them given out, `held`
         aside), in which `special` found something: if they hold only escapes that the
         canonical text writes the same (\\n, \\", ...), and perhaps a backslash at their end
@@ -905,15 +1227,16 @@ class ObjectStream:
                 self._in_string()
         return _raw_quotes_escaped(piece) if self.python else piece
 
-    def _in_string(self):
+    def _in_string(self) -> None:
         """The searches feed() runs on a chunk inside a string (see special, as_is, escaped)."""
         if self.python:
-            self.special, self.as_is, self.escapes = _PYTHON_SPECIAL[self.quote], _PYTHON_AS_IS[self.quote], \
-                _PYTHON_ESCAPED[self.quote]
+            quote = self.quote
+            self.special = _PYTHON_SPECIAL[quote]
+            self.as_is, self.escapes = _PYTHON_AS_IS[quote], _PYTHON_ESCAPED[quote]
         else:
             self.special, self.as_is, self.escapes = _JSON_SPECIAL, _JSON_AS_IS, _JSON_ESCAPED
 
-    def caught_up(self, text, end):
+    def caught_up(self, text: str, end: int) -> None:
         """The chunks given out through `escaped` and `special` (`text`) are in the parser's
         text, which now ends at `end`: the reader goes on after them (at the held backslash)."""
         held = self.held
@@ -924,19 +1247,19 @@ class ObjectStream:
         self.pos = end - len(held)
         self.out.append(_raw_quotes_escaped(text) if self.python else text)
 
-    def pause(self):
+    def pause(self) -> None:
         """Give out nothing more: the rest goes out when the call is complete."""
         self.paused = True
         self.special = self.wake = None
 
-    def advance(self, text, eof):
+    def advance(self, text: str, eof: bool) -> str:
         """Read what has arrived; the canonical text it settles ("" for none)."""
         if self.paused or self.state == _DONE:
             return ""
-        out = []
+        out: list[str] = []
         try:
             self._read(text, eof, out)
-        except (ValueError, RecursionError):  # (what the final text may write differently: stop here)
+        except (ValueError, RecursionError):  # (what the final text may write otherwise)
             self.paused = True
             self.special = self.wake = None
         piece = "".join(out)
@@ -944,209 +1267,258 @@ class ObjectStream:
             self.out.append(piece)
         return piece
 
-    def _read(self, text, eof, out):
+    # Reading. `_read` runs one step at a time; each step starts at `i` (in a string, or at a
+    # token: whitespace between tokens is skipped before), appends what it settles to `out`,
+    # and returns where reading goes on; or -1 when it stops the reading, having set `pos`
+    # (the value read to its end; an escape whose rest is still to come). ValueError: what the
+    # final text may write otherwise (the stream pauses there).
+
+    def _read(self, text: str, eof: bool, out: list[str]) -> None:
+        """Read on from `pos` in `text` (what has arrived; `eof`: all of it), the canonical
+        text it settles appended to `out`; then set the searches feed() runs on the next chunk
+        for where the stream stopped."""
         n = len(text)
         i = self.pos
-        state = self.state
-        python = self.python
-        stack = self.stack
+        steps = _OBJECT_STEPS
         while i < n:
-            if state == _STRING:
-                # What runs unchanged into the canonical text: characters, and escapes written as
-                # the canonical text writes them (JSON: \" \\ \n ...).
-                run = (_PYTHON_STRING_RUN[self.quote] if python else _JSON_AS_IS_TEXT).match(text, i)
-                if run:
-                    out.append(run.group())
-                    i = run.end()
-                    if i >= n:
-                        break
-                ch = text[i]
-                if ch == self.quote:
-                    i += 1
-                    if python or self.either:
-                        state = _AFTER_PY_STRING  # (its quote goes out once no string follows: 'a' 'b' is 'ab')
-                    else:
-                        out.append('"')
-                        state = _AFTER
-                elif ch == "\\":
-                    kind = text[i + 1:i + 2]
-                    if self.either and kind == "/":
-                        raise ValueError  # (JSON reads \/ as /, Python as \/)
-                    simple = (_PYTHON_SIMPLE if python else _JSON_SIMPLE).get(kind)
-                    if simple is not None:
-                        out.append(simple)
-                        i += 2
-                        continue
-                    end = _python_escape_end(text, i, eof) if python else _escape_end(text, i, eof)
-                    if end < 0:
-                        break  # the rest of the escape is still to come
-                    escape = text[i:end]
-                    if self.either and kind == "u" and 0xD800 <= int(escape[2:6], 16) < 0xE000:
-                        raise ValueError  # (a surrogate: JSON joins a pair into one character, Python does not)
-                    decoded = ast.literal_eval(self.quote + escape + self.quote) if python else json.loads('"' + escape + '"')
-                    out.append(encode_json(decoded)[1:-1])
-                    i = end
-                elif ch == '"':  # (raw inside a Python string in other quotes)
-                    out.append('\\"')
-                    i += 1
-                elif python and ch not in "\n\r":
-                    out.append(encode_json(ch)[1:-1])  # a control character, escaped
-                    i += 1
-                else:
-                    raise ValueError  # not allowed raw in a string
-                continue
-            ch = text[i]
-            if ch in " \t\n\r":
-                i = _WS.match(text, i).end()
+            state = self.state
+            # (whitespace between tokens; in a key's string too, which is read from its start)
+            if state != _STRING and text[i] in " \t\n\r":
+                i = _WS.match(text, i).end()  # type: ignore[union-attr]  # (a `*` run)
                 if i >= n:
                     break
-                ch = text[i]
-            if state == _AFTER:
-                if not stack:  # (a value at the top, read: what follows is not its)
-                    state = _DONE
-                    break
-                if ch == ",":
-                    self.comma = True
-                    state = _KEY if stack[-1] == "}" else _VALUE
-                    i += 1
-                elif ch == stack[-1]:
-                    out.append(stack.pop())
-                    if ch == "}":
-                        self.keys.pop()
-                    i += 1
-                    if not stack:
-                        state = _DONE
-                        break
-                else:
-                    raise ValueError
-            elif state == _KEY_OR_CLOSE or state == _KEY:
-                if ch == "}" and (state == _KEY_OR_CLOSE or python):
-                    self.comma = False
-                    out.append(stack.pop())
-                    self.keys.pop()
-                    i += 1
-                    state = _AFTER if stack else _DONE
-                    if state == _DONE:
-                        break
-                elif ch == '"' and not python:
-                    end = self._plain_key(text, i, out)
-                    if end < 0:
-                        self.quote, self.start, state = ch, i + 1, _KEY_STRING
-                        i += 1
-                        continue
-                    i, state = end, _VALUE
-                elif ch == '"' or python and ch == "'":
-                    self.quote = ch
-                    self.start = i + 1
-                    state = _KEY_STRING
-                    i += 1
-                else:
-                    raise ValueError
-            elif state == _VALUE or state == _VALUE_OR_CLOSE:
-                if state == _VALUE_OR_CLOSE and ch == "]" or self.comma and python and ch == "]":
-                    self.comma = False
-                    out.append(stack.pop())
-                    i += 1
-                    state = _AFTER
-                    if not stack:
-                        state = _DONE
-                        break
-                    continue
-                if ch == '"' or python and ch == "'":
-                    if self.comma:
-                        out.append(', "')
-                        self.comma = False
-                    else:
-                        out.append('"')
-                    self.quote = ch
-                    state = _STRING
-                    i += 1
-                elif ch == "{":
-                    if len(stack) >= _MAX_DEPTH:
-                        raise ValueError
-                    self._lead(out)
-                    out.append("{")
-                    stack.append("}")
-                    self.keys.append(set())
-                    state = _KEY_OR_CLOSE
-                    i += 1
-                elif ch == "[":
-                    if len(stack) >= _MAX_DEPTH:
-                        raise ValueError
-                    self._lead(out)
-                    out.append("[")
-                    stack.append("]")
-                    state = _VALUE_OR_CLOSE
-                    i += 1
-                else:
-                    self.start = i
-                    state = _TOKEN_READ
-            elif state == _TOKEN_READ:
-                end = _TOKEN.match(text, self.start).end()
-                if end >= n and not eof:
-                    i = n
-                    break  # the next character decides where the number or word ends
-                scalar = _scalar(text[self.start:end], python)  # (before the comma goes out: it may not be one)
-                self._lead(out)
-                out.append(scalar)
-                i = end
-                state = _AFTER
-            elif state == _KEY_STRING:
-                end = _string_end(text, max(self.start, i), self.quote, python, self.start)
-                if end < 0:
-                    i = n  # (the key's text so far, read: the next search starts after it)
-                    break
-                if not python:  # (a plain key and its colon, here now: at once, as above)
-                    whole = self._plain_key(text, self.start - 1, out)
-                    if whole >= 0:
-                        i, state = whole, _VALUE
-                        continue
-                raw = text[self.start:end]
-                if "\\" in raw and (python or self.either):
-                    raise ValueError  # (read with JSON's escapes below: a Python key's may differ)
-                self.key = self._new_key(json.loads('"' + raw + '"') if "\\" in raw else raw)
-                i = end + 1
-                state = _COLON
-            elif state == _COLON:
-                if ch != ":":
-                    raise ValueError
-                self._lead(out)
-                out.append(encode_json(self.key) + ": ")
-                i += 1
-                state = _VALUE
-            elif state == _AFTER_PY_STRING:
-                if ch in "'\"":
-                    raise ValueError  # 'a' 'b': Python joins them
-                out.append('"')
-                state = _AFTER
-            elif state == _TOP:
-                if ch != "{":
-                    raise ValueError
-                out.append("{")
-                stack.append("}")
-                self.keys.append(set())
-                state = _KEY_OR_CLOSE
-                i += 1
-            else:
-                raise ValueError
-        self.pos, self.state = i, state
+            i = steps[state](self, text, i, eof, out)
+            if i < 0:  # (the step stopped the reading, at `pos`)
+                i = self.pos
+                break
+        self.pos = i
+        self._set_searches()
+
+    def _set_searches(self) -> None:
+        """The searches feed() runs on the next chunk, for where the stream stopped: inside a
+        string, `special` (and as_is, escapes); else `wake` (None: any chunk may move it)."""
+        state = self.state
         if state == _DONE:
             self.ended = True
         if state == _STRING:
             self._in_string()
             self.wake = None
+            return
+        self.special = None
+        if state == _VALUE or state == _VALUE_OR_CLOSE:
+            self.wake = _VALUE_WAKE
+        elif state == _TOKEN_READ:
+            self.wake = _TOKEN_WAKE
+        elif state in _IN_OBJECT and self.stack and self.stack[-1] == "}":
+            self.wake = _OBJECT_WAKE
         else:
-            self.special = None
-            if state == _VALUE or state == _VALUE_OR_CLOSE:
-                self.wake = _VALUE_WAKE
-            elif state == _TOKEN_READ:
-                self.wake = _TOKEN_WAKE
-            elif state in _IN_OBJECT and stack and stack[-1] == "}":
-                self.wake = _OBJECT_WAKE
-            else:
-                self.wake = None
+            self.wake = None
 
-    def _plain_key(self, text, at, out):
+    def _top(self, text: str, i: int, eof: bool, out: list[str]) -> int:
+        """_TOP: the object's opening brace."""
+        if text[i] != "{":
+            raise ValueError
+        return self._open("{", i, out)
+
+    def _open(self, bracket: str, i: int, out: list[str]) -> int:
+        """An object's or array's opening `bracket`, at `i`: given out (after a comma read
+        before it)."""
+        if len(self.stack) >= _MAX_DEPTH:
+            raise ValueError
+        self._lead(out)
+        out.append(bracket)
+        if bracket == "{":
+            self.stack.append("}")
+            self.keys.append(set())
+            self.state = _KEY_OR_CLOSE
+        else:
+            self.stack.append("]")
+            self.state = _VALUE_OR_CLOSE
+        return i + 1
+
+    def _close(self, i: int, out: list[str]) -> int:
+        """The closing bracket, at `i`, of the innermost container: given out; the value read
+        to its end when that container was the outermost."""
+        self.comma = False
+        closer = self.stack.pop()
+        out.append(closer)
+        if closer == "}":
+            self.keys.pop()
+        if not self.stack:
+            self.state = _DONE
+            self.pos = i + 1
+            return -1
+        self.state = _AFTER
+        return i + 1
+
+    def _key(self, text: str, i: int, eof: bool, out: list[str]) -> int:
+        """_KEY_OR_CLOSE, _KEY: where a key goes (or the object's closing brace: first, or, in
+        Python, after a trailing comma). A JSON key without escapes goes out with its colon
+        at once when they are here (_plain_key); any other is read as a string."""
+        ch = text[i]
+        python = self.python
+        if ch == "}" and (self.state == _KEY_OR_CLOSE or python):
+            return self._close(i, out)
+        if ch == '"' and not python:
+            end = self._plain_key(text, i, out)
+            if end >= 0:
+                self.state = _VALUE
+                return end
+        elif ch != '"' and not (python and ch == "'"):
+            raise ValueError
+        self.quote, self.start, self.state = ch, i + 1, _KEY_STRING
+        return i + 1
+
+    def _key_string(self, text: str, i: int, eof: bool, out: list[str]) -> int:
+        """_KEY_STRING: the rest of a key's string (from `start`), once its closing quote is
+        here: the key (a duplicate, or escapes that Python reads otherwise: ValueError)."""
+        start = self.start
+        python = self.python
+        end = _string_end(text, max(start, i), self.quote, python, start)
+        if end < 0:
+            return len(text)  # (the key's text so far, read: the next search starts after it)
+        if not python:  # (a plain key and its colon, here now: at once, as in _key)
+            whole = self._plain_key(text, start - 1, out)
+            if whole >= 0:
+                self.state = _VALUE
+                return whole
+        raw = text[start:end]
+        if "\\" in raw and (python or self.either):
+            raise ValueError  # (read with JSON's escapes below: a Python key's may differ)
+        self.key = self._new_key(json.loads('"' + raw + '"') if "\\" in raw else raw)
+        self.state = _COLON
+        return end + 1
+
+    def _colon(self, text: str, i: int, eof: bool, out: list[str]) -> int:
+        """_COLON: the colon after a key; the key goes out with it."""
+        if text[i] != ":":
+            raise ValueError
+        self._lead(out)
+        out.append(encode_json(self.key) + ": ")
+        self.state = _VALUE
+        return i + 1
+
+    def _value(self, text: str, i: int, eof: bool, out: list[str]) -> int:
+        """_VALUE, _VALUE_OR_CLOSE: where a value goes (or the array's closing bracket: first,
+        or, in Python, after a trailing comma). A string, object or array opens; anything else
+        is a number or a word."""
+        ch = text[i]
+        if ch == "]" and (self.state == _VALUE_OR_CLOSE or self.comma and self.python):
+            return self._close(i, out)
+        if ch == '"' or self.python and ch == "'":
+            out.append(', "' if self.comma else '"')
+            self.comma = False
+            self.quote = ch
+            self.state = _STRING
+            return i + 1
+        if ch == "{" or ch == "[":
+            return self._open(ch, i, out)
+        self.start = i
+        self.state = _TOKEN_READ
+        return i
+
+    def _string(self, text: str, i: int, eof: bool, out: list[str]) -> int:
+        """_STRING: a run of a string value's characters, and what ends the run: its closing
+        quote, an escape, or a character the canonical text escapes."""
+        python = self.python
+        # What runs unchanged into the canonical text: characters, and escapes written as the
+        # canonical text writes them (JSON: \" \\ \n ...).
+        run = (_PYTHON_STRING_RUN[self.quote] if python else _JSON_AS_IS_TEXT).match(text, i)
+        if run:
+            out.append(run.group())
+            i = run.end()
+            if i >= len(text):
+                return i
+        ch = text[i]
+        if ch == self.quote:
+            if python or self.either:
+                # (its quote goes out once no string follows: 'a' 'b' is 'ab')
+                self.state = _AFTER_PY_STRING
+            else:
+                out.append('"')
+                self.state = _AFTER
+            return i + 1
+        if ch == "\\":
+            return self._escape(text, i, eof, out)
+        if ch == '"':  # (raw inside a Python string in other quotes)
+            out.append('\\"')
+        elif python and ch not in "\n\r":
+            out.append(encode_json(ch)[1:-1])  # a control character, escaped
+        else:
+            raise ValueError  # not allowed raw in a string
+        return i + 1
+
+    def _escape(self, text: str, i: int, eof: bool, out: list[str]) -> int:
+        """The escape at `i` in a string, in the canonical text (-1 when the rest of it is
+        still to come: read from `i` again then)."""
+        python = self.python
+        kind = text[i + 1:i + 2]
+        if self.either and kind == "/":
+            raise ValueError  # (JSON reads \/ as /, Python as \/)
+        simple = (_PYTHON_SIMPLE if python else _JSON_SIMPLE).get(kind)
+        if simple is not None:
+            out.append(simple)
+            return i + 2
+        end = _python_escape_end(text, i, eof) if python else _escape_end(text, i, eof)
+        if end < 0:
+            self.pos = i
+            return -1
+        escape = text[i:end]
+        if self.either and kind == "u" and 0xD800 <= int(escape[2:6], 16) < 0xE000:
+            raise ValueError  # (a surrogate: JSON joins a pair into one character, Python does not)
+        quote = self.quote
+        if python:
+            decoded = ast.literal_eval(quote + escape + quote)
+        else:
+            decoded = json.loads('"' + escape + '"')
+        out.append(encode_json(decoded)[1:-1])
+        return end
+
+    def _after_py_string(self, text: str, i: int, eof: bool, out: list[str]) -> int:
+        """_AFTER_PY_STRING: what follows a string that may be a Python literal's (another
+        string: Python joins them, ValueError); its closing quote goes out."""
+        if text[i] in "'\"":
+            raise ValueError  # 'a' 'b': Python joins them
+        out.append('"')
+        self.state = _AFTER
+        return i
+
+    def _token(self, text: str, i: int, eof: bool, out: list[str]) -> int:
+        """_TOKEN_READ: a number or a word (from `start`), once what follows it ends it (or
+        `eof`): its canonical text."""
+        start = self.start
+        end = _TOKEN.match(text, start).end()  # type: ignore[union-attr]  # (a `*` run)
+        if end >= len(text) and not eof:
+            return len(text)  # the next character decides where the number or word ends
+        # (read before the comma goes out: it may not be a number or a word)
+        scalar = _scalar(text[start:end], self.python)
+        self._lead(out)
+        out.append(scalar)
+        self.state = _AFTER
+        return end
+
+    def _after(self, text: str, i: int, eof: bool, out: list[str]) -> int:
+        """_AFTER: after a value, a comma (given out with what follows it) or the closing
+        bracket of its container; after the value at the top, its end."""
+        stack = self.stack
+        if not stack:  # (a value at the top, read: what follows is not its)
+            self.state = _DONE
+            self.pos = i
+            return -1
+        ch = text[i]
+        if ch == ",":
+            self.comma = True
+            self.state = _KEY if stack[-1] == "}" else _VALUE
+            return i + 1
+        if ch == stack[-1]:
+            return self._close(i, out)
+        raise ValueError
+
+    def _done(self, text: str, i: int, eof: bool, out: list[str]) -> int:
+        """_DONE: nothing is read after the value's end (advance does not read on)."""
+        raise ValueError
+
+    def _plain_key(self, text: str, at: int, out: list[str]) -> int:
         """A key without escapes (its canonical text is itself) at `at`, its colon and the
         whitespace after it, all here: given out, and where they end; else -1."""
         whole = _JSON_PLAIN_KEY.match(text, at)
@@ -1159,7 +1531,7 @@ class ObjectStream:
         out.append('"' + key + '": ')
         return whole.end()
 
-    def _new_key(self, key):
+    def _new_key(self, key: str) -> str:
         """A key of the object being read; ValueError when it has it already (the final
         arguments refuse a duplicate key)."""
         keys = self.keys[-1]
@@ -1168,19 +1540,40 @@ class ObjectStream:
         keys.add(key)
         return key
 
-    def _lead(self, out):
+    def _lead(self, out: list[str]) -> None:
+        """The comma read before what goes out now, given out first."""
         if self.comma:
             out.append(", ")
             self.comma = False
 
 
-def _raw_quotes_escaped(text):
+# A step of ObjectStream._read: (the stream, the text, where, eof, out) -> where reading goes
+# on (-1: it stops there, at the stream's `pos`).
+_ObjectStep = Callable[[ObjectStream, str, int, bool, list[str]], int]
+_STEP_OF: dict[int, _ObjectStep] = {
+    _TOP: ObjectStream._top,
+    _KEY_OR_CLOSE: ObjectStream._key,
+    _KEY: ObjectStream._key,
+    _KEY_STRING: ObjectStream._key_string,
+    _COLON: ObjectStream._colon,
+    _VALUE: ObjectStream._value,
+    _VALUE_OR_CLOSE: ObjectStream._value,
+    _STRING: ObjectStream._string,
+    _AFTER_PY_STRING: ObjectStream._after_py_string,
+    _TOKEN_READ: ObjectStream._token,
+    _AFTER: ObjectStream._after,
+    _DONE: ObjectStream._done,
+}
+_OBJECT_STEPS = tuple(_STEP_OF[state] for state in range(len(_STEP_OF)))  # (by state)
+
+
+def _raw_quotes_escaped(text: str) -> str:
     """Characters of a Python string as the canonical text writes them, when the only thing
     it writes otherwise is a double quote written raw (in a string in single quotes): \\"."""
     return _RAW_QUOTE.sub(lambda m: m.group(1) or '\\"', text) if '"' in text else text
 
 
-def _escape_end(text, i, eof):
+def _escape_end(text: str, i: int, eof: bool) -> int:
     """Where the JSON escape at `i` ends (a surrogate pair as one); -1 while it may go on."""
     n = len(text)
     if i + 1 >= n:
@@ -1204,7 +1597,8 @@ def _escape_end(text, i, eof):
     if i + 12 > n and not eof and "\\u".startswith(text[i + 6:i + 8]) and (
             text[i + 6:i + 8] != "\\u" or _HEX4.match(text[i + 8:] + "0000")):
         return -1
-    if text.startswith("\\u", i + 6) and _HEX4.match(text, i + 8) and 0xDC00 <= int(text[i + 8:i + 12], 16) < 0xE000:
+    if (text.startswith("\\u", i + 6) and _HEX4.match(text, i + 8)
+            and 0xDC00 <= int(text[i + 8:i + 12], 16) < 0xE000):
         return i + 12
     return i + 6  # (alone: JSON keeps it as it is, and so does the stream)
 
@@ -1215,7 +1609,7 @@ _OCTAL = frozenset("01234567")
 _HEX = frozenset("0123456789abcdefABCDEF")
 
 
-def _python_escape_end(text, i, eof):
+def _python_escape_end(text: str, i: int, eof: bool) -> int:
     """Where the Python string escape at `i` ends; -1 while it may go on. (\\N{...}, a line
     continuation and escapes Python keeps as written are not read: ValueError.)"""
     n = len(text)
@@ -1248,13 +1642,14 @@ def _python_escape_end(text, i, eof):
     return i + length
 
 
-def _string_end(text, i, quote, python, start):
+def _string_end(text: str, i: int, quote: str, python: bool, start: int) -> int:
     """Where the string whose text starts at `start` closes (its quote, at `i` or after: what
     is before `i` was searched); -1: not here yet."""
     while True:
         at = text.find(quote, i)
         if at == -1:
-            if python and "\\" in text[i - 1 if i > start else start:]:  # (a backslash: at `i` or just before)
+            # (a backslash: at `i` or just before)
+            if python and "\\" in text[i - 1 if i > start else start:]:
                 raise ValueError
             return -1
         slashes = 0
@@ -1267,8 +1662,9 @@ def _string_end(text, i, quote, python, start):
         i = at + 1
 
 
-def _scalar(token, python):
-    """The canonical text of a number or a word (ValueError: not one, or not the same in JSON)."""
+def _scalar(token: str, python: bool) -> str:
+    """The canonical text of a number or a word (ValueError: not one, or not the same in
+    JSON)."""
     word = (_PYTHON_WORDS if python else _JSON_WORDS).get(token)
     if word is not None:
         return word
@@ -1277,31 +1673,40 @@ def _scalar(token, python):
     return encode_json(json.loads(token))  # (1E5 -> 100000.0, -0 -> 0; 1e999 cannot be JSON)
 
 
-_STOP_SEARCH = {}
+class StopSearch(NamedTuple):
+    """What tells where a raw string value's closing text (one of its stops) is."""
+
+    firsts: frozenset[str]  # the stops' first characters
+    starts: frozenset[str]  # their starts, whole ones too
+    partial: frozenset[str]  # the starts that are no whole stop
+    first_stop: Search  # a search for the first whole stop
 
 
-def _stop_search(stops):
-    """(the stops' first characters; their starts, whole ones too; the starts that are no whole
-    stop; a search for the first whole stop), cached per stops."""
+_STOP_SEARCH: dict[tuple[str, ...], StopSearch] = {}
+
+
+def _stop_search(stops: tuple[str, ...]) -> StopSearch:
+    """The stops' StopSearch (cached per stops)."""
     found = _STOP_SEARCH.get(stops)
     if found is None:
-        pattern = "|".join(re.escape(stop) for stop in sorted(stops, key=lambda s: (-len(s), s)))
+        ordered = sorted(stops, key=lambda s: (-len(s), s))
         starts = frozenset(stop[:i] for stop in stops for i in range(1, len(stop) + 1))
-        found = _STOP_SEARCH[stops] = (frozenset(stop[0] for stop in stops), starts, starts - frozenset(stops),
-                                       re.compile(pattern).search)
+        found = _STOP_SEARCH[stops] = StopSearch(
+            frozenset(stop[0] for stop in stops), starts, starts - frozenset(stops),
+            re.compile("|".join(re.escape(stop) for stop in ordered)).search)
     return found
 
 
-def _json_string_text(text):
+def _json_string_text(text: str) -> str:
     """A string's canonical text, without its quotes (its quotes, backslashes and control
     characters escaped): json's own escaping, in C where it is."""
     return _encode_basestring(text)[1:-1]
 
 
-_RAW_SPECIAL = {}
+_RAW_SPECIAL: dict[str, Search] = {}
 
 
-def _raw_special(stops):
+def _raw_special(stops: tuple[str, ...]) -> tuple[Search, Search]:
     """Searches in a raw string value's chunk: for a first character of its closing text or
     a character JSON escapes (cached); for where its closing text may begin (marker_starts)."""
     firsts = "".join(sorted({stop[0] for stop in stops}))
@@ -1312,14 +1717,31 @@ def _raw_special(stops):
     return found, marker_starts(stops)
 
 
-_RAW_SEARCHES = {}
+class RawSearches(NamedTuple):
+    """What KeyValueStream searches a raw string value's text with (see _raw_special and
+    StopSearch)."""
+
+    longest: int  # the longest stop's length
+    special: Search  # a character that may begin a stop, or that JSON escapes
+    stop_starts: Search  # where a stop may begin (marker_starts)
+    firsts: frozenset[str]
+    starts: frozenset[str]
+    partial: frozenset[str]
+    stop_at: Search  # the first whole stop
 
 
-def _raw_searches(stops):
-    """(the longest stop, _raw_special's two searches, _stop_search's four): cached per stops."""
+_RAW_SEARCHES: dict[tuple[str, ...], RawSearches] = {}
+
+
+def _raw_searches(stops: tuple[str, ...]) -> RawSearches:
+    """The stops' RawSearches (cached per stops)."""
     found = _RAW_SEARCHES.get(stops)
     if found is None:
-        found = _RAW_SEARCHES[stops] = (max(len(stop) for stop in stops), *_raw_special(stops), *_stop_search(stops))
+        special, stop_starts = _raw_special(stops)
+        search = _stop_search(stops)
+        found = _RAW_SEARCHES[stops] = RawSearches(
+            max(len(stop) for stop in stops), special, stop_starts, search.firsts, search.starts,
+            search.partial, search.first_stop)
     return found
 
 
@@ -1328,49 +1750,55 @@ class KeyValueStream:
     (its value decoded and typed); a raw string value may run ahead of its reader:
     `open_string`, then `advance` as its text arrives, then `argument` for the rest."""
 
-    __slots__ = ("index", "count", "out", "paused", "pos", "start", "stops", "longest", "special", "as_is",
-                 "stop_starts", "firsts", "starts", "partial", "stop_at", "blocked", "value", "held", "value_special")
+    __slots__ = ("index", "count", "out", "paused", "pos", "start", "stops", "longest", "special",
+                 "as_is", "stop_starts", "firsts", "starts", "partial", "stop_at", "blocked",
+                 "value", "held", "value_special")
 
-    def __init__(self, index):
+    index: int  # the call's index in the deltas
+    count: int  # arguments begun
+    out: list[str]  # what was given out
+    paused: bool  # nothing more goes out (see pause)
+    pos: int | None  # or: where the raw string value running ahead goes on in the text
+    start: int | None  # where it started
+    stops: tuple[str, ...]  # what may end it (its layout's closing text, with its lead)
+    special: Search | None  # (as ObjectStream.special, while a raw string value runs ahead)
+    as_is: Search  # (its chunks with quotes or backslashes go out escaped: see escaped)
+    value: ObjectStream | None  # or: the stream of the value being read (open_value)
+    # The end of what `escaped` took that may begin a stop: given out, or not, with what follows.
+    held: str
+    value_special: Search | None  # `special` of the raw string value, while nothing is held
+    # Set by open_string, for the raw string value (its stops' RawSearches):
+    longest: int
+    stop_starts: Search
+    firsts: frozenset[str]
+    starts: frozenset[str]
+    partial: frozenset[str]
+    stop_at: Search
+    blocked: bool  # a whole stop is here: nothing more of the value goes out before its reader
+
+    def __init__(self, index: int) -> None:
         self.index = index
-        self.count = 0  # arguments begun
-        self.out = []  # what was given out
+        self.count = 0
+        self.out = []
         self.paused = False
-        self.pos = None  # or: where the raw string value running ahead goes on in the text
-        self.start = None  # where it started
-        self.stops = ()  # what may end it (its layout's closing text, with its lead)
-        self.special = None  # (as ObjectStream.special, while a raw string value runs ahead)
-        self.as_is = _NEVER  # (its chunks with quotes or backslashes go out escaped: see escaped)
-        self.value = None  # or: the ObjectStream of the value being read (open_value)
-        self.held = ""  # the end of what `escaped` took that may begin a stop: given out, or not, with what follows
+        self.pos = None
+        self.start = None
+        self.stops = ()
+        self.special = None
+        self.as_is = _NEVER
+        self.value = None
+        self.held = ""
         self.value_special = None
 
-    def argument(self, key, value, text):
+    def argument(self, key: str, value: JSONValue, text: str) -> str:
         """A whole argument, read (or, after its string ran ahead, the rest of it; `text`: the
-        parser's text, which holds what of it went out)."""
+        parser's text, which holds what of it went out): the canonical text that goes out."""
         if self.paused:
             return ""
         if self.value is not None:
-            # What the value's stream gave out, and the rest of the value's canonical text.
-            sent = "".join(self.value.out)
-            self.out.append(sent)
-            self.value = None
-            try:
-                whole = encode_json(value)
-            except (ValueError, TypeError, RecursionError):
-                self.pause()
-                return ""
-            if not whole.startswith(sent):
-                self.pause()  # (cannot happen: the final check says so)
-                return ""
-            piece = whole[len(sent):]
+            piece = self._rest_of_value(self.value, value)
         elif self.pos is not None:
-            sent = text[self.start:self.pos]
-            self.pos = self.special = None
-            if not isinstance(value, str) or not value.startswith(sent):
-                self.pause()  # (cannot happen for a string value; the final check says so)
-                return ""
-            piece = encode_json(value[len(sent):])[1:-1] + '"'
+            piece = self._rest_of_string(value, text)
         else:
             try:
                 piece = (", " if self.count else "{") + encode_json(key) + ": " + encode_json(value)
@@ -1378,17 +1806,47 @@ class KeyValueStream:
                 self.pause()  # (a value JSON cannot hold: the call will not read)
                 return ""
             self.count += 1
+        if piece is None:
+            return ""
         self.out.append(piece)
         return piece
 
-    def open_string(self, key, pos, stops):
+    def _rest_of_value(self, stream: ObjectStream, value: JSONValue) -> str | None:
+        """After the value's ObjectStream (`stream`): what it gave out, kept, and the rest of
+        the value's canonical text (None: paused)."""
+        sent = "".join(stream.out)
+        self.out.append(sent)
+        self.value = None
+        try:
+            whole = encode_json(value)
+        except (ValueError, TypeError, RecursionError):
+            self.pause()
+            return None
+        if not whole.startswith(sent):
+            self.pause()  # (cannot happen: the final check says so)
+            return None
+        return whole[len(sent):]
+
+    def _rest_of_string(self, value: JSONValue, text: str) -> str | None:
+        """After a raw string value ran ahead: the rest of its canonical text, and its closing
+        quote (None: paused)."""
+        sent = text[self.start:self.pos]
+        self.pos = self.special = None
+        if not isinstance(value, str) or not value.startswith(sent):
+            self.pause()  # (cannot happen for a string value; the final check says so)
+            return None
+        return encode_json(value[len(sent):])[1:-1] + '"'
+
+    def open_string(self, key: str, pos: int, stops: tuple[str, ...]) -> str:
         """A raw string value of `key` starts at `pos` in the text; one of `stops` ends it."""
         if self.paused:
             return ""
         self.pos = self.start = pos
         self.stops = stops
-        self.longest, self.special, self.stop_starts, self.firsts, self.starts, self.partial, self.stop_at = \
-            _raw_searches(stops)
+        searches = _raw_searches(stops)
+        self.longest, self.special = searches.longest, searches.special
+        self.stop_starts, self.stop_at = searches.stop_starts, searches.stop_at
+        self.firsts, self.starts, self.partial = searches.firsts, searches.starts, searches.partial
         self.value_special, self.held = self.special, ""
         self.blocked = False
         piece = (", " if self.count else "{") + encode_json(key) + ': "'
@@ -1396,7 +1854,8 @@ class KeyValueStream:
         self.out.append(piece)
         return piece
 
-    def open_value(self, key, pos, python):
+    def open_value(self, key: str, pos: int,
+                   python: bool) -> tuple[str, ObjectStream | None]:
         """A JSON (or Python, `python`) value of `key` starts at `pos`: what goes out before it,
         and the ObjectStream that gives it out as it arrives (None: paused)."""
         if self.paused:
@@ -1407,12 +1866,12 @@ class KeyValueStream:
         self.out.append(piece)
         return piece, self.value
 
-    def pause(self):
+    def pause(self) -> None:
         """Give out nothing more: the rest goes out when the call is complete."""
         self.paused = True
         self.special = None
 
-    def escaped(self, chunk):
+    def escaped(self, chunk: str) -> str | None:
         """The next characters of the value (all of its text before them given out, `held`
         aside), in which `special` found something: their canonical text (quotes, backslashes
         and control characters escaped) if no closing text begins in them; what may begin one
@@ -1431,7 +1890,7 @@ class KeyValueStream:
         self.special = _ALWAYS if held else self.value_special
         return _json_string_text(text)
 
-    def caught_up(self, text, end):
+    def caught_up(self, text: str, end: int) -> None:
         """The chunks given out through `special` and `escaped` (`text`) are in the parser's
         text, which now ends at `end`: the value runs ahead from there (at what is held)."""
         held = self.held
@@ -1442,7 +1901,7 @@ class KeyValueStream:
         self.pos = end - len(held)
         self.out.append(_json_string_text(text))
 
-    def advance(self, text, eof):
+    def advance(self, text: str, eof: bool) -> str:
         """What of the raw string value running ahead has arrived and cannot be the start of
         its closing text, or of what may settle it when that text is missing ("" for none;
         the closing text itself ends it, so `eof` changes nothing)."""
@@ -1485,6 +1944,8 @@ PARALLEL_ALL = "all"
 # Kinds of call-layout steps.
 LITERAL, NAME, CALL_ID, INDEX, ARGUMENTS, UNREAD = range(6)
 _SLOT_STEPS = {"name": NAME, "id": CALL_ID, "index": INDEX, "index1": INDEX, "arguments": ARGUMENTS}
+# (what a slot's run takes)
+_SLOT_CHARS: dict[int, CharSet] = {NAME: NAME_CHARS, CALL_ID: ID_CHARS, INDEX: DIGITS}
 
 
 class Closing:
@@ -1492,7 +1953,14 @@ class Closing:
 
     __slots__ = ("after", "after_core", "after_lead", "raw_end", "after_here", "after_trails")
 
-    def __init__(self, after, raw, separator_core):
+    after: str
+    after_core: str
+    after_lead: str
+    raw_end: str
+    after_here: str
+    after_trails: bool
+
+    def __init__(self, after: str, raw: bool, separator_core: str) -> None:
         self.after = after
         self.after_core = after.strip()
         self.after_lead = after[: len(after) - len(after.lstrip())]
@@ -1507,10 +1975,10 @@ class ArgumentLayout:
     """One key/value argument layout cut at its slots: before key, key, middle, value, after
     (which may name the key again: </key>)."""
 
-    def __init__(self, kind, layout):
+    def __init__(self, kind: str, layout: Layout) -> None:
         k, v = layout.index({"slot": "key"}), layout.index({"slot": "value"})
 
-        def text(pieces):
+        def text(pieces: Layout) -> str:
             return "".join(p for p in pieces if isinstance(p, str))
 
         self.kind = kind
@@ -1519,21 +1987,25 @@ class ArgumentLayout:
         self.key_again = {"slot": "key"} in self.after_pieces
         self.middle_full = middle
         self.middle = middle.rstrip()  # matched with the grammar's whitespace tolerance
-        self.middle_lead = middle[len(self.middle):]  # whitespace before the value, taken when there
+        # whitespace before the value, taken when there
+        self.middle_lead = middle[len(self.middle):]
         self.raw = False  # filled by the format: a raw value, read to its closing text
-        self.static = None  # the Closing of a layout that does not name the key after the value
-        self._closings = {}
+        # the Closing of a layout that does not name the key after the value
+        self.static: Closing | None = None
+        self._closings: dict[str, Closing] = {}
+        self._separator_core = ""
 
-    def prepare(self, raw, separator_core):
+    def prepare(self, raw: bool, separator_core: str) -> None:
         self.raw, self._separator_core = raw, separator_core
         if not self.key_again:
-            self.static = Closing("".join(self.after_pieces), raw, separator_core)
+            self.static = Closing("".join(p for p in self.after_pieces if isinstance(p, str)),
+                                  raw, separator_core)
 
-    def closing(self, key):
+    def closing(self, key: str) -> Closing:
         """The Closing after the value of `key` (cached: the same few keys recur)."""
         found = self.static or self._closings.get(key)
         if found is None:
-            after = "".join(key if piece == {"slot": "key"} else piece for piece in self.after_pieces)
+            after = "".join(piece if isinstance(piece, str) else key for piece in self.after_pieces)
             found = self._closings[key] = Closing(after, self.raw, self._separator_core)
         return found
 
@@ -1541,7 +2013,7 @@ class ArgumentLayout:
 class KeyValueFormat:
     """A key/value argument format, read once: layouts, separator, value encoders."""
 
-    def __init__(self, fmt):
+    def __init__(self, fmt: ArgumentsTable) -> None:
         self.fmt = fmt
         self.layouts = [ArgumentLayout(kind, layout) for kind, layout in fmt["argument"].items()]
         self.string = next(a for a in self.layouts if a.kind == "string")
@@ -1556,39 +2028,45 @@ class KeyValueFormat:
         self.maybe_quoted = encoders.get("string") == "raw-or-quoted"  # (raw, or in quotes: CDATA)
         self.native = encoders.get("object") == "native" or encoders.get("array") == "native"
         self.key_run = run_of(NAME_CHARS).match
-        self.single = self.string if len(self.layouts) == 1 else None  # else: told apart by their middle
+        # else: told apart by their middle
+        self.single = self.string if len(self.layouts) == 1 else None
         self.fillers = format_fillers(fmt["argument"].values())  # (tokens around XML-nested values)
         # (literals that end with whitespace take all the whitespace there: see literal_here)
         self.separator_trails = self.separator[-1:].isspace()
         self.before_trails = self.before[-1:].isspace()
         for layout in self.layouts:
-            layout.prepare(self.raw_strings and (self.single is not None or layout.kind == "string"), self.separator_core)
+            layout.prepare(self.raw_strings
+                           and (self.single is not None or layout.kind == "string"),
+                           self.separator_core)
         # One layout for every value, strings written raw, nothing written after a value
         # (`key=value, key=value`): a value ends at the separator or at the call's literal
         # after the arguments, and an object or array runs as its brackets balance.
         single = self.single
-        self.open_values = bool(self.raw_strings and single is not None and single.static is not None
-                                and not single.static.after_core)
+        self.open_values = bool(self.raw_strings and single is not None
+                                and single.static is not None and not single.static.after_core)
         # What begins the next argument, as the text writes it (its opener, a key, a layout's
         # middle): with the call's closing word, it settles a raw value whose closing text
         # never came (see settling). None where an argument's layout does not open with text
         # of its own, or names the key again after the value (<key>v</key>).
         before = self.before.strip()
-        middles = sorted({a.middle.strip() for a in self.layouts if a.middle.strip()}, key=lambda m: (-len(m), m))
-        self.next_argument = self.next_argument_search = None
+        middles = sorted({a.middle.strip() for a in self.layouts if a.middle.strip()},
+                         key=lambda m: (-len(m), m))
+        self.next_argument: str | None = None
+        self.next_argument_search: Search | None = None
         if before and middles and not any(a.key_again for a in self.layouts):
-            self.next_argument = re.escape(before) + "[" + class_body(NAME_CHARS) + "]+(?:" + "|".join(
-                re.escape(m) for m in middles) + ")"
+            self.next_argument = (re.escape(before) + "[" + class_body(NAME_CHARS) + "]+(?:"
+                                  + "|".join(re.escape(m) for m in middles) + ")")
             self.next_argument_search = re.compile(self.next_argument).search
-        self._settling = {}
-        self.raw_stops = {}  # (see Rules' _raw_stops)
+        self._settling: dict[str, Search | None] = {}
+        self.raw_stops: dict[tuple[Any, ...], Any] = {}  # (a cache of Rules' _raw_stops)
         # How much of the layout a key's reader waits for after the key, with it: its middle,
         # the quote a string value opens with, and the value's first character (one wake-up).
-        self.key_then = len(self.single.middle_full) + (len(self.quote_open) if self.quoted_strings else 0) + 1 \
-            if self.single is not None else 0
-        self._after_value = {}
+        self.key_then = (len(self.single.middle_full)
+                         + (len(self.quote_open) if self.quoted_strings else 0) + 1
+                         if self.single is not None else 0)
+        self._after_value: dict[str, tuple[str, ...]] = {}
 
-    def after_value(self, after_arguments):
+    def after_value(self, after_arguments: str) -> tuple[str, ...]:
         """What the template writes after an argument's value and its closing text, as one of
         two texts: the next argument's start (separator, opener), or the end of the arguments
         (`after_arguments`: the rest of the call and the next call's start). Their whitespace
@@ -1600,18 +2078,20 @@ class KeyValueFormat:
             found = self._after_value[after_arguments] = tuple(t for t in texts if t)
         return found
 
-    def settling(self, closing_word):
+    def settling(self, closing_word: str) -> Search | None:
         """A search for the first text that settles a raw value whose closing text is missing
         (the next argument's opener, or `closing_word`: the call's literal after its
         arguments); None: nothing can (cached per closing word)."""
         found = self._settling.get(closing_word)
         if found is None and closing_word not in self._settling:
-            parts = [p for p in (self.next_argument, re.escape(closing_word) if closing_word else None) if p]
-            found = self._settling[closing_word] = re.compile("|".join(parts)).search if parts else None
+            parts = [p for p in (self.next_argument,
+                                 re.escape(closing_word) if closing_word else None) if p]
+            found = self._settling[closing_word] = (re.compile("|".join(parts)).search
+                                                    if parts else None)
         return found
 
 
-def _skips_whitespace(piece):
+def _skips_whitespace(piece: LayoutPiece | None) -> bool:
     """Whether the reader of this call-layout piece starts by skipping whitespace."""
     return piece == {"slot": "arguments"} or (isinstance(piece, str) and piece[:1].isspace())
 
@@ -1621,7 +2101,7 @@ def _skips_whitespace(piece):
 NATURAL_STOPS = ("stop", "tool_calls")
 
 
-def stoppable_word(word):
+def stoppable_word(word: str) -> bool:
     """Whether a word of a literal (or the rest of one) is one an engine may stop on and leave
     out: whitespace, or a marker (a tag or a special token: it has a letter or digit), not
     what begins with the punctuation that closes a value (`}`, `)]`, a quote): that is never
@@ -1633,22 +2113,23 @@ CLOSES_A_VALUE = "}])\"'"
 _CLOSES_A_VALUE = frozenset(CLOSES_A_VALUE)
 
 
-def stopped_in(word, present):
+def stopped_in(word: str, present: str) -> bool:
     """Whether a word of which only `present` (its start) came before a natural stop lost the
     rest to the engine: `present` is only punctuation that closes a value (or nothing: `}` of
     `}<tool_call|>`) and the rest is a marker (stoppable_word), not a cut inside one."""
-    return word.startswith(present) and all(c in _CLOSES_A_VALUE for c in present) and stoppable_word(
-        word[len(present):])
+    return (word.startswith(present) and all(c in _CLOSES_A_VALUE for c in present)
+            and stoppable_word(word[len(present):]))
 
 
-def stoppable(literal):
+def stoppable(literal: str) -> bool:
     """Whether all of a literal's words are stoppable (see stoppable_word)."""
     return all(stoppable_word(w) for w in words(literal))
 
 
 # Placeholders a call layout is written with to see whether it is a JSON object (and which
 # of its keys holds which slot).
-_JSON_CALL_FILLS = {"name": "tplparse-name", "id": "tplparse-id", "arguments": '{"tplparse-arguments": 0}'}
+_JSON_CALL_FILLS = {"name": "tplparse-name", "id": "tplparse-id",
+                    "arguments": '{"tplparse-arguments": 0}'}
 # The other name models use for the arguments key (Llama writes "parameters", others "arguments").
 ARGUMENTS_ALIASES = {"arguments": "parameters", "parameters": "arguments"}
 
@@ -1657,11 +2138,20 @@ ARGUMENTS_ALIASES = {"arguments": "parameters", "parameters": "arguments"}
 UNWRITTEN_SEPARATORS = (";", ",")
 
 
-def json_call_object(layout):
+class JsonCallLayout(NamedTuple):
     """A call layout that writes the call as a JSON object around its slots ({"name": NAME,
-    "arguments": ARGUMENTS}, with or without an id): (its first step, the text of that
-    literal before the object, its last step, the text of that literal after the object,
-    {slot: key}); else None. Found by writing the layout with placeholders and decoding it."""
+    "arguments": ARGUMENTS}, with or without an id)."""
+
+    first: int  # the step (a literal) the object starts in
+    before: str  # that literal's text before the object
+    last: int  # the step (a literal) the object ends in
+    after: str  # that literal's text after the object
+    keys: dict[str, str]  # slot (name, arguments, id) -> the object's key that holds it
+
+
+def json_call_object(layout: Layout) -> JsonCallLayout | None:
+    """The layout's JSON call object (JsonCallLayout), or None when it writes none. Found by
+    writing the layout with placeholders and decoding it."""
     text, starts = "", []
     for piece in layout:
         starts.append(len(text))
@@ -1679,63 +2169,97 @@ def json_call_object(layout):
             continue
         if not isinstance(value, dict):
             continue
-        keys = {slot: next((k for k, v in value.items() if v == JSON_DECODER.decode(f'"{fill}"' if slot != "arguments"
-                                                                                  else fill)), None)
-                for slot, fill in _JSON_CALL_FILLS.items()}
+        keys = {slot: _key_holding(value, slot, fill) for slot, fill in _JSON_CALL_FILLS.items()}
         if not (keys["name"] and keys["arguments"] and all(keys[slot] for slot in slots)):
             continue
         first = max(i for i, start in enumerate(starts) if start <= at)
         last = max(i for i, start in enumerate(starts) if start <= end - 1)
-        if first == last or not isinstance(layout[first], str) or not isinstance(layout[last], str):
+        head, tail = layout[first], layout[last]
+        if first == last or not isinstance(head, str) or not isinstance(tail, str):
             return None
-        return (first, layout[first][: at - starts[first]], last, layout[last][end - starts[last]:],
-                {slot: key for slot, key in keys.items() if key})
+        return JsonCallLayout(first, head[: at - starts[first]], last, tail[end - starts[last]:],
+                              {slot: key for slot, key in keys.items() if key})
     return None
 
 
-def call_steps(layout):
-    """The call layout as the steps the call reader runs, one per piece:
-    (kind, the literal or the slot's characters, a match of a run of those characters,
-    where arguments end (the next literal, stripped, its first word, and the whitespace the
-    layout writes before it), whether the next reader skips whitespace itself (then a literal need not wait for its end), whether the literal can be taken
-    exactly as written (no end whitespace), the length of the literal right after (a run
-    waits for it too, and for the first character of arguments that follow it: one wake-up,
-    not two or three), whether all of the layout after this step is
-    stoppable (then, at a natural stop, this literal's unread words and the rest of the
-    layout may be missing: the engine stopped on them))."""
-    steps = []
-    for i, piece in enumerate(layout):
-        after = layout[i + 1] if i + 1 < len(layout) else None
-        then = len(after.strip()) if isinstance(after, str) else 0
-        if then and i + 2 < len(layout) and layout[i + 2] == {"slot": "arguments"}:
-            then = len(after.lstrip()) + 1  # (and the arguments' first character, as rendered: their reader starts)
-        eats = all(isinstance(p, str) and stoppable(p) for p in layout[i + 1:])
-        if isinstance(piece, str):
-            steps.append((LITERAL, piece, None, None, _skips_whitespace(after), not piece[-1:].isspace(), then, eats))
-            continue
-        kind = _SLOT_STEPS.get(piece["slot"], UNREAD)
-        chars = {NAME: NAME_CHARS, CALL_ID: ID_CHARS, INDEX: DIGITS}.get(kind)
-        closing = None
-        if kind == ARGUMENTS:
-            written = ""  # the layout's text after the arguments, to its first literal with a word
-            for p in layout[i + 1:]:
-                if not isinstance(p, str):
-                    break
-                written += p
-                if p.strip():
-                    break
-            following = written.strip()
-            closing = (following, words(following)[0] if following else "", written[: len(written) - len(written.lstrip())])
-        steps.append((kind, chars, run_of(chars).match if chars else None, closing, _skips_whitespace(after), False, then,
-                      eats))
-    return tuple(steps)
+def _key_holding(value: dict[str, Any], slot: str, fill: str) -> str | None:
+    """The key of a decoded call object whose value is the placeholder of `slot`."""
+    filled = JSON_DECODER.decode(f'"{fill}"' if slot != "arguments" else fill)
+    return next((key for key, held in value.items() if held == filled), None)
+
+
+class ArgumentsEnd(NamedTuple):
+    """Where a call's arguments end: the layout's next literal with a word."""
+
+    literal: str  # that literal, stripped ("" when the layout writes none)
+    word: str  # its first word: enough to end the arguments (the literal is matched after)
+    lead: str  # the whitespace the layout writes before it
+
+
+class CallStep(NamedTuple):
+    """One piece of a call layout, as the call reader runs it."""
+
+    kind: int  # LITERAL, NAME, CALL_ID, INDEX, ARGUMENTS or UNREAD
+    literal: str  # a LITERAL's text ("" for a slot)
+    chars: CharSet  # the characters a NAME, CALL_ID or INDEX run takes ("" otherwise)
+    run: Callable[[str, int], re.Match[str] | None] | None  # a match of a run of those characters
+    arguments_end: ArgumentsEnd | None  # ARGUMENTS: where they end
+    # the next reader skips whitespace itself (a literal need not wait for its end)
+    ws_follows: bool
+    exact: bool  # a literal that can be taken exactly as written (no whitespace at its end)
+    # the length of the literal right after (a run waits for it too, and for the first
+    # character of arguments that follow it: one wake-up, not two or three)
+    then: int
+    # all of the layout after this step is stoppable: at a natural stop, this literal's
+    # unread words and the rest of the layout may be missing (the engine stopped on them)
+    eats: bool
+
+
+def call_steps(layout: Layout) -> tuple[CallStep, ...]:
+    """The call layout as the steps the call reader runs, one per piece."""
+    return tuple(_call_step(layout, i) for i in range(len(layout)))
+
+
+def _call_step(layout: Layout, i: int) -> CallStep:
+    piece = layout[i]
+    after = layout[i + 1] if i + 1 < len(layout) else None
+    then = len(after.strip()) if isinstance(after, str) else 0
+    if (then and isinstance(after, str) and i + 2 < len(layout)
+            and layout[i + 2] == {"slot": "arguments"}):
+        # (and the arguments' first character, as rendered: their reader starts)
+        then = len(after.lstrip()) + 1
+    eats = all(isinstance(p, str) and stoppable(p) for p in layout[i + 1:])
+    ws_follows = _skips_whitespace(after)
+    if isinstance(piece, str):
+        return CallStep(LITERAL, piece, "", None, None, ws_follows, not piece[-1:].isspace(),
+                        then, eats)
+    kind = _SLOT_STEPS.get(piece["slot"], UNREAD)
+    chars: CharSet = _SLOT_CHARS.get(kind, "")
+    end = _arguments_end(layout[i + 1:]) if kind == ARGUMENTS else None
+    return CallStep(kind, "", chars, run_of(chars).match if chars else None, end, ws_follows,
+                    False, then, eats)
+
+
+def _arguments_end(rest: Layout) -> ArgumentsEnd:
+    """Where arguments followed by `rest` end: the layout's text after them, to its first
+    literal with a word."""
+    written = ""
+    for p in rest:
+        if not isinstance(p, str):
+            break
+        written += p
+        if p.strip():
+            break
+    following = written.strip()
+    return ArgumentsEnd(following, words(following)[0] if following else "",
+                        written[: len(written) - len(written.lstrip())])
 
 
 class MessageFormat:
     """A turn written as messages, each with a header (the tables' "messages", from
     tplparse.grammar.reading.message_format): the markers, the channels and the recipient."""
 
-    def __init__(self, messages, end_of_turn):
+    def __init__(self, messages: MessagesTable, end_of_turn: tuple[str, ...]) -> None:
         self.start = messages["start"]  # opens a message after the first
         self.channel = messages["channel"]  # starts the header's channel part
         self.body = messages["body"]  # ends the header
@@ -1748,14 +2272,18 @@ class MessageFormat:
         self.no_name = {"", self.namespace, re.sub("[^A-Za-z0-9]+$", "", self.namespace)}
         # A recipient field: its key at the start of a field (after whitespace, a marker or
         # the header's start), then the name it addresses.
-        self.recipient_field = re.compile("(?<![A-Za-z0-9_.=-])" + re.escape(self.recipient) + "([A-Za-z0-9_.-]*)")
+        self.recipient_field = re.compile("(?<![A-Za-z0-9_.=-])" + re.escape(self.recipient)
+                                          + "([A-Za-z0-9_.-]*)")
         # What ends a body: a message's end, a call's end, the turn's end, the next message's
         # start, or the next header (a model that wrote no end and no start before it).
-        self.body_stops = tuple(dict.fromkeys([self.end, self.call_end, *end_of_turn, self.start, self.channel]))
-        self.closing = (self.call_end, self.call_end, "")  # (where a call's arguments end: its message's end)
+        self.body_stops = tuple(dict.fromkeys([self.end, self.call_end, *end_of_turn, self.start,
+                                               self.channel]))
+        # (where a call's arguments end: its message's end)
+        self.closing = ArgumentsEnd(self.call_end, self.call_end, "")
         # Where a header ends: its body marker, or (a header cut off) what ends a body.
         cut_off = [self.body, *[s for s in self.body_stops if s != self.channel]]
-        self.header_end = re.compile("|".join(re.escape(s) for s in sorted(cut_off, key=len, reverse=True))).search
+        self.header_end = re.compile(
+            "|".join(re.escape(s) for s in sorted(cut_off, key=len, reverse=True))).search
         self.header_waker = waker("".join(sorted({s[-1] for s in cut_off})))
         self.longest = max(len(s) for s in cut_off)
         self.literals = [self.start, self.channel, self.body, self.end, self.call_end]
@@ -1764,17 +2292,33 @@ class MessageFormat:
 class Protocol:
     """What the rules read: markers, the calls' layout and argument format, the start states."""
 
-    def __init__(self, tables):
+    def __init__(self, tables: ReadingTables) -> None:
         if not isinstance(tables, dict) or tables.get("version") != TABLES_VERSION:
             found = tables.get("version") if isinstance(tables, dict) else type(tables).__name__
-            raise ValueError(f"reading tables of version {found!r}; this runtime reads version {TABLES_VERSION}")
+            raise ValueError(f"reading tables of version {found!r}; "
+                             f"this runtime reads version {TABLES_VERSION}")
         self.tables = tables
-        reasoning = tables.get("reasoning") or {}
-        self.reasoning_start = reasoning.get("start", "")
-        self.reasoning_end = reasoning.get("end", "")
-        self.call_ends_reasoning = reasoning.get("call_ends_reasoning", True)
-        # The part of a compound reasoning end that opens the content block (reading.end_opens_content).
-        self.end_opens_content = reasoning.get("end_opens_content", "")
+        self._read_reasoning(tables.get("reasoning"))
+        self._read_turn(tables)
+        tc = self.tool_calls = tables.get("tool_calls")
+        self._read_tool_calls(tc)
+        # A turn written as messages with headers (harmony): see Messages.
+        messages = tables.get("messages")
+        self.messages = MessageFormat(messages, self.end_of_turn) if tc and messages else None
+        self.literals = self._all_literals(tc)
+
+    def _read_reasoning(self, table: ReasoningTable | None) -> None:
+        """reasoning: its markers, and whether a call ends it."""
+        reasoning: ReasoningTable | dict[str, Any] = table or {}
+        self.reasoning_start: str = reasoning.get("start", "")
+        self.reasoning_end: str = reasoning.get("end", "")
+        self.call_ends_reasoning: bool = reasoning.get("call_ends_reasoning", True)
+        # The part of a compound reasoning end that opens the content block
+        # (reading.end_opens_content).
+        self.end_opens_content: str = reasoning.get("end_opens_content", "")
+
+    def _read_turn(self, tables: ReadingTables) -> None:
+        """root: content's wrapper, the turn's end, the modes, segments and repeated headers."""
         self.content_start = tables["content"]["start"]
         self.content_end = tables["content"]["end"]
         # marker (and "", the end of the output) -> the whitespace the template writes between
@@ -1792,71 +2336,15 @@ class Protocol:
         # What the generation prompt wrote that a model may write again at the output's start
         # (the assistant header, its role token): absorbed there, longest first.
         self.repeated_headers = tuple(tables.get("repeated_headers") or ())
-        tc = self.tool_calls = tables.get("tool_calls")
+
+    def _read_tool_calls(self, tc: ToolCallsTable | None) -> None:
+        """tool-calls: the section, the call layout, the arguments, and their tolerances."""
         self.opener = tc["opener"] if tc else ""
-        self.bare_opener, self.bare_list, self.wrappers = "", None, ()  # (the tolerances of a format with calls)
-        self.key_values = None
-        if tc:
-            self.call_head = tc["call_head"]
-            self.section_start = tc["section_start"]
-            self.section_end = tc["section_end"]
-            self.separator = tc["separator"]
-            self.separator_core = self.separator.strip()
-            self.parallel_all = tc["parallel"] == PARALLEL_ALL
-            self.call_has_id = {"slot": "id"} in tc["call"]
-            arguments = self.arguments = tc["arguments"]
-            self.object_arguments = arguments["style"] == "object"
-            self.python_objects = self.object_arguments and arguments["encoder"] == "python"
-            # A call written as a JSON object is also read by its keys when it is not written
-            # in the layout's byte order (see Rules._call_object_by_key).
-            # (a layout whose arguments are Python literals writes its object the same way: a
-            # Python dict reads as well, `{"name": …, "parameters": {…}}` being one too)
-            self.json_call = json_call_object(tc["call"]) if self.object_arguments else None
-            self.call_steps = call_steps(tc["call"])
-            # A call that starts with its name (`f(a=1)`, one per line): another call after a
-            # whitespace-only separator starts with a name and the literal after it (`(`).
-            call = tc["call"]
-            self.name_then = call[1].strip() if len(call) > 1 and call[0] == {"slot": "name"} and isinstance(
-                call[1], str) else ""
-            # A call written without the marker that opens the calls, from its own marker on.
-            bare = tc.get("bare")
-            self.bare_opener = bare["opener"] if bare else ""
-            self.bare_steps = call_steps(bare["call"]) if bare else None
-            self.bare_closer = bare["closer"] if bare else ""
-            # Markers the template writes in front of some kinds of call only (`<|python_tag|>`).
-            self.wrappers = tuple(tc.get("wrappers") or ())
-            # The variant the template's tool instructions tell the model to write: calls without
-            # the section's markers (read where a call object opens), a separator between calls.
-            self.instructed_bare = bool(tc.get("instructed_bare"))
-            self.instructed_separators = tuple(tc.get("instructed_separators") or ())
-            # Between calls the layout writes back to back (or with whitespace only): what the
-            # instructions name, and the separators models write there unasked (`;`, `,`),
-            # each read only when another call follows it.
-            self.unwritten_separators = tuple(dict.fromkeys(
-                [s.strip() for s in self.instructed_separators] + list(UNWRITTEN_SEPARATORS)))
-            self.unwritten_separator_starts = "".join(sorted({s[0] for s in self.unwritten_separators}))
-            # A call element written self-closing, with no arguments (`<invoke name="f"/>`).
-            self.self_closing = tc.get("self_closing")
-            self.bare_self_closing = bare.get("self_closing") if bare else None
-            # A pythonic list of calls without the markers that wrap it: its brackets, and a
-            # match of its start up to the first call's name.
-            self.bare_list = tc.get("bare_list")
-            self.bare_list_head = re.compile(re.escape(self.bare_list["open"]) + r"\s*([A-Za-z0-9_]*)").match \
-                if self.bare_list else None
-            # A call that starts with its JSON object starts with any of its keys (calls that
-            # follow each other with no separator are told by their first characters).
-            self.call_heads_by_key = ()
-            if self.json_call is not None and self.json_call[0] == 0 and not self.json_call[1].strip():
-                keys = self.json_call[4]
-                named = {*keys.values(), ARGUMENTS_ALIASES.get(keys["arguments"], "arguments"), "type"}
-                self.call_heads_by_key = tuple(sorted('{"' + key + '"' for key in named))
-            if not self.object_arguments:
-                self.key_values = KeyValueFormat(arguments)
-            # What the template writes after a call's arguments: the rest of the call and, when
-            # calls follow each other, the next call's start ("" where a slot comes first).
-            # feed() waits for it in one go while the output goes on so (one wake-up, not one
-            # per literal): after a JSON object, and after key/value arguments' last value.
-            self.after_arguments = self._after_arguments(tc["call"])
+        # (the tolerances of a format with calls)
+        self.bare_opener = ""
+        self.bare_list: BareListTable | None = None
+        self.wrappers: tuple[str, ...] = ()
+        self.key_values: KeyValueFormat | None = None
         # Layout-driven forms (data from the spec's turn layouts, not family knowledge):
         # without a call opener, content turns start with their own prefix ("all\n") and the
         # text between content and calls opens the calls (">>>"); a section whose start is
@@ -1864,42 +2352,127 @@ class Protocol:
         self.content_prefix = tc["content_prefix"] if tc else ""
         self.inline_opener = tc["inline_opener"] if tc else ""
         self.section_inner = tuple(tc["section_inner"]) if tc and tc["section_inner"] else None
-        # A turn written as messages with headers (harmony): see Messages.
-        self.messages = MessageFormat(tables["messages"], self.end_of_turn) if tc and tables.get("messages") else None
-        # Every literal of the format, stripped: an output that ends with the start of one
-        # ended inside it (truncated), whatever a reader made of it.
-        literals = [*self.end_of_turn, self.content_start, self.content_end, self.reasoning_start, self.reasoning_end,
-                    self.segment_end, self.segment_header]
+        self.after_arguments = ""
+        if not tc:
+            return
+        self.call_head = tc["call_head"]
+        self.section_start = tc["section_start"]
+        self.section_end = tc["section_end"]
+        self.separator = tc["separator"]
+        self.separator_core = self.separator.strip()
+        self.parallel_all = tc["parallel"] == PARALLEL_ALL
+        self._read_call(tc)
+        self._read_calls_without_markers(tc)
+        self._read_separators(tc)
+        if not self.object_arguments:
+            self.key_values = KeyValueFormat(tc["arguments"])
+        # What the template writes after a call's arguments: the rest of the call and, when
+        # calls follow each other, the next call's start ("" where a slot comes first).
+        # feed() waits for it in one go while the output goes on so (one wake-up, not one
+        # per literal): after a JSON object, and after key/value arguments' last value.
+        self.after_arguments = self._after_arguments(tc["call"])
+
+    def _read_call(self, tc: ToolCallsTable) -> None:
+        """tool-call: the layout as steps, its JSON object (if it writes one) and its arguments."""
+        call = tc["call"]
+        self.call_has_id = {"slot": "id"} in call
+        arguments = self.arguments = tc["arguments"]
+        self.object_arguments = arguments["style"] == "object"
+        self.python_objects = self.object_arguments and arguments["encoder"] == "python"
+        # A call written as a JSON object is also read by its keys when it is not written
+        # in the layout's byte order (see Rules._call_object_by_key).
+        # (a layout whose arguments are Python literals writes its object the same way: a
+        # Python dict reads as well, `{"name": …, "parameters": {…}}` being one too)
+        self.json_call = json_call_object(call) if self.object_arguments else None
+        self.call_steps = call_steps(call)
+        # A call that starts with its name (`f(a=1)`, one per line): another call after a
+        # whitespace-only separator starts with a name and the literal after it (`(`).
+        then = call[1] if len(call) > 1 else None
+        self.name_then = (then.strip() if isinstance(then, str) and call[0] == {"slot": "name"}
+                          else "")
+        # A call element written self-closing, with no arguments (`<invoke name="f"/>`).
+        self.self_closing = tc.get("self_closing")
+        # A call that starts with its JSON object starts with any of its keys (calls that
+        # follow each other with no separator are told by their first characters).
+        self.call_heads_by_key: tuple[str, ...] = ()
+        if (self.json_call is not None and self.json_call.first == 0
+                and not self.json_call.before.strip()):
+            keys = self.json_call.keys
+            named = {*keys.values(), ARGUMENTS_ALIASES.get(keys["arguments"], "arguments"), "type"}
+            self.call_heads_by_key = tuple(sorted('{"' + key + '"' for key in named))
+
+    def _read_calls_without_markers(self, tc: ToolCallsTable) -> None:
+        """The tolerances of calls written without some of their markers: the bare call, the
+        wrappers, the instructed variant, the pythonic list without its wrapper."""
+        # A call written without the marker that opens the calls, from its own marker on.
+        bare = tc.get("bare")
+        self.bare_opener = bare["opener"] if bare else ""
+        self.bare_steps: tuple[CallStep, ...] | None = call_steps(bare["call"]) if bare else None
+        self.bare_closer = bare["closer"] if bare else ""
+        self.bare_self_closing = bare.get("self_closing") if bare else None
+        # Markers the template writes in front of some kinds of call only (`<|python_tag|>`).
+        self.wrappers = tuple(tc.get("wrappers") or ())
+        # The variant the template's tool instructions tell the model to write: calls without
+        # the section's markers (read where a call object opens), a separator between calls.
+        self.instructed_bare = bool(tc.get("instructed_bare"))
+        # A pythonic list of calls without the markers that wrap it: its brackets, and a
+        # match of its start up to the first call's name.
+        self.bare_list = tc.get("bare_list")
+        self.bare_list_head = (re.compile(re.escape(self.bare_list["open"])
+                                          + r"\s*([A-Za-z0-9_]*)").match
+                               if self.bare_list else None)
+
+    def _read_separators(self, tc: ToolCallsTable) -> None:
+        """separator: between calls the layout writes back to back (or with whitespace only):
+        what the instructions name, and the separators models write there unasked (`;`, `,`),
+        each read only when another call follows it."""
+        self.instructed_separators = tuple(tc.get("instructed_separators") or ())
+        self.unwritten_separators = tuple(dict.fromkeys(
+            [s.strip() for s in self.instructed_separators] + list(UNWRITTEN_SEPARATORS)))
+        self.unwritten_separator_starts = "".join(sorted({s[0] for s in self.unwritten_separators}))
+
+    def _all_literals(self, tc: ToolCallsTable | None) -> tuple[str, ...]:
+        """Every literal of the format, stripped: an output that ends with the start of one
+        ended inside it (truncated), whatever a reader made of it."""
+        literals = [*self.end_of_turn, self.content_start, self.content_end, self.reasoning_start,
+                    self.reasoning_end, self.segment_end, self.segment_header]
         if tc:
-            literals += [tc["section_start"], tc["section_end"], tc["separator"], self.content_prefix, self.inline_opener]
+            literals += [tc["section_start"], tc["section_end"], tc["separator"],
+                         self.content_prefix, self.inline_opener]
             literals += [p for p in tc["call"] if isinstance(p, str)]
-            if tc.get("bare"):
-                literals += [p for p in tc["bare"]["call"] if isinstance(p, str)] + [tc["bare"]["closer"]]
+            bare = tc.get("bare")
+            if bare:
+                literals += [p for p in bare["call"] if isinstance(p, str)] + [bare["closer"]]
             literals += list(tc.get("wrappers") or ())
-            for closed in (tc.get("self_closing"), (tc.get("bare") or {}).get("self_closing")):
+            for closed in (tc.get("self_closing"), bare.get("self_closing") if bare else None):
                 if closed:
                     literals += [closed["written"], closed["written"].replace(" ", "")]
             arguments = tc["arguments"]
             if arguments["style"] != "object":
                 # (and the words a value may be: a value cut inside `false` is cut, not wrong)
-                literals += [arguments["separator"], *arguments["quotes"], "true", "false", "null", "True", "False", "None"]
+                literals += [arguments["separator"], *arguments["quotes"],
+                             "true", "false", "null", "True", "False", "None"]
                 for layout in arguments["argument"].values():
                     literals += [p for p in layout if isinstance(p, str)]
         if self.messages is not None:
             literals += self.messages.literals
-        self.literals = tuple(sorted({m.strip() for m in literals if m.strip()}))
+        return tuple(sorted({m.strip() for m in literals if m.strip()}))
 
-    def _after_arguments(self, layout):
+    def _after_arguments(self, layout: Layout) -> str:
         """The layout's literals after its arguments (none if a slot follows them) and, when
-        calls follow each other, the separator and the literals before the next call's first slot."""
-        rest = layout[layout.index({"slot": "arguments"}) + 1:]
-        if not rest or not all(isinstance(p, str) for p in rest):
+        calls follow each other, the separator and the literals before the next call's first
+        slot."""
+        rest = [p for p in layout[layout.index({"slot": "arguments"}) + 1:] if isinstance(p, str)]
+        if not rest or len(rest) < len(layout) - layout.index({"slot": "arguments"}) - 1:
             return ""
         first = next(i for i, p in enumerate(layout) if not isinstance(p, str))
-        return "".join(rest) + (self.separator + "".join(layout[:first]) if self.parallel_all else "")
+        # (all of them: before the first slot)
+        head = [p for p in layout[:first] if isinstance(p, str)]
+        return "".join(rest) + (self.separator + "".join(head) if self.parallel_all else "")
 
-    def start_state(self, generation_prompt, start):
-        """Where the output starts: `start` when given, else what the generation prompt leaves open."""
+    def start_state(self, generation_prompt: str | None, start: str | None) -> str:
+        """Where the output starts: `start` when given, else what the generation prompt leaves
+        open."""
         if start in (REASONING, CONTENT):
             return start
         if start == AFTER_REASONING:
@@ -1920,10 +2493,11 @@ class Protocol:
                 return CONTENT
         return self.modes["default"]["start"]
 
-    def _mode_ending(self, prompt):
+    def _mode_ending(self, prompt: str) -> str | None:
         """The start state of the mode whose generation prompt (header and tail) the prompt ends
         with, the longest such ending; None when none does, or two such modes disagree."""
-        found, length = set(), 0
+        found: set[str] = set()
+        length = 0
         for mode in self.modes.values():
             ending = (mode.get("header", "") + mode["tail"]).rstrip()
             if not ending.strip() or not prompt.endswith(ending) or len(ending) < length:
@@ -1933,10 +2507,11 @@ class Protocol:
             found.add(mode["start"])
         return found.pop() if len(found) == 1 else None
 
-    def _after_the_header(self, prompt):
+    def _after_the_header(self, prompt: str) -> str:
         """The prompt after the last assistant header the generation prompt writes (what came
         before it, a system prompt that names the markers, is not the output's state)."""
-        at = max((prompt.rfind(h) + len(h) for h in {m.get("header", "").strip() for m in self.modes.values()}
+        at = max((prompt.rfind(h) + len(h)
+                  for h in {m.get("header", "").strip() for m in self.modes.values()}
                   if h and h in prompt), default=0)
         return prompt[at:]
 
@@ -1944,16 +2519,24 @@ class Protocol:
 # --- schema (tplparse/runtime/schema.py) ----------------------------------------------
 
 
+# A JSON Schema: an object, or a boolean (true: anything; false: nothing).
+JSONSchema = dict[str, Any] | bool
+# What one of _CHECKS finds wrong with a value (None: nothing): (value, schema, root, path,
+# depth) -> a problem.
+_Check = Callable[[Any, dict[str, Any], JSONSchema, str, int], str | None]
+
 CHECKED_KEYWORDS = frozenset({
     "type", "enum", "const", "anyOf", "oneOf", "allOf", "not", "$ref", "nullable",
     "minLength", "maxLength", "pattern",
     "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
     "items", "prefixItems", "minItems", "maxItems", "uniqueItems",
-    "properties", "required", "additionalProperties", "patternProperties", "minProperties", "maxProperties",
+    "properties", "required", "additionalProperties", "patternProperties", "minProperties",
+    "maxProperties",
 })
 ANNOTATION_KEYWORDS = frozenset({
-    "title", "description", "default", "examples", "format", "deprecated", "readOnly", "writeOnly", "$schema", "$id",
-    "$anchor", "$comment", "contentMediaType", "contentEncoding", "$defs", "definitions",
+    "title", "description", "default", "examples", "format", "deprecated", "readOnly", "writeOnly",
+    "$schema", "$id", "$anchor", "$comment", "contentMediaType", "contentEncoding", "$defs",
+    "definitions",
 })
 _SCHEMA_DEPTH = 64  # $ref chains and nesting past this are a loop, not a schema
 
@@ -1969,15 +2552,18 @@ class SchemaCheck:
 
     __slots__ = ("_root",)
 
-    def __init__(self, schema, where="parameters"):
+    _root: JSONSchema  # the tool's `parameters`
+
+    def __init__(self, schema: JSONSchema, where: str = "parameters") -> None:
         _refuse_unchecked(schema, schema, where, 0)
         self._root = schema
 
-    def problem(self, value):
+    def problem(self, value: Any) -> str | None:
+        """What is wrong with `value` (a decoded JSON value: Any), and where; None: nothing."""
         return _problem(value, self._root, self._root, "$", 0)
 
 
-def _subschemas(schema):
+def _subschemas(schema: dict[str, Any]) -> Iterator[tuple[str, Any]]:
     """(keyword, a subschema) for each schema inside `schema`."""
     for key in ("additionalProperties", "not", "items"):
         if isinstance(schema.get(key), (dict, bool)):
@@ -1992,17 +2578,22 @@ def _subschemas(schema):
                 yield f"{key}[{i}]", sub
 
 
-def _refuse_unchecked(schema, root, where, depth):
+def _refuse_unchecked(schema: object, root: JSONSchema, where: str, depth: int) -> None:
+    """SchemaError where `schema` (at `where`, `depth` schemas down from `root`) is not one the
+    check reads: not an object or a boolean, too deep, an unknown keyword, a $ref to nothing, a
+    pattern that is not one."""
     if isinstance(schema, bool):
         return
     if not isinstance(schema, dict):
-        raise SchemaError(f"{where}: a schema must be an object or a boolean, not {type(schema).__name__}")
+        raise SchemaError(f"{where}: a schema must be an object or a boolean, "
+                          f"not {type(schema).__name__}")
     if depth > _SCHEMA_DEPTH:
         raise SchemaError(f"{where}: nested more than {_SCHEMA_DEPTH} deep")
     for key in schema:
         if key not in CHECKED_KEYWORDS and key not in ANNOTATION_KEYWORDS:
-            raise SchemaError(f"{where}: the JSON Schema keyword {key!r} is not one the dispatch stream's own check "
-                              f"knows (give the parser a check that does: tplparse.bridge.dispatch_check)")
+            raise SchemaError(f"{where}: the JSON Schema keyword {key!r} is not one the dispatch "
+                              f"stream's own check knows (give the parser a check that does: "
+                              f"tplparse.bridge.dispatch_check)")
     if "$ref" in schema:
         _resolve(schema["$ref"], root, where)
     if "pattern" in schema:
@@ -2011,11 +2602,13 @@ def _refuse_unchecked(schema, root, where, depth):
         _refuse_unchecked(sub, root, f"{where}.{key}", depth + 1)
 
 
-def _resolve(ref, root, where="parameters"):
-    """The schema `ref` points to: a JSON pointer into this schema ("#", "#/$defs/x")."""
+def _resolve(ref: object, root: JSONSchema, where: str = "parameters") -> Any:
+    """The schema `ref` points to: a JSON pointer into this schema ("#", "#/$defs/x"). (Any:
+    a pointer may reach any JSON value; a check of it refuses what is not a schema.)"""
     if not isinstance(ref, str) or not ref.startswith("#"):
-        raise SchemaError(f"{where}: $ref {ref!r} points outside the tool's schema (only '#/...' is read)")
-    node = root
+        raise SchemaError(f"{where}: $ref {ref!r} points outside the tool's schema "
+                          f"(only '#/...' is read)")
+    node: Any = root
     for part in ref[1:].split("/")[1:] if ref != "#" else []:
         part = part.replace("~1", "/").replace("~0", "~")
         if isinstance(node, dict) and part in node:
@@ -2027,19 +2620,25 @@ def _resolve(ref, root, where="parameters"):
     return node
 
 
-_PATTERNS = {}
+_PATTERNS: dict[str, re.Pattern[str]] = {}
 
 
-def _pattern(pattern, where="parameters"):
+def _pattern(pattern: str, where: str = "parameters") -> re.Pattern[str]:
+    """A schema's `pattern`, compiled (cached; SchemaError: not a regular expression)."""
     if pattern not in _PATTERNS:
         try:
             _PATTERNS[pattern] = re.compile(pattern)
         except (re.error, TypeError) as e:
-            raise SchemaError(f"{where}: pattern {pattern!r} is not a regular expression Python reads ({e})") from None
+            raise SchemaError(f"{where}: pattern {pattern!r} is not a regular expression Python "
+                              f"reads ({e})") from None
     return _PATTERNS[pattern]
 
 
-def _json_type(value):
+_JSON_TYPES: dict[type, str] = {str: "string", list: "array", dict: "object"}
+
+
+def _json_type(value: Any) -> str:
+    """The JSON type of a decoded value ("unknown": not a JSON value)."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -2048,33 +2647,38 @@ def _json_type(value):
         return "integer"
     if isinstance(value, float):
         return "number"
-    return {str: "string", list: "array", dict: "object"}.get(type(value), "unknown")
+    return _JSON_TYPES.get(type(value), "unknown")
 
 
-def _is_type(value, name):
+def _is_type(value: Any, name: str) -> bool:
+    """Whether a decoded value is of the JSON Schema type `name` (1.0 is an integer too)."""
     kind = _json_type(value)
     if name == "number":
         return kind in ("integer", "number")
     if name == "integer":
-        return kind == "integer" or kind == "number" and math.isfinite(value) and value == int(value)
+        if kind == "number":  # (a float: one without a fraction is an integer too, 1.0)
+            number: float = value
+            return math.isfinite(number) and number == int(number)
+        return kind == "integer"
     return kind == name
 
 
-def _same(a, b):
+def _same(a: Any, b: Any) -> bool:
     """JSON equality: true is not 1, 1 is 1.0."""
     ka, kb = _json_type(a), _json_type(b)
     if {ka, kb} <= {"integer", "number"}:
-        return a == b
+        return bool(a == b)  # (numbers: a bool; `Any == Any` is Any to a type checker)
     if ka != kb:
         return False
     if ka == "array":
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
     if ka == "object":
         return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
-    return a == b
+    return bool(a == b)  # (strings, booleans, null)
 
 
-def _problem(value, schema, root, path, depth):
+def _problem(value: Any, schema: JSONSchema, root: JSONSchema, path: str,
+             depth: int) -> str | None:
     """What is wrong with `value` under `schema` (None: nothing)."""
     if schema is True or schema == {}:
         return None
@@ -2091,13 +2695,17 @@ def _problem(value, schema, root, path, depth):
     return None
 
 
-def _check_ref(value, schema, root, path, depth):
+def _check_ref(value: Any, schema: dict[str, Any], root: JSONSchema, path: str,
+               depth: int) -> str | None:
+    """The schema a $ref points to."""
     if "$ref" in schema:
         return _problem(value, _resolve(schema["$ref"], root), root, path, depth + 1)
     return None
 
 
-def _check_type(value, schema, root, path, depth):
+def _check_type(value: Any, schema: dict[str, Any], root: JSONSchema, path: str,
+                depth: int) -> str | None:
+    """type (a name, or a list of names)."""
     types = schema.get("type")
     if types is None:
         return None
@@ -2107,7 +2715,9 @@ def _check_type(value, schema, root, path, depth):
     return None
 
 
-def _check_values(value, schema, root, path, depth):
+def _check_values(value: Any, schema: dict[str, Any], root: JSONSchema, path: str,
+                  depth: int) -> str | None:
+    """enum, const."""
     if "enum" in schema and not any(_same(value, option) for option in schema["enum"]):
         return f"{path}: {_short(value)} is not one of {_short(schema['enum'])}"
     if "const" in schema and not _same(value, schema["const"]):
@@ -2115,15 +2725,19 @@ def _check_values(value, schema, root, path, depth):
     return None
 
 
-def _check_combined(value, schema, root, path, depth):
+def _check_combined(value: Any, schema: dict[str, Any], root: JSONSchema, path: str,
+                    depth: int) -> str | None:
+    """allOf, anyOf, oneOf, not."""
     for sub in schema.get("allOf") or ():
         problem = _problem(value, sub, root, path, depth + 1)
         if problem is not None:
             return problem
-    if "anyOf" in schema and all(_problem(value, sub, root, path, depth + 1) is not None for sub in schema["anyOf"]):
+    if "anyOf" in schema and all(_problem(value, sub, root, path, depth + 1) is not None
+                                 for sub in schema["anyOf"]):
         return f"{path}: {_short(value)} matches none of anyOf's schemas"
     if "oneOf" in schema:
-        matching = sum(_problem(value, sub, root, path, depth + 1) is None for sub in schema["oneOf"])
+        matching = sum(_problem(value, sub, root, path, depth + 1) is None
+                       for sub in schema["oneOf"])
         if matching != 1:
             return f"{path}: {_short(value)} matches {matching} of oneOf's schemas, not exactly one"
     if "not" in schema and _problem(value, schema["not"], root, path, depth + 1) is None:
@@ -2131,7 +2745,9 @@ def _check_combined(value, schema, root, path, depth):
     return None
 
 
-def _check_string(value, schema, root, path, depth):
+def _check_string(value: Any, schema: dict[str, Any], root: JSONSchema, path: str,
+                  depth: int) -> str | None:
+    """minLength, maxLength, pattern (of a string)."""
     if not isinstance(value, str):
         return None
     if "minLength" in schema and len(value) < schema["minLength"]:
@@ -2143,7 +2759,9 @@ def _check_string(value, schema, root, path, depth):
     return None
 
 
-def _check_number(value, schema, root, path, depth):
+def _check_number(value: Any, schema: dict[str, Any], root: JSONSchema, path: str,
+                  depth: int) -> str | None:
+    """minimum, maximum, exclusiveMinimum, exclusiveMaximum, multipleOf (of a number)."""
     if _json_type(value) not in ("integer", "number"):
         return None
     low, high = schema.get("minimum"), schema.get("maximum")
@@ -2168,11 +2786,14 @@ def _check_number(value, schema, root, path, depth):
     return None
 
 
-def _is_number(value):
+def _is_number(value: Any) -> TypeGuard[int | float]:
+    """Whether a decoded value is a number (true is not one)."""
     return _json_type(value) in ("integer", "number")
 
 
-def _check_array(value, schema, root, path, depth):
+def _check_array(value: Any, schema: dict[str, Any], root: JSONSchema, path: str,
+                 depth: int) -> str | None:
+    """minItems, maxItems, uniqueItems, prefixItems, items (of an array)."""
     if not isinstance(value, list):
         return None
     if "minItems" in schema and len(value) < schema["minItems"]:
@@ -2197,7 +2818,9 @@ def _check_array(value, schema, root, path, depth):
     return None
 
 
-def _check_object(value, schema, root, path, depth):
+def _check_object(value: Any, schema: dict[str, Any], root: JSONSchema, path: str,
+                  depth: int) -> str | None:
+    """required, minProperties, maxProperties, then each property's schema (of an object)."""
     if not isinstance(value, dict):
         return None
     for name in schema.get("required") or ():
@@ -2226,38 +2849,43 @@ def _check_object(value, schema, root, path, depth):
                     return problem
         if not matched:
             if extra is False:
-                return f"{path}: the property {name!r} is not allowed (additionalProperties is false)"
+                return (f"{path}: the property {name!r} is not allowed "
+                        f"(additionalProperties is false)")
             problem = _problem(item, extra, root, where, depth + 1)
             if problem is not None:
                 return problem
     return None
 
 
-_CHECKS = (_check_ref, _check_type, _check_values, _check_combined, _check_string, _check_number, _check_array,
-           _check_object)
+_CHECKS: tuple[_Check, ...] = (_check_ref, _check_type, _check_values, _check_combined,
+                               _check_string, _check_number, _check_array, _check_object)
 
 
-def _short(value, limit=60):
+def _short(value: Any, limit: int = 60) -> str:
+    """A value's repr, cut to `limit` characters (for a problem's text)."""
     text = repr(value)
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
-def tool_checks(tools):
+def tool_checks(tools: Iterable[dict[str, Any]] | None) -> dict[str, SchemaCheck]:
     """name -> SchemaCheck of each offered tool's parameters (SchemaError naming the tool)."""
-    checks = {}
+    checks: dict[str, SchemaCheck] = {}
     for i, tool in enumerate(tools or ()):
         function = tool.get("function", tool)
         name = function["name"]
-        checks[name] = SchemaCheck(function.get("parameters") or {}, f"tools[{i}] ({name}): parameters")
+        where = f"tools[{i}] ({name}): parameters"
+        checks[name] = SchemaCheck(function.get("parameters") or {}, where)
     return checks
 
 
-def schema_validator(tools):
+def schema_validator(
+        tools: Iterable[dict[str, Any]] | None) -> Callable[[str, Any], str | None]:
     """validate(name, arguments) for the dispatch stream: None when the arguments are valid
     under the tool's schema, else what is wrong (SchemaError now for a schema it cannot check)."""
     checks = tool_checks(tools)
 
-    def validate(name, arguments):
+    def validate(name: str, arguments: Any) -> str | None:
+        """What is wrong with a call's arguments (a decoded JSON value: Any); None: nothing."""
         check = checks.get(name)
         return None if check is None else check.problem(arguments)
 
@@ -2267,21 +2895,51 @@ def schema_validator(tools):
 # --- output (tplparse/runtime/output.py) ----------------------------------------------
 
 
+# OpenAI-style JSON objects, as the parser gives them out: a delta ({"content": …},
+# {"tool_calls": [{"index": …, …}]}, {"tool_call_error": {…}}), a call of the message, an
+# error of the message ({"kind", "message", "offset"}), the message itself.
+Delta = dict[str, Any]
+ToolCall = dict[str, Any]
+ErrorEntry = dict[str, Any]
+Message = dict[str, Any]
+# The dispatch stream's check: (tool name, decoded arguments) -> None, or what is wrong.
+Validator = Callable[[str, Any], "str | None"]
+
+
 class TextField:
     """Content or reasoning as emitted so far: its parts, and the whitespace held at its edges."""
 
     __slots__ = ("key", "parts", "pending", "started")
 
-    def __init__(self, key):
+    def __init__(self, key: str) -> None:
         self.key = key  # its delta key: "content" or "reasoning_content"
-        self.parts = []
+        self.parts: list[str] = []
         # Whitespace at the end so far, emitted only if more text follows it: its pieces (a
         # list, not one growing string: a model looping on whitespace must cost linear time).
-        self.pending = []
+        self.pending: list[str] = []
         self.started = False  # until then, whitespace at the very start is dropped
 
 
-def error_entry(kind, message, offset):
+class OpenCall:
+    """A call in flight: what the rules have read of it so far, and whether its header went out."""
+
+    __slots__ = ("index", "name", "id", "arguments", "bad", "announced", "pending", "object_at",
+                 "id_absent")
+
+    def __init__(self, index: int) -> None:
+        self.index = index  # its place among the output's calls (the deltas' index)
+        self.name: str | None = None
+        self.id: str | None = None
+        self.arguments: str | None = None  # the arguments as canonical JSON text, once read
+        self.bad: str | None = None  # why the arguments do not read (the call is dropped)
+        self.announced = False  # its header went out (its id and name)
+        # a key/value reader that must wait (the waiting steps go on from it)
+        self.pending: Any = None
+        self.object_at: int | None = None  # where a call written as a JSON object starts
+        self.id_absent = False  # the layout's id was left out, with the literals around it
+
+
+def error_entry(kind: str, message: str, offset: int) -> ErrorEntry:
     return {"kind": kind, "message": message, "offset": offset}
 
 
@@ -2293,14 +2951,14 @@ DELTAS = "deltas"
 COMPLETE = "complete"
 
 
-class Dispatched(dict):
+class Dispatched(dict[str, Any]):
     """A delta of the dispatch stream (a complete, valid call): how it is told from the UI
     stream's call deltas, which that stream leaves out."""
 
     __slots__ = ()
 
 
-def dispatch_only(deltas):
+def dispatch_only(deltas: list[Delta]) -> list[Delta]:
     """The dispatch stream's deltas of what the UI stream gives: its text deltas, and the
     complete calls as plain dicts; no call header, argument or void delta."""
     for delta in deltas:
@@ -2313,9 +2971,22 @@ def dispatch_only(deltas):
 
 
 class Output:
-    """Deltas and the message, written by the rules (a part of StreamParser)."""
+    """Deltas and the message, written by the rules: the parser's first layer."""
 
-    def _emit_text(self, field, text):
+    def _start_output(self, validate: Validator | None) -> None:
+        """The state this layer owns: the deltas not yet returned, the fields, the calls and
+        errors of the message; `validate`: the dispatch stream's check (None: the UI stream)."""
+        self._deltas: list[Delta] = []
+        self._content_text = TextField("content")
+        self._reasoning_text = TextField("reasoning_content")
+        self._calls: list[ToolCall] = []
+        # complete calls dropped for their arguments (they keep their index)
+        self._invalid_calls = 0
+        self._errors: list[ErrorEntry] = []
+        self._validate = validate
+        self._finish: str | None = None  # the finish reason, once the output ended (end())
+
+    def _emit_text(self, field: TextField, text: str) -> None:
         """Emit reasoning or content, without the whitespace at its very start; whitespace at
         its end is held until more of the field follows (or what ends the field shows it is
         the field's own: _keep_trailing_space)."""
@@ -2335,7 +3006,7 @@ class Output:
         field.parts.append(out)
         self._deltas.append({field.key: out})
 
-    def _keep_trailing_space(self, field, written):
+    def _keep_trailing_space(self, field: TextField, written: str) -> None:
         """The whitespace the field ends with is its own, less its last run of the characters
         in `written` (the whitespace the template writes before what ends it here: "\n" and
         "\n\n" are its newlines, a space before them is the model's). That goes out; the
@@ -2349,66 +3020,57 @@ class Output:
                 field.parts.append(space)
                 self._deltas.append({field.key: space})
 
-    def _announce(self, index, call):
+    def _announce(self, index: int, call: OpenCall) -> None:
         """A call's header: its id and name (the arguments follow in later deltas)."""
-        self._deltas.append({"tool_calls": [{"index": index, "id": call["id"] or f"call_{index}", "type": "function",
-                                             "function": {"name": call["name"], "arguments": ""}}]})
+        self._deltas.append({"tool_calls": [{"index": index, "id": call.id or f"call_{index}",
+                                             "type": "function",
+                                             "function": {"name": call.name, "arguments": ""}}]})
 
-    def _arguments_delta(self, index, piece):
+    def _arguments_delta(self, index: int, piece: str) -> None:
         self._deltas.append({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
 
-    def _complete_call(self, index, call, streamed=""):
+    def _complete_call(self, index: int, call: OpenCall, offset: int, streamed: str = "") -> None:
         """The call is complete and its arguments (now JSON text) read: its last delta (what
-        the argument deltas so far, `streamed`, did not give), and the call."""
-        arguments = call["arguments"]
+        the argument deltas so far, `streamed`, did not give), and the call (`offset`: where
+        the output is, for an error)."""
+        arguments = call.arguments
+        assert arguments is not None, "a complete call has its arguments read"
         rest = arguments[len(streamed):] if streamed else arguments
         if rest:
             self._arguments_delta(index, rest)
-        entry = {"id": call["id"] or f"call_{index}", "type": "function",
-                 "function": {"name": call["name"], "arguments": arguments}}
-        if self._validate is not None and not self._dispatched(index, entry):
+        entry = {"id": call.id or f"call_{index}", "type": "function",
+                 "function": {"name": call.name, "arguments": arguments}}
+        validate = self._validate
+        if validate is not None and not self._dispatched(validate, index, entry, offset):
             return
         self._calls.append(entry)
 
-    def _dispatched(self, index, entry):
+    def _dispatched(self, validate: Validator, index: int, entry: ToolCall, offset: int) -> bool:
         """The dispatch stream: a complete call whose arguments validate against its tool's
         schema goes out whole, as one delta, numbered as it is in the message; one that does
         not is dropped (its error in the message; its index stays taken, so the ids of the
         calls after it are the UI stream's)."""
         function = entry["function"]
-        problem = self._validate(function["name"], json.loads(function["arguments"]))
+        problem = validate(function["name"], json.loads(function["arguments"]))
         if problem is not None:
-            self._error("invalid_arguments", f"call {index} ({function['name']}): the arguments do not validate "
-                                             f"against the tool's schema: {problem}", self._offset())
+            self._error("invalid_arguments",
+                        f"call {index} ({function['name']}): the arguments do not validate "
+                        f"against the tool's schema: {problem}", offset)
             self._invalid_calls += 1
             return False
         self._deltas.append(Dispatched({"tool_calls": [{"index": len(self._calls), **entry}]}))
         return True
 
-    def _feed_complete(self, chunk):
-        """feed() of the dispatch stream (set on the instance: the UI stream's feed is untouched)."""
-        deltas = self._ui_feed(chunk)
-        if len(deltas) == 1:  # (most chunks: one delta, or none)
-            delta = deltas[0]
-            if type(delta) is Dispatched:
-                return [dict(delta)]
-            return [] if "tool_calls" in delta or "tool_call_error" in delta else deltas
-        return dispatch_only(deltas) if deltas else deltas
-
-    def _end_complete(self, finish_reason="stop"):
-        """end() of the dispatch stream."""
-        return dispatch_only(self._ui_end(finish_reason))
-
-    def _drop_call(self, index, kind, message):
+    def _drop_call(self, index: int, kind: str, message: str) -> None:
         """A call whose header went out is not a call after all: a delta says so (its
         argument deltas, if any, are void), with the error of the message."""
         self._deltas.append({"tool_call_error": {"index": index, "kind": kind, "message": message}})
 
-    def _error(self, kind, message, offset):
+    def _error(self, kind: str, message: str, offset: int) -> None:
         self._errors.append(error_entry(kind, message, offset))
 
     @property
-    def message(self):
+    def message(self) -> Message:
         """The assistant message (after end()): content, reasoning, the calls, the errors."""
         if self._finish is None:
             raise ValueError("the message is complete only after end()")
@@ -2427,10 +3089,57 @@ class Output:
 # --- input (tplparse/runtime/input.py) ------------------------------------------------
 
 
-class Input:
-    """The buffer and the readers (a part of StreamParser)."""
+# (SPACES and run_of(...) match runs of `*`: they always match, and their `.match(...).end()`
+# is marked `type: ignore[union-attr]`, as in text.py.)
 
-    def feed(self, chunk):
+
+class Input(Output):
+    """The buffer, feed() and end(), and the readers the rules call: the layer over Output."""
+
+    # The state of the layers over this one that this one reads, and they do too: set by
+    # StreamParser.__init__ (the family's Protocol, the offered tools, where the parse is) and
+    # by Rules._start_rules (the parse's resume, the open call's argument stream).
+    _p: Protocol
+    _tools: dict[str, dict[str, Any]]  # name -> parameters (a JSON Schema)
+    _properties: dict[str, dict[str, Any]]  # name -> the properties of its parameters
+    _state: str  # REASONING or CONTENT: what the text being read is
+    _reasoning_ended_at: int | None  # (see StreamParser.reasoning_ended_at)
+    _resume: Callable[[None], object]  # the parse's send(): it runs until it needs more text
+    _streaming: ObjectStream | KeyValueStream | None  # the open call's argument stream
+
+    def _start_input(self) -> None:
+        """The state this layer owns: the buffer, and what the parse waits in."""
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self._text = ""
+        self._pos = 0
+        self._offset_base = 0  # characters dropped from the front of _text
+        self._trim_ok = False  # True only while the parse waits inside _text_until
+        self._eof = False
+        # While the parse waits, `_quiet` (a regex search) finds the characters that can move it;
+        # a chunk without any is handled by `feed` alone: kept (`_plain` is None) or, when the
+        # parse waits in reasoning/content text (`_plain` is that field) with nothing held
+        # back, emitted at once.
+        self._quiet: Search | None = None
+        self._plain: TextField | None = None
+        # (with _plain: the starts of a marker held at a chunk's end)
+        self._partials: frozenset[str] = frozenset()
+        self._wait_for = 0  # or: the parse needs _text to reach this length to decide
+        self._then = 0  # or: it needs this many characters after the first that `_quiet` finds
+        # or: a value's scan, which feed() runs on a chunk that passed `_quiet`
+        self._poll: BalancedScan | None = None
+        # While an argument stream is inside a string and gave out all the text so far: the
+        # stream, for feed's fast path; and the chunks that path gave out, not yet in _text.
+        self._fast: ObjectStream | KeyValueStream | None = None
+        self._ahead: list[str] = []
+        # or: the ObjectStream that reads a JSON value feed() is inside (see feed)
+        self._drive: ObjectStream | None = None
+        self._drive_then = ""  # the text the template writes after that value
+        # or: text the parse waits for while the output goes on as it (from _expect_at); or a
+        # tuple of texts, one of which (whitespace before it any) it waits for (_expect_one_of)
+        self._expect: str | tuple[str, ...] | None = None
+        self._expect_at = 0
+
+    def feed(self, chunk: str | bytes | bytearray) -> list[Delta]:
         """Read the next chunk of output (str, or bytes that may split UTF-8 sequences); return
         the deltas it settles. ValueError after end()."""
         text = chunk if chunk.__class__ is str else self._decode(chunk)
@@ -2438,174 +3147,217 @@ class Input:
         # none is open: it clears what they test.)
         fast = self._fast
         if fast is not None and text:
-            # Inside a string argument that streams, all of it before this chunk given out: a
-            # chunk that cannot end it is its next characters, given out without a step of the
-            # reader and kept aside (`_ahead`) until the parse needs the text (`_catch_up`).
+            # (the common chunk inside a string argument, one with no character that may end
+            # it: as _feed_string, inline; this path runs once per chunk of a streamed string)
             ahead = self._ahead
-            if len(ahead) > 1024 and not fast.held:  # (a long value: its chunks join the text now and then)
-                self._catch_up()
-                ahead = self._ahead
-            if fast.special(text) is None or fast.as_is(text) is not None:
+            if len(ahead) <= 1024 and fast.special(text) is None:  # type: ignore[misc]
                 ahead.append(text)
                 return [{"tool_calls": [{"index": fast.index, "function": {"arguments": text}}]}]
-            piece = fast.escaped(text)  # (escapes the canonical text writes the same, ...)
-            if piece is not None:
-                ahead.append(text)
-                return [{"tool_calls": [{"index": fast.index, "function": {"arguments": piece}}]}] if piece else []
-            self._catch_up()
-            self._fast = None
+            deltas = self._feed_string(fast, text)
+            if deltas is not None:
+                return deltas
         elif self._ahead:
             self._catch_up()
-        drive = self._drive
-        if drive is not None:
-            # Inside a JSON (or Python) value that its argument stream reads as it arrives: the
-            # stream reads the chunk, and the parse is resumed only once the value is complete
-            # (or the stream stops at what it does not give out: then the scan reads it).
-            self._append(text)
-            if drive.wake is not None and drive.wake(text) is None:
-                return []  # (nothing it can give out yet: read with what follows)
-            piece = drive.advance(self._text, False)
-            if drive.ended and not drive.paused and self._drive_then:
-                # What the template writes after the value (the call's end, the next call's
-                # start) is waited for too, while the text goes on as written: one wake-up.
-                then, rest = self._drive_then, self._text[drive.pos:]
-                if len(rest) < len(then) and then.startswith(rest):
-                    self._drive = self._fast = None
-                    self._expect, self._expect_at = then, drive.pos
-                    return [{"tool_calls": [{"index": drive.index, "function": {"arguments": piece}}]}] if piece else []
-            if drive.paused or drive.ended:
-                if piece:
-                    self._arguments_delta(drive.index, piece)
-                return self._push("")
-            self._fast = self._fast_path(drive)
-            return [{"tool_calls": [{"index": drive.index, "function": {"arguments": piece}}]}] if piece else []
-        expect = self._expect
-        if expect is not None:
-            # The text the template writes next, as it goes on: kept until it is all here.
-            if expect.__class__ is str:
-                k = len(self._text) - self._expect_at
-                if k + len(text) < len(expect) and expect.startswith(text, k):
-                    self._append(text)
-                    return []
-                return self._push(text)
-            # One of several texts, whitespace before it any (see _expect_one_of).
-            self._append(text)
-            came = self._text[self._expect_at:].lstrip()
-            if not came:
-                self._expect_at = len(self._text)  # (only whitespace: not read again)
-                return []
-            return [] if _begins_one_of(came, expect) else self._push("")
+        if self._drive is not None:
+            return self._feed_driven(self._drive, text)
+        if self._expect is not None:
+            return self._feed_expected(self._expect, text)
         quiet = self._quiet
         if quiet is not None and self._then:
             # A run that must be followed by `_then` characters: where this chunk ends it, they
             # are waited for from there (by their count alone).
             found = quiet(text)
             if found is not None:
-                self._wait_for, self._then, self._quiet = len(self._text) + found.start() + self._then, 0, None
+                self._wait_for = len(self._text) + found.start() + self._then
+                self._then, self._quiet = 0, None
                 quiet = None
         if quiet is None:
             if len(self._text) + len(text) < self._wait_for:
                 self._append(text)  # still fewer characters than the parse needs to decide
                 return []
         elif self._plain is not None:
-            # Plain content or reasoning (with what was held back before it, the start of what
-            # may be a marker): what cannot begin a marker goes straight out; the first
-            # characters of a marker at its end are held back (the next chunk tells); only a
-            # marker's head inside it (its first three characters) wakes the parse.
-            held = len(self._text) - self._pos
-            whole = self._text[self._pos:] + text if held else text
-            found = quiet(whole)
-            # (what goes out leaves the text, and the offsets after it count it; the text is
-            # then only what is held now: the parse waits in the text's scan, which reads on
-            # from `_pos`, so what is before it may go)
-            if found is not None:
-                if found.end() < len(whole) or found.group() not in self._partials:
-                    return self._push(text)
-                text = whole[:found.start()]
-                self._offset_base += self._pos + len(text)
-                self._text, self._pos = whole[found.start():], 0
-            elif held:
-                text = whole
-                self._offset_base += self._pos + len(text)
-                self._text, self._pos = "", 0
-            else:
-                self._offset_base += len(text)
-            field = self._plain
-            if field.started:  # (_emit_text, inlined: most chunks of a stream come here)
-                body = text.rstrip()
-                if body is text and not field.pending:  # no whitespace at the end, none held
-                    if not text:
-                        return []
-                    field.parts.append(text)
-                    return [{field.key: text}]
-                if not body:
-                    if text:
-                        field.pending.append(text)
-                    return []
-                out = "".join(field.pending) + body if field.pending else body
-                field.pending = [text[len(body):]] if len(body) < len(text) else []
-                field.parts.append(out)
-                return [{field.key: out}]
-            self._emit_text(field, text)
-            deltas, self._deltas = self._deltas, []
-            return deltas
+            return self._feed_plain(quiet, self._plain, text)
         elif quiet(text) is None or len(self._text) + len(text) < self._wait_for:
             # Inside a value that only a `quiet` character can end: keep it (as _append),
             # and give out what an argument stream settles of it.
             buffer, self._text = self._text, ""
             buffer += text
             self._text = buffer
-            return [] if self._streaming is None else self._streamed()
+            return [] if self._streaming is None else self._streamed(self._streaming)
         elif self._poll is not None:
-            # The value's scan can tell by itself whether this chunk completes it: ask it.
-            scan = self._poll
-            self._append(text)
-            if not scan.scan(self._text):
-                self._quiet = scan.quiet(len(self._text))
-                if self._quiet is not None:
-                    return [] if self._streaming is None else self._streamed()
-            return self._push("")
+            return self._feed_polled(self._poll, text)
         if self._finish is not None:
             raise ValueError("feed() after end(): the stream is closed")
         return self._push(text)
 
-    def _streamed(self):
-        """What the open call's argument stream settles of the text kept without a resume
-        (none while a key/value stream has no string value running ahead)."""
+    def _feed_string(self, fast: ObjectStream | KeyValueStream, text: str) -> list[Delta] | None:
+        """feed, inside a string argument that streams with all of it before this chunk given
+        out: a chunk that cannot end it is its next characters, given out without a step of the
+        reader and kept aside (`_ahead`) until the parse needs the text (`_catch_up`). None:
+        this chunk may end the string (the other paths read it)."""
+        ahead = self._ahead
+        # (a long value: its chunks join the text now and then)
+        if len(ahead) > 1024 and not fast.held:
+            self._catch_up()
+            ahead = self._ahead
+        # (`special` is set here: _fast_path gives a stream only while it is; its type says None)
+        if fast.special(text) is None or fast.as_is(text) is not None:  # type: ignore[misc]
+            ahead.append(text)
+            return [{"tool_calls": [{"index": fast.index, "function": {"arguments": text}}]}]
+        piece = fast.escaped(text)  # (escapes the canonical text writes the same, ...)
+        if piece is not None:
+            ahead.append(text)
+            return ([{"tool_calls": [{"index": fast.index, "function": {"arguments": piece}}]}]
+                    if piece else [])
+        self._catch_up()
+        self._fast = None
+        return None
+
+    def _feed_driven(self, drive: ObjectStream, text: str) -> list[Delta]:
+        """feed, inside a JSON (or Python) value that its argument stream reads as it arrives:
+        the stream reads the chunk, and the parse is resumed only once the value is complete
+        (or the stream stops at what it does not give out: then the scan reads it)."""
+        self._append(text)
+        if drive.wake is not None and drive.wake(text) is None:
+            return []  # (nothing it can give out yet: read with what follows)
+        piece = drive.advance(self._text, False)
+        if drive.ended and not drive.paused and self._drive_then:
+            # What the template writes after the value (the call's end, the next call's
+            # start) is waited for too, while the text goes on as written: one wake-up.
+            then, rest = self._drive_then, self._text[drive.pos:]
+            if len(rest) < len(then) and then.startswith(rest):
+                self._drive = self._fast = None
+                self._expect, self._expect_at = then, drive.pos
+                return ([{"tool_calls": [{"index": drive.index, "function": {"arguments": piece}}]}]
+                        if piece else [])
+        if drive.paused or drive.ended:
+            if piece:
+                self._arguments_delta(drive.index, piece)
+            return self._push("")
+        self._fast = self._fast_path(drive)
+        return ([{"tool_calls": [{"index": drive.index, "function": {"arguments": piece}}]}]
+                if piece else [])
+
+    def _feed_expected(self, expect: str | tuple[str, ...], text: str) -> list[Delta]:
+        """feed, while the parse waits for the text the template writes next, as it goes on:
+        kept until it is all here (or goes another way)."""
+        if expect.__class__ is str:
+            k = len(self._text) - self._expect_at
+            if k + len(text) < len(expect) and expect.startswith(text, k):
+                self._append(text)
+                return []
+            return self._push(text)
+        # One of several texts, whitespace before it any (see _expect_one_of).
+        self._append(text)
+        came = self._text[self._expect_at:].lstrip()
+        if not came:
+            self._expect_at = len(self._text)  # (only whitespace: not read again)
+            return []
+        return [] if _begins_one_of(came, expect) else self._push("")
+
+    def _feed_plain(self, quiet: Search, field: TextField, text: str) -> list[Delta]:
+        """feed, in plain content or reasoning (with what was held back before it, the start of
+        what may be a marker): what cannot begin a marker goes straight out; the first
+        characters of a marker at its end are held back (the next chunk tells); only a
+        marker's head inside it (its first three characters) wakes the parse."""
+        held = len(self._text) - self._pos
+        whole = self._text[self._pos:] + text if held else text
+        found = quiet(whole)
+        # (what goes out leaves the text, and the offsets after it count it; the text is
+        # then only what is held now: the parse waits in the text's scan, which reads on
+        # from `_pos`, so what is before it may go)
+        if found is not None:
+            if found.end() < len(whole) or found.group() not in self._partials:
+                return self._push(text)
+            text = whole[:found.start()]
+            self._offset_base += self._pos + len(text)
+            self._text, self._pos = whole[found.start():], 0
+        elif held:
+            text = whole
+            self._offset_base += self._pos + len(text)
+            self._text, self._pos = "", 0
+        else:
+            self._offset_base += len(text)
+        if field.started:  # (_emit_text, inlined: most chunks of a stream come here)
+            body = text.rstrip()
+            if body is text and not field.pending:  # no whitespace at the end, none held
+                if not text:
+                    return []
+                field.parts.append(text)
+                return [{field.key: text}]
+            if not body:
+                if text:
+                    field.pending.append(text)
+                return []
+            out = "".join(field.pending) + body if field.pending else body
+            field.pending = [text[len(body):]] if len(body) < len(text) else []
+            field.parts.append(out)
+            return [{field.key: out}]
+        self._emit_text(field, text)
+        deltas, self._deltas = self._deltas, []
+        return deltas
+
+    def _feed_polled(self, scan: BalancedScan, text: str) -> list[Delta]:
+        """feed, inside a value whose scan can tell by itself whether this chunk completes it."""
+        self._append(text)
+        if not scan.scan(self._text):
+            self._quiet = scan.quiet(len(self._text))
+            if self._quiet is not None:
+                stream = self._streaming
+                return [] if stream is None else self._streamed(stream)
+        return self._push("")
+
+    def _stream_arguments(self) -> None:
+        """The open call's argument stream reads what has arrived; its delta, if it settled any."""
         stream = self._streaming
+        assert stream is not None  # (called only while a call's arguments stream)
+        piece = stream.advance(self._text, self._eof)
+        if piece:
+            self._arguments_delta(stream.index, piece)
+
+    def _streamed(self, stream: ObjectStream | KeyValueStream) -> list[Delta]:
+        """What the open call's argument stream (`stream`) settles of the text kept without a
+        resume (none while a key/value stream has no string value running ahead)."""
         if stream.pos is None:
             return []
-        self._stream_arguments()
+        piece = stream.advance(self._text, self._eof)  # (_stream_arguments, on feed's fast path)
+        if piece:
+            self._arguments_delta(stream.index, piece)
         self._fast = self._fast_path(stream)
         deltas, self._deltas = self._deltas, []
         return deltas
 
-    def _fast_path(self, stream):
+    def _fast_path(self, stream: ObjectStream | KeyValueStream | None
+                   ) -> ObjectStream | KeyValueStream | None:
         """`stream` when feed's fast path may give out the next chunk for it (see feed): it is
         inside a string and gave out all the text so far; else None."""
-        return stream if stream is not None and stream.special is not None and stream.pos == len(self._text) else None
+        return (stream if stream is not None and stream.special is not None
+                and stream.pos == len(self._text) else None)
 
-    def _catch_up(self):
+    def _catch_up(self) -> None:
         """The chunks the fast path gave out (all of them the string's next characters) join
         the text, and the stream that gave them out reads on after them."""
         if self._ahead:
             ahead, self._ahead = self._ahead, []
             text = "".join(ahead)
             self._append(text)
-            self._fast.caught_up(text, len(self._text))
+            fast = self._fast
+            assert fast is not None  # (the chunks kept aside are the fast path's: it is open)
+            fast.caught_up(text, len(self._text))
 
-    def _decode(self, chunk):
+    def _decode(self, chunk: object) -> str:
         if isinstance(chunk, (bytes, bytearray)):
             return self._decoder.decode(chunk)
         if isinstance(chunk, str):
             return chunk
         raise TypeError(f"feed() takes a str or bytes chunk, not {type(chunk).__name__}")
 
-    def end(self, finish_reason="stop"):
+    def end(self, finish_reason: str = "stop") -> list[Delta]:
         """The output is complete ("stop") or was cut ("length", or the engine's other reason):
         the last deltas. A second end() returns []."""
         if not isinstance(finish_reason, str) or not finish_reason:
-            raise TypeError(f"finish_reason must be a non-empty str such as 'stop' or 'length', not {finish_reason!r}")
+            raise TypeError("finish_reason must be a non-empty str such as 'stop' or 'length', "
+                            f"not {finish_reason!r}")
         if self._finish is not None:
             return []
         self._catch_up()
@@ -2614,15 +3366,17 @@ class Input:
         self._finish = finish_reason
         self._eof = True
         deltas = self._push(tail)
-        self._quiet = self._plain = self._poll = self._streaming = self._drive = None  # (feed's fast paths stay closed)
+        # (feed's fast paths stay closed)
+        self._quiet = self._plain = self._poll = self._streaming = self._drive = None
         self._wait_for = self._then = 0
         if finish_reason == "length" and self._state == REASONING:
-            self._error("reasoning_truncated", "the output ended inside reasoning", self._offset_base + len(self._text))
+            self._error("reasoning_truncated", "the output ended inside reasoning",
+                        self._offset_base + len(self._text))
         return deltas
 
     # --- the buffer -------------------------------------------------------------------
 
-    def _push(self, text):
+    def _push(self, text: str) -> list[Delta]:
         """Add text and resume the parse until it needs more."""
         if text:
             if self._pos > 4096 and self._trim_ok:
@@ -2642,20 +3396,20 @@ class Input:
         deltas, self._deltas = self._deltas, []
         return deltas
 
-    def _append(self, text):
+    def _append(self, text: str) -> None:
         # Grow the buffer in place: with its only reference in a local, CPython extends the
         # string instead of copying it (`self._text += text` copies the whole buffer each time).
         buffer, self._text = self._text, ""
         buffer += text
         self._text = buffer
 
-    def _offset(self):
+    def _offset(self) -> int:
         return self._offset_base + self._pos
 
-    def _available(self):
+    def _available(self) -> int:
         return len(self._text) - self._pos
 
-    def _need(self, n):
+    def _need(self, n: int) -> Generator[None, None, None]:
         """Wait until n characters are available (or the stream ended)."""
         while self._available() < n and not self._eof:
             self._wait_for = self._pos + n
@@ -2666,7 +3420,7 @@ class Input:
     # parse): each consumes and returns a result, or consumes nothing and returns None/False,
     # and the caller falls back to the waiting form (`yield from`).
 
-    def _here(self, literal, ws_follows=False):
+    def _here(self, literal: str, ws_follows: bool = False) -> bool:
         """Consume `literal` if it comes next as rendered (its end whitespace: any)."""
         parts = LITERALS.get(literal)
         if parts is not None and not parts[2] and self._text.startswith(literal, self._pos):
@@ -2678,20 +3432,20 @@ class Input:
         self._pos = end
         return True
 
-    def _ws_here(self):
+    def _ws_here(self) -> bool:
         """Skip whitespace; True when what follows is known (another character, or the end)."""
-        self._pos = SPACES.match(self._text, self._pos).end()
+        self._pos = SPACES.match(self._text, self._pos).end()  # type: ignore[union-attr]
         return self._pos < len(self._text) or self._eof
 
-    def _run_here(self, chars):
+    def _run_here(self, chars: CharSet) -> str | None:
         """A non-empty run of `chars` ended by another character already here."""
-        end = run_of(chars).match(self._text, self._pos).end()
+        end = run_of(chars).match(self._text, self._pos).end()  # type: ignore[union-attr]
         if self._pos < end < len(self._text):
             run, self._pos = self._text[self._pos:end], end
             return run
         return None
 
-    def _until_here(self, stop):
+    def _until_here(self, stop: str) -> str | None:
         """The text up to `stop` (not consumed), if `stop` is already here."""
         at = self._text.find(stop, self._pos)
         if at == -1:
@@ -2701,14 +3455,15 @@ class Input:
 
     # Waiting forms.
 
-    def _skip_ws(self):
+    def _skip_ws(self) -> Generator[None, None, None]:
         while True:
-            self._pos = SPACES.match(self._text, self._pos).end()
+            self._pos = SPACES.match(self._text, self._pos).end()  # type: ignore[union-attr]
             if self._pos < len(self._text) or self._eof:
                 return
             yield
 
-    def _match(self, literal, required=True, ws_follows=False, eats=False):
+    def _match(self, literal: str, required: bool = True, ws_follows: bool = False,
+               eats: bool = False) -> Generator[None, None, bool]:
         """A literal whose whitespace runs match any whitespace or none (the grammar's tolerance;
         a run at either end takes all the whitespace there). With `ws_follows` (the next reader
         skips whitespace itself) the literal does not wait to see where its end run stops.
@@ -2725,7 +3480,8 @@ class Input:
             yield from self._skip_ws()
         if core:
             at = self._pos
-            if len(self._text) - at < len(core) and not self._eof and core.startswith(self._text[at:]):
+            if (len(self._text) - at < len(core) and not self._eof
+                    and core.startswith(self._text[at:])):
                 # Written so far as rendered: wait for the whole literal, then decide (word by
                 # word below if what comes is written differently).
                 yield from self._need(len(core))
@@ -2749,8 +3505,9 @@ class Input:
                     if self._available() < len(word) and word.startswith(self._text[self._pos:]):
                         # (the rest of the layout is markers the engine stopped on: read, unless
                         # the output ended inside one of them, which is a cut)
-                        if eats and self._eof and self._finish in NATURAL_STOPS and stopped_in(
-                                rest, self._text[self._pos:]) and all(stoppable_word(w) for w in after):
+                        if (eats and self._eof and self._finish in NATURAL_STOPS
+                                and stopped_in(rest, self._text[self._pos:])
+                                and all(stoppable_word(w) for w in after)):
                             self._pos = len(self._text)
                             return True
                         # (the output ended inside the word: not enough input, not a wrong one)
@@ -2760,15 +3517,17 @@ class Input:
                         return False
                     seen = self._text[max(start, self._pos + len(word) - 40):self._pos + len(word)]
                     self._pos = start
-                    if required:  # (the message quotes only text read so far: the same on every chunking)
+                    # (the message quotes only text read so far: the same on every chunking)
+                    if required:
                         raise InvalidOutput(f"expected {core!r} at {seen!r}")
                     return False
         if trail and not self._ws_here() and not ws_follows:
             yield from self._skip_ws()
         return True
 
-    def _peek(self, text):
-        """Whether `text` comes next (nothing consumed); decided as soon as what is here is not its start."""
+    def _peek(self, text: str) -> Generator[None, None, bool]:
+        """Whether `text` comes next (nothing consumed); decided as soon as what is here is not
+        its start."""
         while len(self._text) - self._pos < len(text) and not self._eof:
             if not text.startswith(self._text[self._pos:]):
                 return False
@@ -2776,10 +3535,11 @@ class Input:
             yield
         return self._text.startswith(text, self._pos)
 
-    def _peek_after_ws(self, text):
-        """Whether `text` comes next after whitespace (the whitespace is consumed, `text` is not)."""
+    def _peek_after_ws(self, text: str) -> Generator[None, None, bool]:
+        """Whether `text` comes next after whitespace (the whitespace is consumed, `text` is
+        not)."""
         while True:
-            self._pos = SPACES.match(self._text, self._pos).end()
+            self._pos = SPACES.match(self._text, self._pos).end()  # type: ignore[union-attr]
             here = self._text[self._pos:self._pos + len(text)]
             if len(here) == len(text) or self._eof:
                 return here == text
@@ -2789,7 +3549,7 @@ class Input:
             self._wait_for = self._pos + len(text)
             yield
 
-    def _expect_one_of(self, texts):
+    def _expect_one_of(self, texts: tuple[str, ...]) -> Generator[None, None, None]:
         """Wait, while what comes is the start of one of `texts` (the text the template writes
         next, whitespace before it any), until it is all here or goes another way: feed() keeps
         the chunks without resuming the parse (one wake-up for a run of literals, not one per
@@ -2798,12 +3558,12 @@ class Input:
             self._expect, self._expect_at = texts, self._pos
             yield
 
-    def _peek_any_after_ws(self, texts):
+    def _peek_any_after_ws(self, texts: Sequence[str]) -> Generator[None, None, bool]:
         """Whether one of `texts` comes next after whitespace (the whitespace is consumed, the
         text is not); decided once what is here rules each of them in or out."""
         longest = max(len(t) for t in texts)
         while True:
-            self._pos = SPACES.match(self._text, self._pos).end()
+            self._pos = SPACES.match(self._text, self._pos).end()  # type: ignore[union-attr]
             here = self._text[self._pos:self._pos + longest]
             if any(here.startswith(t) for t in texts):
                 return True
@@ -2812,13 +3572,13 @@ class Input:
             self._wait_for = self._pos + longest
             yield
 
-    def _which_after_ws(self, texts):
+    def _which_after_ws(self, texts: Sequence[str]) -> Generator[None, None, str | None]:
         """Which of `texts` comes next after whitespace, the longest that does (the whitespace is
         consumed, the text is not); None when none does. Decided once what is here rules each
         longer one in or out (`to=` is not taken while `to=user<|message|>` may still come)."""
         longest = max(len(t) for t in texts)
         while True:
-            self._pos = SPACES.match(self._text, self._pos).end()
+            self._pos = SPACES.match(self._text, self._pos).end()  # type: ignore[union-attr]
             here = self._text[self._pos:self._pos + longest]
             found = [t for t in texts if here.startswith(t)]
             pending = [t for t in texts if len(t) > len(here) and t.startswith(here)]
@@ -2828,17 +3588,19 @@ class Input:
             self._wait_for = min(len(self._text) + 1, self._pos + longest)
             yield
 
-    def _read_while(self, chars, what, then=0):
+    def _read_while(self, chars: CharSet, what: str, then: int = 0
+                    ) -> Generator[None, None, str]:
         """A run of `chars` (a tool name, a call id, an index), ended by any other character.
         `then`: the length of the literal that must follow; the parse waits for it too (it
         cannot go on before), so the run's end and that literal cost one wake-up, not two."""
         start = self._pos
         run = run_of(chars)
         while True:
-            self._pos = run.match(self._text, self._pos).end()
+            self._pos = run.match(self._text, self._pos).end()  # type: ignore[union-attr]
             if self._pos < len(self._text):
                 if len(self._text) - self._pos < then and not self._eof:
-                    self._wait_for = self._pos + then  # (the run ended in this chunk: the literal after it too)
+                    # (the run ended in this chunk: the literal after it too)
+                    self._wait_for = self._pos + then
                     yield
                 break
             if self._eof:
@@ -2850,7 +3612,7 @@ class Input:
             raise InvalidOutput(f"expected {_a(what)} at {self._text[start]!r}")
         return self._text[start:self._pos]
 
-    def _read_until(self, stop, what):
+    def _read_until(self, stop: str, what: str) -> Generator[None, None, str]:
         """Raw text up to `stop` (not consumed)."""
         searched = self._pos
         while True:
@@ -2866,7 +3628,8 @@ class Input:
                 self._stream_arguments()
             yield
 
-    def _read_balanced(self, quotes, what, then=""):
+    def _read_balanced(self, quotes: str, what: str, then: str = ""
+                       ) -> Generator[None, None, str]:
         """A JSON / Python literal: brackets balanced, strings (in `quotes`) respected. `then`:
         the text the template writes after it, which feed() may wait for too (see there)."""
         start = self._pos
@@ -2880,7 +3643,7 @@ class Input:
                 yield
                 if self._eof:
                     self._stream_arguments()  # (what came with end(), if anything)
-            begin = SPACES.match(self._text, start).end()
+            begin = SPACES.match(self._text, start).end()  # type: ignore[union-attr]
             if stream.ended and not stream.paused and self._text[begin] in "{[":
                 # Its brackets balanced (read as JSON or Python, strings and all): where the
                 # scan below would end it.
@@ -2900,15 +3663,17 @@ class Input:
                 self._stream_arguments()
             yield
         if scan.unbalanced:
+            assert scan.start is not None  # (a closing bracket is found after the value started)
             self._pos = scan.start  # (reported where the value starts)
             raise InvalidOutput(f"unbalanced {scan.unbalanced!r} in a {what}")
+        assert scan.end is not None  # (scan() said the value's end is known)
         self._pos = scan.end
         return self._text[scan.start:scan.end]
 
     # --- the turn ---------------------------------------------------------------------
 
 
-def _begins_one_of(came, texts):
+def _begins_one_of(came: str, texts: Iterable[str]) -> bool:
     """Whether `came` is the start of one of `texts`, and not all of it yet."""
     for one in texts:
         if len(came) < len(one) and one.startswith(came):
@@ -2916,7 +3681,7 @@ def _begins_one_of(came, texts):
     return False
 
 
-def _a(what):
+def _a(what: str) -> str:
     """`what` with its indefinite article ("a tool name", "an argument name")."""
     return ("an " if what[:1] in "aeiou" else "a ") + what
 
@@ -2924,20 +3689,28 @@ def _a(what):
 # --- rules (tplparse/runtime/rules.py) ------------------------------------------------
 
 
+# (The rules are generators driven by `yield from`: each yields None while it waits for more
+# text, is resumed with None, and returns what it read: Generator[None, None, <what it read>].
+# SPACES and the other `*` runs always match: their `.match(...).end()` is marked
+# `type: ignore[union-attr]`, as in text.py.)
+
 _NAME_RUN = run_of(NAME_CHARS).match
 
 # A number the output stopped in the middle of (1.  1e  1e-  -).
 _CUT_NUMBER = re.compile(r"-|-?\d+(?:\.\d*)?(?:[eE][-+]?)?|-?\d+\.")
 
 # The steps of one key/value argument, in order.
-_KV_WS, _KV_SEPARATOR, _KV_BEFORE, _KV_KEY, _KV_LAYOUT, _KV_MIDDLE, _KV_LEAD, _KV_VALUE, _KV_AFTER = range(9)
+(_KV_WS, _KV_SEPARATOR, _KV_BEFORE, _KV_KEY, _KV_LAYOUT, _KV_MIDDLE, _KV_LEAD, _KV_VALUE,
+ _KV_AFTER) = range(9)
+_STOPPED = -1  # (a reader of what is here stopped at a step that must wait)
 
 
-_LITERAL_NAMES = {"True": True, "False": False, "None": None, "true": True, "false": False, "null": None}
+_LITERAL_NAMES = {"True": True, "False": False, "None": None,
+                  "true": True, "false": False, "null": None}
 _NOT_A_LITERAL = object()
 
 
-def _literal_value(node, depth=0):
+def _literal_value(node: ast.AST, depth: int = 0) -> JSONValue:
     """The value of a Python expression node that is a literal JSON can hold (JSON's true /
     false / null too), else _NOT_A_LITERAL (an expression, bytes, a complex number, ...)."""
     if depth > 64:
@@ -2948,103 +3721,157 @@ def _literal_value(node, depth=0):
     if isinstance(node, ast.Name):
         return _LITERAL_NAMES.get(node.id, _NOT_A_LITERAL)
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)) and isinstance(
-            node.operand, ast.Constant) and type(node.operand.value) in (int, float):
-        return -node.operand.value if isinstance(node.op, ast.USub) else node.operand.value
+            node.operand, ast.Constant):
+        number = node.operand.value
+        if type(number) is int or type(number) is float:
+            return -number if isinstance(node.op, ast.USub) else number
     if isinstance(node, (ast.List, ast.Tuple)):
         items = [_literal_value(item, depth + 1) for item in node.elts]
         return _NOT_A_LITERAL if any(item is _NOT_A_LITERAL for item in items) else items
     if isinstance(node, ast.Dict):
-        keys = [_literal_value(key, depth + 1) if key is not None else _NOT_A_LITERAL for key in node.keys]
+        keys = [_literal_value(key, depth + 1) if key is not None else _NOT_A_LITERAL
+                for key in node.keys]
         values = [_literal_value(value, depth + 1) for value in node.values]
-        if any(not isinstance(key, str) for key in keys) or any(value is _NOT_A_LITERAL for value in values):
+        if any(not isinstance(key, str) for key in keys) or any(
+                value is _NOT_A_LITERAL for value in values):
             return _NOT_A_LITERAL
-        return dict(zip(keys, values))
+        return dict(zip(keys, values, strict=True))
     return _NOT_A_LITERAL
 
 
-def _decoded(text):
+def _decoded(text: str) -> JSONValue:
     """An argument value written as JSON or a Python literal (BadArguments: neither)."""
     try:
         return JSON_DECODER.decode(text)  # (a key twice is an error, as in arguments objects)
     except RecursionError:
-        raise BadArguments(f"the argument value {text[:40]!r} is nested too deeply to read") from None
+        raise BadArguments(
+            f"the argument value {text[:40]!r} is nested too deeply to read") from None
     except DuplicateKey as e:
         raise BadArguments(f"cannot read the argument value {text[:40]!r}: {e}") from None
     except ValueError:
         try:
             return python_value(text)
         except (ValueError, SyntaxError, RecursionError, MemoryError) as e:
-            raise BadArguments(f"cannot read the argument value {text[:40]!r}: {e or 'nested too deeply'}") from None
+            raise BadArguments(f"cannot read the argument value {text[:40]!r}: "
+                               f"{e or 'nested too deeply'}") from None
 
 
-def _may_be_container(schema):
+def _may_be_container(schema: SchemaValue) -> bool:
     """Whether a value of this schema may be an object or an array (a schema that types
     nothing: any value may)."""
     kinds = _schema_kinds(schema)
     return not kinds or "object" in kinds or "array" in kinds
 
 
-def _raw_stops(kv, ending, settles, st):
+def _raw_stops(kv: KeyValueFormat, ending: Closing, settles: bool,
+               st: _KeyValueRead) -> tuple[tuple[str, ...], tuple[str, str] | None]:
     """What may end a raw value that is still arriving (its closing text, with the whitespace
     before it, which the value loses; and, when a missing closing text may be settled by what
     follows, that and the whitespace the layout writes before it, which the value loses too):
     (stops, those two whitespace runs or None). Cached in the format, per closing text and call."""
     key = (ending, settles, st.closing_lead, st.closing_word)
-    found = kv.raw_stops.get(key)
+    found: tuple[tuple[str, ...], tuple[str, str] | None] | None = kv.raw_stops.get(key)
     if found is None:
         stop, lead = ending.raw_end, ending.after_lead
-        stops = (lead + stop, stop) if lead else (stop,)
-        spaces = None
+        stops: tuple[str, ...] = (lead + stop, stop) if lead else (stop,)
+        spaces: tuple[str, str] | None = None
         if settles:
             # What the layout writes between a value and what may settle it when its closing
             # text is missing: the value loses it, so it is held back too.
             trail = ending.after[len(ending.after.rstrip()):]
             between = kv.separator if kv.separator.isspace() else ""
-            spaces = (lead + trail + between + kv.before[: len(kv.before) - len(kv.before.lstrip())],
-                      lead + trail + st.closing_lead)
-            stops += tuple(sorted({space[i:] + marker for space, marker in zip(spaces, (kv.before.strip(), st.closing_word))
+            before_lead = kv.before[: len(kv.before) - len(kv.before.lstrip())]
+            spaces = (lead + trail + between + before_lead, lead + trail + st.closing_lead)
+            markers = (kv.before.strip(), st.closing_word)
+            stops += tuple(sorted({space[i:] + marker
+                                   for space, marker in zip(spaces, markers, strict=True)
                                    if marker for i in range(len(space) + 1)}))
         found = kv.raw_stops[key] = (stops, spaces)
     return found
+
+
+class ValueHere(NamedTuple):
+    """A key/value argument's value read whole from what is here."""
+
+    value: str  # as written (a quoted one without its quotes)
+    end: int  # where what follows it starts
+    in_quotes: bool  # it was written in the format's quotes
 
 
 class _KeyValueRead:
     """Where the reading of a call's key/value arguments is: the step, and what it has read.
     (One per parser, started afresh for each call: a parser reads one call at a time.)"""
 
-    __slots__ = ("kv", "properties", "closing", "closing_word", "closing_lead", "settling", "after_value", "unclosed",
-                 "step", "first", "key", "layout", "arguments", "bad")
+    __slots__ = ("kv", "properties", "closing", "closing_word", "closing_lead", "settling",
+                 "after_value", "unclosed", "step", "first", "key", "layout", "arguments", "bad")
 
-    def __init__(self, kv):
+    kv: KeyValueFormat
+    properties: dict[str, SchemaValue]
+    closing: str
+    closing_word: str
+    closing_lead: str
+    settling: Search | None
+    after_value: tuple[str, ...]
+    unclosed: bool
+    step: int  # _KV_WS, ..., _KV_AFTER
+    first: bool  # at the first argument (no separator before it)
+    key: str | None  # (read from _KV_LAYOUT on)
+    layout: ArgumentLayout | None  # (told from _KV_MIDDLE on)
+    arguments: dict[str, JSONValue]
+    bad: BadArguments | None
+
+    def __init__(self, kv: KeyValueFormat) -> None:
         self.kv = kv
 
-    def start(self, properties, closing, after_arguments):
+    def start(self, properties: dict[str, SchemaValue], closing: ArgumentsEnd,
+              after_arguments: str) -> _KeyValueRead:
         self.properties = properties  # the tool's parameters.properties (types the values)
         # The arguments end where the call's next literal starts: its first word is enough
         # (the literal itself is matched after, with its whitespace tolerance).
-        self.closing, self.closing_word, self.closing_lead = closing
-        self.settling = self.kv.settling(self.closing_word)  # (what settles a raw value left open)
-        self.after_value = self.kv.after_value(after_arguments)  # (what the template writes after a value)
+        self.closing, self.closing_word, self.closing_lead = (closing.literal, closing.word,
+                                                              closing.lead)
+        # (what settles a raw value left open)
+        self.settling = self.kv.settling(self.closing_word)
+        # (what the template writes after a value)
+        self.after_value = self.kv.after_value(after_arguments)
         self.unclosed = False  # the value just read had no closing text (settled by what follows)
         self.step, self.first, self.key, self.layout = _KV_WS, True, None, None
         self.arguments = {}
-        self.bad = None  # the first value that does not read; raised once the arguments' layout is read
+        # the first value that does not read; raised once the arguments' layout is read
+        self.bad = None
         return self
 
 
-class Rules:
-    """The grammar of a turn (a part of StreamParser)."""
+class Rules(Input):
+    """The grammar of a turn, as a coroutine over the input: the layer over Input."""
+
+    def _start_rules(self) -> None:
+        """The state this layer owns: the call being read, and the parse, primed to wait for
+        the first chunk."""
+        # where a call's key/value arguments are (made on first use)
+        self._kv_read_state: _KeyValueRead | None = None
+        # the call being read (its header may have gone out)
+        self._open_call: OpenCall | None = None
+        # the call layout being read: its steps, JSON object keys and self-closed form (the
+        # family's, or the one without its opener; the steps are set before they are read)
+        self._steps: tuple[CallStep, ...] = ()
+        self._json_call: JsonCallLayout | None = None
+        self._self_closing: SelfClosingTable | None = None
+        # (and the text the template writes after its arguments: Protocol.after_arguments)
+        self._after_arguments = ""
+        # or: the argument stream of that call (see streams), once it had to wait
+        self._streaming = None
+        self._run = self._turn()
+        next(self._run)
+        self._resume = self._run.send
 
     # --- the turn ---------------------------------------------------------------------
 
-    def _turn(self):
+    def _turn(self) -> Generator[None, None, None]:
         """root: reasoning? content (tool-calls content?)* end-of-turn?"""
         yield  # primed; wait for the first chunk
         try:
-            if self._p.messages is not None:
-                yield from self._messages()  # (a turn of messages with headers: see messages)
-            else:
-                yield from self._turn_by_layout()
+            yield from self._turn_body()
         except TruncatedOutput as e:
             self._call_failed("truncated_tool_call", str(e))
         except InvalidOutput as e:
@@ -3058,7 +3885,8 @@ class Rules:
                 yield
             self._pos = at
             if not isinstance(e, InvalidWhole) and self._ends_inside_a_marker():
-                self._call_failed("truncated_tool_call", f"the output ended inside a call ({e})", offset)
+                self._call_failed("truncated_tool_call", f"the output ended inside a call ({e})",
+                                  offset)
             else:
                 self._call_failed("invalid_tool_call", str(e), offset)
         while True:  # whatever still comes is past the parse
@@ -3067,12 +3895,17 @@ class Rules:
                 return
             yield
 
-    def _turn_by_layout(self):
+    def _turn_body(self) -> Generator[None, None, None]:
+        """The turn, read by its format (a turn of messages with headers: see Messages)."""
+        return self._turn_by_layout()
+
+    def _turn_by_layout(self) -> Generator[None, None, None]:
         """root, in the generic form: an optional reasoning block, then content and calls."""
         p = self._p
         if p.repeated_headers and self._reasoning_ended_at is None:
             yield from self._repeated_header()
-        if self._state == CONTENT and self._reasoning_ended_at is None and p.reasoning_start and p.reasoning_end:
+        if (self._state == CONTENT and self._reasoning_ended_at is None and p.reasoning_start
+                and p.reasoning_end):
             # An optional reasoning block first (the model opens it itself), or its end alone:
             # an empty block (a template that asks for reasoning by instruction writes the end
             # marker before an answer without it).
@@ -3105,7 +3938,8 @@ class Rules:
                 self._reasoning_ended_at = self._offset()  # (at the call that ended it)
                 yield from self._tool_calls(bare=stop == p.bare_opener)
             elif (yield from self._reasoning_again()):
-                self._state = REASONING  # (another block, or segment, of reasoning: read on into it)
+                # (another block, or segment, of reasoning: read on into it)
+                self._state = REASONING
         if self._reasoning_ended_at is None:
             self._reasoning_ended_at = self._offset()
         self._state = CONTENT
@@ -3114,7 +3948,7 @@ class Rules:
         else:
             yield from self._content()
 
-    def _repeated_header(self):
+    def _repeated_header(self) -> Generator[None, None, None]:
         """At the output's start, the assistant header (or its role token) the generation
         prompt already wrote, written again: absorbed (a tolerance: `<|CHATBOT_TOKEN|>Hello`)."""
         p = self._p
@@ -3122,7 +3956,7 @@ class Rules:
         header = yield from self._which_after_ws(p.repeated_headers)
         self._pos = at if header is None else self._pos + len(header)
 
-    def _reasoning_again(self):
+    def _reasoning_again(self) -> Generator[None, None, bool]:
         """After a reasoning block's end: whether another block opens right after it (a
         repeated or empty reasoning channel, a second reasoning segment with its own header);
         its opener and the whitespace after it are consumed, else nothing is."""
@@ -3135,7 +3969,7 @@ class Rules:
         self._pos = at
         return False
 
-    def _segment_follows(self):
+    def _segment_follows(self) -> Generator[None, None, bool]:
         """At a segment's end marker (p.segment_end): whether the next segment's header
         follows it (after whitespace), so the turn goes on. Nothing is consumed."""
         p = self._p
@@ -3145,7 +3979,7 @@ class Rules:
         self._pos = at
         return follows
 
-    def _next_segment(self):
+    def _next_segment(self) -> Generator[None, None, bool | str]:
         """At a segment's end marker that the next segment's header follows (_segment_follows):
         that segment. A header of the calls' own role (the section starts with the end
         marker): the calls, read from the marker on. An assistant header: the segment it
@@ -3177,27 +4011,30 @@ class Rules:
             yield from self._tool_calls(bare=head == p.bare_opener)
         return True
 
-    def _call_failed(self, kind, message, offset=None):
-        """The parse stops at an error; a call whose header went out is dropped, and a delta says so."""
+    def _call_failed(self, kind: str, message: str, offset: int | None = None) -> None:
+        """The parse stops at an error; a call whose header went out is dropped, and a delta
+        says so."""
         self._error(kind, message, self._offset() if offset is None else offset)
         call, self._open_call, self._streaming = self._open_call, None, None
-        if call is not None and call["announced"]:
-            self._drop_call(call["index"], kind, message)
+        if call is not None and call.announced:
+            self._drop_call(call.index, kind, message)
 
-    def _ends_inside_a_marker(self):
+    def _ends_inside_a_marker(self) -> bool:
         """Whether the output ends with the start of one of the format's literals, from near where
         a reader stopped: what looked invalid is a literal the stream did not finish."""
         text, pos = self._text, self._pos
         if not text[pos:].strip():
-            return True  # (only whitespace after where the reader stopped: what it expected never came)
+            # (only whitespace after where the reader stopped: what it expected never came)
+            return True
         for start in range(max(0, pos - 32), min(pos, len(text)) + 1):
             rest = text[start:].strip()
             if rest and (_CUT_NUMBER.fullmatch(rest) or any(
-                    len(rest) < len(literal) and literal.startswith(rest) for literal in self._p.literals)):
+                    len(rest) < len(literal) and literal.startswith(rest)
+                    for literal in self._p.literals)):
                 return True
         return False
 
-    def _reasoning_block(self):
+    def _reasoning_block(self) -> Generator[None, None, str | None]:
         """reasoning-text, up to its end marker (or a call opener, by policy: a call inside
         open reasoning ends it, unless the reasoning closes after it, when it was quoted)."""
         p = self._p
@@ -3207,7 +4044,8 @@ class Rules:
             if p.bare_opener:
                 stops.append(p.bare_opener)
         stop = yield from self._text_until(stops, self._reasoning_text)
-        while stop is not None and stop in (p.opener, p.bare_opener) and (yield from self._closes_later(self._pos)):
+        while stop is not None and stop in (p.opener, p.bare_opener) and (
+                yield from self._closes_later(self._pos)):
             self._emit_text(self._reasoning_text, stop)  # (a call the reasoning quotes: reasoning)
             self._pos += len(stop)
             stop = yield from self._text_until(stops, self._reasoning_text)
@@ -3216,7 +4054,7 @@ class Rules:
             self._state = CONTENT
         return stop
 
-    def _closes_later(self, start):
+    def _closes_later(self, start: int) -> Generator[None, None, bool]:
         """Whether the reasoning block closes after `start` (where a call opens inside it): its
         end marker comes before the turn ends. Decided only when the output tells, by that
         marker, the turn's end or the output's; until then nothing from `start` on goes out."""
@@ -3234,10 +4072,11 @@ class Rules:
             self._quiet = waker("".join(sorted({s[-1] for s in stops})))
             yield
 
-    def _content(self):
+    def _content(self) -> Generator[None, None, None]:
         """content-text (tool-calls content-text?)* end-of-turn?"""
         p = self._p
-        stops = list(p.end_of_turn) + ([p.opener] if p.opener else []) + ([p.content_end] if p.content_end else [])
+        stops = list(p.end_of_turn) + ([p.opener] if p.opener else []) + (
+            [p.content_end] if p.content_end else [])
         if p.bare_opener:
             stops.append(p.bare_opener)
         stops += p.wrappers
@@ -3258,9 +4097,11 @@ class Rules:
         while True:
             written = len(field.parts)
             stop = yield from self._text_until(stops, field)
-            follows = stop is not None and stop == p.segment_end and (yield from self._segment_follows())
+            follows = stop is not None and stop == p.segment_end and (
+                yield from self._segment_follows())
             space = p.space_before.get("" if stop is None else stop.strip())
-            if space is not None and len(field.parts) > written and not (follows and not p.segment_is_calls):
+            if space is not None and len(field.parts) > written and not (
+                    follows and not p.segment_is_calls):
                 # (text of its own, then whitespace: the model's; before a segment's end and the
                 # next header, it stays held, as before any markup between content and a call)
                 self._keep_trailing_space(field, space)
@@ -3285,9 +4126,10 @@ class Rules:
             yield from self._tool_calls(bare=stop == p.bare_opener,
                                         unopened=p.instructed_bare and stop in p.call_heads_by_key)
             if not p.separator_core and self._separator_may_come():
-                yield from self._unwritten_separator()  # (`{…}; {…}` where each call is a section)
+                # (`{…}; {…}` where each call is a section)
+                yield from self._unwritten_separator()
 
-    def _after_wrapper(self, wrapper):
+    def _after_wrapper(self, wrapper: str) -> Generator[None, None, None]:
         """A marker the template writes in front of another kind of call (`<|python_tag|>`):
         a call of this format after it is read as without it; anything else after it is a
         call of a kind this format does not read, an error (not content, not a guess)."""
@@ -3295,26 +4137,31 @@ class Rules:
         self._pos += len(wrapper)
         heads = [h for h in (p.opener.strip(), p.bare_opener, *p.call_heads_by_key) if h]
         if (yield from self._peek_any_after_ws(heads)):
-            yield from self._tool_calls(bare=self._text.startswith(p.bare_opener, self._pos) if p.bare_opener else False)
+            yield from self._tool_calls(
+                bare=self._text.startswith(p.bare_opener, self._pos) if p.bare_opener else False)
         elif self._available():
             raise InvalidOutput(f"after {wrapper!r}, a call of a kind this format does not read")
         else:
             raise TruncatedOutput(f"the output ended after {wrapper!r}")
 
-    def _list_without_wrapper(self):
-        """A pythonic list of calls without the markers that wrap it (`[get_weather(city="Paris")]`),
-        read as the calls when tools are offered, it starts with an offered tool's name and a
-        call's bracket, it is the whole output (up to the turn's end), and as Python it is a
-        list of calls of offered tools with keyword arguments; else it is content (nothing
-        of it went out while it could be either). True when it was read as calls."""
+    def _list_without_wrapper(self) -> Generator[None, None, bool]:
+        """A pythonic list of calls without the markers that wrap it
+        (`[get_weather(city="Paris")]`), read as the calls when tools are offered, it starts
+        with an offered tool's name and a call's bracket, it is the whole output (up to the
+        turn's end), and as Python it is a list of calls of offered tools with keyword
+        arguments; else it is content (nothing of it went out while it could be either). True
+        when it was read as calls."""
         p = self._p
-        opening, closing, call_open = p.bare_list["open"], p.bare_list["close"], p.bare_list["call"]
+        bare_list, list_head = p.bare_list, p.bare_list_head
+        assert bare_list is not None and list_head is not None  # (the caller tests bare_list)
+        opening, call_open = bare_list["open"], bare_list["call"]
         yield from self._skip_ws()
         start = self._pos
         if not (yield from self._peek(opening)):
             return False
         while True:  # the first call's name, up to what follows it
-            head = p.bare_list_head(self._text, start)
+            head = list_head(self._text, start)
+            assert head is not None  # (the list's opening is here: its head matches)
             if head.end() < len(self._text) or self._eof:
                 break
             self._wait_for = len(self._text) + 1
@@ -3331,7 +4178,9 @@ class Rules:
             yield
         if scan.unbalanced:
             return False
-        self._pos = scan.end
+        end = scan.end
+        assert end is not None  # (scanned to its end)
+        self._pos = end
         alone = bool(p.end_of_turn) and (yield from self._peek_any_after_ws(p.end_of_turn))
         alone = alone or (yield from self._at_end_after_ws())
         self._pos = start
@@ -3341,38 +4190,41 @@ class Rules:
         # (read as Python, the notation it is written in: each call complete at once)
         for name, arguments in calls:
             index = len(self._calls) + self._invalid_calls
-            call = {"name": name, "id": None, "arguments": arguments, "announced": True}
+            call = OpenCall(index)
+            call.name, call.arguments, call.announced = name, arguments, True
             self._announce(index, call)
-            self._complete_call(index, call)
-        self._pos = scan.end
+            self._complete_call(index, call, self._offset())
+        self._pos = end
         return True
 
-    def _at_end_after_ws(self):
+    def _at_end_after_ws(self) -> Generator[None, None, bool]:
         """Whether only whitespace is left (waits for the end of the stream to tell)."""
         while True:
-            self._pos = SPACES.match(self._text, self._pos).end()
+            self._pos = SPACES.match(self._text, self._pos).end()  # type: ignore[union-attr]
             if self._pos < len(self._text):
                 return False
             if self._eof:
                 return True
             yield
 
-    def _calls_of_offered_tools(self, text):
+    def _calls_of_offered_tools(self, text: str) -> list[tuple[str, str]] | None:
         """[(name, arguments as JSON text)] when `text` is, as Python, a list of calls of
         offered tools with keyword arguments whose values are literals; else None."""
         try:
             with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # (a model's 'C:\dir' is not this program's warning)
+                # (a model's 'C:\dir' is not this program's warning)
+                warnings.simplefilter("ignore")
                 tree = ast.parse(text, mode="eval").body
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             return None
         if not isinstance(tree, ast.List) or not tree.elts:
             return None
-        calls = []
+        calls: list[tuple[str, str]] = []
         for c in tree.elts:
-            if not (isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id in self._tools) or c.args:
+            if not (isinstance(c, ast.Call) and isinstance(c.func, ast.Name)
+                    and c.func.id in self._tools) or c.args:
                 return None
-            arguments = {}
+            arguments: dict[str, JSONValue] = {}
             for keyword in c.keywords:
                 value = _literal_value(keyword.value)
                 if keyword.arg is None or value is _NOT_A_LITERAL or keyword.arg in arguments:
@@ -3384,7 +4236,7 @@ class Rules:
                 return None  # (a value JSON has no text for: 1e999)
         return calls
 
-    def _turn_without_opener(self):
+    def _turn_without_opener(self) -> Generator[None, None, None]:
         """No marker opens a call: a content turn starts with its prefix, anything else is calls."""
         p = self._p
         yield from self._skip_ws()
@@ -3403,16 +4255,17 @@ class Rules:
         yield from self._need(longest)  # enough text to tell an end-of-turn marker
         stop = next((m for m in p.end_of_turn if self._text.startswith(m, self._pos)), None)
         if stop is None and self._available():
-            raise InvalidOutput(f"unexpected text after the calls: {self._text[self._pos:self._pos + longest]!r}")
+            raise InvalidOutput(f"unexpected text after the calls: "
+                                f"{self._text[self._pos:self._pos + longest]!r}")
         yield from self._after_end(stop)
 
-    def _after_end(self, stop):
+    def _after_end(self, stop: str | None) -> Generator[None, None, None]:
         """end-of-turn: the message ends; text after it is reported, not parsed."""
         if stop is None:
             return
         self._pos += len(stop)
         start = self._offset()
-        rest = []
+        rest: list[str] = []
         while True:
             rest.append(self._text[self._pos:])
             self._pos = len(self._text)
@@ -3423,8 +4276,10 @@ class Rules:
         if text.strip():
             self._error("text_after_end_of_turn", f"ignored: {text[:80]!r}", start)
 
-    def _text_until(self, stops, field):
-        """reasoning-text / content-text: emit text up to the first stop; return the stop (or None at the end)."""
+    def _text_until(self, stops: Sequence[str],
+                    field: TextField) -> Generator[None, None, str | None]:
+        """reasoning-text / content-text: emit text up to the first stop; return the stop (or
+        None at the end)."""
         stops = [s for s in stops if s]
         first_stop = first_of(stops)  # one scan from the position: never past the first stop
         quiet = marker_starts(stops)
@@ -3437,7 +4292,8 @@ class Rules:
                 # A longer stop that starts the same way may still be arriving: wait for it.
                 at, stop = found.start(), found.group()
                 rest = len(text) - at
-                if rest < longest and any(len(s) > rest and s.startswith(text[at:]) for s in stops if s.startswith(stop)):
+                if rest < longest and any(len(s) > rest and s.startswith(text[at:])
+                                          for s in stops if s.startswith(stop)):
                     self._emit_text(field, text[pos:at])
                     self._pos = at
                     self._trim_ok = True
@@ -3461,20 +4317,73 @@ class Rules:
             yield
             self._trim_ok = False
 
-    def _tool_calls(self, bare=False, unopened=False):
+    def _tool_calls(self, bare: bool = False,
+                    unopened: bool = False) -> Generator[None, None, None]:
         """tool-calls: section start, tool-call (separator tool-call)*, section end. `bare`:
         written without the marker that opens the calls, from the call's own marker on (a
         tolerance: the call layout from that marker, its opener's pair read if it comes).
         `unopened`: written without the section's markers, as the template's instructions
         tell the model (the call layout as it is; the section's end read if it comes)."""
         p = self._p
-        inner = p.section_inner
-        self._steps, self._json_call = (p.bare_steps, None) if bare else (p.call_steps, p.json_call)
+        if bare:
+            assert p.bare_steps is not None  # (a format that reads bare calls has their steps)
+            self._steps, self._json_call = p.bare_steps, None
+        else:
+            self._steps, self._json_call = p.call_steps, p.json_call
         self._after_arguments = "" if bare else p.after_arguments
         self._self_closing = p.bare_self_closing if bare else p.self_closing
-        if bare or unopened:
-            pass  # (the call's own marker opens it; or its object, as instructed)
-        elif inner and not (yield from self._match(p.section_start, required=False)):
+        if not (bare or unopened) and not (yield from self._section_start()):
+            return  # (an empty section)
+        steps = len(self._steps)
+        # (a call whose layout starts with whitespace is read from before the whitespace after
+        # the one before it: its first literal, as rendered)
+        lead = self._steps[0].kind == LITERAL and self._steps[0].literal[:1].isspace()
+        while True:
+            index = len(self._calls) + self._invalid_calls
+            call = OpenCall(index)
+            self._open_call = call
+            k = self._call_steps_here(index, call, 0)
+            if k < steps:
+                yield from self._call_steps_waiting(index, call, k)
+            self._end_call(index, call)
+            if bare and p.bare_closer and not (
+                    yield from self._match(p.bare_closer, required=False, eats=True)):
+                self._cut_inside(p.bare_closer)
+            if not p.parallel_all:
+                break
+            if not self._next_call_here(bare, lead) and not (
+                    yield from self._another_call(bare, lead)):
+                break
+        # (the section's end, its own words: as the call steps'; without an opener, if it comes)
+        if p.section_end.strip():
+            if not (yield from self._match(p.section_end, required=not (bare or unopened),
+                                           eats=True)):
+                self._cut_inside(p.section_end)
+
+    def _next_call_here(self, bare: bool, lead: bool) -> bool:
+        """separator: whether another call follows, told by what is here alone (the common
+        case of a one-shot parse: the separator, or the next call's opener after whitespace);
+        False leaves it to _another_call (nothing consumed then)."""
+        p = self._p
+        if p.separator_core:
+            return self._here(p.separator)
+        head = p.bare_opener if bare else p.call_head
+        if not head or (not bare and p.name_then) or head[0] in p.unwritten_separator_starts:
+            return False
+        start = self._pos
+        if self._ws_here() and self._text.startswith(head, self._pos):
+            if lead:
+                self._pos = start
+            return True
+        self._pos = start
+        return False
+
+    def _section_start(self) -> Generator[None, None, bool]:
+        """The calls section's start (its opener is here); False when the section is empty
+        (read whole: no call)."""
+        p = self._p
+        inner = p.section_inner
+        if inner and not (yield from self._match(p.section_start, required=False)):
             # The section holds content first: <start>content<end>, then the calls.
             yield from self._match(inner[0])
             stop = yield from self._text_until([inner[1]], self._content_text)
@@ -3485,57 +4394,45 @@ class Rules:
             yield from self._match(p.section_start)
             end = p.section_end.strip()
             if end and p.section_start.strip() and (yield from self._peek_after_ws(end)):
-                self._pos += len(end)  # an empty section: no call (a tolerance: the template never writes one)
-                return
-            if not p.section_start.strip() and p.bare_closer.strip() and (yield from self._empty_wrapper()):
-                return  # (the same, of a call's wrapper: <tool_call>\n</tool_call>)
-        steps = len(self._steps)
-        # (a call whose layout starts with whitespace is read from before the whitespace after
-        # the one before it: its first literal, as rendered)
-        lead = self._steps[0][0] == LITERAL and self._steps[0][1][:1].isspace()
-        while True:
-            index = len(self._calls) + self._invalid_calls
-            call = {"name": None, "id": None, "arguments": None, "bad": None, "announced": False, "pending": None,
-                    "index": index, "object_at": None, "id_absent": False}
-            self._open_call = call
-            k = self._call_steps_here(index, call, 0)
-            if k < steps:
-                yield from self._call_steps_waiting(index, call, k)
-            self._end_call(index, call)
-            if bare and p.bare_closer and not (yield from self._match(p.bare_closer, required=False, eats=True)):
-                self._cut_inside(p.bare_closer)
-            if p.parallel_all and p.separator_core:
-                if self._here(p.separator) or (yield from self._match(p.separator, required=False)):
-                    continue
-            elif p.parallel_all:
-                if self._separator_may_come() and (yield from self._unwritten_separator()):
-                    continue
-                # Calls separated by whitespace only: another call starts with the call's opener.
-                start = self._pos
-                head = p.bare_opener if bare else p.call_head
-                if not bare and p.name_then:
-                    if (yield from self._name_then_after_ws(p.name_then)):
-                        continue  # (a call that starts with its name: a name, then what follows it)
-                elif head and (self._ws_here() and self._text.startswith(head, self._pos)
-                               or (yield from self._peek_after_ws(head))):
-                    if lead:
-                        self._pos = start
-                    continue
-                if p.call_heads_by_key and (yield from self._peek_any_after_ws(p.call_heads_by_key)):
-                    continue  # (a call object in another key order)
-                self._pos = start
-            break
-        if p.section_end.strip():  # (its own words: as the call steps'; without an opener, if it comes)
-            if not (yield from self._match(p.section_end, required=not (bare or unopened), eats=True)):
-                self._cut_inside(p.section_end)
+                # an empty section: no call (a tolerance: the template never writes one)
+                self._pos += len(end)
+                return False
+            if not p.section_start.strip() and p.bare_closer.strip() and (
+                    yield from self._empty_wrapper()):
+                return False  # (the same, of a call's wrapper: <tool_call>\n</tool_call>)
+        return True
 
-    def _separator_may_come(self):
+    def _another_call(self, bare: bool, lead: bool) -> Generator[None, None, bool]:
+        """separator: whether another call follows the one just read (its separator read;
+        nothing else consumed, except before a call whose layout starts with whitespace)."""
+        p = self._p
+        if p.separator_core:
+            return self._here(p.separator) or (yield from self._match(p.separator, required=False))
+        if self._separator_may_come() and (yield from self._unwritten_separator()):
+            return True
+        # Calls separated by whitespace only: another call starts with the call's opener.
+        start = self._pos
+        head = p.bare_opener if bare else p.call_head
+        if not bare and p.name_then:
+            if (yield from self._name_then_after_ws(p.name_then)):
+                return True  # (a call that starts with its name: a name, then what follows it)
+        elif head and (self._ws_here() and self._text.startswith(head, self._pos)
+                       or (yield from self._peek_after_ws(head))):
+            if lead:
+                self._pos = start
+            return True
+        if p.call_heads_by_key and (yield from self._peek_any_after_ws(p.call_heads_by_key)):
+            return True  # (a call object in another key order)
+        self._pos = start
+        return False
+
+    def _separator_may_come(self) -> bool:
         """Whether an unwritten separator may come next (after whitespace): its character is
         there, or nothing is yet (the fast way past the usual case, a call or text)."""
-        at = SPACES.match(self._text, self._pos).end()
+        at = SPACES.match(self._text, self._pos).end()  # type: ignore[union-attr]
         return at >= len(self._text) or self._text[at] in self._p.unwritten_separator_starts
 
-    def _unwritten_separator(self):
+    def _unwritten_separator(self) -> Generator[None, None, bool]:
         """A separator between calls that the layout writes back to back: one the template's
         instructions name (`; `), or one models write unasked (`;`, `,`). Read when another
         call follows it (the separator and the whitespace around it consumed); else nothing is."""
@@ -3543,13 +4440,14 @@ class Rules:
         start = self._pos
         heads = [h for h in (p.call_head.strip(), p.opener.strip(), *p.call_heads_by_key) if h]
         if heads and (yield from self._peek_any_after_ws(p.unwritten_separators)):
-            self._pos += next(len(s) for s in p.unwritten_separators if self._text.startswith(s, self._pos))
+            self._pos += next(len(s) for s in p.unwritten_separators
+                              if self._text.startswith(s, self._pos))
             if (yield from self._peek_any_after_ws(heads)):
                 return True
         self._pos = start
         return False
 
-    def _empty_wrapper(self):
+    def _empty_wrapper(self) -> Generator[None, None, bool]:
         """Whether the calls' opener comes with its pair right after it, whitespace between
         (`<tool_call>\n</tool_call>`: the wrapper of a call, holding none); consumed if so."""
         p = self._p
@@ -3564,12 +4462,12 @@ class Rules:
         self._pos = start
         return False
 
-    def _name_then_after_ws(self, then):
+    def _name_then_after_ws(self, then: str) -> Generator[None, None, bool]:
         """Whether a call that starts with its name comes next after whitespace: a name, then
         `then` (the literal after the name). The whitespace is consumed, nothing else."""
         while True:
-            pos = self._pos = SPACES.match(self._text, self._pos).end()
-            end = _NAME_RUN(self._text, pos).end()
+            pos = self._pos = SPACES.match(self._text, self._pos).end()  # type: ignore[union-attr]
+            end = _NAME_RUN(self._text, pos).end()  # type: ignore[union-attr]
             here = self._text[end:end + len(then)]
             if end < len(self._text) or self._eof:
                 if end == pos or len(here) == len(then) or self._eof:
@@ -3579,129 +4477,185 @@ class Rules:
             self._wait_for = end + len(then)
             yield
 
-    def _cut_inside(self, marker):
-        """An optional marker the output ended inside of (after whitespace) is read: it is not content."""
+    def _cut_inside(self, marker: str) -> None:
+        """An optional marker the output ended inside of (after whitespace) is read: it is not
+        content."""
         rest = self._text[self._pos:].strip()
         if self._eof and rest and marker.strip().startswith(rest):
             self._pos = len(self._text)
 
     # --- tool-call: one loop over the call layout's steps ------------------------------
 
-    def _call_steps_here(self, index, call, k):
-        """Read the call's steps from step k for as long as each is already here (the plain
-        readers' rules, inline); return the index of the first step that must wait (all read:
-        their count)."""
+    def _call_steps_here(self, index: int, call: OpenCall, start: int) -> int:
+        """Read the call's steps from step `start` for as long as each is already here (the
+        plain readers' rules, inline); return the index of the first step that must wait (all
+        read: their count)."""
         steps = self._steps
         text, pos = self._text, self._pos
         json_call = self._json_call
-        for k in range(k, len(steps)):
-            kind, value, run, closing, ws_follows, exact, then, eats = steps[k]
-            if json_call is not None and k == json_call[0]:
-                call["object_at"] = pos  # (where a call written as a JSON object starts)
+        for k in range(start, len(steps)):
+            step = steps[k]
+            kind = step.kind
+            if json_call is not None and k == json_call.first:
+                call.object_at = pos  # (where a call written as a JSON object starts)
             if kind == LITERAL:
-                if exact and text.startswith(value, pos):  # as rendered
-                    pos += len(value)
+                literal = step.literal
+                if step.exact and text.startswith(literal, pos):  # as rendered
+                    pos += len(literal)
                 else:
-                    end = literal_here(text, pos, value, self._eof or ws_follows)
+                    end = literal_here(text, pos, literal, self._eof or step.ws_follows)
                     if end < 0:
                         self._pos = pos
                         return k
                     pos = end
             elif kind == ARGUMENTS:
                 self._pos = pos
-                if not self._arguments_here(call, closing):
+                arguments_end = step.arguments_end
+                assert arguments_end is not None  # (an ARGUMENTS step has its end)
+                if not self._arguments_here(call, arguments_end):
                     return k
                 pos = self._pos
             elif kind != UNREAD:
-                end = run(text, pos).end()
+                # (a slot's step has its run, of `*`: it always matches)
+                end = step.run(text, pos).end()  # type: ignore[misc, union-attr]
                 if not pos < end < len(text):  # (a run ends at another character, already here)
                     self._pos = pos
                     return k
                 if kind == NAME or kind == CALL_ID:
-                    field = "name" if kind == NAME else "id"
-                    if call[field] is not None and call[field] != text[pos:end]:
-                        self._pos = pos  # (a layout that writes the name twice: the waiting step says so)
+                    run = text[pos:end]
+                    read = call.name if kind == NAME else call.id
+                    if read is not None and read != run:
+                        # (a layout that writes the name twice: the waiting step says so)
+                        self._pos = pos
                         return k
-                    call[field] = text[pos:end]
+                    if kind == NAME:
+                        call.name = run
+                    else:
+                        call.id = run
                     self._announce_when_settled(index, call)
                 pos = end
         self._pos = pos
         return len(steps)
 
-    def _call_steps_waiting(self, index, call, k):
+    def _call_steps_waiting(self, index: int, call: OpenCall,
+                            k: int) -> Generator[None, None, None]:
         """The call's steps from step k: this one waited for, the next ones read from what is
         here again when they can."""
         steps = self._steps
-        n = len(steps)
         json_call = self._json_call
-        while k < n:
-            kind, value, run, closing, ws_follows, exact, then, eats = steps[k]
-            if json_call is not None and k == json_call[0]:
-                call["object_at"] = self._pos
+        while k < len(steps):
+            step = steps[k]
+            kind = step.kind
+            if json_call is not None and k == json_call.first:
+                call.object_at = self._pos
             try:
-                if kind == LITERAL and k + 2 < n and steps[k + 1][0] == CALL_ID and steps[k + 2][0] == LITERAL \
-                        and steps[k + 2][1].strip() and (json_call is None or not json_call[0] <= k <= json_call[2]):
-                    # The literal before an id: the id may be left out, its literals with it
-                    # ([TOOL_CALLS]name[ARGS]{…} where the layout writes [CALL_ID]id). (Inside
-                    # a JSON call object, the object read by its keys decides.)
-                    if not (yield from self._match(value, required=False, ws_follows=ws_follows)):
-                        following = steps[k + 2]
-                        yield from self._match(following[1], ws_follows=following[4], eats=following[7])
-                        call["id_absent"] = True
-                        self._announce_when_settled(index, call)
-                        k = self._call_steps_here(index, call, k + 3)
-                        continue
-                elif kind == LITERAL and self._self_closing is not None and k == self._self_closing["at"]:
-                    # The element's opening tag, or the element self-closed with no arguments
-                    # (`<invoke name="f"/>`): then its closing tag is not written either.
-                    closed = self._self_closing
-                    if not (yield from self._match(value, required=False, ws_follows=ws_follows)):
-                        if (yield from self._match(closed["written"], required=False)):
-                            self._arguments_read(call, {})
-                            if closed["rest"].strip():
-                                yield from self._match(closed["rest"], eats=steps[closed["resume"]][7])
-                            k = self._call_steps_here(index, call, closed["resume"] + 1)
-                            continue
-                        yield from self._match(value, ws_follows=ws_follows, eats=eats)  # (its error)
+                if kind == LITERAL and self._id_may_be_absent(k):
+                    k = yield from self._literal_before_id(index, call, k)
+                elif kind == LITERAL and self._self_closing is not None \
+                        and k == self._self_closing["at"]:
+                    k = yield from self._opening_tag_or_self_closed(index, call, step)
                 elif kind == LITERAL:
-                    yield from self._match(value, ws_follows=ws_follows, eats=eats)
+                    yield from self._match(step.literal, ws_follows=step.ws_follows, eats=step.eats)
                 elif kind == ARGUMENTS:
-                    yield from self._arguments_waiting(call, closing, self._after_arguments)
+                    arguments_end = step.arguments_end
+                    assert arguments_end is not None  # (an ARGUMENTS step has its end)
+                    yield from self._arguments_waiting(call, arguments_end, self._after_arguments)
                 elif kind == NAME or kind == CALL_ID:
-                    field = "name" if kind == NAME else "id"
-                    run = yield from self._read_while(value, "tool name" if kind == NAME else "call id", then)
-                    if call[field] is not None and call[field] != run:
-                        raise InvalidOutput(f"the call's {field} is {call[field]!r}, then {run!r}")
-                    call[field] = run
-                    self._announce_when_settled(index, call)
+                    what = "tool name" if kind == NAME else "call id"
+                    run = yield from self._read_while(step.chars, what, step.then)
+                    self._name_or_id_read(index, call, kind, run)
                 elif kind != UNREAD:
-                    yield from self._read_while(value, "call index")
-            except InvalidOutput:
-                first, before, last, after, keys = json_call or (None,) * 5
-                at = call["object_at"]
-                if json_call is None or not first <= k <= last or at is None:
-                    raise
-                if before.strip():  # (the object starts after that literal's text before it: here?)
-                    at = literal_here(self._text, at, before, True)
-                    if at < 0:
-                        raise
-                # Not in the layout's byte order: the call is a JSON object all the same
-                # (keys in another order, "parameters" for "arguments", extra keys, no id,
-                # arguments as a JSON string): read it by its keys, then the rest of its layout.
-                yield from self._call_object_by_key(index, call, keys, at)
-                if after:
-                    yield from self._match(after, ws_follows=steps[last][4], eats=steps[last][7])
-                k = last
+                    yield from self._read_while(step.chars, "call index")
+            except InvalidOutput as error:
+                # Not in the layout's byte order: the call is a JSON object all the same?
+                k = yield from self._call_object_instead(index, call, k, error)
             k = self._call_steps_here(index, call, k + 1)
 
-    def _call_object_by_key(self, index, call, keys, at):
+    def _name_or_id_read(self, index: int, call: OpenCall, kind: int, run: str) -> None:
+        """tool-name, call-id: read (the same as the layout wrote it before, if it did)."""
+        read = call.name if kind == NAME else call.id
+        if read is not None and read != run:
+            field = "name" if kind == NAME else "id"
+            raise InvalidOutput(f"the call's {field} is {read!r}, then {run!r}")
+        if kind == NAME:
+            call.name = run
+        else:
+            call.id = run
+        self._announce_when_settled(index, call)
+
+    def _literal_before_id(self, index: int, call: OpenCall, k: int) -> Generator[None, None, int]:
+        """The literal before an id (step k): the id may be left out, its literals with it
+        ([TOOL_CALLS]name[ARGS]{…} where the layout writes [CALL_ID]id). The step read last."""
+        steps = self._steps
+        step = steps[k]
+        if (yield from self._match(step.literal, required=False, ws_follows=step.ws_follows)):
+            return k
+        following = steps[k + 2]
+        yield from self._match(following.literal, ws_follows=following.ws_follows,
+                               eats=following.eats)
+        call.id_absent = True
+        self._announce_when_settled(index, call)
+        return k + 2
+
+    def _id_may_be_absent(self, k: int) -> bool:
+        """Whether step k (a literal) is the literal before an id that has a literal with a
+        word after it: the id may be left out with them. (Inside a JSON call object, the
+        object read by its keys decides.)"""
+        steps = self._steps
+        json_call = self._json_call
+        return k + 2 < len(steps) and steps[k + 1].kind == CALL_ID \
+            and steps[k + 2].kind == LITERAL and bool(steps[k + 2].literal.strip()) \
+            and (json_call is None or not json_call.first <= k <= json_call.last)
+
+    def _opening_tag_or_self_closed(self, index: int, call: OpenCall,
+                                    step: CallStep) -> Generator[None, None, int]:
+        """The element's opening tag, or the element self-closed with no arguments
+        (`<invoke name="f"/>`): then its closing tag is not written either. The step read last."""
+        closed = self._self_closing
+        assert closed is not None  # (the caller's test: the layout has a self-closed form)
+        k = closed["at"]
+        if (yield from self._match(step.literal, required=False, ws_follows=step.ws_follows)):
+            return k
+        if (yield from self._match(closed["written"], required=False)):
+            self._arguments_read(call, {})
+            if closed["rest"].strip():
+                yield from self._match(closed["rest"], eats=self._steps[closed["resume"]].eats)
+            return closed["resume"]
+        # (its error)
+        yield from self._match(step.literal, ws_follows=step.ws_follows, eats=step.eats)
+        return k
+
+    def _call_object_instead(self, index: int, call: OpenCall, k: int,
+                             error: InvalidOutput) -> Generator[None, None, int]:
+        """A call the layout's reader failed at step k that is a JSON object all the same (keys
+        in another order, "parameters" for "arguments", extra keys, no id, arguments as a JSON
+        string): read by its keys, then the rest of its layout; the step read last. Else the
+        reader's `error` stands."""
+        json_call, steps = self._json_call, self._steps
+        at = call.object_at
+        if json_call is None or not json_call.first <= k <= json_call.last or at is None:
+            raise error
+        # (the object starts after that literal's text before it: is it here?)
+        if json_call.before.strip():
+            at = literal_here(self._text, at, json_call.before, True)
+            if at < 0:
+                raise error
+        yield from self._call_object_by_key(index, call, json_call.keys, at)
+        if json_call.after:
+            last = steps[json_call.last]
+            yield from self._match(json_call.after, ws_follows=last.ws_follows, eats=last.eats)
+        return json_call.last
+
+    def _call_object_by_key(self, index: int, call: OpenCall, keys: dict[str, str],
+                            at: int) -> Generator[None, None, None]:
         """tool-call, written as a JSON object in another order than the layout's: the whole
         object from where it starts, decoded, its keys mapped to the call's slots (`keys`: the
         layout's; "parameters" and "arguments" both name the arguments, other keys are not
         the call's). What the layout's reader read of it stands if the object says the same."""
         stream = self._streaming
         if stream is not None:
-            stream.pause()  # (what it gave out stays given; the rest goes out when the call is complete)
+            # (what it gave out stays given; the rest goes out when the call is complete)
+            stream.pause()
         self._pos = at
         python = self._p.python_objects
         text = yield from self._read_balanced("\"'" if python else '"', "call object")
@@ -3710,114 +4664,123 @@ class Rules:
         except RecursionError:
             raise InvalidOutput("the call object is nested too deeply to read") from None
         except (ValueError, SyntaxError) as e:  # (ast's SyntaxError: not a Python literal)
-            raise InvalidOutput(f"the call is not a {'Python' if python else 'JSON'} object: {e}") from None
+            raise InvalidOutput(
+                f"the call is not a {'Python' if python else 'JSON'} object: {e}") from None
         if not isinstance(value, dict):
             raise InvalidWhole(f"the call is not a JSON object: {text[:40]!r}")
         name = value.get(keys["name"])
         if not isinstance(name, str) or not name:
             raise InvalidWhole(f"the call object has no {keys['name']!r} string: {text[:60]!r}")
-        if call["name"] is not None and call["name"] != name:
-            raise InvalidOutput(f"the call's name is {call['name']!r}, then {name!r}")
-        call["name"] = name
+        if call.name is not None and call.name != name:
+            raise InvalidOutput(f"the call's name is {call.name!r}, then {name!r}")
+        call.name = name
         if "id" in keys:
             found = value.get(keys["id"])
             if found is not None and not isinstance(found, str):
                 raise InvalidOutput(f"the call's {keys['id']!r} is not a string: {found!r}")
-            if call["id"] is not None and found is not None and call["id"] != found:
-                raise InvalidOutput(f"the call's id is {call['id']!r}, then {found!r}")
-            call["id"] = call["id"] or found
-        named = [k for k in (keys["arguments"], ARGUMENTS_ALIASES.get(keys["arguments"])) if k in value]
+            if call.id is not None and found is not None and call.id != found:
+                raise InvalidOutput(f"the call's id is {call.id!r}, then {found!r}")
+            call.id = call.id or found
+        named = [k for k in (keys["arguments"], ARGUMENTS_ALIASES.get(keys["arguments"]))
+                 if k in value]
         arguments = value[named[0]] if named else {}
         if len(named) > 1:
-            call["bad"] = f"the call object has both {named[0]!r} and {named[1]!r}"
+            call.bad = f"the call object has both {named[0]!r} and {named[1]!r}"
             return
         if isinstance(arguments, str):  # (arguments as a JSON string of the object)
             try:
                 arguments = JSON_DECODER.decode(arguments)
             except (ValueError, RecursionError):
-                call["bad"] = f"the arguments string is not a JSON object: {arguments[:40]!r}"
+                call.bad = f"the arguments string is not a JSON object: {arguments[:40]!r}"
                 return
         if not isinstance(arguments, dict):
-            call["bad"] = "the arguments are not an object"
+            call.bad = "the arguments are not an object"
             return
-        call["bad"] = None
+        call.bad = None
         self._arguments_read(call, arguments)
-        if "id" not in keys or call["id"] is not None:
+        if "id" not in keys or call.id is not None:
             self._announce_when_settled(index, call)
 
-    def _announce_when_settled(self, index, call):
+    def _announce_when_settled(self, index: int, call: OpenCall) -> None:
         """The header goes out once the name (and the id, when the layout has one) is read, and
         is a name of an offered tool (when tools were offered: another name is never announced)."""
-        if not call["announced"] and call["name"] and (call["id"] or not self._p.call_has_id or call["id_absent"]) and (
-                not self._tools or call["name"] in self._tools):
-            call["announced"] = True
+        if not call.announced and call.name and (
+                call.id or not self._p.call_has_id or call.id_absent) and (
+                not self._tools or call.name in self._tools):
+            call.announced = True
             self._announce(index, call)
 
-    def _end_call(self, index, call):
-        """The call's layout is read: the call, or (an unknown tool, arguments that do not read) an error."""
+    def _end_call(self, index: int, call: OpenCall) -> None:
+        """The call's layout is read: the call, or (an unknown tool, arguments that do not read)
+        an error."""
         stream, self._streaming, self._open_call = self._streaming, None, None
-        if self._tools and call["name"] not in self._tools:
+        if self._tools and call.name not in self._tools:
             # Parsing is not authorization, but a call of a tool nobody offered is not a call.
-            self._error("unknown_tool", f"call {index} names {call['name']!r}, which is not an offered tool",
+            self._error("unknown_tool",
+                        f"call {index} names {call.name!r}, which is not an offered tool",
                         self._offset())
             return  # (its header never went out: it takes no index)
         streamed = "".join(stream.out) if stream is not None else ""
-        bad = call["bad"]
-        if bad is None and not call["arguments"].startswith(streamed):
-            # (never: a stream gives out only what the final text writes; if it did, the call is not trusted)
-            bad = f"the streamed arguments {streamed[:40]!r} are not the call's: a tplparse bug, please report it"
+        bad = call.bad
+        if bad is None:
+            # (arguments that read are set: see _arguments_read)
+            assert call.arguments is not None
+            if not call.arguments.startswith(streamed):
+                # (never: a stream gives out only what the final text writes; if it did, the
+                # call is not trusted)
+                bad = (f"the streamed arguments {streamed[:40]!r} are not the call's: a "
+                       "tplparse bug, please report it")
         if bad is not None:
-            message = f"call {index} ({call['name']}): {bad}"
+            message = f"call {index} ({call.name}): {bad}"
             self._error("invalid_arguments", message, self._offset())
-            if call["announced"]:
+            if call.announced:
                 self._drop_call(index, "invalid_arguments", message)
                 self._invalid_calls += 1  # (its header went out: its index stays taken)
             return
-        if not call["announced"]:
-            call["announced"] = True
+        if not call.announced:
+            call.announced = True
             self._announce(index, call)
-        self._complete_call(index, call, streamed)
+        self._complete_call(index, call, self._offset(), streamed)
 
-    def _stream_arguments(self):
-        """The open call's argument stream reads what has arrived; its delta, if it settled any."""
-        stream = self._streaming
-        piece = stream.advance(self._text, self._eof)
-        if piece:
-            self._arguments_delta(stream.index, piece)
-
-    def _stream_argument(self, st, key, value):
+    def _stream_argument(self, st: _KeyValueRead, key: str, value: JSONValue) -> None:
         """A key/value argument is read: it goes out (the rest of it, if its string ran
         ahead), unless the arguments went wrong (then nothing more goes out)."""
+        stream = self._streaming
+        assert isinstance(stream, KeyValueStream)  # (the callers': key/value arguments stream)
         if st.bad is None:
-            self._stream_piece(self._streaming.argument(key, value, self._text))
+            self._stream_piece(stream.argument(key, value, self._text))
         else:
-            self._streaming.pause()
+            stream.pause()
 
-    def _stream_piece(self, piece):
+    def _stream_piece(self, piece: str) -> None:
         if piece:
-            self._arguments_delta(self._streaming.index, piece)
+            stream = self._streaming
+            assert stream is not None  # (the callers': a piece of the open call's stream)
+            self._arguments_delta(stream.index, piece)
 
     # --- arguments ----------------------------------------------------------------------
 
-    def _arguments_here(self, call, closing):
+    def _arguments_here(self, call: OpenCall, closing: ArgumentsEnd) -> bool:
         """arguments, when they can be read from what is here: a JSON object that is all here
         (decoded in one C call), or key/value arguments whose reader did not have to wait.
-        False (nothing consumed, or a key/value reader left waiting in `call["pending"]`)."""
+        False (nothing consumed, or a key/value reader left waiting in `call.pending`)."""
         p = self._p
         if p.object_arguments:
             if p.python_objects:
                 return False
             text = self._text
-            pos = SPACES.match(text, self._pos).end()
-            # (not tried before a "}" is here: a failed decode counts the lines of what it is given)
+            pos = SPACES.match(text, self._pos).end()  # type: ignore[union-attr]
+            # (not tried before a "}" is here: a failed decode counts the lines of what it is
+            # given)
             if not text.startswith("{", pos) or text.rfind("}") < pos:
                 return False
             # Decoded in a window that ends with the call's next literal, not in the whole
             # buffer: a decode that fails counts the lines before it, and a stream of invalid
             # calls must cost linear time. (The object may hold that literal inside a string:
             # then the window cuts it, the decode fails, and the waiting reader reads it.)
-            at = text.find(closing[0], pos) if closing[0] else -1
-            window, start = (text[pos:at + len(closing[0])], 0) if at != -1 else (text, pos)
+            literal = closing.literal
+            at = text.find(literal, pos) if literal else -1
+            window, start = (text[pos:at + len(literal)], 0) if at != -1 else (text, pos)
             try:
                 value, end = JSON_DECODER.raw_decode(window, start)
             except (ValueError, RecursionError):
@@ -3827,74 +4790,87 @@ class Rules:
             if not isinstance(value, dict):
                 return False
             try:
-                call["arguments"] = arguments_json(value)
+                call.arguments = arguments_json(value)
             except BadArguments:
                 return False
             self._pos = end
             return True
-        read = (self._kv_read_state or self._new_kv_read()).start(self._properties.get(call["name"]) or {}, closing,
+        properties = self._properties.get(call.name) if call.name is not None else None
+        read = (self._kv_read_state or self._new_kv_read()).start(properties or {}, closing,
                                                                   self._after_arguments)
         if not self._kv_steps_here(read):
-            call["pending"] = read  # a step must wait: the waiting steps go on from it
+            call.pending = read  # a step must wait: the waiting steps go on from it
             return False
         if read.bad is not None:
-            call["bad"] = str(read.bad)
+            call.bad = str(read.bad)
         else:
             self._arguments_read(call, read.arguments)
         return True
 
-    def _new_kv_read(self):
-        self._kv_read_state = _KeyValueRead(self._p.key_values)
+    def _new_kv_read(self) -> _KeyValueRead:
+        kv = self._p.key_values
+        assert kv is not None  # (a format whose arguments are key/value has their format)
+        self._kv_read_state = _KeyValueRead(kv)
         return self._kv_read_state
 
-    def _arguments_waiting(self, call, closing, then=""):
+    def _arguments_waiting(self, call: OpenCall, closing: ArgumentsEnd,
+                           then: str = "") -> Generator[None, None, None]:
         """arguments, waiting for them as they arrive (`then`: the text the template writes after
-        them, Protocol.after_arguments, which feed() may wait for as well before the parse reads on)."""
+        them, Protocol.after_arguments, which feed() may wait for as well before the parse reads
+        on)."""
         p = self._p
         if p.object_arguments:
             if self._json_call is not None:
                 yield from self._skip_ws()
                 if self._text.startswith('"', self._pos):
-                    raise InvalidOutput("the arguments are a JSON string")  # (the call object is read by its keys)
-            stream = None
-            if call["announced"]:  # the arguments go out as they arrive (the reader runs the stream)
-                stream = self._streaming = ObjectStream(call["index"], self._pos, p.python_objects)
+                    # (the call object is read by its keys)
+                    raise InvalidOutput("the arguments are a JSON string")
+            stream: ObjectStream | None = None
+            if call.announced:  # the arguments go out as they arrive (the reader runs the stream)
+                stream = self._streaming = ObjectStream(call.index, self._pos, p.python_objects)
             try:
                 value = yield from self._object_arguments(then, stream)
-                # (a JSON object its stream read to the end, giving out all of it: its text is
-                # the canonical text of the object, decoded and written again)
-                call["arguments"] = "".join(stream.out) if value is None else arguments_json(value)
+                if value is None:
+                    # (a JSON object its stream read to the end, giving out all of it: its text
+                    # is the canonical text of the object, decoded and written again)
+                    assert stream is not None  # (None: that stream's answer)
+                    call.arguments = "".join(stream.out)
+                else:
+                    call.arguments = arguments_json(value)
             except BadArguments as e:
-                call["bad"] = str(e)
+                call.bad = str(e)
             return
-        read, call["pending"] = call["pending"], None
-        if call["announced"]:  # each argument goes out once read (a raw string as it arrives)
-            stream = self._streaming = KeyValueStream(call["index"])
+        read: _KeyValueRead | None
+        read, call.pending = call.pending, None
+        if call.announced:  # each argument goes out once read (a raw string as it arrives)
+            kv_stream = self._streaming = KeyValueStream(call.index)
             if read is not None:
                 for key, value in read.arguments.items():
-                    self._stream_piece(stream.argument(key, value, self._text))
+                    self._stream_piece(kv_stream.argument(key, value, self._text))
                 if read.bad is not None:
-                    stream.pause()
+                    kv_stream.pause()
         if read is None:  # (not tried on what is here yet)
-            read = (self._kv_read_state or self._new_kv_read()).start(self._properties.get(call["name"]) or {},
-                                                                      closing, then)
+            properties = self._properties.get(call.name) if call.name is not None else None
+            read = (self._kv_read_state or self._new_kv_read()).start(properties or {}, closing,
+                                                                      then)
             if not self._kv_steps_here(read):
                 yield from self._kv_steps_waiting(read)
         else:
             yield from self._kv_steps_waiting(read)
         if read.bad is not None:
-            call["bad"] = str(read.bad)
+            call.bad = str(read.bad)
         else:
             self._arguments_read(call, read.arguments)
 
-    def _arguments_read(self, call, arguments):
+    def _arguments_read(self, call: OpenCall, arguments: dict[str, JSONValue]) -> None:
         """The arguments are read: as JSON text, or (a value JSON cannot hold) bad."""
         try:
-            call["arguments"] = arguments_json(arguments)
+            call.arguments = arguments_json(arguments)
         except BadArguments as e:
-            call["bad"] = str(e)
+            call.bad = str(e)
 
-    def _object_arguments(self, then="", stream=None):
+    def _object_arguments(self, then: str = "", stream: ObjectStream | None = None
+                          ) -> Generator[None, None, dict[str, JSONValue] | None]:
         """arguments: one object, a JSON object or a Python dict, brackets balanced; None when
         `stream`, the JSON object's argument stream, read it to its end (its text is the
         object's canonical text: nothing to decode)."""
@@ -3908,7 +4884,8 @@ class Rules:
         except RecursionError:
             raise BadArguments("the arguments are nested too deeply to read") from None
         except (ValueError, SyntaxError, MemoryError) as e:
-            raise BadArguments(f"the arguments are not valid {'Python' if python else 'JSON'}: {e}") from None
+            raise BadArguments(
+                f"the arguments are not valid {'Python' if python else 'JSON'}: {e}") from None
         if not isinstance(value, dict):
             raise BadArguments("the arguments are not an object")
         return value
@@ -3921,128 +4898,170 @@ class Rules:
     # must wait; `_kv_argument_rest` reads that step and the rest of its argument with the
     # waiting readers (each tries what is here first); then whole arguments again.
 
-    def _kv_steps_here(self, st):
+    def _kv_steps_here(self, st: _KeyValueRead) -> bool:
         """Read arguments from an argument's start on what is here; True once the arguments
         are read, False at the first step that must wait (recorded in `st`, with the key and
         layout read so far)."""
-        kv = st.kv
-        text, pos, eof = self._text, self._pos, self._eof
-        arguments, first, properties = st.arguments, st.first, st.properties
-        closing, closing_word, separator, before = st.closing, st.closing_word, kv.separator, kv.before
-        key_run, quoted, quote_open, quote_close, single = kv.key_run, kv.quoted_strings, kv.quote_open, kv.quote_close, kv.single
+        text, pos, first, eof = self._text, self._pos, st.first, self._eof
+        closing, closing_word = st.closing, st.closing_word
         while True:
-            pos = SPACES.match(text, pos).end()
+            pos = SPACES.match(text, pos).end()  # type: ignore[union-attr]
+            # the arguments' end: the call's next literal (its first word), or the output's end
             if pos >= len(text) and not eof:
                 return self._kv_stop(st, pos, _KV_WS, None, None, first)
             if closing:
                 if text.startswith(closing_word, pos):
                     self._pos, st.first = pos, first
                     return True
-                if eof and self._finish in NATURAL_STOPS and pos < len(text) and stopped_in(closing_word, text[pos:]):
-                    # (`}` of `}<tool_call|>` here, the rest the engine's stop; nothing at all is
-                    # not enough: the next argument might have come)
+                if eof and self._finish in NATURAL_STOPS and pos < len(text) and stopped_in(
+                        closing_word, text[pos:]):
+                    # (`}` of `}<tool_call|>` here, the rest the engine's stop; nothing at all
+                    # is not enough: the next argument might have come)
                     self._pos, st.first = pos, first  # (the call's literal reads the rest)
                     return True
-                if not eof and len(text) - pos < len(closing_word) and closing_word.startswith(text[pos:]):
-                    return self._kv_stop(st, pos, _KV_WS, None, None, first)  # (it may still be the end)
+                if not eof and len(text) - pos < len(closing_word) and closing_word.startswith(
+                        text[pos:]):
+                    # (it may still be the end)
+                    return self._kv_stop(st, pos, _KV_WS, None, None, first)
             elif eof and pos >= len(text):
                 self._pos, st.first = pos, first
                 return True
-            if separator and not first:
-                # As rendered, and what follows is not whitespace: literal_here's answer, without the call.
-                end = pos + len(separator)
-                if text.startswith(separator, pos) and (not kv.separator_trails or end < len(text) and not text[end].isspace()):
-                    pos = end
-                else:
-                    end = literal_here(text, pos, separator, eof)
-                    if end < 0:
-                        return self._kv_stop(st, pos, _KV_SEPARATOR, None, None, first)
-                    pos = end
-            if before:
-                end = pos + len(before)
-                if text.startswith(before, pos) and (not kv.before_trails or end < len(text) and not text[end].isspace()):
-                    pos = end
-                else:
-                    end = literal_here(text, pos, before, eof)
-                    if end < 0:
-                        return self._kv_stop(st, pos, _KV_BEFORE, None, None, first)
-                    pos = end
+            # else an argument
+            pos = self._kv_opening_here(st, pos, first)
+            if pos == _STOPPED:
+                return False
             first = False
-            end = key_run(text, pos).end()
-            if not pos < end < len(text):
-                return self._kv_stop(st, pos, _KV_KEY, None, None, first)
-            key, pos = text[pos:end], end
-            layout = single
-            if layout is None:  # (several layouts: told apart by the waiting reader)
-                return self._kv_stop(st, pos, _KV_LAYOUT, key, None, first)
-            middle = layout.middle  # (no end whitespace: as rendered, it ends right after itself)
-            if not text.startswith(middle, pos):
-                return self._kv_stop(st, pos, _KV_MIDDLE, key, layout, first)
-            pos += len(middle)
-            lead = layout.middle_lead
-            # (exactly this whitespace, once: a raw value may start with whitespace of its own)
-            if lead:
-                if not text.startswith(lead, pos):
-                    return self._kv_stop(st, pos, _KV_LEAD, key, layout, first)
-                pos += len(lead)
-            # The value: raw or quoted text that is here to its end; anything else: the waiting reader.
-            ending = layout.static or layout.closing(key)  # what the layout writes after this value
-            in_quotes = False
-            if kv.open_values:
-                return self._kv_stop(st, pos, _KV_VALUE, key, layout, first)  # (see _open_value)
-            if layout.raw and kv.maybe_quoted and text.startswith(quote_open, pos):
-                at = text.find(quote_close, pos + len(quote_open))
-                if at == -1:
-                    return self._kv_stop(st, pos, _KV_VALUE, key, layout, first)
-                value, pos = text[pos + len(quote_open):at], at + len(quote_close)
-            elif layout.raw:
-                at = text.find(ending.raw_end, pos)
-                if at == -1 or kv.next_argument_search is not None and ending.after_core and (
-                        kv.next_argument_search(text, pos, at)):
-                    # (not closed yet, or something that settles an open value comes first:
-                    # the waiting reader decides, at the closing text or the end)
-                    return self._kv_stop(st, pos, _KV_VALUE, key, layout, first)
-                value, pos = text[pos:at], at
-                lead = ending.after_lead
-                if lead and value.endswith(lead):
-                    value = value[: len(value) - len(lead)]
-            elif quoted and text.startswith(quote_open, pos):
-                at = text.find(quote_close, pos + len(quote_open))
-                if at == -1:
-                    return self._kv_stop(st, pos, _KV_VALUE, key, layout, first)
-                value, pos = text[pos + len(quote_open):at], at + len(quote_close)
-                in_quotes = True
-            else:
-                return self._kv_stop(st, pos, _KV_VALUE, key, layout, first)
-            schema = properties.get(key)
-            if key in arguments:
-                st.bad = st.bad or BadArguments(f"the key {key!r} appears twice")
-            elif schema and schema.get("type") != "string":  # (a string stays as written)
-                try:
-                    arguments[key] = typed_raw(value, schema, kv.fillers, in_quotes)
-                except BadArguments as e:
-                    st.bad = st.bad or e  # the value was read; its closing text keeps the parse in step
-            else:
-                arguments[key] = value
-            if self._streaming is not None:
-                self._stream_argument(st, key, arguments.get(key))
-            after = ending.after_here
-            if after:  # (the loop skips whitespace next)
-                if text.startswith(after, pos):  # as rendered: its end whitespace takes all there is
-                    pos = SPACES.match(text, pos + len(after)).end() if ending.after_trails else pos + len(after)
-                else:
-                    end = literal_here(text, pos, after, True)
-                    if end < 0:
-                        return self._kv_stop(st, pos, _KV_AFTER, key, layout, first)
-                    pos = end
+            pos = self._kv_argument_here(st, pos)
+            if pos == _STOPPED:
+                return False
 
-    def _kv_stop(self, st, pos, step, key, layout, first):
-        """Where `_kv_steps_here` stopped: the step that must wait, and what its argument has read."""
-        self._pos = pos
-        st.step, st.key, st.layout, st.first = step, key, layout, first
+    def _kv_opening_here(self, st: _KeyValueRead, pos: int, first: bool) -> int:
+        """separator (not before the first argument), then the text before a key, on what is
+        here: where the key starts, or _STOPPED (the step that must wait recorded)."""
+        kv, text, eof = st.kv, self._text, self._eof
+        separator, before = kv.separator, kv.before
+        if separator and not first:
+            # As rendered, and what follows is not whitespace: literal_here's answer, without
+            # the call.
+            end = pos + len(separator)
+            if text.startswith(separator, pos) and (
+                    not kv.separator_trails or end < len(text) and not text[end].isspace()):
+                pos = end
+            else:
+                end = literal_here(text, pos, separator, eof)
+                if end < 0:
+                    return self._kv_wait(st, pos, _KV_SEPARATOR, None, None, first)
+                pos = end
+        if before:
+            end = pos + len(before)
+            if text.startswith(before, pos) and (
+                    not kv.before_trails or end < len(text) and not text[end].isspace()):
+                pos = end
+            else:
+                end = literal_here(text, pos, before, eof)
+                if end < 0:
+                    return self._kv_wait(st, pos, _KV_BEFORE, None, None, first)
+                pos = end
+        return pos
+
+    def _kv_argument_here(self, st: _KeyValueRead, pos: int) -> int:
+        """argument: key, middle, value and the text after it, on what is here: where the
+        argument ends, or _STOPPED (the step that must wait recorded)."""
+        kv, text = st.kv, self._text
+        end = kv.key_run(text, pos).end()  # type: ignore[union-attr]
+        if not pos < end < len(text):
+            return self._kv_wait(st, pos, _KV_KEY, None, None, False)
+        key, pos = text[pos:end], end
+        layout = kv.single
+        if layout is None:  # (several layouts: told apart by the waiting reader)
+            return self._kv_wait(st, pos, _KV_LAYOUT, key, None, False)
+        middle = layout.middle  # (no end whitespace: as rendered, it ends right after itself)
+        if not text.startswith(middle, pos):
+            return self._kv_wait(st, pos, _KV_MIDDLE, key, layout, False)
+        pos += len(middle)
+        lead = layout.middle_lead
+        # (exactly this whitespace, once: a raw value may start with whitespace of its own)
+        if lead:
+            if not text.startswith(lead, pos):
+                return self._kv_wait(st, pos, _KV_LEAD, key, layout, False)
+            pos += len(lead)
+        ending = layout.static or layout.closing(key)  # what the layout writes after this value
+        # (open: see _open_value)
+        found = None if kv.open_values else self._kv_value_here(kv, layout, ending, pos)
+        if found is None:
+            # anything but raw or quoted text that is here to its end: the waiting reader
+            return self._kv_wait(st, pos, _KV_VALUE, key, layout, False)
+        # the value, typed by the tool's schema and kept (and streamed), or the arguments are
+        # bad (a key twice, a value its type refuses)
+        arguments, value = st.arguments, found.value
+        schema = st.properties.get(key)
+        if key in arguments:
+            st.bad = st.bad or BadArguments(f"the key {key!r} appears twice")
+        elif schema and schema.get("type") != "string":  # (a string stays as written)
+            try:
+                arguments[key] = typed_raw(value, schema, kv.fillers, found.in_quotes)
+            except BadArguments as e:
+                # the value was read; its closing text keeps the parse in step
+                st.bad = st.bad or e
+        else:
+            arguments[key] = value
+        if self._streaming is not None:
+            self._stream_argument(st, key, arguments.get(key))
+        pos = found.end
+        after = ending.after_here
+        if after:  # (the loop skips whitespace next)
+            if text.startswith(after, pos):  # as rendered: its end whitespace takes all there is
+                pos = (SPACES.match(text, pos + len(after)).end()  # type: ignore[union-attr]
+                       if ending.after_trails else pos + len(after))
+            else:
+                end = literal_here(text, pos, after, True)
+                if end < 0:
+                    return self._kv_wait(st, pos, _KV_AFTER, key, layout, False)
+                pos = end
+        return pos
+
+    def _kv_value_here(self, kv: KeyValueFormat, layout: ArgumentLayout, ending: Closing,
+                       pos: int) -> ValueHere | None:
+        """value: raw or quoted text that is here to its end (ValueHere), else None."""
+        text = self._text
+        quote_open, quote_close = kv.quote_open, kv.quote_close
+        if layout.raw and kv.maybe_quoted and text.startswith(quote_open, pos):
+            at = text.find(quote_close, pos + len(quote_open))
+            return None if at == -1 else ValueHere(text[pos + len(quote_open):at],
+                                                   at + len(quote_close), False)
+        if layout.raw:
+            at = text.find(ending.raw_end, pos)
+            if at == -1 or kv.next_argument_search is not None and ending.after_core and (
+                    kv.next_argument_search(text, pos, at)):
+                # (not closed yet, or something that settles an open value comes first:
+                # the waiting reader decides, at the closing text or the end)
+                return None
+            value = text[pos:at]
+            lead = ending.after_lead
+            if lead and value.endswith(lead):
+                value = value[: len(value) - len(lead)]
+            return ValueHere(value, at, False)
+        if kv.quoted_strings and text.startswith(quote_open, pos):
+            at = text.find(quote_close, pos + len(quote_open))
+            return None if at == -1 else ValueHere(text[pos + len(quote_open):at],
+                                                   at + len(quote_close), True)
+        return None
+
+    def _kv_stop(self, st: _KeyValueRead, pos: int, step: int, key: str | None,
+                 layout: ArgumentLayout | None, first: bool) -> bool:
+        """`_kv_steps_here` stopped: False (see _kv_wait)."""
+        self._kv_wait(st, pos, step, key, layout, first)
         return False
 
-    def _kv_steps_waiting(self, st):
+    def _kv_wait(self, st: _KeyValueRead, pos: int, step: int, key: str | None,
+                 layout: ArgumentLayout | None, first: bool) -> int:
+        """Where a reader of what is here stopped: the step that must wait, and what its
+        argument has read; _STOPPED."""
+        self._pos = pos
+        st.step, st.key, st.layout, st.first = step, key, layout, first
+        return _STOPPED
+
+    def _kv_steps_waiting(self, st: _KeyValueRead) -> Generator[None, None, None]:
         """The arguments from the step `_kv_steps_here` stopped at: the rest of that argument
         waited for, then whole arguments from what is here again."""
         while True:
@@ -4050,7 +5069,7 @@ class Rules:
             if self._kv_steps_here(st):
                 return
 
-    def _kv_argument_rest(self, st):
+    def _kv_argument_rest(self, st: _KeyValueRead) -> Generator[None, None, None]:
         """One argument's steps from `st.step` on, with the waiting readers."""
         kv = st.kv
         step = st.step
@@ -4062,7 +5081,8 @@ class Rules:
                 yield from self._expect_one_of(st.after_value)
             yield from self._skip_ws()
             if st.closing:
-                yield from self._peek(st.closing_word)  # (decided as soon as what is here is not its start)
+                # (decided as soon as what is here is not its start)
+                yield from self._peek(st.closing_word)
             return
         if step <= _KV_SEPARATOR and kv.separator and not self._here(kv.separator):
             yield from self._match(kv.separator)
@@ -4071,19 +5091,21 @@ class Rules:
                 yield from self._match(kv.before)
             st.first = False
         if step <= _KV_KEY:
-            st.key = self._run_here(NAME_CHARS) or (yield from self._read_while(NAME_CHARS, "argument name", kv.key_then))
+            st.key = self._run_here(NAME_CHARS) or (
+                yield from self._read_while(NAME_CHARS, "argument name", kv.key_then))
         if step <= _KV_LAYOUT:
             st.layout = kv.single or (yield from self._argument_layout(kv))
-        layout = st.layout
+        key, layout = st.key, st.layout
+        assert key is not None and layout is not None  # (read above, or before the step waited)
         if step <= _KV_MIDDLE and not self._here(layout.middle):
             yield from self._match(layout.middle)
         lead = layout.middle_lead
         # (exactly this whitespace, once: a raw value may start with whitespace of its own)
-        if step <= _KV_LEAD and lead and (self._text.startswith(lead, self._pos) or (yield from self._peek(lead))):
+        if step <= _KV_LEAD and lead and (self._text.startswith(lead, self._pos)
+                                          or (yield from self._peek(lead))):
             self._pos += len(lead)
-        ending = layout.closing(st.key)
+        ending = layout.closing(key)
         if step <= _KV_VALUE:
-            key = st.key
             # (a key read twice is the error, whatever its value: as _kv_steps_here says it)
             twice = BadArguments(f"the key {key!r} appears twice") if key in st.arguments else None
             if twice is not None and self._streaming is not None:
@@ -4094,22 +5116,25 @@ class Rules:
                     raise twice
                 st.arguments[key] = value
             except BadArguments as e:
-                st.bad = st.bad or twice or e  # the value was read; its closing text keeps the parse in step
+                # the value was read; its closing text keeps the parse in step
+                st.bad = st.bad or twice or e
             if self._streaming is not None:
                 self._stream_argument(st, key, st.arguments.get(key))
         if st.unclosed:
             st.unclosed = False  # (its closing text never came: what settled it comes next)
-        elif ending.after_core and not self._here(ending.after, True):  # (the loop skips whitespace next)
+        elif ending.after_core and not self._here(ending.after, True):
+            # (the loop skips whitespace next)
             yield from self._match(ending.after, ws_follows=True)
         st.step = _KV_WS
 
-    def _argument_layout(self, kv):
+    def _argument_layout(self, kv: KeyValueFormat) -> Generator[None, None, ArgumentLayout]:
         """Which layout this argument uses: the one whose middle text comes next, read as
         `_match` reads it (whitespace runs of the template's text match any whitespace or none,
         as the grammar's do); the longest first, and not before what has come could only be
         the start of a longer one. Ended inside a middle: a cut, not a wrong layout."""
         longest = max(len(a.middle.strip()) for a in kv.layouts)
-        yield from self._need(longest + 8)  # (and so the message below quotes the same text on every chunking)
+        # (and so the message below quotes the same text on every chunking)
+        yield from self._need(longest + 8)
         layouts = sorted(kv.layouts, key=lambda a: -len(a.middle_full))
         while True:
             found = [literal_prefix_here(self._text, self._pos, a.middle) for a in layouts]
@@ -4123,50 +5148,66 @@ class Rules:
             raise TruncatedOutput(f"the output ended inside an argument's layout at {seen!r}")
         raise InvalidOutput(f"an argument's layout is not recognised at {seen!r}")
 
-    def _argument_value(self, kv, layout, ending, st, key):
-        """argument-value: raw text, quoted text, JSON, a Python literal or the format's notation."""
+    def _argument_value(self, kv: KeyValueFormat, layout: ArgumentLayout, ending: Closing,
+                        st: _KeyValueRead, key: str) -> Generator[None, None, JSONValue]:
+        """argument-value: raw text, quoted text, JSON, a Python literal or the format's
+        notation."""
         schema = st.properties.get(key)
         if self._available() < kv.value_min:
             yield from self._need(kv.value_min)
-        if kv.maybe_quoted and (len(kv.layouts) == 1 or layout.kind == "string") and (
-                yield from self._peek(kv.quote_open)):
+        string_layout = len(kv.layouts) == 1 or layout.kind == "string"
+        if kv.maybe_quoted and string_layout and (yield from self._peek(kv.quote_open)):
             # a raw string in the format's quotes (CDATA): to the closing quote, then as raw text
-            self._pos += len(kv.quote_open)
-            text = self._until_here(kv.quote_close)
-            if text is None:
-                self._open_raw_string(key, schema, (kv.quote_close,))
-                text = yield from self._read_until(kv.quote_close, "argument value")
-            self._pos += len(kv.quote_close)
-            return typed_raw(text, schema, quoted=True)
+            return typed_raw((yield from self._quoted_value(kv, key, schema)), schema, quoted=True)
         if kv.open_values:
             return (yield from self._open_value(st, key, schema))
-        if kv.raw_strings and (len(kv.layouts) == 1 or layout.kind == "string"):
-            stop = ending.raw_end
-            settling = st.settling if ending.after_core else None
-            text = self._until_here(stop)
-            if text is not None and settling is not None and kv.next_argument_search and kv.next_argument_search(text):
-                self._pos -= len(text)  # (something that settles an open value comes first)
-                text = None
-            if text is None:
-                stops, spaces = _raw_stops(kv, ending, settling is not None, st)
-                self._open_raw_string(key, schema, stops)
-                text = yield from (self._read_raw_value(st, key, stop, settling, spaces) if settling is not None
-                                   else self._read_until(stop, "argument value"))
-            lead = ending.after_lead
-            if lead and text.endswith(lead) and not st.unclosed:
-                text = text[: len(text) - len(lead)]
-            return typed_raw(text, schema, kv.fillers)
+        if kv.raw_strings and string_layout:
+            return typed_raw((yield from self._raw_value(kv, ending, st, key, schema)), schema,
+                             kv.fillers)
         if kv.quoted_strings and self._text.startswith(kv.quote_open, self._pos):
-            self._pos += len(kv.quote_open)
-            text = self._until_here(kv.quote_close)
-            if text is None:
-                self._open_raw_string(key, schema, (kv.quote_close,))
-                text = yield from self._read_until(kv.quote_close, "argument value")
-            self._pos += len(kv.quote_close)
-            return typed_raw(text, schema, quoted=True)
+            return typed_raw((yield from self._quoted_value(kv, key, schema)), schema, quoted=True)
         if kv.native:
             text = yield from self._read_native(kv.fmt)
             return decode_native(text, kv.fmt)
+        return (yield from self._encoded_value(kv, layout, ending, key, schema))
+
+    def _quoted_value(self, kv: KeyValueFormat, key: str,
+                      schema: SchemaValue) -> Generator[None, None, str]:
+        """argument-value, in the format's quotes: the text between them (the quote is here)."""
+        self._pos += len(kv.quote_open)
+        text = self._until_here(kv.quote_close)
+        if text is None:
+            self._open_raw_string(key, schema, (kv.quote_close,))
+            text = yield from self._read_until(kv.quote_close, "argument value")
+        self._pos += len(kv.quote_close)
+        return text
+
+    def _raw_value(self, kv: KeyValueFormat, ending: Closing, st: _KeyValueRead, key: str,
+                   schema: SchemaValue) -> Generator[None, None, str]:
+        """argument-value, raw: the text up to its closing text (or, that missing, to what
+        settles it), less the whitespace the layout writes before that."""
+        stop = ending.raw_end
+        settling = st.settling if ending.after_core else None
+        text = self._until_here(stop)
+        if text is not None and settling is not None and kv.next_argument_search and (
+                kv.next_argument_search(text)):
+            self._pos -= len(text)  # (something that settles an open value comes first)
+            text = None
+        if text is None:
+            stops, spaces = _raw_stops(kv, ending, settling is not None, st)
+            self._open_raw_string(key, schema, stops)
+            text = yield from (self._read_raw_value(st, key, stop, settling, spaces)
+                               if settling is not None
+                               else self._read_until(stop, "argument value"))
+        lead = ending.after_lead
+        if lead and text.endswith(lead) and not st.unclosed:
+            text = text[: len(text) - len(lead)]
+        return text
+
+    def _encoded_value(self, kv: KeyValueFormat, layout: ArgumentLayout, ending: Closing, key: str,
+                       schema: SchemaValue) -> Generator[None, None, JSONValue]:
+        """argument-value, encoded: JSON or a Python literal (streamed as it arrives when its
+        schema takes it as written), or a typed value up to its layout's closing text."""
         python = any(kv.encoders.get(k) in ("python", "jinja") for k in (layout.kind, "string"))
         if ending.after_core and layout.kind != "string":
             # A typed value runs to its layout's closing text (DSML: string="false">3</parameter>).
@@ -4178,6 +5219,7 @@ class Rules:
             else:
                 # A JSON or Python value (pythonic calls): it goes out as it arrives, through
                 # a stream of its own while it is read.
+                assert isinstance(stream, KeyValueStream)  # (key/value arguments' stream)
                 piece, self._streaming = stream.open_value(key, self._pos, python)
                 if self._streaming is not None:
                     self._stream_piece(piece)
@@ -4186,7 +5228,7 @@ class Rules:
                 self._streaming = stream  # (an error above ends the call, and its streams)
         return schema_value(_decoded(text), schema)
 
-    def _streams_as_written(self, schema):
+    def _streams_as_written(self, schema: SchemaValue) -> Generator[None, None, bool]:
         """Whether a JSON or Python value about to be read is one its schema takes as it is
         written, so that it may go out as it arrives: the schema types nothing, or its first
         character opens an object or array the schema allows (any other value may be read
@@ -4198,7 +5240,8 @@ class Rules:
         first = self._text[self._pos:self._pos + 1]
         return first == "{" and "object" in kinds or first == "[" and "array" in kinds
 
-    def _open_value(self, st, key, schema):
+    def _open_value(self, st: _KeyValueRead, key: str,
+                    schema: SchemaValue) -> Generator[None, None, JSONValue]:
         """A value the layout writes nothing after (`key=value, key=value)`, strings raw): an
         object or array (`{` or `[` first, where the schema allows one or there is none) runs
         as its brackets balance and reads as JSON or a Python literal; any other value is the
@@ -4223,7 +5266,8 @@ class Rules:
                 self._stream_arguments()
             yield
 
-    def _read_raw_value(self, st, key, stop, settling, spaces):
+    def _read_raw_value(self, st: _KeyValueRead, key: str, stop: str, settling: Search,
+                        spaces: tuple[str, str] | None) -> Generator[None, None, str]:
         """A raw value up to its closing text `stop`, where a value left open (its closing text
         missing) is settled by what follows it (`settling`: the next argument's opener, the
         call's closing word). Closed, with the next argument's opener inside it: two readings
@@ -4244,7 +5288,8 @@ class Rules:
                 if found is not None:
                     st.bad = st.bad or BadArguments(
                         f"two readings of {key!r}: a value holding {found.group()!r} "
-                        f"({value[:40]!r}), or a value without its {stop!r} ({value[:found.start()][:40]!r}) "
+                        f"({value[:40]!r}), or a value without its {stop!r} "
+                        f"({value[:found.start()][:40]!r}) "
                         f"and {found.group()!r} after it; not guessed")
                 return value
             if self._eof:
@@ -4256,7 +5301,9 @@ class Rules:
                 self._pos = found.start()
                 st.unclosed = True
                 value = self._text[start:self._pos]
-                space = spaces[1] if st.closing_word and found.group() == st.closing_word else spaces[0]
+                assert spaces is not None  # (given with `settling`: see _raw_stops)
+                space = (spaces[1] if st.closing_word and found.group() == st.closing_word
+                         else spaces[0])
                 cut = next(i for i in range(len(space) + 1) if value.endswith(space[i:]))
                 return value[: len(value) - (len(space) - cut)]
             searched = max(start, len(self._text) - len(stop) + 1)
@@ -4265,19 +5312,20 @@ class Rules:
                 self._stream_arguments()
             yield
 
-    def _open_raw_string(self, key, schema, stops):
+    def _open_raw_string(self, key: str, schema: SchemaValue, stops: tuple[str, ...]) -> None:
         """A string value as written (raw, or in the format's quotes) that is still arriving:
         it goes out as it arrives, all but what may be the start of its closing text."""
         stream = self._streaming
         if stream is not None and keeps_text(schema):
+            assert isinstance(stream, KeyValueStream)  # (key/value arguments' stream)
             self._stream_piece(stream.open_string(key, self._pos, stops))
 
-    def _read_native(self, fmt):
+    def _read_native(self, fmt: ArgumentsTable) -> Generator[None, None, str]:
         """A value in the format's own notation: its quotes and brackets balanced."""
         quote_open, quote_close = fmt["quotes"]
         opens = {b[0]: b[1] for b in fmt.get("brackets", {}).values()}
         start = self._pos
-        stack = []
+        stack: list[str] = []
         while True:
             while self._pos < len(self._text):
                 if quote_open and self._text.startswith(quote_open, self._pos):
@@ -4315,33 +5363,48 @@ class Rules:
 # The characters a message header may take: a longer one is not a header (and a stream of
 # text after a channel marker costs linear time).
 _HEADER_LIMIT = 512
-# What a header's body holds: (reasoning / content / a call / left out, the call's name, whether it is a built-in).
+# What a header's body holds: (reasoning / content / a call / left out, the call's name, whether
+# it is a built-in).
 _CALL, _SKIPPED = "calls", "skipped"
 
 
-class Messages:
-    """The message rules (a part of StreamParser)."""
+class Messages(Rules):
+    """The rules of a turn written as messages with headers (harmony): the layer over Rules."""
 
-    def _messages(self):
-        """turn: message (message-end? message-start message)* end-of-turn?"""
+    def _turn_body(self) -> Generator[None, None, None]:
+        """The turn: of messages where the format writes them, else by its layout (Rules)."""
+        m = self._p.messages
+        if m is not None:
+            return self._messages(m)
+        return super()._turn_body()
+
+    def _messages(self, m: MessageFormat) -> Generator[None, None, None]:
+        """turn: message (message-end? message-start message)* end-of-turn? (`m`: the format's
+        messages)"""
         p = self._p
-        m = p.messages
         opened = self._state == REASONING  # the prompt wrote the first header: a reasoning body
         first = True
+        # (what the message's body holds, its call's name, whether a built-in: see _header)
+        kind: str | None
+        name: str | None
+        builtin: bool
         while True:
             message_at = self._offset()
             yield from self._skip_ws()
             if not first and not self._available():
-                return  # (the output ended after a message: the engine stopped on what ends the turn)
+                # (the output ended after a message: the engine stopped on what ends the turn)
+                return
             if first and opened and not (yield from self._peek(m.channel)):
                 kind, name, builtin = REASONING, None, False
             else:
-                if (yield from self._peek(m.start)):  # (the prompt usually writes it: here, absorbed)
+                # (the prompt usually writes it: here, absorbed)
+                if (yield from self._peek(m.start)):
                     self._pos += len(m.start)
                 if (yield from self._peek_any_after_ws((m.channel, m.recipient))):
-                    kind, name, builtin = yield from self._header()
+                    kind, name, builtin = yield from self._header(m)
                     if kind is None:
-                        return  # (the output ended inside a header that addresses no tool: see _header)
+                        # (the output ended inside a header that addresses no tool: see _header)
+                        return
                 else:
                     kind, name, builtin = CONTENT, None, False  # text without a header: content
             first = False
@@ -4349,16 +5412,18 @@ class Messages:
             if kind != REASONING and self._reasoning_ended_at is None:
                 self._reasoning_ended_at = message_at  # (the first message that is not reasoning)
             if kind == _CALL:
-                stop = yield from self._message_call(name, builtin)
+                assert name is not None  # (a call's header names it: see _header_fields)
+                stop = yield from self._message_call(m, name, builtin)
             elif kind == _SKIPPED:
-                stop = yield from self._skipped_body()
+                stop = yield from self._skipped_body(m)
             else:
                 field = self._reasoning_text if kind == REASONING else self._content_text
                 written = len(field.parts)
                 stop = yield from self._text_until(m.body_stops, field)
                 space = p.space_before.get("" if stop is None else stop.strip())
                 if kind == CONTENT and space is not None and len(field.parts) > written:
-                    self._keep_trailing_space(field, space)  # (as in a layout's content: see Rules._content)
+                    # (as in a layout's content: see Rules._content)
+                    self._keep_trailing_space(field, space)
             if stop is None:
                 return
             if stop in p.end_of_turn:
@@ -4367,60 +5432,67 @@ class Messages:
             if stop == m.channel:
                 continue  # (the next header, with no message end or start before it)
             self._pos += len(stop)
-            if stop == m.start or (yield from self._peek_any_after_ws((m.start, m.channel, m.recipient))):
-                continue  # (the next message: its start, or its header without one)
-            end = next((e for e in self._p.end_of_turn if self._text.startswith(e, self._pos)), None)
-            if end is None and self._p.end_of_turn and (yield from self._peek_any_after_ws(self._p.end_of_turn)):
-                end = next(e for e in self._p.end_of_turn if self._text.startswith(e, self._pos))
+            # (the next message: its start, or its header without one)
+            if stop == m.start or (
+                    yield from self._peek_any_after_ws((m.start, m.channel, m.recipient))):
+                continue
+            end = next((e for e in p.end_of_turn if self._text.startswith(e, self._pos)), None)
+            if end is None and p.end_of_turn and (
+                    yield from self._peek_any_after_ws(p.end_of_turn)):
+                end = next(e for e in p.end_of_turn if self._text.startswith(e, self._pos))
             if end is not None:
                 yield from self._after_end(end)  # (a message's end, then the turn's)
             elif self._available():
                 yield from self._after_end("")  # (a message end, then text that starts no message)
             return
 
-    def _header(self):
+    def _header(self, m: MessageFormat
+                ) -> Generator[None, None, tuple[str | None, str | None, bool]]:
         """header: up to its body marker; (what the body holds, a call's name, built-in). A
         header that a message's end, the turn's end or the next message cuts off before its
         body marker is reported and left out (a call's is an invalid call)."""
-        m = self._p.messages
         start = self._pos
         while True:
             found = m.header_end(self._text, start, start + _HEADER_LIMIT + m.longest)
             if found is not None:
                 break
             if len(self._text) - start > _HEADER_LIMIT:
-                raise InvalidOutput(f"a message header without {m.body!r}: {self._text[start:start + 40]!r}")
+                raise InvalidOutput(f"a message header without {m.body!r}: "
+                                    f"{self._text[start:start + 40]!r}")
             if self._eof:
                 self._pos = len(self._text)
                 if m.recipient_field.search(self._text, start):
                     raise TruncatedOutput("the output ended inside a call's message header")
                 if self._finish in NATURAL_STOPS:  # (cut by the length limit, it was only cut)
-                    self._error("invalid_message_header", f"the output ended inside a message header, left out: "
-                                                          f"{self._text[start:start + 60]!r}", self._offset_base + start)
+                    self._error("invalid_message_header",
+                                "the output ended inside a message header, left out: "
+                                f"{self._text[start:start + 60]!r}", self._offset_base + start)
                 return None, None, False
             self._quiet = m.header_waker
             yield
         header = self._text[start:found.start()]
         if found.group() != m.body:
             if m.recipient_field.search(header):
-                raise InvalidOutput(f"a call's message header without {m.body!r}: {header[:60]!r}")
+                raise InvalidOutput(f"a call's message header without {m.body!r}: "
+                                    f"{header[:60]!r}")
             self._pos = found.start()  # (what cut it off is read next)
-            self._error("invalid_message_header", f"a message header without {m.body!r}, left out: {header[:60]!r}",
+            self._error("invalid_message_header",
+                        f"a message header without {m.body!r}, left out: {header[:60]!r}",
                         self._offset_base + start)
             return _SKIPPED, None, False
         self._pos = found.end()
-        return self._header_fields(header)
+        return self._header_fields(m, header)
 
-    def _header_fields(self, header):
+    def _header_fields(self, m: MessageFormat, header: str) -> tuple[str, str | None, bool]:
         """The header's fields: the recipient (wherever it sits) and the channel."""
-        m = self._p.messages
         found = list(m.recipient_field.finditer(header))
         if len(found) > 1:
             raise InvalidOutput(f"a message header with two recipients: {header[:80]!r}")
         if found:
             value = found[0].group(1)
             if value in m.no_name:  # (nothing, or the namespace and no name in it)
-                raise InvalidOutput(f"a message header whose recipient names no tool: {header[:80]!r}")
+                raise InvalidOutput("a message header whose recipient names no tool: "
+                                    f"{header[:80]!r}")
             if value.startswith(m.namespace):
                 return _CALL, value[len(m.namespace):], False
             return _CALL, value, True  # (a built-in tool: python, browser.search)
@@ -4428,42 +5500,44 @@ class Messages:
         channel = rest.strip().split(None, 1)[0] if marked and rest.strip() else ""
         kind = m.channels.get(channel.partition("<")[0]) if channel else CONTENT
         if kind is None:
-            self._error("unknown_channel", f"a message on channel {channel!r}, which the template does not write: "
-                                           "left out", self._offset())
+            self._error("unknown_channel", f"a message on channel {channel!r}, which the template "
+                                           "does not write: left out", self._offset())
             return _SKIPPED, None, False
         return (REASONING if kind == REASONING else CONTENT), None, False
 
-    def _message_call(self, name, builtin):
+    def _message_call(self, m: MessageFormat, name: str,
+                      builtin: bool) -> Generator[None, None, str | None]:
         """body of a call's message: its arguments, then its end (the call's end, a message's
         end, the turn's end, the next message; at a natural stop, nothing)."""
-        p = self._p
-        m = p.messages
         index = len(self._calls) + self._invalid_calls
         if builtin and name not in self._tools:
-            self._error("unknown_tool", f"a message to {name!r}, a built-in tool that is not offered: left out",
+            self._error("unknown_tool",
+                        f"a message to {name!r}, a built-in tool that is not offered: left out",
                         self._offset())
-            return (yield from self._skipped_body())
-        call = {"name": name, "id": None, "arguments": None, "bad": None, "announced": False, "pending": None,
-                "index": index, "object_at": None, "id_absent": False}
+            return (yield from self._skipped_body(m))
+        call = OpenCall(index)
+        call.name = name
         self._open_call = call
         self._announce_when_settled(index, call)  # (the header is read: the name is settled)
         yield from self._skip_ws()
         yield from self._arguments_waiting(call, m.closing)
         ends = m.body_stops
         if (yield from self._peek_any_after_ws(ends)):
-            stop = next(e for e in ends if self._text.startswith(e, self._pos))
+            stop: str | None = next(e for e in ends if self._text.startswith(e, self._pos))
         else:
-            yield from self._match(m.call_end, eats=True)  # (left out at a natural stop; else cut, or wrong)
+            # (left out at a natural stop; else cut, or wrong)
+            yield from self._match(m.call_end, eats=True)
             stop = None
         self._end_call(index, call)
         return stop
 
-    def _skipped_body(self):
+    def _skipped_body(self, m: MessageFormat) -> Generator[None, None, str | None]:
         """A body that is left out (reported where its header is): up to what ends it."""
-        stops = self._p.messages.body_stops
+        stops = m.body_stops
         longest = max(len(s) for s in stops)
         while True:
-            at = min((a for a in (self._text.find(s, self._pos) for s in stops) if a != -1), default=-1)
+            at = min((a for a in (self._text.find(s, self._pos) for s in stops) if a != -1),
+                     default=-1)
             if at != -1:
                 self._pos = at
                 return next(s for s in stops if self._text.startswith(s, at))
@@ -4478,7 +5552,12 @@ class Messages:
 # --- parser (tplparse/runtime/parser.py) ----------------------------------------------
 
 
-class StreamParser(Input, Rules, Messages, Output):
+# What StreamParser is given: OpenAI-style tool definitions; a chunk of output.
+Tool = dict[str, Any]
+Chunk = str | bytes | bytearray
+
+
+class StreamParser(Messages):
     """Feed a model's output in chunks (str or bytes); get OpenAI-style deltas back.
 
     `protocol`: the family's Protocol (or its tables); `tools`: the offered tools (their
@@ -4497,134 +5576,120 @@ class StreamParser(Input, Rules, Messages, Output):
     which refuses a tool schema with a keyword it does not check).
     """
 
-    def __init__(self, protocol, tools=None, generation_prompt=None, start=None, calls=DELTAS, validate=None):
+    def __init__(self, protocol: Protocol | ReadingTables, tools: list[Tool] | None = None,
+                 generation_prompt: str | None = None, start: str | None = None,
+                 calls: str = DELTAS, validate: Validator | None = None) -> None:
         if not isinstance(protocol, (Protocol, dict)):
-            raise TypeError(f"protocol must be a Protocol or its tables (a dict), not {type(protocol).__name__}")
+            raise TypeError("protocol must be a Protocol or its tables (a dict), not "
+                            f"{type(protocol).__name__}")
         self._p = protocol if isinstance(protocol, Protocol) else Protocol(protocol)
+        # (a dict that is not the tables: Protocol says which version it has, if any)
         self._tools = _offered_tools(tools)  # name -> parameters (a JSON Schema)
-        self._properties = {name: schema.get("properties") or {} for name, schema in self._tools.items()}
+        self._properties = {name: schema.get("properties") or {}
+                            for name, schema in self._tools.items()}
         if generation_prompt is not None and not isinstance(generation_prompt, str):
-            raise TypeError(f"generation_prompt must be a str or None, not {type(generation_prompt).__name__}")
+            raise TypeError("generation_prompt must be a str or None, not "
+                            f"{type(generation_prompt).__name__}")
         if start not in (None, REASONING, CONTENT, AFTER_REASONING):
-            raise ValueError(f"start must be {REASONING!r}, {CONTENT!r}, {AFTER_REASONING!r} or None, not {start!r}")
+            raise ValueError(f"start must be {REASONING!r}, {CONTENT!r}, {AFTER_REASONING!r} "
+                             f"or None, not {start!r}")
         if calls not in (DELTAS, COMPLETE):
             raise ValueError(f"calls must be {DELTAS!r} or {COMPLETE!r}, not {calls!r}")
         if validate is not None and not callable(validate):
-            raise TypeError(f"validate must be a function (name, arguments) -> None or a problem, not "
-                            f"{type(validate).__name__}")
-        self._validate = None  # the dispatch stream's check, when that is the stream
-        if calls == COMPLETE:
-            self._validate = validate or schema_validator(tools)
-            self._ui_feed, self._ui_end = self.feed, self.end  # (the class's: what the UI stream gives)
-            self.feed, self.end = self._feed_complete, self._end_complete
+            raise TypeError("validate must be a function (name, arguments) -> None or a problem, "
+                            f"not {type(validate).__name__}")
         self._state = self._p.start_state(generation_prompt, start)
         self._started = AFTER_REASONING if start == AFTER_REASONING else self._state
         # where the text after the output's reasoning begins (an offset in characters), once the
         # parse has left the reasoning it started in or found none (see `reasoning_ended_at`)
         self._reasoning_ended_at = 0 if start == AFTER_REASONING else None
-        # input
-        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
-        self._text = ""
-        self._pos = 0
-        self._offset_base = 0  # characters dropped from the front of _text
-        self._trim_ok = False  # True only while the parse waits inside _text_until
-        # While the parse waits, `_quiet` (a regex search) finds the characters that can move it;
-        # a chunk without any is handled by `feed` alone: kept (`_plain` is None) or, when the
-        # parse waits in reasoning/content text (`_plain` is that field) with nothing held
-        # back, emitted at once.
-        self._quiet = None
-        self._plain = None
-        self._partials = frozenset()  # (with _plain: the starts of a marker held at a chunk's end)
-        self._wait_for = 0  # or: the parse needs _text to reach this length to decide
-        self._then = 0  # or: it needs this many characters after the first that `_quiet` finds
-        self._poll = None  # or: a value's scan, which feed() runs on a chunk that passed `_quiet`
-        self._eof = False
-        # output
-        self._deltas = []
-        self._content_text = TextField("content")
-        self._reasoning_text = TextField("reasoning_content")
-        self._calls = []
-        self._invalid_calls = 0  # complete calls dropped for their arguments (they keep their index)
-        self._kv_read_state = None  # where a call's key/value arguments are (rules, made on first use)
-        self._open_call = None  # the call being read (its header may have gone out)
-        # the call layout being read: its steps, JSON object keys and self-closed form (the
-        # family's, or the one without its opener)
-        self._steps = self._json_call = self._self_closing = None
-        self._after_arguments = ""  # (and the text the template writes after its arguments: Protocol.after_arguments)
-        self._streaming = None  # or: the argument stream of that call (see streams), once it had to wait
-        # While that stream is inside a string and gave out all the text so far: the stream,
-        # for feed's fast path; and the chunks that path gave out, not yet in _text.
-        self._fast = None
-        self._ahead = []
-        self._drive = None  # or: the ObjectStream that reads a JSON value feed() is inside (see feed)
-        self._drive_then = ""  # the text the template writes after that value
-        # or: text the parse waits for while the output goes on as it (from _expect_at); or a
-        # tuple of texts, one of which (whitespace before it any) it waits for (_expect_one_of)
-        self._expect = None
-        self._expect_at = 0
-        self._errors = []
-        self._finish = None
-        # rules: the parse, primed to wait for the first chunk
-        self._run = self._turn()
-        next(self._run)
-        self._resume = self._run.send
+        self._start_input()
+        self._start_output((validate or schema_validator(tools)) if calls == COMPLETE else None)
+        if calls == COMPLETE:
+            # (the class's: what the UI stream gives)
+            self._ui_feed, self._ui_end = self.feed, self.end
+            # (set on the instance: the UI stream's feed and end pay nothing for the other stream)
+            self.feed, self.end = self._feed_complete, self._end_complete  # type: ignore[method-assign]
+        self._start_rules()
 
+    def _feed_complete(self, chunk: Chunk) -> list[Delta]:
+        """feed() of the dispatch stream (set on the instance: the UI stream's feed is
+        untouched)."""
+        deltas = self._ui_feed(chunk)
+        if len(deltas) == 1:  # (most chunks: one delta, or none)
+            delta = deltas[0]
+            if type(delta) is Dispatched:
+                return [dict(delta)]
+            return [] if "tool_calls" in delta or "tool_call_error" in delta else deltas
+        return dispatch_only(deltas) if deltas else deltas
+
+    def _end_complete(self, finish_reason: str = "stop") -> list[Delta]:
+        """end() of the dispatch stream."""
+        return dispatch_only(self._ui_end(finish_reason))
 
     @property
-    def start_state(self):
+    def start_state(self) -> str:
         """Where the output started: "reasoning" or "content" (as `start` or the generation
         prompt decided), or "after_reasoning" when it was given."""
         return self._started
 
     @property
-    def reasoning_ended_at(self):
+    def reasoning_ended_at(self) -> int | None:
         """The offset (characters of the output) where what follows its reasoning begins:
         after the reasoning's end marker, at a call that ended it, or where the output's first
         text begins when it opened no reasoning; None while the parse is in reasoning or cannot
         tell yet. A parser started "after_reasoning" on the output from there reads what this
-        one reads after its reasoning (vLLM's reasoning-then-tools split: `tplparse export vllm`)."""
+        one reads after its reasoning (vLLM's reasoning-then-tools split:
+        `tplparse export vllm`)."""
         return self._reasoning_ended_at
 
 
-def _offered_tools(tools):
-    """name -> parameters of OpenAI-style tool definitions ({"type": "function", "function": {...}} or
-    the function alone); TypeError naming the tool that is not one."""
+def _offered_tools(tools: object) -> dict[str, dict[str, Any]]:
+    """name -> parameters of OpenAI-style tool definitions
+    ({"type": "function", "function": {...}} or the function alone); TypeError naming the tool
+    that is not one."""
     if tools is None:
         return {}
     if not isinstance(tools, (list, tuple)):
         raise TypeError(f"tools must be a list of tool definitions, not {type(tools).__name__}")
-    offered = {}
+    offered: dict[str, dict[str, Any]] = {}
     for i, tool in enumerate(tools):
         function = tool.get("function", tool) if isinstance(tool, dict) else None
         if not isinstance(function, dict) or not isinstance(function.get("name"), str):
-            raise TypeError(f"tools[{i}] must be a tool definition with a function name, not {tool!r:.60}")
+            raise TypeError(f"tools[{i}] must be a tool definition with a function name, "
+                            f"not {tool!r:.60}")
         parameters = function.get("parameters") or {}
         if not isinstance(parameters, dict):
-            raise TypeError(f"tools[{i}] ({function['name']}): parameters must be a JSON Schema object, "
-                            f"not {type(parameters).__name__}")
+            raise TypeError(f"tools[{i}] ({function['name']}): parameters must be a JSON Schema "
+                            f"object, not {type(parameters).__name__}")
         properties = parameters.get("properties")
         if properties is not None and not isinstance(properties, dict):
-            raise TypeError(f"tools[{i}] ({function['name']}): parameters.properties must be an object, "
-                            f"not {type(properties).__name__}")
+            raise TypeError(f"tools[{i}] ({function['name']}): parameters.properties must be "
+                            f"an object, not {type(properties).__name__}")
         for key, schema in (properties or {}).items():
             if not isinstance(schema, (dict, bool)):
-                raise TypeError(f"tools[{i}] ({function['name']}): the schema of {key!r} must be an object, "
-                                f"not {type(schema).__name__}")
+                raise TypeError(f"tools[{i}] ({function['name']}): the schema of {key!r} "
+                                f"must be an object, not {type(schema).__name__}")
         # (a boolean schema types nothing)
-        parameters = {**parameters, "properties": {k: v if isinstance(v, dict) else {} for k, v in (properties or {}).items()}}
+        parameters = {**parameters,
+                      "properties": {k: v if isinstance(v, dict) else {}
+                                     for k, v in (properties or {}).items()}}
         offered[function["name"]] = parameters
     return offered
 
 
-def read_all(parser, text, finish_reason="stop"):
+def read_all(parser: StreamParser, text: Chunk, finish_reason: str = "stop") -> Message:
     """Feed a whole output to `parser` at once; its message (the same as streaming it)."""
     parser.feed(text)
     parser.end(finish_reason)
     return parser.message
 
 
-def parse(protocol, text, tools=None, generation_prompt=None, start=None, finish_reason="stop", calls=DELTAS,
-          validate=None):
+def parse(protocol: Protocol | ReadingTables, text: Chunk, tools: list[Tool] | None = None,
+          generation_prompt: str | None = None, start: str | None = None,
+          finish_reason: str = "stop", calls: str = DELTAS,
+          validate: Validator | None = None) -> Message:
     """Parse a whole output at once: the same result as streaming it."""
-    return read_all(StreamParser(protocol, tools=tools, generation_prompt=generation_prompt, start=start, calls=calls,
-                                 validate=validate), text, finish_reason)
+    return read_all(StreamParser(protocol, tools=tools, generation_prompt=generation_prompt,
+                                 start=start, calls=calls, validate=validate),
+                    text, finish_reason)

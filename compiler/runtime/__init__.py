@@ -5,6 +5,7 @@ is this package assembled into one file, from the `###{standalone` sections of i
 in the order of `MODULES`). Layers, one module each:
 
     errors     what the rules raise (invalid, truncated, bad arguments)
+    tables     the shape of the reading tables a family module hands the runtime
     text       the lexical layer: searches, literals, hold-back, the balanced-value scan
     values     argument values: decoding and the canonical JSON text
     streams    argument deltas: the canonical JSON text while a call is still arriving
@@ -22,17 +23,52 @@ Code outside the runtime imports only the names below.
 from .errors import BadArguments, InvalidOutput
 from .output import COMPLETE, DELTAS
 from .parser import StreamParser, parse, read_all
-from .text import MARKER_BOUNDARY
-from .protocol import (AFTER_REASONING, ARGUMENTS_ALIASES, CLOSES_A_VALUE, CONTENT, NATURAL_STOPS, PARALLEL_ALL, REASONING, TABLES_VERSION, Protocol,
-                       json_call_object, stoppable_word)
+from .protocol import (
+    AFTER_REASONING,
+    ARGUMENTS_ALIASES,
+    CLOSES_A_VALUE,
+    CONTENT,
+    NATURAL_STOPS,
+    PARALLEL_ALL,
+    REASONING,
+    TABLES_VERSION,
+    JsonCallLayout,
+    Protocol,
+    json_call_object,
+    stoppable_word,
+)
 from .schema import SchemaCheck, SchemaError, schema_validator
-from .values import arguments_json, decode_native, format_fillers, object_value, python_value, typed_raw
+from .tables import (
+    BareCallsTable,
+    BareListTable,
+    MessagesTable,
+    ReadingTables,
+    SegmentsTable,
+    SelfClosingTable,
+    Slot,
+    ToolCallsTable,
+)
+from .text import MARKER_BOUNDARY
+from .values import (
+    arguments_json,
+    decode_native,
+    format_fillers,
+    object_value,
+    python_value,
+    typed_raw,
+)
 
-# The runtime's modules in the order the standalone file stacks them (each only uses those before it).
-MODULES = ("errors", "text", "values", "streams", "protocol", "schema", "output", "input", "rules", "messages", "parser")
+# The runtime's modules in the order the standalone file stacks them (each only uses those
+# before it).
+MODULES = ("errors", "tables", "text", "values", "streams", "protocol", "schema", "output", "input",
+           "rules", "messages", "parser")
 
 __all__ = [
-    "AFTER_REASONING", "ARGUMENTS_ALIASES", "BadArguments", "CLOSES_A_VALUE", "COMPLETE", "CONTENT", "DELTAS", "InvalidOutput", "MARKER_BOUNDARY", "MODULES", "NATURAL_STOPS", "PARALLEL_ALL", "Protocol", "REASONING",
-    "SchemaCheck", "SchemaError", "StreamParser", "TABLES_VERSION", "arguments_json", "decode_native", "format_fillers", "json_call_object", "object_value", "parse", "python_value", "read_all",
-    "schema_validator", "stoppable_word", "typed_raw",
+    "AFTER_REASONING", "ARGUMENTS_ALIASES", "BadArguments", "BareCallsTable", "BareListTable",
+    "CLOSES_A_VALUE", "COMPLETE", "CONTENT", "DELTAS", "InvalidOutput", "JsonCallLayout",
+    "MARKER_BOUNDARY", "MODULES", "MessagesTable", "NATURAL_STOPS", "PARALLEL_ALL", "Protocol",
+    "REASONING", "ReadingTables", "SchemaCheck", "SchemaError", "SegmentsTable",
+    "SelfClosingTable", "Slot", "StreamParser", "TABLES_VERSION", "ToolCallsTable",
+    "arguments_json", "decode_native", "format_fillers", "json_call_object", "object_value",
+    "parse", "python_value", "read_all", "schema_validator", "stoppable_word", "typed_raw",
 ]

@@ -2,6 +2,8 @@
 arguments do not read. The parser turns each into an entry of the message's `errors`
 (`invalid_tool_call`, `truncated_tool_call`, `invalid_arguments`); none escapes `feed`."""
 
+from __future__ import annotations
+
 ###{standalone
 
 

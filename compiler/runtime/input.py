@@ -16,18 +16,83 @@ False), and a waiting form (a generator, `yield from`) that suspends the parse u
 enough text has arrived. Rules call the plain form first and fall back to the waiting one.
 """
 
+from __future__ import annotations
+
 from .errors import InvalidOutput, TruncatedOutput
-from .protocol import NATURAL_STOPS, REASONING, stoppable_word, stopped_in
-from .streams import ObjectStream
-from .text import SPACES, LITERALS, BalancedScan, literal_here, literal_parts, marker_pieces, outside, run_of, waker
+from .output import Delta, Output, TextField
+from .protocol import NATURAL_STOPS, REASONING, Protocol, stoppable_word, stopped_in
+from .streams import KeyValueStream, ObjectStream
+from .text import (
+    LITERALS,
+    SPACES,
+    BalancedScan,
+    CharSet,
+    Search,
+    literal_here,
+    literal_parts,
+    marker_pieces,
+    outside,
+    run_of,
+    waker,
+)
 
+# isort: split
 ###{standalone
+import codecs
+from collections.abc import Callable, Generator, Iterable, Sequence
+from typing import Any
+
+# (SPACES and run_of(...) match runs of `*`: they always match, and their `.match(...).end()`
+# is marked `type: ignore[union-attr]`, as in text.py.)
 
 
-class Input:
-    """The buffer and the readers (a part of StreamParser)."""
+class Input(Output):
+    """The buffer, feed() and end(), and the readers the rules call: the layer over Output."""
 
-    def feed(self, chunk):
+    # The state of the layers over this one that this one reads, and they do too: set by
+    # StreamParser.__init__ (the family's Protocol, the offered tools, where the parse is) and
+    # by Rules._start_rules (the parse's resume, the open call's argument stream).
+    _p: Protocol
+    _tools: dict[str, dict[str, Any]]  # name -> parameters (a JSON Schema)
+    _properties: dict[str, dict[str, Any]]  # name -> the properties of its parameters
+    _state: str  # REASONING or CONTENT: what the text being read is
+    _reasoning_ended_at: int | None  # (see StreamParser.reasoning_ended_at)
+    _resume: Callable[[None], object]  # the parse's send(): it runs until it needs more text
+    _streaming: ObjectStream | KeyValueStream | None  # the open call's argument stream
+
+    def _start_input(self) -> None:
+        """The state this layer owns: the buffer, and what the parse waits in."""
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self._text = ""
+        self._pos = 0
+        self._offset_base = 0  # characters dropped from the front of _text
+        self._trim_ok = False  # True only while the parse waits inside _text_until
+        self._eof = False
+        # While the parse waits, `_quiet` (a regex search) finds the characters that can move it;
+        # a chunk without any is handled by `feed` alone: kept (`_plain` is None) or, when the
+        # parse waits in reasoning/content text (`_plain` is that field) with nothing held
+        # back, emitted at once.
+        self._quiet: Search | None = None
+        self._plain: TextField | None = None
+        # (with _plain: the starts of a marker held at a chunk's end)
+        self._partials: frozenset[str] = frozenset()
+        self._wait_for = 0  # or: the parse needs _text to reach this length to decide
+        self._then = 0  # or: it needs this many characters after the first that `_quiet` finds
+        # or: a value's scan, which feed() runs on a chunk that passed `_quiet`
+        self._poll: BalancedScan | None = None
+        # While an argument stream is inside a string and gave out all the text so far: the
+        # stream, for feed's fast path; and the chunks that path gave out, not yet in _text.
+        self._fast: ObjectStream | KeyValueStream | None = None
+        self._ahead: list[str] = []
+        # or: the ObjectStream that reads a JSON value feed() is inside (see feed)
+        self._drive: ObjectStream | None = None
+        self._drive_then = ""  # the text the template writes after that value
+        # or: text the parse waits for while the output goes on as it (from _expect_at); or a
+        # tuple of texts, one of which (whitespace before it any) it waits for (_expect_one_of)
+        self._expect: str | tuple[str, ...] | None = None
+        self._expect_at = 0
+
+    def feed(self, chunk: str | bytes | bytearray) -> list[Delta]:
         """Read the next chunk of output (str, or bytes that may split UTF-8 sequences); return
         the deltas it settles. ValueError after end()."""
         text = chunk if chunk.__class__ is str else self._decode(chunk)
@@ -35,174 +100,217 @@ class Input:
         # none is open: it clears what they test.)
         fast = self._fast
         if fast is not None and text:
-            # Inside a string argument that streams, all of it before this chunk given out: a
-            # chunk that cannot end it is its next characters, given out without a step of the
-            # reader and kept aside (`_ahead`) until the parse needs the text (`_catch_up`).
+            # (the common chunk inside a string argument, one with no character that may end
+            # it: as _feed_string, inline; this path runs once per chunk of a streamed string)
             ahead = self._ahead
-            if len(ahead) > 1024 and not fast.held:  # (a long value: its chunks join the text now and then)
-                self._catch_up()
-                ahead = self._ahead
-            if fast.special(text) is None or fast.as_is(text) is not None:
+            if len(ahead) <= 1024 and fast.special(text) is None:  # type: ignore[misc]
                 ahead.append(text)
                 return [{"tool_calls": [{"index": fast.index, "function": {"arguments": text}}]}]
-            piece = fast.escaped(text)  # (escapes the canonical text writes the same, ...)
-            if piece is not None:
-                ahead.append(text)
-                return [{"tool_calls": [{"index": fast.index, "function": {"arguments": piece}}]}] if piece else []
-            self._catch_up()
-            self._fast = None
+            deltas = self._feed_string(fast, text)
+            if deltas is not None:
+                return deltas
         elif self._ahead:
             self._catch_up()
-        drive = self._drive
-        if drive is not None:
-            # Inside a JSON (or Python) value that its argument stream reads as it arrives: the
-            # stream reads the chunk, and the parse is resumed only once the value is complete
-            # (or the stream stops at what it does not give out: then the scan reads it).
-            self._append(text)
-            if drive.wake is not None and drive.wake(text) is None:
-                return []  # (nothing it can give out yet: read with what follows)
-            piece = drive.advance(self._text, False)
-            if drive.ended and not drive.paused and self._drive_then:
-                # What the template writes after the value (the call's end, the next call's
-                # start) is waited for too, while the text goes on as written: one wake-up.
-                then, rest = self._drive_then, self._text[drive.pos:]
-                if len(rest) < len(then) and then.startswith(rest):
-                    self._drive = self._fast = None
-                    self._expect, self._expect_at = then, drive.pos
-                    return [{"tool_calls": [{"index": drive.index, "function": {"arguments": piece}}]}] if piece else []
-            if drive.paused or drive.ended:
-                if piece:
-                    self._arguments_delta(drive.index, piece)
-                return self._push("")
-            self._fast = self._fast_path(drive)
-            return [{"tool_calls": [{"index": drive.index, "function": {"arguments": piece}}]}] if piece else []
-        expect = self._expect
-        if expect is not None:
-            # The text the template writes next, as it goes on: kept until it is all here.
-            if expect.__class__ is str:
-                k = len(self._text) - self._expect_at
-                if k + len(text) < len(expect) and expect.startswith(text, k):
-                    self._append(text)
-                    return []
-                return self._push(text)
-            # One of several texts, whitespace before it any (see _expect_one_of).
-            self._append(text)
-            came = self._text[self._expect_at:].lstrip()
-            if not came:
-                self._expect_at = len(self._text)  # (only whitespace: not read again)
-                return []
-            return [] if _begins_one_of(came, expect) else self._push("")
+        if self._drive is not None:
+            return self._feed_driven(self._drive, text)
+        if self._expect is not None:
+            return self._feed_expected(self._expect, text)
         quiet = self._quiet
         if quiet is not None and self._then:
             # A run that must be followed by `_then` characters: where this chunk ends it, they
             # are waited for from there (by their count alone).
             found = quiet(text)
             if found is not None:
-                self._wait_for, self._then, self._quiet = len(self._text) + found.start() + self._then, 0, None
+                self._wait_for = len(self._text) + found.start() + self._then
+                self._then, self._quiet = 0, None
                 quiet = None
         if quiet is None:
             if len(self._text) + len(text) < self._wait_for:
                 self._append(text)  # still fewer characters than the parse needs to decide
                 return []
         elif self._plain is not None:
-            # Plain content or reasoning (with what was held back before it, the start of what
-            # may be a marker): what cannot begin a marker goes straight out; the first
-            # characters of a marker at its end are held back (the next chunk tells); only a
-            # marker's head inside it (its first three characters) wakes the parse.
-            held = len(self._text) - self._pos
-            whole = self._text[self._pos:] + text if held else text
-            found = quiet(whole)
-            # (what goes out leaves the text, and the offsets after it count it; the text is
-            # then only what is held now: the parse waits in the text's scan, which reads on
-            # from `_pos`, so what is before it may go)
-            if found is not None:
-                if found.end() < len(whole) or found.group() not in self._partials:
-                    return self._push(text)
-                text = whole[:found.start()]
-                self._offset_base += self._pos + len(text)
-                self._text, self._pos = whole[found.start():], 0
-            elif held:
-                text = whole
-                self._offset_base += self._pos + len(text)
-                self._text, self._pos = "", 0
-            else:
-                self._offset_base += len(text)
-            field = self._plain
-            if field.started:  # (_emit_text, inlined: most chunks of a stream come here)
-                body = text.rstrip()
-                if body is text and not field.pending:  # no whitespace at the end, none held
-                    if not text:
-                        return []
-                    field.parts.append(text)
-                    return [{field.key: text}]
-                if not body:
-                    if text:
-                        field.pending.append(text)
-                    return []
-                out = "".join(field.pending) + body if field.pending else body
-                field.pending = [text[len(body):]] if len(body) < len(text) else []
-                field.parts.append(out)
-                return [{field.key: out}]
-            self._emit_text(field, text)
-            deltas, self._deltas = self._deltas, []
-            return deltas
+            return self._feed_plain(quiet, self._plain, text)
         elif quiet(text) is None or len(self._text) + len(text) < self._wait_for:
             # Inside a value that only a `quiet` character can end: keep it (as _append),
             # and give out what an argument stream settles of it.
             buffer, self._text = self._text, ""
             buffer += text
             self._text = buffer
-            return [] if self._streaming is None else self._streamed()
+            return [] if self._streaming is None else self._streamed(self._streaming)
         elif self._poll is not None:
-            # The value's scan can tell by itself whether this chunk completes it: ask it.
-            scan = self._poll
-            self._append(text)
-            if not scan.scan(self._text):
-                self._quiet = scan.quiet(len(self._text))
-                if self._quiet is not None:
-                    return [] if self._streaming is None else self._streamed()
-            return self._push("")
+            return self._feed_polled(self._poll, text)
         if self._finish is not None:
             raise ValueError("feed() after end(): the stream is closed")
         return self._push(text)
 
-    def _streamed(self):
-        """What the open call's argument stream settles of the text kept without a resume
-        (none while a key/value stream has no string value running ahead)."""
+    def _feed_string(self, fast: ObjectStream | KeyValueStream, text: str) -> list[Delta] | None:
+        """feed, inside a string argument that streams with all of it before this chunk given
+        out: a chunk that cannot end it is its next characters, given out without a step of the
+        reader and kept aside (`_ahead`) until the parse needs the text (`_catch_up`). None:
+        this chunk may end the string (the other paths read it)."""
+        ahead = self._ahead
+        # (a long value: its chunks join the text now and then)
+        if len(ahead) > 1024 and not fast.held:
+            self._catch_up()
+            ahead = self._ahead
+        # (`special` is set here: _fast_path gives a stream only while it is; its type says None)
+        if fast.special(text) is None or fast.as_is(text) is not None:  # type: ignore[misc]
+            ahead.append(text)
+            return [{"tool_calls": [{"index": fast.index, "function": {"arguments": text}}]}]
+        piece = fast.escaped(text)  # (escapes the canonical text writes the same, ...)
+        if piece is not None:
+            ahead.append(text)
+            return ([{"tool_calls": [{"index": fast.index, "function": {"arguments": piece}}]}]
+                    if piece else [])
+        self._catch_up()
+        self._fast = None
+        return None
+
+    def _feed_driven(self, drive: ObjectStream, text: str) -> list[Delta]:
+        """feed, inside a JSON (or Python) value that its argument stream reads as it arrives:
+        the stream reads the chunk, and the parse is resumed only once the value is complete
+        (or the stream stops at what it does not give out: then the scan reads it)."""
+        self._append(text)
+        if drive.wake is not None and drive.wake(text) is None:
+            return []  # (nothing it can give out yet: read with what follows)
+        piece = drive.advance(self._text, False)
+        if drive.ended and not drive.paused and self._drive_then:
+            # What the template writes after the value (the call's end, the next call's
+            # start) is waited for too, while the text goes on as written: one wake-up.
+            then, rest = self._drive_then, self._text[drive.pos:]
+            if len(rest) < len(then) and then.startswith(rest):
+                self._drive = self._fast = None
+                self._expect, self._expect_at = then, drive.pos
+                return ([{"tool_calls": [{"index": drive.index, "function": {"arguments": piece}}]}]
+                        if piece else [])
+        if drive.paused or drive.ended:
+            if piece:
+                self._arguments_delta(drive.index, piece)
+            return self._push("")
+        self._fast = self._fast_path(drive)
+        return ([{"tool_calls": [{"index": drive.index, "function": {"arguments": piece}}]}]
+                if piece else [])
+
+    def _feed_expected(self, expect: str | tuple[str, ...], text: str) -> list[Delta]:
+        """feed, while the parse waits for the text the template writes next, as it goes on:
+        kept until it is all here (or goes another way)."""
+        if expect.__class__ is str:
+            k = len(self._text) - self._expect_at
+            if k + len(text) < len(expect) and expect.startswith(text, k):
+                self._append(text)
+                return []
+            return self._push(text)
+        # One of several texts, whitespace before it any (see _expect_one_of).
+        self._append(text)
+        came = self._text[self._expect_at:].lstrip()
+        if not came:
+            self._expect_at = len(self._text)  # (only whitespace: not read again)
+            return []
+        return [] if _begins_one_of(came, expect) else self._push("")
+
+    def _feed_plain(self, quiet: Search, field: TextField, text: str) -> list[Delta]:
+        """feed, in plain content or reasoning (with what was held back before it, the start of
+        what may be a marker): what cannot begin a marker goes straight out; the first
+        characters of a marker at its end are held back (the next chunk tells); only a
+        marker's head inside it (its first three characters) wakes the parse."""
+        held = len(self._text) - self._pos
+        whole = self._text[self._pos:] + text if held else text
+        found = quiet(whole)
+        # (what goes out leaves the text, and the offsets after it count it; the text is
+        # then only what is held now: the parse waits in the text's scan, which reads on
+        # from `_pos`, so what is before it may go)
+        if found is not None:
+            if found.end() < len(whole) or found.group() not in self._partials:
+                return self._push(text)
+            text = whole[:found.start()]
+            self._offset_base += self._pos + len(text)
+            self._text, self._pos = whole[found.start():], 0
+        elif held:
+            text = whole
+            self._offset_base += self._pos + len(text)
+            self._text, self._pos = "", 0
+        else:
+            self._offset_base += len(text)
+        if field.started:  # (_emit_text, inlined: most chunks of a stream come here)
+            body = text.rstrip()
+            if body is text and not field.pending:  # no whitespace at the end, none held
+                if not text:
+                    return []
+                field.parts.append(text)
+                return [{field.key: text}]
+            if not body:
+                if text:
+                    field.pending.append(text)
+                return []
+            out = "".join(field.pending) + body if field.pending else body
+            field.pending = [text[len(body):]] if len(body) < len(text) else []
+            field.parts.append(out)
+            return [{field.key: out}]
+        self._emit_text(field, text)
+        deltas, self._deltas = self._deltas, []
+        return deltas
+
+    def _feed_polled(self, scan: BalancedScan, text: str) -> list[Delta]:
+        """feed, inside a value whose scan can tell by itself whether this chunk completes it."""
+        self._append(text)
+        if not scan.scan(self._text):
+            self._quiet = scan.quiet(len(self._text))
+            if self._quiet is not None:
+                stream = self._streaming
+                return [] if stream is None else self._streamed(stream)
+        return self._push("")
+
+    def _stream_arguments(self) -> None:
+        """The open call's argument stream reads what has arrived; its delta, if it settled any."""
         stream = self._streaming
+        assert stream is not None  # (called only while a call's arguments stream)
+        piece = stream.advance(self._text, self._eof)
+        if piece:
+            self._arguments_delta(stream.index, piece)
+
+    def _streamed(self, stream: ObjectStream | KeyValueStream) -> list[Delta]:
+        """What the open call's argument stream (`stream`) settles of the text kept without a
+        resume (none while a key/value stream has no string value running ahead)."""
         if stream.pos is None:
             return []
-        self._stream_arguments()
+        piece = stream.advance(self._text, self._eof)  # (_stream_arguments, on feed's fast path)
+        if piece:
+            self._arguments_delta(stream.index, piece)
         self._fast = self._fast_path(stream)
         deltas, self._deltas = self._deltas, []
         return deltas
 
-    def _fast_path(self, stream):
+    def _fast_path(self, stream: ObjectStream | KeyValueStream | None
+                   ) -> ObjectStream | KeyValueStream | None:
         """`stream` when feed's fast path may give out the next chunk for it (see feed): it is
         inside a string and gave out all the text so far; else None."""
-        return stream if stream is not None and stream.special is not None and stream.pos == len(self._text) else None
+        return (stream if stream is not None and stream.special is not None
+                and stream.pos == len(self._text) else None)
 
-    def _catch_up(self):
+    def _catch_up(self) -> None:
         """The chunks the fast path gave out (all of them the string's next characters) join
         the text, and the stream that gave them out reads on after them."""
         if self._ahead:
             ahead, self._ahead = self._ahead, []
             text = "".join(ahead)
             self._append(text)
-            self._fast.caught_up(text, len(self._text))
+            fast = self._fast
+            assert fast is not None  # (the chunks kept aside are the fast path's: it is open)
+            fast.caught_up(text, len(self._text))
 
-    def _decode(self, chunk):
+    def _decode(self, chunk: object) -> str:
         if isinstance(chunk, (bytes, bytearray)):
             return self._decoder.decode(chunk)
         if isinstance(chunk, str):
             return chunk
         raise TypeError(f"feed() takes a str or bytes chunk, not {type(chunk).__name__}")
 
-    def end(self, finish_reason="stop"):
+    def end(self, finish_reason: str = "stop") -> list[Delta]:
         """The output is complete ("stop") or was cut ("length", or the engine's other reason):
         the last deltas. A second end() returns []."""
         if not isinstance(finish_reason, str) or not finish_reason:
-            raise TypeError(f"finish_reason must be a non-empty str such as 'stop' or 'length', not {finish_reason!r}")
+            raise TypeError("finish_reason must be a non-empty str such as 'stop' or 'length', "
+                            f"not {finish_reason!r}")
         if self._finish is not None:
             return []
         self._catch_up()
@@ -211,15 +319,17 @@ class Input:
         self._finish = finish_reason
         self._eof = True
         deltas = self._push(tail)
-        self._quiet = self._plain = self._poll = self._streaming = self._drive = None  # (feed's fast paths stay closed)
+        # (feed's fast paths stay closed)
+        self._quiet = self._plain = self._poll = self._streaming = self._drive = None
         self._wait_for = self._then = 0
         if finish_reason == "length" and self._state == REASONING:
-            self._error("reasoning_truncated", "the output ended inside reasoning", self._offset_base + len(self._text))
+            self._error("reasoning_truncated", "the output ended inside reasoning",
+                        self._offset_base + len(self._text))
         return deltas
 
     # --- the buffer -------------------------------------------------------------------
 
-    def _push(self, text):
+    def _push(self, text: str) -> list[Delta]:
         """Add text and resume the parse until it needs more."""
         if text:
             if self._pos > 4096 and self._trim_ok:
@@ -239,20 +349,20 @@ class Input:
         deltas, self._deltas = self._deltas, []
         return deltas
 
-    def _append(self, text):
+    def _append(self, text: str) -> None:
         # Grow the buffer in place: with its only reference in a local, CPython extends the
         # string instead of copying it (`self._text += text` copies the whole buffer each time).
         buffer, self._text = self._text, ""
         buffer += text
         self._text = buffer
 
-    def _offset(self):
+    def _offset(self) -> int:
         return self._offset_base + self._pos
 
-    def _available(self):
+    def _available(self) -> int:
         return len(self._text) - self._pos
 
-    def _need(self, n):
+    def _need(self, n: int) -> Generator[None, None, None]:
         """Wait until n characters are available (or the stream ended)."""
         while self._available() < n and not self._eof:
             self._wait_for = self._pos + n
@@ -263,7 +373,7 @@ class Input:
     # parse): each consumes and returns a result, or consumes nothing and returns None/False,
     # and the caller falls back to the waiting form (`yield from`).
 
-    def _here(self, literal, ws_follows=False):
+    def _here(self, literal: str, ws_follows: bool = False) -> bool:
         """Consume `literal` if it comes next as rendered (its end whitespace: any)."""
         parts = LITERALS.get(literal)
         if parts is not None and not parts[2] and self._text.startswith(literal, self._pos):
@@ -275,20 +385,20 @@ class Input:
         self._pos = end
         return True
 
-    def _ws_here(self):
+    def _ws_here(self) -> bool:
         """Skip whitespace; True when what follows is known (another character, or the end)."""
-        self._pos = SPACES.match(self._text, self._pos).end()
+        self._pos = SPACES.match(self._text, self._pos).end()  # type: ignore[union-attr]
         return self._pos < len(self._text) or self._eof
 
-    def _run_here(self, chars):
+    def _run_here(self, chars: CharSet) -> str | None:
         """A non-empty run of `chars` ended by another character already here."""
-        end = run_of(chars).match(self._text, self._pos).end()
+        end = run_of(chars).match(self._text, self._pos).end()  # type: ignore[union-attr]
         if self._pos < end < len(self._text):
             run, self._pos = self._text[self._pos:end], end
             return run
         return None
 
-    def _until_here(self, stop):
+    def _until_here(self, stop: str) -> str | None:
         """The text up to `stop` (not consumed), if `stop` is already here."""
         at = self._text.find(stop, self._pos)
         if at == -1:
@@ -298,14 +408,15 @@ class Input:
 
     # Waiting forms.
 
-    def _skip_ws(self):
+    def _skip_ws(self) -> Generator[None, None, None]:
         while True:
-            self._pos = SPACES.match(self._text, self._pos).end()
+            self._pos = SPACES.match(self._text, self._pos).end()  # type: ignore[union-attr]
             if self._pos < len(self._text) or self._eof:
                 return
             yield
 
-    def _match(self, literal, required=True, ws_follows=False, eats=False):
+    def _match(self, literal: str, required: bool = True, ws_follows: bool = False,
+               eats: bool = False) -> Generator[None, None, bool]:
         """A literal whose whitespace runs match any whitespace or none (the grammar's tolerance;
         a run at either end takes all the whitespace there). With `ws_follows` (the next reader
         skips whitespace itself) the literal does not wait to see where its end run stops.
@@ -322,7 +433,8 @@ class Input:
             yield from self._skip_ws()
         if core:
             at = self._pos
-            if len(self._text) - at < len(core) and not self._eof and core.startswith(self._text[at:]):
+            if (len(self._text) - at < len(core) and not self._eof
+                    and core.startswith(self._text[at:])):
                 # Written so far as rendered: wait for the whole literal, then decide (word by
                 # word below if what comes is written differently).
                 yield from self._need(len(core))
@@ -346,8 +458,9 @@ class Input:
                     if self._available() < len(word) and word.startswith(self._text[self._pos:]):
                         # (the rest of the layout is markers the engine stopped on: read, unless
                         # the output ended inside one of them, which is a cut)
-                        if eats and self._eof and self._finish in NATURAL_STOPS and stopped_in(
-                                rest, self._text[self._pos:]) and all(stoppable_word(w) for w in after):
+                        if (eats and self._eof and self._finish in NATURAL_STOPS
+                                and stopped_in(rest, self._text[self._pos:])
+                                and all(stoppable_word(w) for w in after)):
                             self._pos = len(self._text)
                             return True
                         # (the output ended inside the word: not enough input, not a wrong one)
@@ -357,15 +470,17 @@ class Input:
                         return False
                     seen = self._text[max(start, self._pos + len(word) - 40):self._pos + len(word)]
                     self._pos = start
-                    if required:  # (the message quotes only text read so far: the same on every chunking)
+                    # (the message quotes only text read so far: the same on every chunking)
+                    if required:
                         raise InvalidOutput(f"expected {core!r} at {seen!r}")
                     return False
         if trail and not self._ws_here() and not ws_follows:
             yield from self._skip_ws()
         return True
 
-    def _peek(self, text):
-        """Whether `text` comes next (nothing consumed); decided as soon as what is here is not its start."""
+    def _peek(self, text: str) -> Generator[None, None, bool]:
+        """Whether `text` comes next (nothing consumed); decided as soon as what is here is not
+        its start."""
         while len(self._text) - self._pos < len(text) and not self._eof:
             if not text.startswith(self._text[self._pos:]):
                 return False
@@ -373,10 +488,11 @@ class Input:
             yield
         return self._text.startswith(text, self._pos)
 
-    def _peek_after_ws(self, text):
-        """Whether `text` comes next after whitespace (the whitespace is consumed, `text` is not)."""
+    def _peek_after_ws(self, text: str) -> Generator[None, None, bool]:
+        """Whether `text` comes next after whitespace (the whitespace is consumed, `text` is
+        not)."""
         while True:
-            self._pos = SPACES.match(self._text, self._pos).end()
+            self._pos = SPACES.match(self._text, self._pos).end()  # type: ignore[union-attr]
             here = self._text[self._pos:self._pos + len(text)]
             if len(here) == len(text) or self._eof:
                 return here == text
@@ -386,7 +502,7 @@ class Input:
             self._wait_for = self._pos + len(text)
             yield
 
-    def _expect_one_of(self, texts):
+    def _expect_one_of(self, texts: tuple[str, ...]) -> Generator[None, None, None]:
         """Wait, while what comes is the start of one of `texts` (the text the template writes
         next, whitespace before it any), until it is all here or goes another way: feed() keeps
         the chunks without resuming the parse (one wake-up for a run of literals, not one per
@@ -395,12 +511,12 @@ class Input:
             self._expect, self._expect_at = texts, self._pos
             yield
 
-    def _peek_any_after_ws(self, texts):
+    def _peek_any_after_ws(self, texts: Sequence[str]) -> Generator[None, None, bool]:
         """Whether one of `texts` comes next after whitespace (the whitespace is consumed, the
         text is not); decided once what is here rules each of them in or out."""
         longest = max(len(t) for t in texts)
         while True:
-            self._pos = SPACES.match(self._text, self._pos).end()
+            self._pos = SPACES.match(self._text, self._pos).end()  # type: ignore[union-attr]
             here = self._text[self._pos:self._pos + longest]
             if any(here.startswith(t) for t in texts):
                 return True
@@ -409,13 +525,13 @@ class Input:
             self._wait_for = self._pos + longest
             yield
 
-    def _which_after_ws(self, texts):
+    def _which_after_ws(self, texts: Sequence[str]) -> Generator[None, None, str | None]:
         """Which of `texts` comes next after whitespace, the longest that does (the whitespace is
         consumed, the text is not); None when none does. Decided once what is here rules each
         longer one in or out (`to=` is not taken while `to=user<|message|>` may still come)."""
         longest = max(len(t) for t in texts)
         while True:
-            self._pos = SPACES.match(self._text, self._pos).end()
+            self._pos = SPACES.match(self._text, self._pos).end()  # type: ignore[union-attr]
             here = self._text[self._pos:self._pos + longest]
             found = [t for t in texts if here.startswith(t)]
             pending = [t for t in texts if len(t) > len(here) and t.startswith(here)]
@@ -425,17 +541,19 @@ class Input:
             self._wait_for = min(len(self._text) + 1, self._pos + longest)
             yield
 
-    def _read_while(self, chars, what, then=0):
+    def _read_while(self, chars: CharSet, what: str, then: int = 0
+                    ) -> Generator[None, None, str]:
         """A run of `chars` (a tool name, a call id, an index), ended by any other character.
         `then`: the length of the literal that must follow; the parse waits for it too (it
         cannot go on before), so the run's end and that literal cost one wake-up, not two."""
         start = self._pos
         run = run_of(chars)
         while True:
-            self._pos = run.match(self._text, self._pos).end()
+            self._pos = run.match(self._text, self._pos).end()  # type: ignore[union-attr]
             if self._pos < len(self._text):
                 if len(self._text) - self._pos < then and not self._eof:
-                    self._wait_for = self._pos + then  # (the run ended in this chunk: the literal after it too)
+                    # (the run ended in this chunk: the literal after it too)
+                    self._wait_for = self._pos + then
                     yield
                 break
             if self._eof:
@@ -447,7 +565,7 @@ class Input:
             raise InvalidOutput(f"expected {_a(what)} at {self._text[start]!r}")
         return self._text[start:self._pos]
 
-    def _read_until(self, stop, what):
+    def _read_until(self, stop: str, what: str) -> Generator[None, None, str]:
         """Raw text up to `stop` (not consumed)."""
         searched = self._pos
         while True:
@@ -463,7 +581,8 @@ class Input:
                 self._stream_arguments()
             yield
 
-    def _read_balanced(self, quotes, what, then=""):
+    def _read_balanced(self, quotes: str, what: str, then: str = ""
+                       ) -> Generator[None, None, str]:
         """A JSON / Python literal: brackets balanced, strings (in `quotes`) respected. `then`:
         the text the template writes after it, which feed() may wait for too (see there)."""
         start = self._pos
@@ -477,7 +596,7 @@ class Input:
                 yield
                 if self._eof:
                     self._stream_arguments()  # (what came with end(), if anything)
-            begin = SPACES.match(self._text, start).end()
+            begin = SPACES.match(self._text, start).end()  # type: ignore[union-attr]
             if stream.ended and not stream.paused and self._text[begin] in "{[":
                 # Its brackets balanced (read as JSON or Python, strings and all): where the
                 # scan below would end it.
@@ -497,15 +616,17 @@ class Input:
                 self._stream_arguments()
             yield
         if scan.unbalanced:
+            assert scan.start is not None  # (a closing bracket is found after the value started)
             self._pos = scan.start  # (reported where the value starts)
             raise InvalidOutput(f"unbalanced {scan.unbalanced!r} in a {what}")
+        assert scan.end is not None  # (scan() said the value's end is known)
         self._pos = scan.end
         return self._text[scan.start:scan.end]
 
     # --- the turn ---------------------------------------------------------------------
 
 
-def _begins_one_of(came, texts):
+def _begins_one_of(came: str, texts: Iterable[str]) -> bool:
     """Whether `came` is the start of one of `texts`, and not all of it yet."""
     for one in texts:
         if len(came) < len(one) and one.startswith(came):
@@ -513,7 +634,7 @@ def _begins_one_of(came, texts):
     return False
 
 
-def _a(what):
+def _a(what: str) -> str:
     """`what` with its indefinite article ("a tool name", "an argument name")."""
     return ("an " if what[:1] in "aeiou" else "a ") + what
 

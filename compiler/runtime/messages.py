@@ -19,41 +19,62 @@ of that name when such a tool is offered, reported otherwise. A header that some
 else cuts off before its body marker is reported and left out.
 """
 
-from .errors import InvalidOutput, TruncatedOutput
-from .protocol import CONTENT, NATURAL_STOPS, REASONING
+from __future__ import annotations
 
+from .errors import InvalidOutput, TruncatedOutput
+from .output import OpenCall
+from .protocol import CONTENT, NATURAL_STOPS, REASONING, MessageFormat
+from .rules import Rules
+
+# isort: split
 ###{standalone
+from collections.abc import Generator
 
 # The characters a message header may take: a longer one is not a header (and a stream of
 # text after a channel marker costs linear time).
 _HEADER_LIMIT = 512
-# What a header's body holds: (reasoning / content / a call / left out, the call's name, whether it is a built-in).
+# What a header's body holds: (reasoning / content / a call / left out, the call's name, whether
+# it is a built-in).
 _CALL, _SKIPPED = "calls", "skipped"
 
 
-class Messages:
-    """The message rules (a part of StreamParser)."""
+class Messages(Rules):
+    """The rules of a turn written as messages with headers (harmony): the layer over Rules."""
 
-    def _messages(self):
-        """turn: message (message-end? message-start message)* end-of-turn?"""
+    def _turn_body(self) -> Generator[None, None, None]:
+        """The turn: of messages where the format writes them, else by its layout (Rules)."""
+        m = self._p.messages
+        if m is not None:
+            return self._messages(m)
+        return super()._turn_body()
+
+    def _messages(self, m: MessageFormat) -> Generator[None, None, None]:
+        """turn: message (message-end? message-start message)* end-of-turn? (`m`: the format's
+        messages)"""
         p = self._p
-        m = p.messages
         opened = self._state == REASONING  # the prompt wrote the first header: a reasoning body
         first = True
+        # (what the message's body holds, its call's name, whether a built-in: see _header)
+        kind: str | None
+        name: str | None
+        builtin: bool
         while True:
             message_at = self._offset()
             yield from self._skip_ws()
             if not first and not self._available():
-                return  # (the output ended after a message: the engine stopped on what ends the turn)
+                # (the output ended after a message: the engine stopped on what ends the turn)
+                return
             if first and opened and not (yield from self._peek(m.channel)):
                 kind, name, builtin = REASONING, None, False
             else:
-                if (yield from self._peek(m.start)):  # (the prompt usually writes it: here, absorbed)
+                # (the prompt usually writes it: here, absorbed)
+                if (yield from self._peek(m.start)):
                     self._pos += len(m.start)
                 if (yield from self._peek_any_after_ws((m.channel, m.recipient))):
-                    kind, name, builtin = yield from self._header()
+                    kind, name, builtin = yield from self._header(m)
                     if kind is None:
-                        return  # (the output ended inside a header that addresses no tool: see _header)
+                        # (the output ended inside a header that addresses no tool: see _header)
+                        return
                 else:
                     kind, name, builtin = CONTENT, None, False  # text without a header: content
             first = False
@@ -61,16 +82,18 @@ class Messages:
             if kind != REASONING and self._reasoning_ended_at is None:
                 self._reasoning_ended_at = message_at  # (the first message that is not reasoning)
             if kind == _CALL:
-                stop = yield from self._message_call(name, builtin)
+                assert name is not None  # (a call's header names it: see _header_fields)
+                stop = yield from self._message_call(m, name, builtin)
             elif kind == _SKIPPED:
-                stop = yield from self._skipped_body()
+                stop = yield from self._skipped_body(m)
             else:
                 field = self._reasoning_text if kind == REASONING else self._content_text
                 written = len(field.parts)
                 stop = yield from self._text_until(m.body_stops, field)
                 space = p.space_before.get("" if stop is None else stop.strip())
                 if kind == CONTENT and space is not None and len(field.parts) > written:
-                    self._keep_trailing_space(field, space)  # (as in a layout's content: see Rules._content)
+                    # (as in a layout's content: see Rules._content)
+                    self._keep_trailing_space(field, space)
             if stop is None:
                 return
             if stop in p.end_of_turn:
@@ -79,60 +102,67 @@ class Messages:
             if stop == m.channel:
                 continue  # (the next header, with no message end or start before it)
             self._pos += len(stop)
-            if stop == m.start or (yield from self._peek_any_after_ws((m.start, m.channel, m.recipient))):
-                continue  # (the next message: its start, or its header without one)
-            end = next((e for e in self._p.end_of_turn if self._text.startswith(e, self._pos)), None)
-            if end is None and self._p.end_of_turn and (yield from self._peek_any_after_ws(self._p.end_of_turn)):
-                end = next(e for e in self._p.end_of_turn if self._text.startswith(e, self._pos))
+            # (the next message: its start, or its header without one)
+            if stop == m.start or (
+                    yield from self._peek_any_after_ws((m.start, m.channel, m.recipient))):
+                continue
+            end = next((e for e in p.end_of_turn if self._text.startswith(e, self._pos)), None)
+            if end is None and p.end_of_turn and (
+                    yield from self._peek_any_after_ws(p.end_of_turn)):
+                end = next(e for e in p.end_of_turn if self._text.startswith(e, self._pos))
             if end is not None:
                 yield from self._after_end(end)  # (a message's end, then the turn's)
             elif self._available():
                 yield from self._after_end("")  # (a message end, then text that starts no message)
             return
 
-    def _header(self):
+    def _header(self, m: MessageFormat
+                ) -> Generator[None, None, tuple[str | None, str | None, bool]]:
         """header: up to its body marker; (what the body holds, a call's name, built-in). A
         header that a message's end, the turn's end or the next message cuts off before its
         body marker is reported and left out (a call's is an invalid call)."""
-        m = self._p.messages
         start = self._pos
         while True:
             found = m.header_end(self._text, start, start + _HEADER_LIMIT + m.longest)
             if found is not None:
                 break
             if len(self._text) - start > _HEADER_LIMIT:
-                raise InvalidOutput(f"a message header without {m.body!r}: {self._text[start:start + 40]!r}")
+                raise InvalidOutput(f"a message header without {m.body!r}: "
+                                    f"{self._text[start:start + 40]!r}")
             if self._eof:
                 self._pos = len(self._text)
                 if m.recipient_field.search(self._text, start):
                     raise TruncatedOutput("the output ended inside a call's message header")
                 if self._finish in NATURAL_STOPS:  # (cut by the length limit, it was only cut)
-                    self._error("invalid_message_header", f"the output ended inside a message header, left out: "
-                                                          f"{self._text[start:start + 60]!r}", self._offset_base + start)
+                    self._error("invalid_message_header",
+                                "the output ended inside a message header, left out: "
+                                f"{self._text[start:start + 60]!r}", self._offset_base + start)
                 return None, None, False
             self._quiet = m.header_waker
             yield
         header = self._text[start:found.start()]
         if found.group() != m.body:
             if m.recipient_field.search(header):
-                raise InvalidOutput(f"a call's message header without {m.body!r}: {header[:60]!r}")
+                raise InvalidOutput(f"a call's message header without {m.body!r}: "
+                                    f"{header[:60]!r}")
             self._pos = found.start()  # (what cut it off is read next)
-            self._error("invalid_message_header", f"a message header without {m.body!r}, left out: {header[:60]!r}",
+            self._error("invalid_message_header",
+                        f"a message header without {m.body!r}, left out: {header[:60]!r}",
                         self._offset_base + start)
             return _SKIPPED, None, False
         self._pos = found.end()
-        return self._header_fields(header)
+        return self._header_fields(m, header)
 
-    def _header_fields(self, header):
+    def _header_fields(self, m: MessageFormat, header: str) -> tuple[str, str | None, bool]:
         """The header's fields: the recipient (wherever it sits) and the channel."""
-        m = self._p.messages
         found = list(m.recipient_field.finditer(header))
         if len(found) > 1:
             raise InvalidOutput(f"a message header with two recipients: {header[:80]!r}")
         if found:
             value = found[0].group(1)
             if value in m.no_name:  # (nothing, or the namespace and no name in it)
-                raise InvalidOutput(f"a message header whose recipient names no tool: {header[:80]!r}")
+                raise InvalidOutput("a message header whose recipient names no tool: "
+                                    f"{header[:80]!r}")
             if value.startswith(m.namespace):
                 return _CALL, value[len(m.namespace):], False
             return _CALL, value, True  # (a built-in tool: python, browser.search)
@@ -140,42 +170,44 @@ class Messages:
         channel = rest.strip().split(None, 1)[0] if marked and rest.strip() else ""
         kind = m.channels.get(channel.partition("<")[0]) if channel else CONTENT
         if kind is None:
-            self._error("unknown_channel", f"a message on channel {channel!r}, which the template does not write: "
-                                           "left out", self._offset())
+            self._error("unknown_channel", f"a message on channel {channel!r}, which the template "
+                                           "does not write: left out", self._offset())
             return _SKIPPED, None, False
         return (REASONING if kind == REASONING else CONTENT), None, False
 
-    def _message_call(self, name, builtin):
+    def _message_call(self, m: MessageFormat, name: str,
+                      builtin: bool) -> Generator[None, None, str | None]:
         """body of a call's message: its arguments, then its end (the call's end, a message's
         end, the turn's end, the next message; at a natural stop, nothing)."""
-        p = self._p
-        m = p.messages
         index = len(self._calls) + self._invalid_calls
         if builtin and name not in self._tools:
-            self._error("unknown_tool", f"a message to {name!r}, a built-in tool that is not offered: left out",
+            self._error("unknown_tool",
+                        f"a message to {name!r}, a built-in tool that is not offered: left out",
                         self._offset())
-            return (yield from self._skipped_body())
-        call = {"name": name, "id": None, "arguments": None, "bad": None, "announced": False, "pending": None,
-                "index": index, "object_at": None, "id_absent": False}
+            return (yield from self._skipped_body(m))
+        call = OpenCall(index)
+        call.name = name
         self._open_call = call
         self._announce_when_settled(index, call)  # (the header is read: the name is settled)
         yield from self._skip_ws()
         yield from self._arguments_waiting(call, m.closing)
         ends = m.body_stops
         if (yield from self._peek_any_after_ws(ends)):
-            stop = next(e for e in ends if self._text.startswith(e, self._pos))
+            stop: str | None = next(e for e in ends if self._text.startswith(e, self._pos))
         else:
-            yield from self._match(m.call_end, eats=True)  # (left out at a natural stop; else cut, or wrong)
+            # (left out at a natural stop; else cut, or wrong)
+            yield from self._match(m.call_end, eats=True)
             stop = None
         self._end_call(index, call)
         return stop
 
-    def _skipped_body(self):
+    def _skipped_body(self, m: MessageFormat) -> Generator[None, None, str | None]:
         """A body that is left out (reported where its header is): up to what ends it."""
-        stops = self._p.messages.body_stops
+        stops = m.body_stops
         longest = max(len(s) for s in stops)
         while True:
-            at = min((a for a in (self._text.find(s, self._pos) for s in stops) if a != -1), default=-1)
+            at = min((a for a in (self._text.find(s, self._pos) for s in stops) if a != -1),
+                     default=-1)
             if at != -1:
                 self._pos = at
                 return next(s for s in stops if self._text.startswith(s, at))

@@ -2,8 +2,22 @@
 errors, and the final message. Nothing emitted is retracted: text goes out once it cannot
 change, a call's header once its name is settled, its arguments once the call is read."""
 
+from __future__ import annotations
+
 ###{standalone
 import json
+from collections.abc import Callable
+from typing import Any
+
+# OpenAI-style JSON objects, as the parser gives them out: a delta ({"content": …},
+# {"tool_calls": [{"index": …, …}]}, {"tool_call_error": {…}}), a call of the message, an
+# error of the message ({"kind", "message", "offset"}), the message itself.
+Delta = dict[str, Any]
+ToolCall = dict[str, Any]
+ErrorEntry = dict[str, Any]
+Message = dict[str, Any]
+# The dispatch stream's check: (tool name, decoded arguments) -> None, or what is wrong.
+Validator = Callable[[str, Any], "str | None"]
 
 
 class TextField:
@@ -11,16 +25,35 @@ class TextField:
 
     __slots__ = ("key", "parts", "pending", "started")
 
-    def __init__(self, key):
+    def __init__(self, key: str) -> None:
         self.key = key  # its delta key: "content" or "reasoning_content"
-        self.parts = []
+        self.parts: list[str] = []
         # Whitespace at the end so far, emitted only if more text follows it: its pieces (a
         # list, not one growing string: a model looping on whitespace must cost linear time).
-        self.pending = []
+        self.pending: list[str] = []
         self.started = False  # until then, whitespace at the very start is dropped
 
 
-def error_entry(kind, message, offset):
+class OpenCall:
+    """A call in flight: what the rules have read of it so far, and whether its header went out."""
+
+    __slots__ = ("index", "name", "id", "arguments", "bad", "announced", "pending", "object_at",
+                 "id_absent")
+
+    def __init__(self, index: int) -> None:
+        self.index = index  # its place among the output's calls (the deltas' index)
+        self.name: str | None = None
+        self.id: str | None = None
+        self.arguments: str | None = None  # the arguments as canonical JSON text, once read
+        self.bad: str | None = None  # why the arguments do not read (the call is dropped)
+        self.announced = False  # its header went out (its id and name)
+        # a key/value reader that must wait (the waiting steps go on from it)
+        self.pending: Any = None
+        self.object_at: int | None = None  # where a call written as a JSON object starts
+        self.id_absent = False  # the layout's id was left out, with the literals around it
+
+
+def error_entry(kind: str, message: str, offset: int) -> ErrorEntry:
     return {"kind": kind, "message": message, "offset": offset}
 
 
@@ -32,14 +65,14 @@ DELTAS = "deltas"
 COMPLETE = "complete"
 
 
-class Dispatched(dict):
+class Dispatched(dict[str, Any]):
     """A delta of the dispatch stream (a complete, valid call): how it is told from the UI
     stream's call deltas, which that stream leaves out."""
 
     __slots__ = ()
 
 
-def dispatch_only(deltas):
+def dispatch_only(deltas: list[Delta]) -> list[Delta]:
     """The dispatch stream's deltas of what the UI stream gives: its text deltas, and the
     complete calls as plain dicts; no call header, argument or void delta."""
     for delta in deltas:
@@ -52,9 +85,22 @@ def dispatch_only(deltas):
 
 
 class Output:
-    """Deltas and the message, written by the rules (a part of StreamParser)."""
+    """Deltas and the message, written by the rules: the parser's first layer."""
 
-    def _emit_text(self, field, text):
+    def _start_output(self, validate: Validator | None) -> None:
+        """The state this layer owns: the deltas not yet returned, the fields, the calls and
+        errors of the message; `validate`: the dispatch stream's check (None: the UI stream)."""
+        self._deltas: list[Delta] = []
+        self._content_text = TextField("content")
+        self._reasoning_text = TextField("reasoning_content")
+        self._calls: list[ToolCall] = []
+        # complete calls dropped for their arguments (they keep their index)
+        self._invalid_calls = 0
+        self._errors: list[ErrorEntry] = []
+        self._validate = validate
+        self._finish: str | None = None  # the finish reason, once the output ended (end())
+
+    def _emit_text(self, field: TextField, text: str) -> None:
         """Emit reasoning or content, without the whitespace at its very start; whitespace at
         its end is held until more of the field follows (or what ends the field shows it is
         the field's own: _keep_trailing_space)."""
@@ -74,7 +120,7 @@ class Output:
         field.parts.append(out)
         self._deltas.append({field.key: out})
 
-    def _keep_trailing_space(self, field, written):
+    def _keep_trailing_space(self, field: TextField, written: str) -> None:
         """The whitespace the field ends with is its own, less its last run of the characters
         in `written` (the whitespace the template writes before what ends it here: "\n" and
         "\n\n" are its newlines, a space before them is the model's). That goes out; the
@@ -88,66 +134,57 @@ class Output:
                 field.parts.append(space)
                 self._deltas.append({field.key: space})
 
-    def _announce(self, index, call):
+    def _announce(self, index: int, call: OpenCall) -> None:
         """A call's header: its id and name (the arguments follow in later deltas)."""
-        self._deltas.append({"tool_calls": [{"index": index, "id": call["id"] or f"call_{index}", "type": "function",
-                                             "function": {"name": call["name"], "arguments": ""}}]})
+        self._deltas.append({"tool_calls": [{"index": index, "id": call.id or f"call_{index}",
+                                             "type": "function",
+                                             "function": {"name": call.name, "arguments": ""}}]})
 
-    def _arguments_delta(self, index, piece):
+    def _arguments_delta(self, index: int, piece: str) -> None:
         self._deltas.append({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
 
-    def _complete_call(self, index, call, streamed=""):
+    def _complete_call(self, index: int, call: OpenCall, offset: int, streamed: str = "") -> None:
         """The call is complete and its arguments (now JSON text) read: its last delta (what
-        the argument deltas so far, `streamed`, did not give), and the call."""
-        arguments = call["arguments"]
+        the argument deltas so far, `streamed`, did not give), and the call (`offset`: where
+        the output is, for an error)."""
+        arguments = call.arguments
+        assert arguments is not None, "a complete call has its arguments read"
         rest = arguments[len(streamed):] if streamed else arguments
         if rest:
             self._arguments_delta(index, rest)
-        entry = {"id": call["id"] or f"call_{index}", "type": "function",
-                 "function": {"name": call["name"], "arguments": arguments}}
-        if self._validate is not None and not self._dispatched(index, entry):
+        entry = {"id": call.id or f"call_{index}", "type": "function",
+                 "function": {"name": call.name, "arguments": arguments}}
+        validate = self._validate
+        if validate is not None and not self._dispatched(validate, index, entry, offset):
             return
         self._calls.append(entry)
 
-    def _dispatched(self, index, entry):
+    def _dispatched(self, validate: Validator, index: int, entry: ToolCall, offset: int) -> bool:
         """The dispatch stream: a complete call whose arguments validate against its tool's
         schema goes out whole, as one delta, numbered as it is in the message; one that does
         not is dropped (its error in the message; its index stays taken, so the ids of the
         calls after it are the UI stream's)."""
         function = entry["function"]
-        problem = self._validate(function["name"], json.loads(function["arguments"]))
+        problem = validate(function["name"], json.loads(function["arguments"]))
         if problem is not None:
-            self._error("invalid_arguments", f"call {index} ({function['name']}): the arguments do not validate "
-                                             f"against the tool's schema: {problem}", self._offset())
+            self._error("invalid_arguments",
+                        f"call {index} ({function['name']}): the arguments do not validate "
+                        f"against the tool's schema: {problem}", offset)
             self._invalid_calls += 1
             return False
         self._deltas.append(Dispatched({"tool_calls": [{"index": len(self._calls), **entry}]}))
         return True
 
-    def _feed_complete(self, chunk):
-        """feed() of the dispatch stream (set on the instance: the UI stream's feed is untouched)."""
-        deltas = self._ui_feed(chunk)
-        if len(deltas) == 1:  # (most chunks: one delta, or none)
-            delta = deltas[0]
-            if type(delta) is Dispatched:
-                return [dict(delta)]
-            return [] if "tool_calls" in delta or "tool_call_error" in delta else deltas
-        return dispatch_only(deltas) if deltas else deltas
-
-    def _end_complete(self, finish_reason="stop"):
-        """end() of the dispatch stream."""
-        return dispatch_only(self._ui_end(finish_reason))
-
-    def _drop_call(self, index, kind, message):
+    def _drop_call(self, index: int, kind: str, message: str) -> None:
         """A call whose header went out is not a call after all: a delta says so (its
         argument deltas, if any, are void), with the error of the message."""
         self._deltas.append({"tool_call_error": {"index": index, "kind": kind, "message": message}})
 
-    def _error(self, kind, message, offset):
+    def _error(self, kind: str, message: str, offset: int) -> None:
         self._errors.append(error_entry(kind, message, offset))
 
     @property
-    def message(self):
+    def message(self) -> Message:
         """The assistant message (after end()): content, reasoning, the calls, the errors."""
         if self._finish is None:
             raise ValueError("the message is complete only after end()")

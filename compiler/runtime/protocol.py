@@ -8,11 +8,26 @@ cut at its slots, the markers as tuples. It is immutable and shared by every par
 family.
 """
 
-from .text import DIGITS, ID_CHARS, NAME_CHARS, class_body, run_of, waker, words
+from __future__ import annotations
+
+from .tables import (
+    ArgumentsTable,
+    BareListTable,
+    Layout,
+    LayoutPiece,
+    MessagesTable,
+    ReadingTables,
+    ReasoningTable,
+    ToolCallsTable,
+)
+from .text import DIGITS, ID_CHARS, NAME_CHARS, CharSet, Search, class_body, run_of, waker, words
 from .values import JSON_DECODER, format_fillers
 
+# isort: split
 ###{standalone
 import re
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 # The version of the tables' layout this runtime reads (written into every family module).
 TABLES_VERSION = 1
@@ -28,6 +43,8 @@ PARALLEL_ALL = "all"
 # Kinds of call-layout steps.
 LITERAL, NAME, CALL_ID, INDEX, ARGUMENTS, UNREAD = range(6)
 _SLOT_STEPS = {"name": NAME, "id": CALL_ID, "index": INDEX, "index1": INDEX, "arguments": ARGUMENTS}
+# (what a slot's run takes)
+_SLOT_CHARS: dict[int, CharSet] = {NAME: NAME_CHARS, CALL_ID: ID_CHARS, INDEX: DIGITS}
 
 
 class Closing:
@@ -35,7 +52,14 @@ class Closing:
 
     __slots__ = ("after", "after_core", "after_lead", "raw_end", "after_here", "after_trails")
 
-    def __init__(self, after, raw, separator_core):
+    after: str
+    after_core: str
+    after_lead: str
+    raw_end: str
+    after_here: str
+    after_trails: bool
+
+    def __init__(self, after: str, raw: bool, separator_core: str) -> None:
         self.after = after
         self.after_core = after.strip()
         self.after_lead = after[: len(after) - len(after.lstrip())]
@@ -50,10 +74,10 @@ class ArgumentLayout:
     """One key/value argument layout cut at its slots: before key, key, middle, value, after
     (which may name the key again: </key>)."""
 
-    def __init__(self, kind, layout):
+    def __init__(self, kind: str, layout: Layout) -> None:
         k, v = layout.index({"slot": "key"}), layout.index({"slot": "value"})
 
-        def text(pieces):
+        def text(pieces: Layout) -> str:
             return "".join(p for p in pieces if isinstance(p, str))
 
         self.kind = kind
@@ -62,21 +86,25 @@ class ArgumentLayout:
         self.key_again = {"slot": "key"} in self.after_pieces
         self.middle_full = middle
         self.middle = middle.rstrip()  # matched with the grammar's whitespace tolerance
-        self.middle_lead = middle[len(self.middle):]  # whitespace before the value, taken when there
+        # whitespace before the value, taken when there
+        self.middle_lead = middle[len(self.middle):]
         self.raw = False  # filled by the format: a raw value, read to its closing text
-        self.static = None  # the Closing of a layout that does not name the key after the value
-        self._closings = {}
+        # the Closing of a layout that does not name the key after the value
+        self.static: Closing | None = None
+        self._closings: dict[str, Closing] = {}
+        self._separator_core = ""
 
-    def prepare(self, raw, separator_core):
+    def prepare(self, raw: bool, separator_core: str) -> None:
         self.raw, self._separator_core = raw, separator_core
         if not self.key_again:
-            self.static = Closing("".join(self.after_pieces), raw, separator_core)
+            self.static = Closing("".join(p for p in self.after_pieces if isinstance(p, str)),
+                                  raw, separator_core)
 
-    def closing(self, key):
+    def closing(self, key: str) -> Closing:
         """The Closing after the value of `key` (cached: the same few keys recur)."""
         found = self.static or self._closings.get(key)
         if found is None:
-            after = "".join(key if piece == {"slot": "key"} else piece for piece in self.after_pieces)
+            after = "".join(piece if isinstance(piece, str) else key for piece in self.after_pieces)
             found = self._closings[key] = Closing(after, self.raw, self._separator_core)
         return found
 
@@ -84,7 +112,7 @@ class ArgumentLayout:
 class KeyValueFormat:
     """A key/value argument format, read once: layouts, separator, value encoders."""
 
-    def __init__(self, fmt):
+    def __init__(self, fmt: ArgumentsTable) -> None:
         self.fmt = fmt
         self.layouts = [ArgumentLayout(kind, layout) for kind, layout in fmt["argument"].items()]
         self.string = next(a for a in self.layouts if a.kind == "string")
@@ -99,39 +127,45 @@ class KeyValueFormat:
         self.maybe_quoted = encoders.get("string") == "raw-or-quoted"  # (raw, or in quotes: CDATA)
         self.native = encoders.get("object") == "native" or encoders.get("array") == "native"
         self.key_run = run_of(NAME_CHARS).match
-        self.single = self.string if len(self.layouts) == 1 else None  # else: told apart by their middle
+        # else: told apart by their middle
+        self.single = self.string if len(self.layouts) == 1 else None
         self.fillers = format_fillers(fmt["argument"].values())  # (tokens around XML-nested values)
         # (literals that end with whitespace take all the whitespace there: see literal_here)
         self.separator_trails = self.separator[-1:].isspace()
         self.before_trails = self.before[-1:].isspace()
         for layout in self.layouts:
-            layout.prepare(self.raw_strings and (self.single is not None or layout.kind == "string"), self.separator_core)
+            layout.prepare(self.raw_strings
+                           and (self.single is not None or layout.kind == "string"),
+                           self.separator_core)
         # One layout for every value, strings written raw, nothing written after a value
         # (`key=value, key=value`): a value ends at the separator or at the call's literal
         # after the arguments, and an object or array runs as its brackets balance.
         single = self.single
-        self.open_values = bool(self.raw_strings and single is not None and single.static is not None
-                                and not single.static.after_core)
+        self.open_values = bool(self.raw_strings and single is not None
+                                and single.static is not None and not single.static.after_core)
         # What begins the next argument, as the text writes it (its opener, a key, a layout's
         # middle): with the call's closing word, it settles a raw value whose closing text
         # never came (see settling). None where an argument's layout does not open with text
         # of its own, or names the key again after the value (<key>v</key>).
         before = self.before.strip()
-        middles = sorted({a.middle.strip() for a in self.layouts if a.middle.strip()}, key=lambda m: (-len(m), m))
-        self.next_argument = self.next_argument_search = None
+        middles = sorted({a.middle.strip() for a in self.layouts if a.middle.strip()},
+                         key=lambda m: (-len(m), m))
+        self.next_argument: str | None = None
+        self.next_argument_search: Search | None = None
         if before and middles and not any(a.key_again for a in self.layouts):
-            self.next_argument = re.escape(before) + "[" + class_body(NAME_CHARS) + "]+(?:" + "|".join(
-                re.escape(m) for m in middles) + ")"
+            self.next_argument = (re.escape(before) + "[" + class_body(NAME_CHARS) + "]+(?:"
+                                  + "|".join(re.escape(m) for m in middles) + ")")
             self.next_argument_search = re.compile(self.next_argument).search
-        self._settling = {}
-        self.raw_stops = {}  # (see Rules' _raw_stops)
+        self._settling: dict[str, Search | None] = {}
+        self.raw_stops: dict[tuple[Any, ...], Any] = {}  # (a cache of Rules' _raw_stops)
         # How much of the layout a key's reader waits for after the key, with it: its middle,
         # the quote a string value opens with, and the value's first character (one wake-up).
-        self.key_then = len(self.single.middle_full) + (len(self.quote_open) if self.quoted_strings else 0) + 1 \
-            if self.single is not None else 0
-        self._after_value = {}
+        self.key_then = (len(self.single.middle_full)
+                         + (len(self.quote_open) if self.quoted_strings else 0) + 1
+                         if self.single is not None else 0)
+        self._after_value: dict[str, tuple[str, ...]] = {}
 
-    def after_value(self, after_arguments):
+    def after_value(self, after_arguments: str) -> tuple[str, ...]:
         """What the template writes after an argument's value and its closing text, as one of
         two texts: the next argument's start (separator, opener), or the end of the arguments
         (`after_arguments`: the rest of the call and the next call's start). Their whitespace
@@ -143,18 +177,20 @@ class KeyValueFormat:
             found = self._after_value[after_arguments] = tuple(t for t in texts if t)
         return found
 
-    def settling(self, closing_word):
+    def settling(self, closing_word: str) -> Search | None:
         """A search for the first text that settles a raw value whose closing text is missing
         (the next argument's opener, or `closing_word`: the call's literal after its
         arguments); None: nothing can (cached per closing word)."""
         found = self._settling.get(closing_word)
         if found is None and closing_word not in self._settling:
-            parts = [p for p in (self.next_argument, re.escape(closing_word) if closing_word else None) if p]
-            found = self._settling[closing_word] = re.compile("|".join(parts)).search if parts else None
+            parts = [p for p in (self.next_argument,
+                                 re.escape(closing_word) if closing_word else None) if p]
+            found = self._settling[closing_word] = (re.compile("|".join(parts)).search
+                                                    if parts else None)
         return found
 
 
-def _skips_whitespace(piece):
+def _skips_whitespace(piece: LayoutPiece | None) -> bool:
     """Whether the reader of this call-layout piece starts by skipping whitespace."""
     return piece == {"slot": "arguments"} or (isinstance(piece, str) and piece[:1].isspace())
 
@@ -164,7 +200,7 @@ def _skips_whitespace(piece):
 NATURAL_STOPS = ("stop", "tool_calls")
 
 
-def stoppable_word(word):
+def stoppable_word(word: str) -> bool:
     """Whether a word of a literal (or the rest of one) is one an engine may stop on and leave
     out: whitespace, or a marker (a tag or a special token: it has a letter or digit), not
     what begins with the punctuation that closes a value (`}`, `)]`, a quote): that is never
@@ -176,22 +212,23 @@ CLOSES_A_VALUE = "}])\"'"
 _CLOSES_A_VALUE = frozenset(CLOSES_A_VALUE)
 
 
-def stopped_in(word, present):
+def stopped_in(word: str, present: str) -> bool:
     """Whether a word of which only `present` (its start) came before a natural stop lost the
     rest to the engine: `present` is only punctuation that closes a value (or nothing: `}` of
     `}<tool_call|>`) and the rest is a marker (stoppable_word), not a cut inside one."""
-    return word.startswith(present) and all(c in _CLOSES_A_VALUE for c in present) and stoppable_word(
-        word[len(present):])
+    return (word.startswith(present) and all(c in _CLOSES_A_VALUE for c in present)
+            and stoppable_word(word[len(present):]))
 
 
-def stoppable(literal):
+def stoppable(literal: str) -> bool:
     """Whether all of a literal's words are stoppable (see stoppable_word)."""
     return all(stoppable_word(w) for w in words(literal))
 
 
 # Placeholders a call layout is written with to see whether it is a JSON object (and which
 # of its keys holds which slot).
-_JSON_CALL_FILLS = {"name": "tplparse-name", "id": "tplparse-id", "arguments": '{"tplparse-arguments": 0}'}
+_JSON_CALL_FILLS = {"name": "tplparse-name", "id": "tplparse-id",
+                    "arguments": '{"tplparse-arguments": 0}'}
 # The other name models use for the arguments key (Llama writes "parameters", others "arguments").
 ARGUMENTS_ALIASES = {"arguments": "parameters", "parameters": "arguments"}
 
@@ -200,11 +237,20 @@ ARGUMENTS_ALIASES = {"arguments": "parameters", "parameters": "arguments"}
 UNWRITTEN_SEPARATORS = (";", ",")
 
 
-def json_call_object(layout):
+class JsonCallLayout(NamedTuple):
     """A call layout that writes the call as a JSON object around its slots ({"name": NAME,
-    "arguments": ARGUMENTS}, with or without an id): (its first step, the text of that
-    literal before the object, its last step, the text of that literal after the object,
-    {slot: key}); else None. Found by writing the layout with placeholders and decoding it."""
+    "arguments": ARGUMENTS}, with or without an id)."""
+
+    first: int  # the step (a literal) the object starts in
+    before: str  # that literal's text before the object
+    last: int  # the step (a literal) the object ends in
+    after: str  # that literal's text after the object
+    keys: dict[str, str]  # slot (name, arguments, id) -> the object's key that holds it
+
+
+def json_call_object(layout: Layout) -> JsonCallLayout | None:
+    """The layout's JSON call object (JsonCallLayout), or None when it writes none. Found by
+    writing the layout with placeholders and decoding it."""
     text, starts = "", []
     for piece in layout:
         starts.append(len(text))
@@ -222,63 +268,97 @@ def json_call_object(layout):
             continue
         if not isinstance(value, dict):
             continue
-        keys = {slot: next((k for k, v in value.items() if v == JSON_DECODER.decode(f'"{fill}"' if slot != "arguments"
-                                                                                  else fill)), None)
-                for slot, fill in _JSON_CALL_FILLS.items()}
+        keys = {slot: _key_holding(value, slot, fill) for slot, fill in _JSON_CALL_FILLS.items()}
         if not (keys["name"] and keys["arguments"] and all(keys[slot] for slot in slots)):
             continue
         first = max(i for i, start in enumerate(starts) if start <= at)
         last = max(i for i, start in enumerate(starts) if start <= end - 1)
-        if first == last or not isinstance(layout[first], str) or not isinstance(layout[last], str):
+        head, tail = layout[first], layout[last]
+        if first == last or not isinstance(head, str) or not isinstance(tail, str):
             return None
-        return (first, layout[first][: at - starts[first]], last, layout[last][end - starts[last]:],
-                {slot: key for slot, key in keys.items() if key})
+        return JsonCallLayout(first, head[: at - starts[first]], last, tail[end - starts[last]:],
+                              {slot: key for slot, key in keys.items() if key})
     return None
 
 
-def call_steps(layout):
-    """The call layout as the steps the call reader runs, one per piece:
-    (kind, the literal or the slot's characters, a match of a run of those characters,
-    where arguments end (the next literal, stripped, its first word, and the whitespace the
-    layout writes before it), whether the next reader skips whitespace itself (then a literal need not wait for its end), whether the literal can be taken
-    exactly as written (no end whitespace), the length of the literal right after (a run
-    waits for it too, and for the first character of arguments that follow it: one wake-up,
-    not two or three), whether all of the layout after this step is
-    stoppable (then, at a natural stop, this literal's unread words and the rest of the
-    layout may be missing: the engine stopped on them))."""
-    steps = []
-    for i, piece in enumerate(layout):
-        after = layout[i + 1] if i + 1 < len(layout) else None
-        then = len(after.strip()) if isinstance(after, str) else 0
-        if then and i + 2 < len(layout) and layout[i + 2] == {"slot": "arguments"}:
-            then = len(after.lstrip()) + 1  # (and the arguments' first character, as rendered: their reader starts)
-        eats = all(isinstance(p, str) and stoppable(p) for p in layout[i + 1:])
-        if isinstance(piece, str):
-            steps.append((LITERAL, piece, None, None, _skips_whitespace(after), not piece[-1:].isspace(), then, eats))
-            continue
-        kind = _SLOT_STEPS.get(piece["slot"], UNREAD)
-        chars = {NAME: NAME_CHARS, CALL_ID: ID_CHARS, INDEX: DIGITS}.get(kind)
-        closing = None
-        if kind == ARGUMENTS:
-            written = ""  # the layout's text after the arguments, to its first literal with a word
-            for p in layout[i + 1:]:
-                if not isinstance(p, str):
-                    break
-                written += p
-                if p.strip():
-                    break
-            following = written.strip()
-            closing = (following, words(following)[0] if following else "", written[: len(written) - len(written.lstrip())])
-        steps.append((kind, chars, run_of(chars).match if chars else None, closing, _skips_whitespace(after), False, then,
-                      eats))
-    return tuple(steps)
+def _key_holding(value: dict[str, Any], slot: str, fill: str) -> str | None:
+    """The key of a decoded call object whose value is the placeholder of `slot`."""
+    filled = JSON_DECODER.decode(f'"{fill}"' if slot != "arguments" else fill)
+    return next((key for key, held in value.items() if held == filled), None)
+
+
+class ArgumentsEnd(NamedTuple):
+    """Where a call's arguments end: the layout's next literal with a word."""
+
+    literal: str  # that literal, stripped ("" when the layout writes none)
+    word: str  # its first word: enough to end the arguments (the literal is matched after)
+    lead: str  # the whitespace the layout writes before it
+
+
+class CallStep(NamedTuple):
+    """One piece of a call layout, as the call reader runs it."""
+
+    kind: int  # LITERAL, NAME, CALL_ID, INDEX, ARGUMENTS or UNREAD
+    literal: str  # a LITERAL's text ("" for a slot)
+    chars: CharSet  # the characters a NAME, CALL_ID or INDEX run takes ("" otherwise)
+    run: Callable[[str, int], re.Match[str] | None] | None  # a match of a run of those characters
+    arguments_end: ArgumentsEnd | None  # ARGUMENTS: where they end
+    # the next reader skips whitespace itself (a literal need not wait for its end)
+    ws_follows: bool
+    exact: bool  # a literal that can be taken exactly as written (no whitespace at its end)
+    # the length of the literal right after (a run waits for it too, and for the first
+    # character of arguments that follow it: one wake-up, not two or three)
+    then: int
+    # all of the layout after this step is stoppable: at a natural stop, this literal's
+    # unread words and the rest of the layout may be missing (the engine stopped on them)
+    eats: bool
+
+
+def call_steps(layout: Layout) -> tuple[CallStep, ...]:
+    """The call layout as the steps the call reader runs, one per piece."""
+    return tuple(_call_step(layout, i) for i in range(len(layout)))
+
+
+def _call_step(layout: Layout, i: int) -> CallStep:
+    piece = layout[i]
+    after = layout[i + 1] if i + 1 < len(layout) else None
+    then = len(after.strip()) if isinstance(after, str) else 0
+    if (then and isinstance(after, str) and i + 2 < len(layout)
+            and layout[i + 2] == {"slot": "arguments"}):
+        # (and the arguments' first character, as rendered: their reader starts)
+        then = len(after.lstrip()) + 1
+    eats = all(isinstance(p, str) and stoppable(p) for p in layout[i + 1:])
+    ws_follows = _skips_whitespace(after)
+    if isinstance(piece, str):
+        return CallStep(LITERAL, piece, "", None, None, ws_follows, not piece[-1:].isspace(),
+                        then, eats)
+    kind = _SLOT_STEPS.get(piece["slot"], UNREAD)
+    chars: CharSet = _SLOT_CHARS.get(kind, "")
+    end = _arguments_end(layout[i + 1:]) if kind == ARGUMENTS else None
+    return CallStep(kind, "", chars, run_of(chars).match if chars else None, end, ws_follows,
+                    False, then, eats)
+
+
+def _arguments_end(rest: Layout) -> ArgumentsEnd:
+    """Where arguments followed by `rest` end: the layout's text after them, to its first
+    literal with a word."""
+    written = ""
+    for p in rest:
+        if not isinstance(p, str):
+            break
+        written += p
+        if p.strip():
+            break
+    following = written.strip()
+    return ArgumentsEnd(following, words(following)[0] if following else "",
+                        written[: len(written) - len(written.lstrip())])
 
 
 class MessageFormat:
     """A turn written as messages, each with a header (the tables' "messages", from
     tplparse.grammar.reading.message_format): the markers, the channels and the recipient."""
 
-    def __init__(self, messages, end_of_turn):
+    def __init__(self, messages: MessagesTable, end_of_turn: tuple[str, ...]) -> None:
         self.start = messages["start"]  # opens a message after the first
         self.channel = messages["channel"]  # starts the header's channel part
         self.body = messages["body"]  # ends the header
@@ -291,14 +371,18 @@ class MessageFormat:
         self.no_name = {"", self.namespace, re.sub("[^A-Za-z0-9]+$", "", self.namespace)}
         # A recipient field: its key at the start of a field (after whitespace, a marker or
         # the header's start), then the name it addresses.
-        self.recipient_field = re.compile("(?<![A-Za-z0-9_.=-])" + re.escape(self.recipient) + "([A-Za-z0-9_.-]*)")
+        self.recipient_field = re.compile("(?<![A-Za-z0-9_.=-])" + re.escape(self.recipient)
+                                          + "([A-Za-z0-9_.-]*)")
         # What ends a body: a message's end, a call's end, the turn's end, the next message's
         # start, or the next header (a model that wrote no end and no start before it).
-        self.body_stops = tuple(dict.fromkeys([self.end, self.call_end, *end_of_turn, self.start, self.channel]))
-        self.closing = (self.call_end, self.call_end, "")  # (where a call's arguments end: its message's end)
+        self.body_stops = tuple(dict.fromkeys([self.end, self.call_end, *end_of_turn, self.start,
+                                               self.channel]))
+        # (where a call's arguments end: its message's end)
+        self.closing = ArgumentsEnd(self.call_end, self.call_end, "")
         # Where a header ends: its body marker, or (a header cut off) what ends a body.
         cut_off = [self.body, *[s for s in self.body_stops if s != self.channel]]
-        self.header_end = re.compile("|".join(re.escape(s) for s in sorted(cut_off, key=len, reverse=True))).search
+        self.header_end = re.compile(
+            "|".join(re.escape(s) for s in sorted(cut_off, key=len, reverse=True))).search
         self.header_waker = waker("".join(sorted({s[-1] for s in cut_off})))
         self.longest = max(len(s) for s in cut_off)
         self.literals = [self.start, self.channel, self.body, self.end, self.call_end]
@@ -307,17 +391,33 @@ class MessageFormat:
 class Protocol:
     """What the rules read: markers, the calls' layout and argument format, the start states."""
 
-    def __init__(self, tables):
+    def __init__(self, tables: ReadingTables) -> None:
         if not isinstance(tables, dict) or tables.get("version") != TABLES_VERSION:
             found = tables.get("version") if isinstance(tables, dict) else type(tables).__name__
-            raise ValueError(f"reading tables of version {found!r}; this runtime reads version {TABLES_VERSION}")
+            raise ValueError(f"reading tables of version {found!r}; "
+                             f"this runtime reads version {TABLES_VERSION}")
         self.tables = tables
-        reasoning = tables.get("reasoning") or {}
-        self.reasoning_start = reasoning.get("start", "")
-        self.reasoning_end = reasoning.get("end", "")
-        self.call_ends_reasoning = reasoning.get("call_ends_reasoning", True)
-        # The part of a compound reasoning end that opens the content block (reading.end_opens_content).
-        self.end_opens_content = reasoning.get("end_opens_content", "")
+        self._read_reasoning(tables.get("reasoning"))
+        self._read_turn(tables)
+        tc = self.tool_calls = tables.get("tool_calls")
+        self._read_tool_calls(tc)
+        # A turn written as messages with headers (harmony): see Messages.
+        messages = tables.get("messages")
+        self.messages = MessageFormat(messages, self.end_of_turn) if tc and messages else None
+        self.literals = self._all_literals(tc)
+
+    def _read_reasoning(self, table: ReasoningTable | None) -> None:
+        """reasoning: its markers, and whether a call ends it."""
+        reasoning: ReasoningTable | dict[str, Any] = table or {}
+        self.reasoning_start: str = reasoning.get("start", "")
+        self.reasoning_end: str = reasoning.get("end", "")
+        self.call_ends_reasoning: bool = reasoning.get("call_ends_reasoning", True)
+        # The part of a compound reasoning end that opens the content block
+        # (reading.end_opens_content).
+        self.end_opens_content: str = reasoning.get("end_opens_content", "")
+
+    def _read_turn(self, tables: ReadingTables) -> None:
+        """root: content's wrapper, the turn's end, the modes, segments and repeated headers."""
         self.content_start = tables["content"]["start"]
         self.content_end = tables["content"]["end"]
         # marker (and "", the end of the output) -> the whitespace the template writes between
@@ -335,71 +435,15 @@ class Protocol:
         # What the generation prompt wrote that a model may write again at the output's start
         # (the assistant header, its role token): absorbed there, longest first.
         self.repeated_headers = tuple(tables.get("repeated_headers") or ())
-        tc = self.tool_calls = tables.get("tool_calls")
+
+    def _read_tool_calls(self, tc: ToolCallsTable | None) -> None:
+        """tool-calls: the section, the call layout, the arguments, and their tolerances."""
         self.opener = tc["opener"] if tc else ""
-        self.bare_opener, self.bare_list, self.wrappers = "", None, ()  # (the tolerances of a format with calls)
-        self.key_values = None
-        if tc:
-            self.call_head = tc["call_head"]
-            self.section_start = tc["section_start"]
-            self.section_end = tc["section_end"]
-            self.separator = tc["separator"]
-            self.separator_core = self.separator.strip()
-            self.parallel_all = tc["parallel"] == PARALLEL_ALL
-            self.call_has_id = {"slot": "id"} in tc["call"]
-            arguments = self.arguments = tc["arguments"]
-            self.object_arguments = arguments["style"] == "object"
-            self.python_objects = self.object_arguments and arguments["encoder"] == "python"
-            # A call written as a JSON object is also read by its keys when it is not written
-            # in the layout's byte order (see Rules._call_object_by_key).
-            # (a layout whose arguments are Python literals writes its object the same way: a
-            # Python dict reads as well, `{"name": …, "parameters": {…}}` being one too)
-            self.json_call = json_call_object(tc["call"]) if self.object_arguments else None
-            self.call_steps = call_steps(tc["call"])
-            # A call that starts with its name (`f(a=1)`, one per line): another call after a
-            # whitespace-only separator starts with a name and the literal after it (`(`).
-            call = tc["call"]
-            self.name_then = call[1].strip() if len(call) > 1 and call[0] == {"slot": "name"} and isinstance(
-                call[1], str) else ""
-            # A call written without the marker that opens the calls, from its own marker on.
-            bare = tc.get("bare")
-            self.bare_opener = bare["opener"] if bare else ""
-            self.bare_steps = call_steps(bare["call"]) if bare else None
-            self.bare_closer = bare["closer"] if bare else ""
-            # Markers the template writes in front of some kinds of call only (`<|python_tag|>`).
-            self.wrappers = tuple(tc.get("wrappers") or ())
-            # The variant the template's tool instructions tell the model to write: calls without
-            # the section's markers (read where a call object opens), a separator between calls.
-            self.instructed_bare = bool(tc.get("instructed_bare"))
-            self.instructed_separators = tuple(tc.get("instructed_separators") or ())
-            # Between calls the layout writes back to back (or with whitespace only): what the
-            # instructions name, and the separators models write there unasked (`;`, `,`),
-            # each read only when another call follows it.
-            self.unwritten_separators = tuple(dict.fromkeys(
-                [s.strip() for s in self.instructed_separators] + list(UNWRITTEN_SEPARATORS)))
-            self.unwritten_separator_starts = "".join(sorted({s[0] for s in self.unwritten_separators}))
-            # A call element written self-closing, with no arguments (`<invoke name="f"/>`).
-            self.self_closing = tc.get("self_closing")
-            self.bare_self_closing = bare.get("self_closing") if bare else None
-            # A pythonic list of calls without the markers that wrap it: its brackets, and a
-            # match of its start up to the first call's name.
-            self.bare_list = tc.get("bare_list")
-            self.bare_list_head = re.compile(re.escape(self.bare_list["open"]) + r"\s*([A-Za-z0-9_]*)").match \
-                if self.bare_list else None
-            # A call that starts with its JSON object starts with any of its keys (calls that
-            # follow each other with no separator are told by their first characters).
-            self.call_heads_by_key = ()
-            if self.json_call is not None and self.json_call[0] == 0 and not self.json_call[1].strip():
-                keys = self.json_call[4]
-                named = {*keys.values(), ARGUMENTS_ALIASES.get(keys["arguments"], "arguments"), "type"}
-                self.call_heads_by_key = tuple(sorted('{"' + key + '"' for key in named))
-            if not self.object_arguments:
-                self.key_values = KeyValueFormat(arguments)
-            # What the template writes after a call's arguments: the rest of the call and, when
-            # calls follow each other, the next call's start ("" where a slot comes first).
-            # feed() waits for it in one go while the output goes on so (one wake-up, not one
-            # per literal): after a JSON object, and after key/value arguments' last value.
-            self.after_arguments = self._after_arguments(tc["call"])
+        # (the tolerances of a format with calls)
+        self.bare_opener = ""
+        self.bare_list: BareListTable | None = None
+        self.wrappers: tuple[str, ...] = ()
+        self.key_values: KeyValueFormat | None = None
         # Layout-driven forms (data from the spec's turn layouts, not family knowledge):
         # without a call opener, content turns start with their own prefix ("all\n") and the
         # text between content and calls opens the calls (">>>"); a section whose start is
@@ -407,42 +451,127 @@ class Protocol:
         self.content_prefix = tc["content_prefix"] if tc else ""
         self.inline_opener = tc["inline_opener"] if tc else ""
         self.section_inner = tuple(tc["section_inner"]) if tc and tc["section_inner"] else None
-        # A turn written as messages with headers (harmony): see Messages.
-        self.messages = MessageFormat(tables["messages"], self.end_of_turn) if tc and tables.get("messages") else None
-        # Every literal of the format, stripped: an output that ends with the start of one
-        # ended inside it (truncated), whatever a reader made of it.
-        literals = [*self.end_of_turn, self.content_start, self.content_end, self.reasoning_start, self.reasoning_end,
-                    self.segment_end, self.segment_header]
+        self.after_arguments = ""
+        if not tc:
+            return
+        self.call_head = tc["call_head"]
+        self.section_start = tc["section_start"]
+        self.section_end = tc["section_end"]
+        self.separator = tc["separator"]
+        self.separator_core = self.separator.strip()
+        self.parallel_all = tc["parallel"] == PARALLEL_ALL
+        self._read_call(tc)
+        self._read_calls_without_markers(tc)
+        self._read_separators(tc)
+        if not self.object_arguments:
+            self.key_values = KeyValueFormat(tc["arguments"])
+        # What the template writes after a call's arguments: the rest of the call and, when
+        # calls follow each other, the next call's start ("" where a slot comes first).
+        # feed() waits for it in one go while the output goes on so (one wake-up, not one
+        # per literal): after a JSON object, and after key/value arguments' last value.
+        self.after_arguments = self._after_arguments(tc["call"])
+
+    def _read_call(self, tc: ToolCallsTable) -> None:
+        """tool-call: the layout as steps, its JSON object (if it writes one) and its arguments."""
+        call = tc["call"]
+        self.call_has_id = {"slot": "id"} in call
+        arguments = self.arguments = tc["arguments"]
+        self.object_arguments = arguments["style"] == "object"
+        self.python_objects = self.object_arguments and arguments["encoder"] == "python"
+        # A call written as a JSON object is also read by its keys when it is not written
+        # in the layout's byte order (see Rules._call_object_by_key).
+        # (a layout whose arguments are Python literals writes its object the same way: a
+        # Python dict reads as well, `{"name": …, "parameters": {…}}` being one too)
+        self.json_call = json_call_object(call) if self.object_arguments else None
+        self.call_steps = call_steps(call)
+        # A call that starts with its name (`f(a=1)`, one per line): another call after a
+        # whitespace-only separator starts with a name and the literal after it (`(`).
+        then = call[1] if len(call) > 1 else None
+        self.name_then = (then.strip() if isinstance(then, str) and call[0] == {"slot": "name"}
+                          else "")
+        # A call element written self-closing, with no arguments (`<invoke name="f"/>`).
+        self.self_closing = tc.get("self_closing")
+        # A call that starts with its JSON object starts with any of its keys (calls that
+        # follow each other with no separator are told by their first characters).
+        self.call_heads_by_key: tuple[str, ...] = ()
+        if (self.json_call is not None and self.json_call.first == 0
+                and not self.json_call.before.strip()):
+            keys = self.json_call.keys
+            named = {*keys.values(), ARGUMENTS_ALIASES.get(keys["arguments"], "arguments"), "type"}
+            self.call_heads_by_key = tuple(sorted('{"' + key + '"' for key in named))
+
+    def _read_calls_without_markers(self, tc: ToolCallsTable) -> None:
+        """The tolerances of calls written without some of their markers: the bare call, the
+        wrappers, the instructed variant, the pythonic list without its wrapper."""
+        # A call written without the marker that opens the calls, from its own marker on.
+        bare = tc.get("bare")
+        self.bare_opener = bare["opener"] if bare else ""
+        self.bare_steps: tuple[CallStep, ...] | None = call_steps(bare["call"]) if bare else None
+        self.bare_closer = bare["closer"] if bare else ""
+        self.bare_self_closing = bare.get("self_closing") if bare else None
+        # Markers the template writes in front of some kinds of call only (`<|python_tag|>`).
+        self.wrappers = tuple(tc.get("wrappers") or ())
+        # The variant the template's tool instructions tell the model to write: calls without
+        # the section's markers (read where a call object opens), a separator between calls.
+        self.instructed_bare = bool(tc.get("instructed_bare"))
+        # A pythonic list of calls without the markers that wrap it: its brackets, and a
+        # match of its start up to the first call's name.
+        self.bare_list = tc.get("bare_list")
+        self.bare_list_head = (re.compile(re.escape(self.bare_list["open"])
+                                          + r"\s*([A-Za-z0-9_]*)").match
+                               if self.bare_list else None)
+
+    def _read_separators(self, tc: ToolCallsTable) -> None:
+        """separator: between calls the layout writes back to back (or with whitespace only):
+        what the instructions name, and the separators models write there unasked (`;`, `,`),
+        each read only when another call follows it."""
+        self.instructed_separators = tuple(tc.get("instructed_separators") or ())
+        self.unwritten_separators = tuple(dict.fromkeys(
+            [s.strip() for s in self.instructed_separators] + list(UNWRITTEN_SEPARATORS)))
+        self.unwritten_separator_starts = "".join(sorted({s[0] for s in self.unwritten_separators}))
+
+    def _all_literals(self, tc: ToolCallsTable | None) -> tuple[str, ...]:
+        """Every literal of the format, stripped: an output that ends with the start of one
+        ended inside it (truncated), whatever a reader made of it."""
+        literals = [*self.end_of_turn, self.content_start, self.content_end, self.reasoning_start,
+                    self.reasoning_end, self.segment_end, self.segment_header]
         if tc:
-            literals += [tc["section_start"], tc["section_end"], tc["separator"], self.content_prefix, self.inline_opener]
+            literals += [tc["section_start"], tc["section_end"], tc["separator"],
+                         self.content_prefix, self.inline_opener]
             literals += [p for p in tc["call"] if isinstance(p, str)]
-            if tc.get("bare"):
-                literals += [p for p in tc["bare"]["call"] if isinstance(p, str)] + [tc["bare"]["closer"]]
+            bare = tc.get("bare")
+            if bare:
+                literals += [p for p in bare["call"] if isinstance(p, str)] + [bare["closer"]]
             literals += list(tc.get("wrappers") or ())
-            for closed in (tc.get("self_closing"), (tc.get("bare") or {}).get("self_closing")):
+            for closed in (tc.get("self_closing"), bare.get("self_closing") if bare else None):
                 if closed:
                     literals += [closed["written"], closed["written"].replace(" ", "")]
             arguments = tc["arguments"]
             if arguments["style"] != "object":
                 # (and the words a value may be: a value cut inside `false` is cut, not wrong)
-                literals += [arguments["separator"], *arguments["quotes"], "true", "false", "null", "True", "False", "None"]
+                literals += [arguments["separator"], *arguments["quotes"],
+                             "true", "false", "null", "True", "False", "None"]
                 for layout in arguments["argument"].values():
                     literals += [p for p in layout if isinstance(p, str)]
         if self.messages is not None:
             literals += self.messages.literals
-        self.literals = tuple(sorted({m.strip() for m in literals if m.strip()}))
+        return tuple(sorted({m.strip() for m in literals if m.strip()}))
 
-    def _after_arguments(self, layout):
+    def _after_arguments(self, layout: Layout) -> str:
         """The layout's literals after its arguments (none if a slot follows them) and, when
-        calls follow each other, the separator and the literals before the next call's first slot."""
-        rest = layout[layout.index({"slot": "arguments"}) + 1:]
-        if not rest or not all(isinstance(p, str) for p in rest):
+        calls follow each other, the separator and the literals before the next call's first
+        slot."""
+        rest = [p for p in layout[layout.index({"slot": "arguments"}) + 1:] if isinstance(p, str)]
+        if not rest or len(rest) < len(layout) - layout.index({"slot": "arguments"}) - 1:
             return ""
         first = next(i for i, p in enumerate(layout) if not isinstance(p, str))
-        return "".join(rest) + (self.separator + "".join(layout[:first]) if self.parallel_all else "")
+        # (all of them: before the first slot)
+        head = [p for p in layout[:first] if isinstance(p, str)]
+        return "".join(rest) + (self.separator + "".join(head) if self.parallel_all else "")
 
-    def start_state(self, generation_prompt, start):
-        """Where the output starts: `start` when given, else what the generation prompt leaves open."""
+    def start_state(self, generation_prompt: str | None, start: str | None) -> str:
+        """Where the output starts: `start` when given, else what the generation prompt leaves
+        open."""
         if start in (REASONING, CONTENT):
             return start
         if start == AFTER_REASONING:
@@ -463,10 +592,11 @@ class Protocol:
                 return CONTENT
         return self.modes["default"]["start"]
 
-    def _mode_ending(self, prompt):
+    def _mode_ending(self, prompt: str) -> str | None:
         """The start state of the mode whose generation prompt (header and tail) the prompt ends
         with, the longest such ending; None when none does, or two such modes disagree."""
-        found, length = set(), 0
+        found: set[str] = set()
+        length = 0
         for mode in self.modes.values():
             ending = (mode.get("header", "") + mode["tail"]).rstrip()
             if not ending.strip() or not prompt.endswith(ending) or len(ending) < length:
@@ -476,10 +606,11 @@ class Protocol:
             found.add(mode["start"])
         return found.pop() if len(found) == 1 else None
 
-    def _after_the_header(self, prompt):
+    def _after_the_header(self, prompt: str) -> str:
         """The prompt after the last assistant header the generation prompt writes (what came
         before it, a system prompt that names the markers, is not the output's state)."""
-        at = max((prompt.rfind(h) + len(h) for h in {m.get("header", "").strip() for m in self.modes.values()}
+        at = max((prompt.rfind(h) + len(h)
+                  for h in {m.get("header", "").strip() for m in self.modes.values()}
                   if h and h in prompt), default=0)
         return prompt[at:]
 

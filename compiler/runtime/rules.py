@@ -26,19 +26,74 @@ layout's steps the same way, so a one-shot parse and a character-by-character on
 call by the same steps.
 """
 
-from .errors import BadArguments, InvalidOutput, InvalidWhole, TruncatedOutput
-from .protocol import (ARGUMENTS, ARGUMENTS_ALIASES, CALL_ID, CONTENT, LITERAL, NAME, NATURAL_STOPS, REASONING, UNREAD,
-                       stopped_in)
-from .text import (CUT, NAME_CHARS, SPACES, WHOLE, BalancedScan, first_of, held_back, literal_here, literal_prefix_here,
-                   marker_partials, marker_starts, run_of, waker)
-from .streams import KeyValueStream, ObjectStream
-from .values import (JSON_DECODER, DuplicateKey, _schema_kinds, arguments_json, decode_native, keeps_text, object_value,
-                     python_value, schema_value, typed_raw)
+from __future__ import annotations
 
+from .errors import BadArguments, InvalidOutput, InvalidWhole, TruncatedOutput
+from .input import Input
+from .output import OpenCall, TextField
+from .protocol import (
+    ARGUMENTS,
+    ARGUMENTS_ALIASES,
+    CALL_ID,
+    CONTENT,
+    LITERAL,
+    NAME,
+    NATURAL_STOPS,
+    REASONING,
+    UNREAD,
+    ArgumentLayout,
+    ArgumentsEnd,
+    CallStep,
+    Closing,
+    JsonCallLayout,
+    KeyValueFormat,
+    stopped_in,
+)
+from .streams import KeyValueStream, ObjectStream
+from .tables import ArgumentsTable, SelfClosingTable
+from .text import (
+    CUT,
+    NAME_CHARS,
+    SPACES,
+    WHOLE,
+    BalancedScan,
+    Search,
+    first_of,
+    held_back,
+    literal_here,
+    literal_prefix_here,
+    marker_partials,
+    marker_starts,
+    run_of,
+    waker,
+)
+from .values import (
+    JSON_DECODER,
+    DuplicateKey,
+    JSONValue,
+    SchemaValue,
+    _schema_kinds,
+    arguments_json,
+    decode_native,
+    keeps_text,
+    object_value,
+    python_value,
+    schema_value,
+    typed_raw,
+)
+
+# isort: split
 ###{standalone
 import ast
 import re
 import warnings
+from collections.abc import Generator, Sequence
+from typing import NamedTuple
+
+# (The rules are generators driven by `yield from`: each yields None while it waits for more
+# text, is resumed with None, and returns what it read: Generator[None, None, <what it read>].
+# SPACES and the other `*` runs always match: their `.match(...).end()` is marked
+# `type: ignore[union-attr]`, as in text.py.)
 
 _NAME_RUN = run_of(NAME_CHARS).match
 
@@ -46,14 +101,17 @@ _NAME_RUN = run_of(NAME_CHARS).match
 _CUT_NUMBER = re.compile(r"-|-?\d+(?:\.\d*)?(?:[eE][-+]?)?|-?\d+\.")
 
 # The steps of one key/value argument, in order.
-_KV_WS, _KV_SEPARATOR, _KV_BEFORE, _KV_KEY, _KV_LAYOUT, _KV_MIDDLE, _KV_LEAD, _KV_VALUE, _KV_AFTER = range(9)
+(_KV_WS, _KV_SEPARATOR, _KV_BEFORE, _KV_KEY, _KV_LAYOUT, _KV_MIDDLE, _KV_LEAD, _KV_VALUE,
+ _KV_AFTER) = range(9)
+_STOPPED = -1  # (a reader of what is here stopped at a step that must wait)
 
 
-_LITERAL_NAMES = {"True": True, "False": False, "None": None, "true": True, "false": False, "null": None}
+_LITERAL_NAMES = {"True": True, "False": False, "None": None,
+                  "true": True, "false": False, "null": None}
 _NOT_A_LITERAL = object()
 
 
-def _literal_value(node, depth=0):
+def _literal_value(node: ast.AST, depth: int = 0) -> JSONValue:
     """The value of a Python expression node that is a literal JSON can hold (JSON's true /
     false / null too), else _NOT_A_LITERAL (an expression, bytes, a complex number, ...)."""
     if depth > 64:
@@ -64,103 +122,157 @@ def _literal_value(node, depth=0):
     if isinstance(node, ast.Name):
         return _LITERAL_NAMES.get(node.id, _NOT_A_LITERAL)
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)) and isinstance(
-            node.operand, ast.Constant) and type(node.operand.value) in (int, float):
-        return -node.operand.value if isinstance(node.op, ast.USub) else node.operand.value
+            node.operand, ast.Constant):
+        number = node.operand.value
+        if type(number) is int or type(number) is float:
+            return -number if isinstance(node.op, ast.USub) else number
     if isinstance(node, (ast.List, ast.Tuple)):
         items = [_literal_value(item, depth + 1) for item in node.elts]
         return _NOT_A_LITERAL if any(item is _NOT_A_LITERAL for item in items) else items
     if isinstance(node, ast.Dict):
-        keys = [_literal_value(key, depth + 1) if key is not None else _NOT_A_LITERAL for key in node.keys]
+        keys = [_literal_value(key, depth + 1) if key is not None else _NOT_A_LITERAL
+                for key in node.keys]
         values = [_literal_value(value, depth + 1) for value in node.values]
-        if any(not isinstance(key, str) for key in keys) or any(value is _NOT_A_LITERAL for value in values):
+        if any(not isinstance(key, str) for key in keys) or any(
+                value is _NOT_A_LITERAL for value in values):
             return _NOT_A_LITERAL
-        return dict(zip(keys, values))
+        return dict(zip(keys, values, strict=True))
     return _NOT_A_LITERAL
 
 
-def _decoded(text):
+def _decoded(text: str) -> JSONValue:
     """An argument value written as JSON or a Python literal (BadArguments: neither)."""
     try:
         return JSON_DECODER.decode(text)  # (a key twice is an error, as in arguments objects)
     except RecursionError:
-        raise BadArguments(f"the argument value {text[:40]!r} is nested too deeply to read") from None
+        raise BadArguments(
+            f"the argument value {text[:40]!r} is nested too deeply to read") from None
     except DuplicateKey as e:
         raise BadArguments(f"cannot read the argument value {text[:40]!r}: {e}") from None
     except ValueError:
         try:
             return python_value(text)
         except (ValueError, SyntaxError, RecursionError, MemoryError) as e:
-            raise BadArguments(f"cannot read the argument value {text[:40]!r}: {e or 'nested too deeply'}") from None
+            raise BadArguments(f"cannot read the argument value {text[:40]!r}: "
+                               f"{e or 'nested too deeply'}") from None
 
 
-def _may_be_container(schema):
+def _may_be_container(schema: SchemaValue) -> bool:
     """Whether a value of this schema may be an object or an array (a schema that types
     nothing: any value may)."""
     kinds = _schema_kinds(schema)
     return not kinds or "object" in kinds or "array" in kinds
 
 
-def _raw_stops(kv, ending, settles, st):
+def _raw_stops(kv: KeyValueFormat, ending: Closing, settles: bool,
+               st: _KeyValueRead) -> tuple[tuple[str, ...], tuple[str, str] | None]:
     """What may end a raw value that is still arriving (its closing text, with the whitespace
     before it, which the value loses; and, when a missing closing text may be settled by what
     follows, that and the whitespace the layout writes before it, which the value loses too):
     (stops, those two whitespace runs or None). Cached in the format, per closing text and call."""
     key = (ending, settles, st.closing_lead, st.closing_word)
-    found = kv.raw_stops.get(key)
+    found: tuple[tuple[str, ...], tuple[str, str] | None] | None = kv.raw_stops.get(key)
     if found is None:
         stop, lead = ending.raw_end, ending.after_lead
-        stops = (lead + stop, stop) if lead else (stop,)
-        spaces = None
+        stops: tuple[str, ...] = (lead + stop, stop) if lead else (stop,)
+        spaces: tuple[str, str] | None = None
         if settles:
             # What the layout writes between a value and what may settle it when its closing
             # text is missing: the value loses it, so it is held back too.
             trail = ending.after[len(ending.after.rstrip()):]
             between = kv.separator if kv.separator.isspace() else ""
-            spaces = (lead + trail + between + kv.before[: len(kv.before) - len(kv.before.lstrip())],
-                      lead + trail + st.closing_lead)
-            stops += tuple(sorted({space[i:] + marker for space, marker in zip(spaces, (kv.before.strip(), st.closing_word))
+            before_lead = kv.before[: len(kv.before) - len(kv.before.lstrip())]
+            spaces = (lead + trail + between + before_lead, lead + trail + st.closing_lead)
+            markers = (kv.before.strip(), st.closing_word)
+            stops += tuple(sorted({space[i:] + marker
+                                   for space, marker in zip(spaces, markers, strict=True)
                                    if marker for i in range(len(space) + 1)}))
         found = kv.raw_stops[key] = (stops, spaces)
     return found
+
+
+class ValueHere(NamedTuple):
+    """A key/value argument's value read whole from what is here."""
+
+    value: str  # as written (a quoted one without its quotes)
+    end: int  # where what follows it starts
+    in_quotes: bool  # it was written in the format's quotes
 
 
 class _KeyValueRead:
     """Where the reading of a call's key/value arguments is: the step, and what it has read.
     (One per parser, started afresh for each call: a parser reads one call at a time.)"""
 
-    __slots__ = ("kv", "properties", "closing", "closing_word", "closing_lead", "settling", "after_value", "unclosed",
-                 "step", "first", "key", "layout", "arguments", "bad")
+    __slots__ = ("kv", "properties", "closing", "closing_word", "closing_lead", "settling",
+                 "after_value", "unclosed", "step", "first", "key", "layout", "arguments", "bad")
 
-    def __init__(self, kv):
+    kv: KeyValueFormat
+    properties: dict[str, SchemaValue]
+    closing: str
+    closing_word: str
+    closing_lead: str
+    settling: Search | None
+    after_value: tuple[str, ...]
+    unclosed: bool
+    step: int  # _KV_WS, ..., _KV_AFTER
+    first: bool  # at the first argument (no separator before it)
+    key: str | None  # (read from _KV_LAYOUT on)
+    layout: ArgumentLayout | None  # (told from _KV_MIDDLE on)
+    arguments: dict[str, JSONValue]
+    bad: BadArguments | None
+
+    def __init__(self, kv: KeyValueFormat) -> None:
         self.kv = kv
 
-    def start(self, properties, closing, after_arguments):
+    def start(self, properties: dict[str, SchemaValue], closing: ArgumentsEnd,
+              after_arguments: str) -> _KeyValueRead:
         self.properties = properties  # the tool's parameters.properties (types the values)
         # The arguments end where the call's next literal starts: its first word is enough
         # (the literal itself is matched after, with its whitespace tolerance).
-        self.closing, self.closing_word, self.closing_lead = closing
-        self.settling = self.kv.settling(self.closing_word)  # (what settles a raw value left open)
-        self.after_value = self.kv.after_value(after_arguments)  # (what the template writes after a value)
+        self.closing, self.closing_word, self.closing_lead = (closing.literal, closing.word,
+                                                              closing.lead)
+        # (what settles a raw value left open)
+        self.settling = self.kv.settling(self.closing_word)
+        # (what the template writes after a value)
+        self.after_value = self.kv.after_value(after_arguments)
         self.unclosed = False  # the value just read had no closing text (settled by what follows)
         self.step, self.first, self.key, self.layout = _KV_WS, True, None, None
         self.arguments = {}
-        self.bad = None  # the first value that does not read; raised once the arguments' layout is read
+        # the first value that does not read; raised once the arguments' layout is read
+        self.bad = None
         return self
 
 
-class Rules:
-    """The grammar of a turn (a part of StreamParser)."""
+class Rules(Input):
+    """The grammar of a turn, as a coroutine over the input: the layer over Input."""
+
+    def _start_rules(self) -> None:
+        """The state this layer owns: the call being read, and the parse, primed to wait for
+        the first chunk."""
+        # where a call's key/value arguments are (made on first use)
+        self._kv_read_state: _KeyValueRead | None = None
+        # the call being read (its header may have gone out)
+        self._open_call: OpenCall | None = None
+        # the call layout being read: its steps, JSON object keys and self-closed form (the
+        # family's, or the one without its opener; the steps are set before they are read)
+        self._steps: tuple[CallStep, ...] = ()
+        self._json_call: JsonCallLayout | None = None
+        self._self_closing: SelfClosingTable | None = None
+        # (and the text the template writes after its arguments: Protocol.after_arguments)
+        self._after_arguments = ""
+        # or: the argument stream of that call (see streams), once it had to wait
+        self._streaming = None
+        self._run = self._turn()
+        next(self._run)
+        self._resume = self._run.send
 
     # --- the turn ---------------------------------------------------------------------
 
-    def _turn(self):
+    def _turn(self) -> Generator[None, None, None]:
         """root: reasoning? content (tool-calls content?)* end-of-turn?"""
         yield  # primed; wait for the first chunk
         try:
-            if self._p.messages is not None:
-                yield from self._messages()  # (a turn of messages with headers: see messages)
-            else:
-                yield from self._turn_by_layout()
+            yield from self._turn_body()
         except TruncatedOutput as e:
             self._call_failed("truncated_tool_call", str(e))
         except InvalidOutput as e:
@@ -174,7 +286,8 @@ class Rules:
                 yield
             self._pos = at
             if not isinstance(e, InvalidWhole) and self._ends_inside_a_marker():
-                self._call_failed("truncated_tool_call", f"the output ended inside a call ({e})", offset)
+                self._call_failed("truncated_tool_call", f"the output ended inside a call ({e})",
+                                  offset)
             else:
                 self._call_failed("invalid_tool_call", str(e), offset)
         while True:  # whatever still comes is past the parse
@@ -183,12 +296,17 @@ class Rules:
                 return
             yield
 
-    def _turn_by_layout(self):
+    def _turn_body(self) -> Generator[None, None, None]:
+        """The turn, read by its format (a turn of messages with headers: see Messages)."""
+        return self._turn_by_layout()
+
+    def _turn_by_layout(self) -> Generator[None, None, None]:
         """root, in the generic form: an optional reasoning block, then content and calls."""
         p = self._p
         if p.repeated_headers and self._reasoning_ended_at is None:
             yield from self._repeated_header()
-        if self._state == CONTENT and self._reasoning_ended_at is None and p.reasoning_start and p.reasoning_end:
+        if (self._state == CONTENT and self._reasoning_ended_at is None and p.reasoning_start
+                and p.reasoning_end):
             # An optional reasoning block first (the model opens it itself), or its end alone:
             # an empty block (a template that asks for reasoning by instruction writes the end
             # marker before an answer without it).
@@ -221,7 +339,8 @@ class Rules:
                 self._reasoning_ended_at = self._offset()  # (at the call that ended it)
                 yield from self._tool_calls(bare=stop == p.bare_opener)
             elif (yield from self._reasoning_again()):
-                self._state = REASONING  # (another block, or segment, of reasoning: read on into it)
+                # (another block, or segment, of reasoning: read on into it)
+                self._state = REASONING
         if self._reasoning_ended_at is None:
             self._reasoning_ended_at = self._offset()
         self._state = CONTENT
@@ -230,7 +349,7 @@ class Rules:
         else:
             yield from self._content()
 
-    def _repeated_header(self):
+    def _repeated_header(self) -> Generator[None, None, None]:
         """At the output's start, the assistant header (or its role token) the generation
         prompt already wrote, written again: absorbed (a tolerance: `<|CHATBOT_TOKEN|>Hello`)."""
         p = self._p
@@ -238,7 +357,7 @@ class Rules:
         header = yield from self._which_after_ws(p.repeated_headers)
         self._pos = at if header is None else self._pos + len(header)
 
-    def _reasoning_again(self):
+    def _reasoning_again(self) -> Generator[None, None, bool]:
         """After a reasoning block's end: whether another block opens right after it (a
         repeated or empty reasoning channel, a second reasoning segment with its own header);
         its opener and the whitespace after it are consumed, else nothing is."""
@@ -251,7 +370,7 @@ class Rules:
         self._pos = at
         return False
 
-    def _segment_follows(self):
+    def _segment_follows(self) -> Generator[None, None, bool]:
         """At a segment's end marker (p.segment_end): whether the next segment's header
         follows it (after whitespace), so the turn goes on. Nothing is consumed."""
         p = self._p
@@ -261,7 +380,7 @@ class Rules:
         self._pos = at
         return follows
 
-    def _next_segment(self):
+    def _next_segment(self) -> Generator[None, None, bool | str]:
         """At a segment's end marker that the next segment's header follows (_segment_follows):
         that segment. A header of the calls' own role (the section starts with the end
         marker): the calls, read from the marker on. An assistant header: the segment it
@@ -293,27 +412,30 @@ class Rules:
             yield from self._tool_calls(bare=head == p.bare_opener)
         return True
 
-    def _call_failed(self, kind, message, offset=None):
-        """The parse stops at an error; a call whose header went out is dropped, and a delta says so."""
+    def _call_failed(self, kind: str, message: str, offset: int | None = None) -> None:
+        """The parse stops at an error; a call whose header went out is dropped, and a delta
+        says so."""
         self._error(kind, message, self._offset() if offset is None else offset)
         call, self._open_call, self._streaming = self._open_call, None, None
-        if call is not None and call["announced"]:
-            self._drop_call(call["index"], kind, message)
+        if call is not None and call.announced:
+            self._drop_call(call.index, kind, message)
 
-    def _ends_inside_a_marker(self):
+    def _ends_inside_a_marker(self) -> bool:
         """Whether the output ends with the start of one of the format's literals, from near where
         a reader stopped: what looked invalid is a literal the stream did not finish."""
         text, pos = self._text, self._pos
         if not text[pos:].strip():
-            return True  # (only whitespace after where the reader stopped: what it expected never came)
+            # (only whitespace after where the reader stopped: what it expected never came)
+            return True
         for start in range(max(0, pos - 32), min(pos, len(text)) + 1):
             rest = text[start:].strip()
             if rest and (_CUT_NUMBER.fullmatch(rest) or any(
-                    len(rest) < len(literal) and literal.startswith(rest) for literal in self._p.literals)):
+                    len(rest) < len(literal) and literal.startswith(rest)
+                    for literal in self._p.literals)):
                 return True
         return False
 
-    def _reasoning_block(self):
+    def _reasoning_block(self) -> Generator[None, None, str | None]:
         """reasoning-text, up to its end marker (or a call opener, by policy: a call inside
         open reasoning ends it, unless the reasoning closes after it, when it was quoted)."""
         p = self._p
@@ -323,7 +445,8 @@ class Rules:
             if p.bare_opener:
                 stops.append(p.bare_opener)
         stop = yield from self._text_until(stops, self._reasoning_text)
-        while stop is not None and stop in (p.opener, p.bare_opener) and (yield from self._closes_later(self._pos)):
+        while stop is not None and stop in (p.opener, p.bare_opener) and (
+                yield from self._closes_later(self._pos)):
             self._emit_text(self._reasoning_text, stop)  # (a call the reasoning quotes: reasoning)
             self._pos += len(stop)
             stop = yield from self._text_until(stops, self._reasoning_text)
@@ -332,7 +455,7 @@ class Rules:
             self._state = CONTENT
         return stop
 
-    def _closes_later(self, start):
+    def _closes_later(self, start: int) -> Generator[None, None, bool]:
         """Whether the reasoning block closes after `start` (where a call opens inside it): its
         end marker comes before the turn ends. Decided only when the output tells, by that
         marker, the turn's end or the output's; until then nothing from `start` on goes out."""
@@ -350,10 +473,11 @@ class Rules:
             self._quiet = waker("".join(sorted({s[-1] for s in stops})))
             yield
 
-    def _content(self):
+    def _content(self) -> Generator[None, None, None]:
         """content-text (tool-calls content-text?)* end-of-turn?"""
         p = self._p
-        stops = list(p.end_of_turn) + ([p.opener] if p.opener else []) + ([p.content_end] if p.content_end else [])
+        stops = list(p.end_of_turn) + ([p.opener] if p.opener else []) + (
+            [p.content_end] if p.content_end else [])
         if p.bare_opener:
             stops.append(p.bare_opener)
         stops += p.wrappers
@@ -374,9 +498,11 @@ class Rules:
         while True:
             written = len(field.parts)
             stop = yield from self._text_until(stops, field)
-            follows = stop is not None and stop == p.segment_end and (yield from self._segment_follows())
+            follows = stop is not None and stop == p.segment_end and (
+                yield from self._segment_follows())
             space = p.space_before.get("" if stop is None else stop.strip())
-            if space is not None and len(field.parts) > written and not (follows and not p.segment_is_calls):
+            if space is not None and len(field.parts) > written and not (
+                    follows and not p.segment_is_calls):
                 # (text of its own, then whitespace: the model's; before a segment's end and the
                 # next header, it stays held, as before any markup between content and a call)
                 self._keep_trailing_space(field, space)
@@ -401,9 +527,10 @@ class Rules:
             yield from self._tool_calls(bare=stop == p.bare_opener,
                                         unopened=p.instructed_bare and stop in p.call_heads_by_key)
             if not p.separator_core and self._separator_may_come():
-                yield from self._unwritten_separator()  # (`{…}; {…}` where each call is a section)
+                # (`{…}; {…}` where each call is a section)
+                yield from self._unwritten_separator()
 
-    def _after_wrapper(self, wrapper):
+    def _after_wrapper(self, wrapper: str) -> Generator[None, None, None]:
         """A marker the template writes in front of another kind of call (`<|python_tag|>`):
         a call of this format after it is read as without it; anything else after it is a
         call of a kind this format does not read, an error (not content, not a guess)."""
@@ -411,26 +538,31 @@ class Rules:
         self._pos += len(wrapper)
         heads = [h for h in (p.opener.strip(), p.bare_opener, *p.call_heads_by_key) if h]
         if (yield from self._peek_any_after_ws(heads)):
-            yield from self._tool_calls(bare=self._text.startswith(p.bare_opener, self._pos) if p.bare_opener else False)
+            yield from self._tool_calls(
+                bare=self._text.startswith(p.bare_opener, self._pos) if p.bare_opener else False)
         elif self._available():
             raise InvalidOutput(f"after {wrapper!r}, a call of a kind this format does not read")
         else:
             raise TruncatedOutput(f"the output ended after {wrapper!r}")
 
-    def _list_without_wrapper(self):
-        """A pythonic list of calls without the markers that wrap it (`[get_weather(city="Paris")]`),
-        read as the calls when tools are offered, it starts with an offered tool's name and a
-        call's bracket, it is the whole output (up to the turn's end), and as Python it is a
-        list of calls of offered tools with keyword arguments; else it is content (nothing
-        of it went out while it could be either). True when it was read as calls."""
+    def _list_without_wrapper(self) -> Generator[None, None, bool]:
+        """A pythonic list of calls without the markers that wrap it
+        (`[get_weather(city="Paris")]`), read as the calls when tools are offered, it starts
+        with an offered tool's name and a call's bracket, it is the whole output (up to the
+        turn's end), and as Python it is a list of calls of offered tools with keyword
+        arguments; else it is content (nothing of it went out while it could be either). True
+        when it was read as calls."""
         p = self._p
-        opening, closing, call_open = p.bare_list["open"], p.bare_list["close"], p.bare_list["call"]
+        bare_list, list_head = p.bare_list, p.bare_list_head
+        assert bare_list is not None and list_head is not None  # (the caller tests bare_list)
+        opening, call_open = bare_list["open"], bare_list["call"]
         yield from self._skip_ws()
         start = self._pos
         if not (yield from self._peek(opening)):
             return False
         while True:  # the first call's name, up to what follows it
-            head = p.bare_list_head(self._text, start)
+            head = list_head(self._text, start)
+            assert head is not None  # (the list's opening is here: its head matches)
             if head.end() < len(self._text) or self._eof:
                 break
             self._wait_for = len(self._text) + 1
@@ -447,7 +579,9 @@ class Rules:
             yield
         if scan.unbalanced:
             return False
-        self._pos = scan.end
+        end = scan.end
+        assert end is not None  # (scanned to its end)
+        self._pos = end
         alone = bool(p.end_of_turn) and (yield from self._peek_any_after_ws(p.end_of_turn))
         alone = alone or (yield from self._at_end_after_ws())
         self._pos = start
@@ -457,38 +591,41 @@ class Rules:
         # (read as Python, the notation it is written in: each call complete at once)
         for name, arguments in calls:
             index = len(self._calls) + self._invalid_calls
-            call = {"name": name, "id": None, "arguments": arguments, "announced": True}
+            call = OpenCall(index)
+            call.name, call.arguments, call.announced = name, arguments, True
             self._announce(index, call)
-            self._complete_call(index, call)
-        self._pos = scan.end
+            self._complete_call(index, call, self._offset())
+        self._pos = end
         return True
 
-    def _at_end_after_ws(self):
+    def _at_end_after_ws(self) -> Generator[None, None, bool]:
         """Whether only whitespace is left (waits for the end of the stream to tell)."""
         while True:
-            self._pos = SPACES.match(self._text, self._pos).end()
+            self._pos = SPACES.match(self._text, self._pos).end()  # type: ignore[union-attr]
             if self._pos < len(self._text):
                 return False
             if self._eof:
                 return True
             yield
 
-    def _calls_of_offered_tools(self, text):
+    def _calls_of_offered_tools(self, text: str) -> list[tuple[str, str]] | None:
         """[(name, arguments as JSON text)] when `text` is, as Python, a list of calls of
         offered tools with keyword arguments whose values are literals; else None."""
         try:
             with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # (a model's 'C:\dir' is not this program's warning)
+                # (a model's 'C:\dir' is not this program's warning)
+                warnings.simplefilter("ignore")
                 tree = ast.parse(text, mode="eval").body
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             return None
         if not isinstance(tree, ast.List) or not tree.elts:
             return None
-        calls = []
+        calls: list[tuple[str, str]] = []
         for c in tree.elts:
-            if not (isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id in self._tools) or c.args:
+            if not (isinstance(c, ast.Call) and isinstance(c.func, ast.Name)
+                    and c.func.id in self._tools) or c.args:
                 return None
-            arguments = {}
+            arguments: dict[str, JSONValue] = {}
             for keyword in c.keywords:
                 value = _literal_value(keyword.value)
                 if keyword.arg is None or value is _NOT_A_LITERAL or keyword.arg in arguments:
@@ -500,7 +637,7 @@ class Rules:
                 return None  # (a value JSON has no text for: 1e999)
         return calls
 
-    def _turn_without_opener(self):
+    def _turn_without_opener(self) -> Generator[None, None, None]:
         """No marker opens a call: a content turn starts with its prefix, anything else is calls."""
         p = self._p
         yield from self._skip_ws()
@@ -519,16 +656,17 @@ class Rules:
         yield from self._need(longest)  # enough text to tell an end-of-turn marker
         stop = next((m for m in p.end_of_turn if self._text.startswith(m, self._pos)), None)
         if stop is None and self._available():
-            raise InvalidOutput(f"unexpected text after the calls: {self._text[self._pos:self._pos + longest]!r}")
+            raise InvalidOutput(f"unexpected text after the calls: "
+                                f"{self._text[self._pos:self._pos + longest]!r}")
         yield from self._after_end(stop)
 
-    def _after_end(self, stop):
+    def _after_end(self, stop: str | None) -> Generator[None, None, None]:
         """end-of-turn: the message ends; text after it is reported, not parsed."""
         if stop is None:
             return
         self._pos += len(stop)
         start = self._offset()
-        rest = []
+        rest: list[str] = []
         while True:
             rest.append(self._text[self._pos:])
             self._pos = len(self._text)
@@ -539,8 +677,10 @@ class Rules:
         if text.strip():
             self._error("text_after_end_of_turn", f"ignored: {text[:80]!r}", start)
 
-    def _text_until(self, stops, field):
-        """reasoning-text / content-text: emit text up to the first stop; return the stop (or None at the end)."""
+    def _text_until(self, stops: Sequence[str],
+                    field: TextField) -> Generator[None, None, str | None]:
+        """reasoning-text / content-text: emit text up to the first stop; return the stop (or
+        None at the end)."""
         stops = [s for s in stops if s]
         first_stop = first_of(stops)  # one scan from the position: never past the first stop
         quiet = marker_starts(stops)
@@ -553,7 +693,8 @@ class Rules:
                 # A longer stop that starts the same way may still be arriving: wait for it.
                 at, stop = found.start(), found.group()
                 rest = len(text) - at
-                if rest < longest and any(len(s) > rest and s.startswith(text[at:]) for s in stops if s.startswith(stop)):
+                if rest < longest and any(len(s) > rest and s.startswith(text[at:])
+                                          for s in stops if s.startswith(stop)):
                     self._emit_text(field, text[pos:at])
                     self._pos = at
                     self._trim_ok = True
@@ -577,20 +718,73 @@ class Rules:
             yield
             self._trim_ok = False
 
-    def _tool_calls(self, bare=False, unopened=False):
+    def _tool_calls(self, bare: bool = False,
+                    unopened: bool = False) -> Generator[None, None, None]:
         """tool-calls: section start, tool-call (separator tool-call)*, section end. `bare`:
         written without the marker that opens the calls, from the call's own marker on (a
         tolerance: the call layout from that marker, its opener's pair read if it comes).
         `unopened`: written without the section's markers, as the template's instructions
         tell the model (the call layout as it is; the section's end read if it comes)."""
         p = self._p
-        inner = p.section_inner
-        self._steps, self._json_call = (p.bare_steps, None) if bare else (p.call_steps, p.json_call)
+        if bare:
+            assert p.bare_steps is not None  # (a format that reads bare calls has their steps)
+            self._steps, self._json_call = p.bare_steps, None
+        else:
+            self._steps, self._json_call = p.call_steps, p.json_call
         self._after_arguments = "" if bare else p.after_arguments
         self._self_closing = p.bare_self_closing if bare else p.self_closing
-        if bare or unopened:
-            pass  # (the call's own marker opens it; or its object, as instructed)
-        elif inner and not (yield from self._match(p.section_start, required=False)):
+        if not (bare or unopened) and not (yield from self._section_start()):
+            return  # (an empty section)
+        steps = len(self._steps)
+        # (a call whose layout starts with whitespace is read from before the whitespace after
+        # the one before it: its first literal, as rendered)
+        lead = self._steps[0].kind == LITERAL and self._steps[0].literal[:1].isspace()
+        while True:
+            index = len(self._calls) + self._invalid_calls
+            call = OpenCall(index)
+            self._open_call = call
+            k = self._call_steps_here(index, call, 0)
+            if k < steps:
+                yield from self._call_steps_waiting(index, call, k)
+            self._end_call(index, call)
+            if bare and p.bare_closer and not (
+                    yield from self._match(p.bare_closer, required=False, eats=True)):
+                self._cut_inside(p.bare_closer)
+            if not p.parallel_all:
+                break
+            if not self._next_call_here(bare, lead) and not (
+                    yield from self._another_call(bare, lead)):
+                break
+        # (the section's end, its own words: as the call steps'; without an opener, if it comes)
+        if p.section_end.strip():
+            if not (yield from self._match(p.section_end, required=not (bare or unopened),
+                                           eats=True)):
+                self._cut_inside(p.section_end)
+
+    def _next_call_here(self, bare: bool, lead: bool) -> bool:
+        """separator: whether another call follows, told by what is here alone (the common
+        case of a one-shot parse: the separator, or the next call's opener after whitespace);
+        False leaves it to _another_call (nothing consumed then)."""
+        p = self._p
+        if p.separator_core:
+            return self._here(p.separator)
+        head = p.bare_opener if bare else p.call_head
+        if not head or (not bare and p.name_then) or head[0] in p.unwritten_separator_starts:
+            return False
+        start = self._pos
+        if self._ws_here() and self._text.startswith(head, self._pos):
+            if lead:
+                self._pos = start
+            return True
+        self._pos = start
+        return False
+
+    def _section_start(self) -> Generator[None, None, bool]:
+        """The calls section's start (its opener is here); False when the section is empty
+        (read whole: no call)."""
+        p = self._p
+        inner = p.section_inner
+        if inner and not (yield from self._match(p.section_start, required=False)):
             # The section holds content first: <start>content<end>, then the calls.
             yield from self._match(inner[0])
             stop = yield from self._text_until([inner[1]], self._content_text)
@@ -601,57 +795,45 @@ class Rules:
             yield from self._match(p.section_start)
             end = p.section_end.strip()
             if end and p.section_start.strip() and (yield from self._peek_after_ws(end)):
-                self._pos += len(end)  # an empty section: no call (a tolerance: the template never writes one)
-                return
-            if not p.section_start.strip() and p.bare_closer.strip() and (yield from self._empty_wrapper()):
-                return  # (the same, of a call's wrapper: <tool_call>\n</tool_call>)
-        steps = len(self._steps)
-        # (a call whose layout starts with whitespace is read from before the whitespace after
-        # the one before it: its first literal, as rendered)
-        lead = self._steps[0][0] == LITERAL and self._steps[0][1][:1].isspace()
-        while True:
-            index = len(self._calls) + self._invalid_calls
-            call = {"name": None, "id": None, "arguments": None, "bad": None, "announced": False, "pending": None,
-                    "index": index, "object_at": None, "id_absent": False}
-            self._open_call = call
-            k = self._call_steps_here(index, call, 0)
-            if k < steps:
-                yield from self._call_steps_waiting(index, call, k)
-            self._end_call(index, call)
-            if bare and p.bare_closer and not (yield from self._match(p.bare_closer, required=False, eats=True)):
-                self._cut_inside(p.bare_closer)
-            if p.parallel_all and p.separator_core:
-                if self._here(p.separator) or (yield from self._match(p.separator, required=False)):
-                    continue
-            elif p.parallel_all:
-                if self._separator_may_come() and (yield from self._unwritten_separator()):
-                    continue
-                # Calls separated by whitespace only: another call starts with the call's opener.
-                start = self._pos
-                head = p.bare_opener if bare else p.call_head
-                if not bare and p.name_then:
-                    if (yield from self._name_then_after_ws(p.name_then)):
-                        continue  # (a call that starts with its name: a name, then what follows it)
-                elif head and (self._ws_here() and self._text.startswith(head, self._pos)
-                               or (yield from self._peek_after_ws(head))):
-                    if lead:
-                        self._pos = start
-                    continue
-                if p.call_heads_by_key and (yield from self._peek_any_after_ws(p.call_heads_by_key)):
-                    continue  # (a call object in another key order)
-                self._pos = start
-            break
-        if p.section_end.strip():  # (its own words: as the call steps'; without an opener, if it comes)
-            if not (yield from self._match(p.section_end, required=not (bare or unopened), eats=True)):
-                self._cut_inside(p.section_end)
+                # an empty section: no call (a tolerance: the template never writes one)
+                self._pos += len(end)
+                return False
+            if not p.section_start.strip() and p.bare_closer.strip() and (
+                    yield from self._empty_wrapper()):
+                return False  # (the same, of a call's wrapper: <tool_call>\n</tool_call>)
+        return True
 
-    def _separator_may_come(self):
+    def _another_call(self, bare: bool, lead: bool) -> Generator[None, None, bool]:
+        """separator: whether another call follows the one just read (its separator read;
+        nothing else consumed, except before a call whose layout starts with whitespace)."""
+        p = self._p
+        if p.separator_core:
+            return self._here(p.separator) or (yield from self._match(p.separator, required=False))
+        if self._separator_may_come() and (yield from self._unwritten_separator()):
+            return True
+        # Calls separated by whitespace only: another call starts with the call's opener.
+        start = self._pos
+        head = p.bare_opener if bare else p.call_head
+        if not bare and p.name_then:
+            if (yield from self._name_then_after_ws(p.name_then)):
+                return True  # (a call that starts with its name: a name, then what follows it)
+        elif head and (self._ws_here() and self._text.startswith(head, self._pos)
+                       or (yield from self._peek_after_ws(head))):
+            if lead:
+                self._pos = start
+            return True
+        if p.call_heads_by_key and (yield from self._peek_any_after_ws(p.call_heads_by_key)):
+            return True  # (a call object in another key order)
+        self._pos = start
+        return False
+
+    def _separator_may_come(self) -> bool:
         """Whether an unwritten separator may come next (after whitespace): its character is
         there, or nothing is yet (the fast way past the usual case, a call or text)."""
-        at = SPACES.match(self._text, self._pos).end()
+        at = SPACES.match(self._text, self._pos).end()  # type: ignore[union-attr]
         return at >= len(self._text) or self._text[at] in self._p.unwritten_separator_starts
 
-    def _unwritten_separator(self):
+    def _unwritten_separator(self) -> Generator[None, None, bool]:
         """A separator between calls that the layout writes back to back: one the template's
         instructions name (`; `), or one models write unasked (`;`, `,`). Read when another
         call follows it (the separator and the whitespace around it consumed); else nothing is."""
@@ -659,13 +841,14 @@ class Rules:
         start = self._pos
         heads = [h for h in (p.call_head.strip(), p.opener.strip(), *p.call_heads_by_key) if h]
         if heads and (yield from self._peek_any_after_ws(p.unwritten_separators)):
-            self._pos += next(len(s) for s in p.unwritten_separators if self._text.startswith(s, self._pos))
+            self._pos += next(len(s) for s in p.unwritten_separators
+                              if self._text.startswith(s, self._pos))
             if (yield from self._peek_any_after_ws(heads)):
                 return True
         self._pos = start
         return False
 
-    def _empty_wrapper(self):
+    def _empty_wrapper(self) -> Generator[None, None, bool]:
         """Whether the calls' opener comes with its pair right after it, whitespace between
         (`<tool_call>\n</tool_call>`: the wrapper of a call, holding none); consumed if so."""
         p = self._p
@@ -680,12 +863,12 @@ class Rules:
         self._pos = start
         return False
 
-    def _name_then_after_ws(self, then):
+    def _name_then_after_ws(self, then: str) -> Generator[None, None, bool]:
         """Whether a call that starts with its name comes next after whitespace: a name, then
         `then` (the literal after the name). The whitespace is consumed, nothing else."""
         while True:
-            pos = self._pos = SPACES.match(self._text, self._pos).end()
-            end = _NAME_RUN(self._text, pos).end()
+            pos = self._pos = SPACES.match(self._text, self._pos).end()  # type: ignore[union-attr]
+            end = _NAME_RUN(self._text, pos).end()  # type: ignore[union-attr]
             here = self._text[end:end + len(then)]
             if end < len(self._text) or self._eof:
                 if end == pos or len(here) == len(then) or self._eof:
@@ -695,129 +878,185 @@ class Rules:
             self._wait_for = end + len(then)
             yield
 
-    def _cut_inside(self, marker):
-        """An optional marker the output ended inside of (after whitespace) is read: it is not content."""
+    def _cut_inside(self, marker: str) -> None:
+        """An optional marker the output ended inside of (after whitespace) is read: it is not
+        content."""
         rest = self._text[self._pos:].strip()
         if self._eof and rest and marker.strip().startswith(rest):
             self._pos = len(self._text)
 
     # --- tool-call: one loop over the call layout's steps ------------------------------
 
-    def _call_steps_here(self, index, call, k):
-        """Read the call's steps from step k for as long as each is already here (the plain
-        readers' rules, inline); return the index of the first step that must wait (all read:
-        their count)."""
+    def _call_steps_here(self, index: int, call: OpenCall, start: int) -> int:
+        """Read the call's steps from step `start` for as long as each is already here (the
+        plain readers' rules, inline); return the index of the first step that must wait (all
+        read: their count)."""
         steps = self._steps
         text, pos = self._text, self._pos
         json_call = self._json_call
-        for k in range(k, len(steps)):
-            kind, value, run, closing, ws_follows, exact, then, eats = steps[k]
-            if json_call is not None and k == json_call[0]:
-                call["object_at"] = pos  # (where a call written as a JSON object starts)
+        for k in range(start, len(steps)):
+            step = steps[k]
+            kind = step.kind
+            if json_call is not None and k == json_call.first:
+                call.object_at = pos  # (where a call written as a JSON object starts)
             if kind == LITERAL:
-                if exact and text.startswith(value, pos):  # as rendered
-                    pos += len(value)
+                literal = step.literal
+                if step.exact and text.startswith(literal, pos):  # as rendered
+                    pos += len(literal)
                 else:
-                    end = literal_here(text, pos, value, self._eof or ws_follows)
+                    end = literal_here(text, pos, literal, self._eof or step.ws_follows)
                     if end < 0:
                         self._pos = pos
                         return k
                     pos = end
             elif kind == ARGUMENTS:
                 self._pos = pos
-                if not self._arguments_here(call, closing):
+                arguments_end = step.arguments_end
+                assert arguments_end is not None  # (an ARGUMENTS step has its end)
+                if not self._arguments_here(call, arguments_end):
                     return k
                 pos = self._pos
             elif kind != UNREAD:
-                end = run(text, pos).end()
+                # (a slot's step has its run, of `*`: it always matches)
+                end = step.run(text, pos).end()  # type: ignore[misc, union-attr]
                 if not pos < end < len(text):  # (a run ends at another character, already here)
                     self._pos = pos
                     return k
                 if kind == NAME or kind == CALL_ID:
-                    field = "name" if kind == NAME else "id"
-                    if call[field] is not None and call[field] != text[pos:end]:
-                        self._pos = pos  # (a layout that writes the name twice: the waiting step says so)
+                    run = text[pos:end]
+                    read = call.name if kind == NAME else call.id
+                    if read is not None and read != run:
+                        # (a layout that writes the name twice: the waiting step says so)
+                        self._pos = pos
                         return k
-                    call[field] = text[pos:end]
+                    if kind == NAME:
+                        call.name = run
+                    else:
+                        call.id = run
                     self._announce_when_settled(index, call)
                 pos = end
         self._pos = pos
         return len(steps)
 
-    def _call_steps_waiting(self, index, call, k):
+    def _call_steps_waiting(self, index: int, call: OpenCall,
+                            k: int) -> Generator[None, None, None]:
         """The call's steps from step k: this one waited for, the next ones read from what is
         here again when they can."""
         steps = self._steps
-        n = len(steps)
         json_call = self._json_call
-        while k < n:
-            kind, value, run, closing, ws_follows, exact, then, eats = steps[k]
-            if json_call is not None and k == json_call[0]:
-                call["object_at"] = self._pos
+        while k < len(steps):
+            step = steps[k]
+            kind = step.kind
+            if json_call is not None and k == json_call.first:
+                call.object_at = self._pos
             try:
-                if kind == LITERAL and k + 2 < n and steps[k + 1][0] == CALL_ID and steps[k + 2][0] == LITERAL \
-                        and steps[k + 2][1].strip() and (json_call is None or not json_call[0] <= k <= json_call[2]):
-                    # The literal before an id: the id may be left out, its literals with it
-                    # ([TOOL_CALLS]name[ARGS]{…} where the layout writes [CALL_ID]id). (Inside
-                    # a JSON call object, the object read by its keys decides.)
-                    if not (yield from self._match(value, required=False, ws_follows=ws_follows)):
-                        following = steps[k + 2]
-                        yield from self._match(following[1], ws_follows=following[4], eats=following[7])
-                        call["id_absent"] = True
-                        self._announce_when_settled(index, call)
-                        k = self._call_steps_here(index, call, k + 3)
-                        continue
-                elif kind == LITERAL and self._self_closing is not None and k == self._self_closing["at"]:
-                    # The element's opening tag, or the element self-closed with no arguments
-                    # (`<invoke name="f"/>`): then its closing tag is not written either.
-                    closed = self._self_closing
-                    if not (yield from self._match(value, required=False, ws_follows=ws_follows)):
-                        if (yield from self._match(closed["written"], required=False)):
-                            self._arguments_read(call, {})
-                            if closed["rest"].strip():
-                                yield from self._match(closed["rest"], eats=steps[closed["resume"]][7])
-                            k = self._call_steps_here(index, call, closed["resume"] + 1)
-                            continue
-                        yield from self._match(value, ws_follows=ws_follows, eats=eats)  # (its error)
+                if kind == LITERAL and self._id_may_be_absent(k):
+                    k = yield from self._literal_before_id(index, call, k)
+                elif kind == LITERAL and self._self_closing is not None \
+                        and k == self._self_closing["at"]:
+                    k = yield from self._opening_tag_or_self_closed(index, call, step)
                 elif kind == LITERAL:
-                    yield from self._match(value, ws_follows=ws_follows, eats=eats)
+                    yield from self._match(step.literal, ws_follows=step.ws_follows, eats=step.eats)
                 elif kind == ARGUMENTS:
-                    yield from self._arguments_waiting(call, closing, self._after_arguments)
+                    arguments_end = step.arguments_end
+                    assert arguments_end is not None  # (an ARGUMENTS step has its end)
+                    yield from self._arguments_waiting(call, arguments_end, self._after_arguments)
                 elif kind == NAME or kind == CALL_ID:
-                    field = "name" if kind == NAME else "id"
-                    run = yield from self._read_while(value, "tool name" if kind == NAME else "call id", then)
-                    if call[field] is not None and call[field] != run:
-                        raise InvalidOutput(f"the call's {field} is {call[field]!r}, then {run!r}")
-                    call[field] = run
-                    self._announce_when_settled(index, call)
+                    what = "tool name" if kind == NAME else "call id"
+                    run = yield from self._read_while(step.chars, what, step.then)
+                    self._name_or_id_read(index, call, kind, run)
                 elif kind != UNREAD:
-                    yield from self._read_while(value, "call index")
-            except InvalidOutput:
-                first, before, last, after, keys = json_call or (None,) * 5
-                at = call["object_at"]
-                if json_call is None or not first <= k <= last or at is None:
-                    raise
-                if before.strip():  # (the object starts after that literal's text before it: here?)
-                    at = literal_here(self._text, at, before, True)
-                    if at < 0:
-                        raise
-                # Not in the layout's byte order: the call is a JSON object all the same
-                # (keys in another order, "parameters" for "arguments", extra keys, no id,
-                # arguments as a JSON string): read it by its keys, then the rest of its layout.
-                yield from self._call_object_by_key(index, call, keys, at)
-                if after:
-                    yield from self._match(after, ws_follows=steps[last][4], eats=steps[last][7])
-                k = last
+                    yield from self._read_while(step.chars, "call index")
+            except InvalidOutput as error:
+                # Not in the layout's byte order: the call is a JSON object all the same?
+                k = yield from self._call_object_instead(index, call, k, error)
             k = self._call_steps_here(index, call, k + 1)
 
-    def _call_object_by_key(self, index, call, keys, at):
+    def _name_or_id_read(self, index: int, call: OpenCall, kind: int, run: str) -> None:
+        """tool-name, call-id: read (the same as the layout wrote it before, if it did)."""
+        read = call.name if kind == NAME else call.id
+        if read is not None and read != run:
+            field = "name" if kind == NAME else "id"
+            raise InvalidOutput(f"the call's {field} is {read!r}, then {run!r}")
+        if kind == NAME:
+            call.name = run
+        else:
+            call.id = run
+        self._announce_when_settled(index, call)
+
+    def _literal_before_id(self, index: int, call: OpenCall, k: int) -> Generator[None, None, int]:
+        """The literal before an id (step k): the id may be left out, its literals with it
+        ([TOOL_CALLS]name[ARGS]{…} where the layout writes [CALL_ID]id). The step read last."""
+        steps = self._steps
+        step = steps[k]
+        if (yield from self._match(step.literal, required=False, ws_follows=step.ws_follows)):
+            return k
+        following = steps[k + 2]
+        yield from self._match(following.literal, ws_follows=following.ws_follows,
+                               eats=following.eats)
+        call.id_absent = True
+        self._announce_when_settled(index, call)
+        return k + 2
+
+    def _id_may_be_absent(self, k: int) -> bool:
+        """Whether step k (a literal) is the literal before an id that has a literal with a
+        word after it: the id may be left out with them. (Inside a JSON call object, the
+        object read by its keys decides.)"""
+        steps = self._steps
+        json_call = self._json_call
+        return k + 2 < len(steps) and steps[k + 1].kind == CALL_ID \
+            and steps[k + 2].kind == LITERAL and bool(steps[k + 2].literal.strip()) \
+            and (json_call is None or not json_call.first <= k <= json_call.last)
+
+    def _opening_tag_or_self_closed(self, index: int, call: OpenCall,
+                                    step: CallStep) -> Generator[None, None, int]:
+        """The element's opening tag, or the element self-closed with no arguments
+        (`<invoke name="f"/>`): then its closing tag is not written either. The step read last."""
+        closed = self._self_closing
+        assert closed is not None  # (the caller's test: the layout has a self-closed form)
+        k = closed["at"]
+        if (yield from self._match(step.literal, required=False, ws_follows=step.ws_follows)):
+            return k
+        if (yield from self._match(closed["written"], required=False)):
+            self._arguments_read(call, {})
+            if closed["rest"].strip():
+                yield from self._match(closed["rest"], eats=self._steps[closed["resume"]].eats)
+            return closed["resume"]
+        # (its error)
+        yield from self._match(step.literal, ws_follows=step.ws_follows, eats=step.eats)
+        return k
+
+    def _call_object_instead(self, index: int, call: OpenCall, k: int,
+                             error: InvalidOutput) -> Generator[None, None, int]:
+        """A call the layout's reader failed at step k that is a JSON object all the same (keys
+        in another order, "parameters" for "arguments", extra keys, no id, arguments as a JSON
+        string): read by its keys, then the rest of its layout; the step read last. Else the
+        reader's `error` stands."""
+        json_call, steps = self._json_call, self._steps
+        at = call.object_at
+        if json_call is None or not json_call.first <= k <= json_call.last or at is None:
+            raise error
+        # (the object starts after that literal's text before it: is it here?)
+        if json_call.before.strip():
+            at = literal_here(self._text, at, json_call.before, True)
+            if at < 0:
+                raise error
+        yield from self._call_object_by_key(index, call, json_call.keys, at)
+        if json_call.after:
+            last = steps[json_call.last]
+            yield from self._match(json_call.after, ws_follows=last.ws_follows, eats=last.eats)
+        return json_call.last
+
+    def _call_object_by_key(self, index: int, call: OpenCall, keys: dict[str, str],
+                            at: int) -> Generator[None, None, None]:
         """tool-call, written as a JSON object in another order than the layout's: the whole
         object from where it starts, decoded, its keys mapped to the call's slots (`keys`: the
         layout's; "parameters" and "arguments" both name the arguments, other keys are not
         the call's). What the layout's reader read of it stands if the object says the same."""
         stream = self._streaming
         if stream is not None:
-            stream.pause()  # (what it gave out stays given; the rest goes out when the call is complete)
+            # (what it gave out stays given; the rest goes out when the call is complete)
+            stream.pause()
         self._pos = at
         python = self._p.python_objects
         text = yield from self._read_balanced("\"'" if python else '"', "call object")
@@ -826,114 +1065,123 @@ class Rules:
         except RecursionError:
             raise InvalidOutput("the call object is nested too deeply to read") from None
         except (ValueError, SyntaxError) as e:  # (ast's SyntaxError: not a Python literal)
-            raise InvalidOutput(f"the call is not a {'Python' if python else 'JSON'} object: {e}") from None
+            raise InvalidOutput(
+                f"the call is not a {'Python' if python else 'JSON'} object: {e}") from None
         if not isinstance(value, dict):
             raise InvalidWhole(f"the call is not a JSON object: {text[:40]!r}")
         name = value.get(keys["name"])
         if not isinstance(name, str) or not name:
             raise InvalidWhole(f"the call object has no {keys['name']!r} string: {text[:60]!r}")
-        if call["name"] is not None and call["name"] != name:
-            raise InvalidOutput(f"the call's name is {call['name']!r}, then {name!r}")
-        call["name"] = name
+        if call.name is not None and call.name != name:
+            raise InvalidOutput(f"the call's name is {call.name!r}, then {name!r}")
+        call.name = name
         if "id" in keys:
             found = value.get(keys["id"])
             if found is not None and not isinstance(found, str):
                 raise InvalidOutput(f"the call's {keys['id']!r} is not a string: {found!r}")
-            if call["id"] is not None and found is not None and call["id"] != found:
-                raise InvalidOutput(f"the call's id is {call['id']!r}, then {found!r}")
-            call["id"] = call["id"] or found
-        named = [k for k in (keys["arguments"], ARGUMENTS_ALIASES.get(keys["arguments"])) if k in value]
+            if call.id is not None and found is not None and call.id != found:
+                raise InvalidOutput(f"the call's id is {call.id!r}, then {found!r}")
+            call.id = call.id or found
+        named = [k for k in (keys["arguments"], ARGUMENTS_ALIASES.get(keys["arguments"]))
+                 if k in value]
         arguments = value[named[0]] if named else {}
         if len(named) > 1:
-            call["bad"] = f"the call object has both {named[0]!r} and {named[1]!r}"
+            call.bad = f"the call object has both {named[0]!r} and {named[1]!r}"
             return
         if isinstance(arguments, str):  # (arguments as a JSON string of the object)
             try:
                 arguments = JSON_DECODER.decode(arguments)
             except (ValueError, RecursionError):
-                call["bad"] = f"the arguments string is not a JSON object: {arguments[:40]!r}"
+                call.bad = f"the arguments string is not a JSON object: {arguments[:40]!r}"
                 return
         if not isinstance(arguments, dict):
-            call["bad"] = "the arguments are not an object"
+            call.bad = "the arguments are not an object"
             return
-        call["bad"] = None
+        call.bad = None
         self._arguments_read(call, arguments)
-        if "id" not in keys or call["id"] is not None:
+        if "id" not in keys or call.id is not None:
             self._announce_when_settled(index, call)
 
-    def _announce_when_settled(self, index, call):
+    def _announce_when_settled(self, index: int, call: OpenCall) -> None:
         """The header goes out once the name (and the id, when the layout has one) is read, and
         is a name of an offered tool (when tools were offered: another name is never announced)."""
-        if not call["announced"] and call["name"] and (call["id"] or not self._p.call_has_id or call["id_absent"]) and (
-                not self._tools or call["name"] in self._tools):
-            call["announced"] = True
+        if not call.announced and call.name and (
+                call.id or not self._p.call_has_id or call.id_absent) and (
+                not self._tools or call.name in self._tools):
+            call.announced = True
             self._announce(index, call)
 
-    def _end_call(self, index, call):
-        """The call's layout is read: the call, or (an unknown tool, arguments that do not read) an error."""
+    def _end_call(self, index: int, call: OpenCall) -> None:
+        """The call's layout is read: the call, or (an unknown tool, arguments that do not read)
+        an error."""
         stream, self._streaming, self._open_call = self._streaming, None, None
-        if self._tools and call["name"] not in self._tools:
+        if self._tools and call.name not in self._tools:
             # Parsing is not authorization, but a call of a tool nobody offered is not a call.
-            self._error("unknown_tool", f"call {index} names {call['name']!r}, which is not an offered tool",
+            self._error("unknown_tool",
+                        f"call {index} names {call.name!r}, which is not an offered tool",
                         self._offset())
             return  # (its header never went out: it takes no index)
         streamed = "".join(stream.out) if stream is not None else ""
-        bad = call["bad"]
-        if bad is None and not call["arguments"].startswith(streamed):
-            # (never: a stream gives out only what the final text writes; if it did, the call is not trusted)
-            bad = f"the streamed arguments {streamed[:40]!r} are not the call's: a tplparse bug, please report it"
+        bad = call.bad
+        if bad is None:
+            # (arguments that read are set: see _arguments_read)
+            assert call.arguments is not None
+            if not call.arguments.startswith(streamed):
+                # (never: a stream gives out only what the final text writes; if it did, the
+                # call is not trusted)
+                bad = (f"the streamed arguments {streamed[:40]!r} are not the call's: a "
+                       "tplparse bug, please report it")
         if bad is not None:
-            message = f"call {index} ({call['name']}): {bad}"
+            message = f"call {index} ({call.name}): {bad}"
             self._error("invalid_arguments", message, self._offset())
-            if call["announced"]:
+            if call.announced:
                 self._drop_call(index, "invalid_arguments", message)
                 self._invalid_calls += 1  # (its header went out: its index stays taken)
             return
-        if not call["announced"]:
-            call["announced"] = True
+        if not call.announced:
+            call.announced = True
             self._announce(index, call)
-        self._complete_call(index, call, streamed)
+        self._complete_call(index, call, self._offset(), streamed)
 
-    def _stream_arguments(self):
-        """The open call's argument stream reads what has arrived; its delta, if it settled any."""
-        stream = self._streaming
-        piece = stream.advance(self._text, self._eof)
-        if piece:
-            self._arguments_delta(stream.index, piece)
-
-    def _stream_argument(self, st, key, value):
+    def _stream_argument(self, st: _KeyValueRead, key: str, value: JSONValue) -> None:
         """A key/value argument is read: it goes out (the rest of it, if its string ran
         ahead), unless the arguments went wrong (then nothing more goes out)."""
+        stream = self._streaming
+        assert isinstance(stream, KeyValueStream)  # (the callers': key/value arguments stream)
         if st.bad is None:
-            self._stream_piece(self._streaming.argument(key, value, self._text))
+            self._stream_piece(stream.argument(key, value, self._text))
         else:
-            self._streaming.pause()
+            stream.pause()
 
-    def _stream_piece(self, piece):
+    def _stream_piece(self, piece: str) -> None:
         if piece:
-            self._arguments_delta(self._streaming.index, piece)
+            stream = self._streaming
+            assert stream is not None  # (the callers': a piece of the open call's stream)
+            self._arguments_delta(stream.index, piece)
 
     # --- arguments ----------------------------------------------------------------------
 
-    def _arguments_here(self, call, closing):
+    def _arguments_here(self, call: OpenCall, closing: ArgumentsEnd) -> bool:
         """arguments, when they can be read from what is here: a JSON object that is all here
         (decoded in one C call), or key/value arguments whose reader did not have to wait.
-        False (nothing consumed, or a key/value reader left waiting in `call["pending"]`)."""
+        False (nothing consumed, or a key/value reader left waiting in `call.pending`)."""
         p = self._p
         if p.object_arguments:
             if p.python_objects:
                 return False
             text = self._text
-            pos = SPACES.match(text, self._pos).end()
-            # (not tried before a "}" is here: a failed decode counts the lines of what it is given)
+            pos = SPACES.match(text, self._pos).end()  # type: ignore[union-attr]
+            # (not tried before a "}" is here: a failed decode counts the lines of what it is
+            # given)
             if not text.startswith("{", pos) or text.rfind("}") < pos:
                 return False
             # Decoded in a window that ends with the call's next literal, not in the whole
             # buffer: a decode that fails counts the lines before it, and a stream of invalid
             # calls must cost linear time. (The object may hold that literal inside a string:
             # then the window cuts it, the decode fails, and the waiting reader reads it.)
-            at = text.find(closing[0], pos) if closing[0] else -1
-            window, start = (text[pos:at + len(closing[0])], 0) if at != -1 else (text, pos)
+            literal = closing.literal
+            at = text.find(literal, pos) if literal else -1
+            window, start = (text[pos:at + len(literal)], 0) if at != -1 else (text, pos)
             try:
                 value, end = JSON_DECODER.raw_decode(window, start)
             except (ValueError, RecursionError):
@@ -943,74 +1191,87 @@ class Rules:
             if not isinstance(value, dict):
                 return False
             try:
-                call["arguments"] = arguments_json(value)
+                call.arguments = arguments_json(value)
             except BadArguments:
                 return False
             self._pos = end
             return True
-        read = (self._kv_read_state or self._new_kv_read()).start(self._properties.get(call["name"]) or {}, closing,
+        properties = self._properties.get(call.name) if call.name is not None else None
+        read = (self._kv_read_state or self._new_kv_read()).start(properties or {}, closing,
                                                                   self._after_arguments)
         if not self._kv_steps_here(read):
-            call["pending"] = read  # a step must wait: the waiting steps go on from it
+            call.pending = read  # a step must wait: the waiting steps go on from it
             return False
         if read.bad is not None:
-            call["bad"] = str(read.bad)
+            call.bad = str(read.bad)
         else:
             self._arguments_read(call, read.arguments)
         return True
 
-    def _new_kv_read(self):
-        self._kv_read_state = _KeyValueRead(self._p.key_values)
+    def _new_kv_read(self) -> _KeyValueRead:
+        kv = self._p.key_values
+        assert kv is not None  # (a format whose arguments are key/value has their format)
+        self._kv_read_state = _KeyValueRead(kv)
         return self._kv_read_state
 
-    def _arguments_waiting(self, call, closing, then=""):
+    def _arguments_waiting(self, call: OpenCall, closing: ArgumentsEnd,
+                           then: str = "") -> Generator[None, None, None]:
         """arguments, waiting for them as they arrive (`then`: the text the template writes after
-        them, Protocol.after_arguments, which feed() may wait for as well before the parse reads on)."""
+        them, Protocol.after_arguments, which feed() may wait for as well before the parse reads
+        on)."""
         p = self._p
         if p.object_arguments:
             if self._json_call is not None:
                 yield from self._skip_ws()
                 if self._text.startswith('"', self._pos):
-                    raise InvalidOutput("the arguments are a JSON string")  # (the call object is read by its keys)
-            stream = None
-            if call["announced"]:  # the arguments go out as they arrive (the reader runs the stream)
-                stream = self._streaming = ObjectStream(call["index"], self._pos, p.python_objects)
+                    # (the call object is read by its keys)
+                    raise InvalidOutput("the arguments are a JSON string")
+            stream: ObjectStream | None = None
+            if call.announced:  # the arguments go out as they arrive (the reader runs the stream)
+                stream = self._streaming = ObjectStream(call.index, self._pos, p.python_objects)
             try:
                 value = yield from self._object_arguments(then, stream)
-                # (a JSON object its stream read to the end, giving out all of it: its text is
-                # the canonical text of the object, decoded and written again)
-                call["arguments"] = "".join(stream.out) if value is None else arguments_json(value)
+                if value is None:
+                    # (a JSON object its stream read to the end, giving out all of it: its text
+                    # is the canonical text of the object, decoded and written again)
+                    assert stream is not None  # (None: that stream's answer)
+                    call.arguments = "".join(stream.out)
+                else:
+                    call.arguments = arguments_json(value)
             except BadArguments as e:
-                call["bad"] = str(e)
+                call.bad = str(e)
             return
-        read, call["pending"] = call["pending"], None
-        if call["announced"]:  # each argument goes out once read (a raw string as it arrives)
-            stream = self._streaming = KeyValueStream(call["index"])
+        read: _KeyValueRead | None
+        read, call.pending = call.pending, None
+        if call.announced:  # each argument goes out once read (a raw string as it arrives)
+            kv_stream = self._streaming = KeyValueStream(call.index)
             if read is not None:
                 for key, value in read.arguments.items():
-                    self._stream_piece(stream.argument(key, value, self._text))
+                    self._stream_piece(kv_stream.argument(key, value, self._text))
                 if read.bad is not None:
-                    stream.pause()
+                    kv_stream.pause()
         if read is None:  # (not tried on what is here yet)
-            read = (self._kv_read_state or self._new_kv_read()).start(self._properties.get(call["name"]) or {},
-                                                                      closing, then)
+            properties = self._properties.get(call.name) if call.name is not None else None
+            read = (self._kv_read_state or self._new_kv_read()).start(properties or {}, closing,
+                                                                      then)
             if not self._kv_steps_here(read):
                 yield from self._kv_steps_waiting(read)
         else:
             yield from self._kv_steps_waiting(read)
         if read.bad is not None:
-            call["bad"] = str(read.bad)
+            call.bad = str(read.bad)
         else:
             self._arguments_read(call, read.arguments)
 
-    def _arguments_read(self, call, arguments):
+    def _arguments_read(self, call: OpenCall, arguments: dict[str, JSONValue]) -> None:
         """The arguments are read: as JSON text, or (a value JSON cannot hold) bad."""
         try:
-            call["arguments"] = arguments_json(arguments)
+            call.arguments = arguments_json(arguments)
         except BadArguments as e:
-            call["bad"] = str(e)
+            call.bad = str(e)
 
-    def _object_arguments(self, then="", stream=None):
+    def _object_arguments(self, then: str = "", stream: ObjectStream | None = None
+                          ) -> Generator[None, None, dict[str, JSONValue] | None]:
         """arguments: one object, a JSON object or a Python dict, brackets balanced; None when
         `stream`, the JSON object's argument stream, read it to its end (its text is the
         object's canonical text: nothing to decode)."""
@@ -1024,7 +1285,8 @@ class Rules:
         except RecursionError:
             raise BadArguments("the arguments are nested too deeply to read") from None
         except (ValueError, SyntaxError, MemoryError) as e:
-            raise BadArguments(f"the arguments are not valid {'Python' if python else 'JSON'}: {e}") from None
+            raise BadArguments(
+                f"the arguments are not valid {'Python' if python else 'JSON'}: {e}") from None
         if not isinstance(value, dict):
             raise BadArguments("the arguments are not an object")
         return value
@@ -1037,128 +1299,170 @@ class Rules:
     # must wait; `_kv_argument_rest` reads that step and the rest of its argument with the
     # waiting readers (each tries what is here first); then whole arguments again.
 
-    def _kv_steps_here(self, st):
+    def _kv_steps_here(self, st: _KeyValueRead) -> bool:
         """Read arguments from an argument's start on what is here; True once the arguments
         are read, False at the first step that must wait (recorded in `st`, with the key and
         layout read so far)."""
-        kv = st.kv
-        text, pos, eof = self._text, self._pos, self._eof
-        arguments, first, properties = st.arguments, st.first, st.properties
-        closing, closing_word, separator, before = st.closing, st.closing_word, kv.separator, kv.before
-        key_run, quoted, quote_open, quote_close, single = kv.key_run, kv.quoted_strings, kv.quote_open, kv.quote_close, kv.single
+        text, pos, first, eof = self._text, self._pos, st.first, self._eof
+        closing, closing_word = st.closing, st.closing_word
         while True:
-            pos = SPACES.match(text, pos).end()
+            pos = SPACES.match(text, pos).end()  # type: ignore[union-attr]
+            # the arguments' end: the call's next literal (its first word), or the output's end
             if pos >= len(text) and not eof:
                 return self._kv_stop(st, pos, _KV_WS, None, None, first)
             if closing:
                 if text.startswith(closing_word, pos):
                     self._pos, st.first = pos, first
                     return True
-                if eof and self._finish in NATURAL_STOPS and pos < len(text) and stopped_in(closing_word, text[pos:]):
-                    # (`}` of `}<tool_call|>` here, the rest the engine's stop; nothing at all is
-                    # not enough: the next argument might have come)
+                if eof and self._finish in NATURAL_STOPS and pos < len(text) and stopped_in(
+                        closing_word, text[pos:]):
+                    # (`}` of `}<tool_call|>` here, the rest the engine's stop; nothing at all
+                    # is not enough: the next argument might have come)
                     self._pos, st.first = pos, first  # (the call's literal reads the rest)
                     return True
-                if not eof and len(text) - pos < len(closing_word) and closing_word.startswith(text[pos:]):
-                    return self._kv_stop(st, pos, _KV_WS, None, None, first)  # (it may still be the end)
+                if not eof and len(text) - pos < len(closing_word) and closing_word.startswith(
+                        text[pos:]):
+                    # (it may still be the end)
+                    return self._kv_stop(st, pos, _KV_WS, None, None, first)
             elif eof and pos >= len(text):
                 self._pos, st.first = pos, first
                 return True
-            if separator and not first:
-                # As rendered, and what follows is not whitespace: literal_here's answer, without the call.
-                end = pos + len(separator)
-                if text.startswith(separator, pos) and (not kv.separator_trails or end < len(text) and not text[end].isspace()):
-                    pos = end
-                else:
-                    end = literal_here(text, pos, separator, eof)
-                    if end < 0:
-                        return self._kv_stop(st, pos, _KV_SEPARATOR, None, None, first)
-                    pos = end
-            if before:
-                end = pos + len(before)
-                if text.startswith(before, pos) and (not kv.before_trails or end < len(text) and not text[end].isspace()):
-                    pos = end
-                else:
-                    end = literal_here(text, pos, before, eof)
-                    if end < 0:
-                        return self._kv_stop(st, pos, _KV_BEFORE, None, None, first)
-                    pos = end
+            # else an argument
+            pos = self._kv_opening_here(st, pos, first)
+            if pos == _STOPPED:
+                return False
             first = False
-            end = key_run(text, pos).end()
-            if not pos < end < len(text):
-                return self._kv_stop(st, pos, _KV_KEY, None, None, first)
-            key, pos = text[pos:end], end
-            layout = single
-            if layout is None:  # (several layouts: told apart by the waiting reader)
-                return self._kv_stop(st, pos, _KV_LAYOUT, key, None, first)
-            middle = layout.middle  # (no end whitespace: as rendered, it ends right after itself)
-            if not text.startswith(middle, pos):
-                return self._kv_stop(st, pos, _KV_MIDDLE, key, layout, first)
-            pos += len(middle)
-            lead = layout.middle_lead
-            # (exactly this whitespace, once: a raw value may start with whitespace of its own)
-            if lead:
-                if not text.startswith(lead, pos):
-                    return self._kv_stop(st, pos, _KV_LEAD, key, layout, first)
-                pos += len(lead)
-            # The value: raw or quoted text that is here to its end; anything else: the waiting reader.
-            ending = layout.static or layout.closing(key)  # what the layout writes after this value
-            in_quotes = False
-            if kv.open_values:
-                return self._kv_stop(st, pos, _KV_VALUE, key, layout, first)  # (see _open_value)
-            if layout.raw and kv.maybe_quoted and text.startswith(quote_open, pos):
-                at = text.find(quote_close, pos + len(quote_open))
-                if at == -1:
-                    return self._kv_stop(st, pos, _KV_VALUE, key, layout, first)
-                value, pos = text[pos + len(quote_open):at], at + len(quote_close)
-            elif layout.raw:
-                at = text.find(ending.raw_end, pos)
-                if at == -1 or kv.next_argument_search is not None and ending.after_core and (
-                        kv.next_argument_search(text, pos, at)):
-                    # (not closed yet, or something that settles an open value comes first:
-                    # the waiting reader decides, at the closing text or the end)
-                    return self._kv_stop(st, pos, _KV_VALUE, key, layout, first)
-                value, pos = text[pos:at], at
-                lead = ending.after_lead
-                if lead and value.endswith(lead):
-                    value = value[: len(value) - len(lead)]
-            elif quoted and text.startswith(quote_open, pos):
-                at = text.find(quote_close, pos + len(quote_open))
-                if at == -1:
-                    return self._kv_stop(st, pos, _KV_VALUE, key, layout, first)
-                value, pos = text[pos + len(quote_open):at], at + len(quote_close)
-                in_quotes = True
-            else:
-                return self._kv_stop(st, pos, _KV_VALUE, key, layout, first)
-            schema = properties.get(key)
-            if key in arguments:
-                st.bad = st.bad or BadArguments(f"the key {key!r} appears twice")
-            elif schema and schema.get("type") != "string":  # (a string stays as written)
-                try:
-                    arguments[key] = typed_raw(value, schema, kv.fillers, in_quotes)
-                except BadArguments as e:
-                    st.bad = st.bad or e  # the value was read; its closing text keeps the parse in step
-            else:
-                arguments[key] = value
-            if self._streaming is not None:
-                self._stream_argument(st, key, arguments.get(key))
-            after = ending.after_here
-            if after:  # (the loop skips whitespace next)
-                if text.startswith(after, pos):  # as rendered: its end whitespace takes all there is
-                    pos = SPACES.match(text, pos + len(after)).end() if ending.after_trails else pos + len(after)
-                else:
-                    end = literal_here(text, pos, after, True)
-                    if end < 0:
-                        return self._kv_stop(st, pos, _KV_AFTER, key, layout, first)
-                    pos = end
+            pos = self._kv_argument_here(st, pos)
+            if pos == _STOPPED:
+                return False
 
-    def _kv_stop(self, st, pos, step, key, layout, first):
-        """Where `_kv_steps_here` stopped: the step that must wait, and what its argument has read."""
-        self._pos = pos
-        st.step, st.key, st.layout, st.first = step, key, layout, first
+    def _kv_opening_here(self, st: _KeyValueRead, pos: int, first: bool) -> int:
+        """separator (not before the first argument), then the text before a key, on what is
+        here: where the key starts, or _STOPPED (the step that must wait recorded)."""
+        kv, text, eof = st.kv, self._text, self._eof
+        separator, before = kv.separator, kv.before
+        if separator and not first:
+            # As rendered, and what follows is not whitespace: literal_here's answer, without
+            # the call.
+            end = pos + len(separator)
+            if text.startswith(separator, pos) and (
+                    not kv.separator_trails or end < len(text) and not text[end].isspace()):
+                pos = end
+            else:
+                end = literal_here(text, pos, separator, eof)
+                if end < 0:
+                    return self._kv_wait(st, pos, _KV_SEPARATOR, None, None, first)
+                pos = end
+        if before:
+            end = pos + len(before)
+            if text.startswith(before, pos) and (
+                    not kv.before_trails or end < len(text) and not text[end].isspace()):
+                pos = end
+            else:
+                end = literal_here(text, pos, before, eof)
+                if end < 0:
+                    return self._kv_wait(st, pos, _KV_BEFORE, None, None, first)
+                pos = end
+        return pos
+
+    def _kv_argument_here(self, st: _KeyValueRead, pos: int) -> int:
+        """argument: key, middle, value and the text after it, on what is here: where the
+        argument ends, or _STOPPED (the step that must wait recorded)."""
+        kv, text = st.kv, self._text
+        end = kv.key_run(text, pos).end()  # type: ignore[union-attr]
+        if not pos < end < len(text):
+            return self._kv_wait(st, pos, _KV_KEY, None, None, False)
+        key, pos = text[pos:end], end
+        layout = kv.single
+        if layout is None:  # (several layouts: told apart by the waiting reader)
+            return self._kv_wait(st, pos, _KV_LAYOUT, key, None, False)
+        middle = layout.middle  # (no end whitespace: as rendered, it ends right after itself)
+        if not text.startswith(middle, pos):
+            return self._kv_wait(st, pos, _KV_MIDDLE, key, layout, False)
+        pos += len(middle)
+        lead = layout.middle_lead
+        # (exactly this whitespace, once: a raw value may start with whitespace of its own)
+        if lead:
+            if not text.startswith(lead, pos):
+                return self._kv_wait(st, pos, _KV_LEAD, key, layout, False)
+            pos += len(lead)
+        ending = layout.static or layout.closing(key)  # what the layout writes after this value
+        # (open: see _open_value)
+        found = None if kv.open_values else self._kv_value_here(kv, layout, ending, pos)
+        if found is None:
+            # anything but raw or quoted text that is here to its end: the waiting reader
+            return self._kv_wait(st, pos, _KV_VALUE, key, layout, False)
+        # the value, typed by the tool's schema and kept (and streamed), or the arguments are
+        # bad (a key twice, a value its type refuses)
+        arguments, value = st.arguments, found.value
+        schema = st.properties.get(key)
+        if key in arguments:
+            st.bad = st.bad or BadArguments(f"the key {key!r} appears twice")
+        elif schema and schema.get("type") != "string":  # (a string stays as written)
+            try:
+                arguments[key] = typed_raw(value, schema, kv.fillers, found.in_quotes)
+            except BadArguments as e:
+                # the value was read; its closing text keeps the parse in step
+                st.bad = st.bad or e
+        else:
+            arguments[key] = value
+        if self._streaming is not None:
+            self._stream_argument(st, key, arguments.get(key))
+        pos = found.end
+        after = ending.after_here
+        if after:  # (the loop skips whitespace next)
+            if text.startswith(after, pos):  # as rendered: its end whitespace takes all there is
+                pos = (SPACES.match(text, pos + len(after)).end()  # type: ignore[union-attr]
+                       if ending.after_trails else pos + len(after))
+            else:
+                end = literal_here(text, pos, after, True)
+                if end < 0:
+                    return self._kv_wait(st, pos, _KV_AFTER, key, layout, False)
+                pos = end
+        return pos
+
+    def _kv_value_here(self, kv: KeyValueFormat, layout: ArgumentLayout, ending: Closing,
+                       pos: int) -> ValueHere | None:
+        """value: raw or quoted text that is here to its end (ValueHere), else None."""
+        text = self._text
+        quote_open, quote_close = kv.quote_open, kv.quote_close
+        if layout.raw and kv.maybe_quoted and text.startswith(quote_open, pos):
+            at = text.find(quote_close, pos + len(quote_open))
+            return None if at == -1 else ValueHere(text[pos + len(quote_open):at],
+                                                   at + len(quote_close), False)
+        if layout.raw:
+            at = text.find(ending.raw_end, pos)
+            if at == -1 or kv.next_argument_search is not None and ending.after_core and (
+                    kv.next_argument_search(text, pos, at)):
+                # (not closed yet, or something that settles an open value comes first:
+                # the waiting reader decides, at the closing text or the end)
+                return None
+            value = text[pos:at]
+            lead = ending.after_lead
+            if lead and value.endswith(lead):
+                value = value[: len(value) - len(lead)]
+            return ValueHere(value, at, False)
+        if kv.quoted_strings and text.startswith(quote_open, pos):
+            at = text.find(quote_close, pos + len(quote_open))
+            return None if at == -1 else ValueHere(text[pos + len(quote_open):at],
+                                                   at + len(quote_close), True)
+        return None
+
+    def _kv_stop(self, st: _KeyValueRead, pos: int, step: int, key: str | None,
+                 layout: ArgumentLayout | None, first: bool) -> bool:
+        """`_kv_steps_here` stopped: False (see _kv_wait)."""
+        self._kv_wait(st, pos, step, key, layout, first)
         return False
 
-    def _kv_steps_waiting(self, st):
+    def _kv_wait(self, st: _KeyValueRead, pos: int, step: int, key: str | None,
+                 layout: ArgumentLayout | None, first: bool) -> int:
+        """Where a reader of what is here stopped: the step that must wait, and what its
+        argument has read; _STOPPED."""
+        self._pos = pos
+        st.step, st.key, st.layout, st.first = step, key, layout, first
+        return _STOPPED
+
+    def _kv_steps_waiting(self, st: _KeyValueRead) -> Generator[None, None, None]:
         """The arguments from the step `_kv_steps_here` stopped at: the rest of that argument
         waited for, then whole arguments from what is here again."""
         while True:
@@ -1166,7 +1470,7 @@ class Rules:
             if self._kv_steps_here(st):
                 return
 
-    def _kv_argument_rest(self, st):
+    def _kv_argument_rest(self, st: _KeyValueRead) -> Generator[None, None, None]:
         """One argument's steps from `st.step` on, with the waiting readers."""
         kv = st.kv
         step = st.step
@@ -1178,7 +1482,8 @@ class Rules:
                 yield from self._expect_one_of(st.after_value)
             yield from self._skip_ws()
             if st.closing:
-                yield from self._peek(st.closing_word)  # (decided as soon as what is here is not its start)
+                # (decided as soon as what is here is not its start)
+                yield from self._peek(st.closing_word)
             return
         if step <= _KV_SEPARATOR and kv.separator and not self._here(kv.separator):
             yield from self._match(kv.separator)
@@ -1187,19 +1492,21 @@ class Rules:
                 yield from self._match(kv.before)
             st.first = False
         if step <= _KV_KEY:
-            st.key = self._run_here(NAME_CHARS) or (yield from self._read_while(NAME_CHARS, "argument name", kv.key_then))
+            st.key = self._run_here(NAME_CHARS) or (
+                yield from self._read_while(NAME_CHARS, "argument name", kv.key_then))
         if step <= _KV_LAYOUT:
             st.layout = kv.single or (yield from self._argument_layout(kv))
-        layout = st.layout
+        key, layout = st.key, st.layout
+        assert key is not None and layout is not None  # (read above, or before the step waited)
         if step <= _KV_MIDDLE and not self._here(layout.middle):
             yield from self._match(layout.middle)
         lead = layout.middle_lead
         # (exactly this whitespace, once: a raw value may start with whitespace of its own)
-        if step <= _KV_LEAD and lead and (self._text.startswith(lead, self._pos) or (yield from self._peek(lead))):
+        if step <= _KV_LEAD and lead and (self._text.startswith(lead, self._pos)
+                                          or (yield from self._peek(lead))):
             self._pos += len(lead)
-        ending = layout.closing(st.key)
+        ending = layout.closing(key)
         if step <= _KV_VALUE:
-            key = st.key
             # (a key read twice is the error, whatever its value: as _kv_steps_here says it)
             twice = BadArguments(f"the key {key!r} appears twice") if key in st.arguments else None
             if twice is not None and self._streaming is not None:
@@ -1210,22 +1517,25 @@ class Rules:
                     raise twice
                 st.arguments[key] = value
             except BadArguments as e:
-                st.bad = st.bad or twice or e  # the value was read; its closing text keeps the parse in step
+                # the value was read; its closing text keeps the parse in step
+                st.bad = st.bad or twice or e
             if self._streaming is not None:
                 self._stream_argument(st, key, st.arguments.get(key))
         if st.unclosed:
             st.unclosed = False  # (its closing text never came: what settled it comes next)
-        elif ending.after_core and not self._here(ending.after, True):  # (the loop skips whitespace next)
+        elif ending.after_core and not self._here(ending.after, True):
+            # (the loop skips whitespace next)
             yield from self._match(ending.after, ws_follows=True)
         st.step = _KV_WS
 
-    def _argument_layout(self, kv):
+    def _argument_layout(self, kv: KeyValueFormat) -> Generator[None, None, ArgumentLayout]:
         """Which layout this argument uses: the one whose middle text comes next, read as
         `_match` reads it (whitespace runs of the template's text match any whitespace or none,
         as the grammar's do); the longest first, and not before what has come could only be
         the start of a longer one. Ended inside a middle: a cut, not a wrong layout."""
         longest = max(len(a.middle.strip()) for a in kv.layouts)
-        yield from self._need(longest + 8)  # (and so the message below quotes the same text on every chunking)
+        # (and so the message below quotes the same text on every chunking)
+        yield from self._need(longest + 8)
         layouts = sorted(kv.layouts, key=lambda a: -len(a.middle_full))
         while True:
             found = [literal_prefix_here(self._text, self._pos, a.middle) for a in layouts]
@@ -1239,50 +1549,66 @@ class Rules:
             raise TruncatedOutput(f"the output ended inside an argument's layout at {seen!r}")
         raise InvalidOutput(f"an argument's layout is not recognised at {seen!r}")
 
-    def _argument_value(self, kv, layout, ending, st, key):
-        """argument-value: raw text, quoted text, JSON, a Python literal or the format's notation."""
+    def _argument_value(self, kv: KeyValueFormat, layout: ArgumentLayout, ending: Closing,
+                        st: _KeyValueRead, key: str) -> Generator[None, None, JSONValue]:
+        """argument-value: raw text, quoted text, JSON, a Python literal or the format's
+        notation."""
         schema = st.properties.get(key)
         if self._available() < kv.value_min:
             yield from self._need(kv.value_min)
-        if kv.maybe_quoted and (len(kv.layouts) == 1 or layout.kind == "string") and (
-                yield from self._peek(kv.quote_open)):
+        string_layout = len(kv.layouts) == 1 or layout.kind == "string"
+        if kv.maybe_quoted and string_layout and (yield from self._peek(kv.quote_open)):
             # a raw string in the format's quotes (CDATA): to the closing quote, then as raw text
-            self._pos += len(kv.quote_open)
-            text = self._until_here(kv.quote_close)
-            if text is None:
-                self._open_raw_string(key, schema, (kv.quote_close,))
-                text = yield from self._read_until(kv.quote_close, "argument value")
-            self._pos += len(kv.quote_close)
-            return typed_raw(text, schema, quoted=True)
+            return typed_raw((yield from self._quoted_value(kv, key, schema)), schema, quoted=True)
         if kv.open_values:
             return (yield from self._open_value(st, key, schema))
-        if kv.raw_strings and (len(kv.layouts) == 1 or layout.kind == "string"):
-            stop = ending.raw_end
-            settling = st.settling if ending.after_core else None
-            text = self._until_here(stop)
-            if text is not None and settling is not None and kv.next_argument_search and kv.next_argument_search(text):
-                self._pos -= len(text)  # (something that settles an open value comes first)
-                text = None
-            if text is None:
-                stops, spaces = _raw_stops(kv, ending, settling is not None, st)
-                self._open_raw_string(key, schema, stops)
-                text = yield from (self._read_raw_value(st, key, stop, settling, spaces) if settling is not None
-                                   else self._read_until(stop, "argument value"))
-            lead = ending.after_lead
-            if lead and text.endswith(lead) and not st.unclosed:
-                text = text[: len(text) - len(lead)]
-            return typed_raw(text, schema, kv.fillers)
+        if kv.raw_strings and string_layout:
+            return typed_raw((yield from self._raw_value(kv, ending, st, key, schema)), schema,
+                             kv.fillers)
         if kv.quoted_strings and self._text.startswith(kv.quote_open, self._pos):
-            self._pos += len(kv.quote_open)
-            text = self._until_here(kv.quote_close)
-            if text is None:
-                self._open_raw_string(key, schema, (kv.quote_close,))
-                text = yield from self._read_until(kv.quote_close, "argument value")
-            self._pos += len(kv.quote_close)
-            return typed_raw(text, schema, quoted=True)
+            return typed_raw((yield from self._quoted_value(kv, key, schema)), schema, quoted=True)
         if kv.native:
             text = yield from self._read_native(kv.fmt)
             return decode_native(text, kv.fmt)
+        return (yield from self._encoded_value(kv, layout, ending, key, schema))
+
+    def _quoted_value(self, kv: KeyValueFormat, key: str,
+                      schema: SchemaValue) -> Generator[None, None, str]:
+        """argument-value, in the format's quotes: the text between them (the quote is here)."""
+        self._pos += len(kv.quote_open)
+        text = self._until_here(kv.quote_close)
+        if text is None:
+            self._open_raw_string(key, schema, (kv.quote_close,))
+            text = yield from self._read_until(kv.quote_close, "argument value")
+        self._pos += len(kv.quote_close)
+        return text
+
+    def _raw_value(self, kv: KeyValueFormat, ending: Closing, st: _KeyValueRead, key: str,
+                   schema: SchemaValue) -> Generator[None, None, str]:
+        """argument-value, raw: the text up to its closing text (or, that missing, to what
+        settles it), less the whitespace the layout writes before that."""
+        stop = ending.raw_end
+        settling = st.settling if ending.after_core else None
+        text = self._until_here(stop)
+        if text is not None and settling is not None and kv.next_argument_search and (
+                kv.next_argument_search(text)):
+            self._pos -= len(text)  # (something that settles an open value comes first)
+            text = None
+        if text is None:
+            stops, spaces = _raw_stops(kv, ending, settling is not None, st)
+            self._open_raw_string(key, schema, stops)
+            text = yield from (self._read_raw_value(st, key, stop, settling, spaces)
+                               if settling is not None
+                               else self._read_until(stop, "argument value"))
+        lead = ending.after_lead
+        if lead and text.endswith(lead) and not st.unclosed:
+            text = text[: len(text) - len(lead)]
+        return text
+
+    def _encoded_value(self, kv: KeyValueFormat, layout: ArgumentLayout, ending: Closing, key: str,
+                       schema: SchemaValue) -> Generator[None, None, JSONValue]:
+        """argument-value, encoded: JSON or a Python literal (streamed as it arrives when its
+        schema takes it as written), or a typed value up to its layout's closing text."""
         python = any(kv.encoders.get(k) in ("python", "jinja") for k in (layout.kind, "string"))
         if ending.after_core and layout.kind != "string":
             # A typed value runs to its layout's closing text (DSML: string="false">3</parameter>).
@@ -1294,6 +1620,7 @@ class Rules:
             else:
                 # A JSON or Python value (pythonic calls): it goes out as it arrives, through
                 # a stream of its own while it is read.
+                assert isinstance(stream, KeyValueStream)  # (key/value arguments' stream)
                 piece, self._streaming = stream.open_value(key, self._pos, python)
                 if self._streaming is not None:
                     self._stream_piece(piece)
@@ -1302,7 +1629,7 @@ class Rules:
                 self._streaming = stream  # (an error above ends the call, and its streams)
         return schema_value(_decoded(text), schema)
 
-    def _streams_as_written(self, schema):
+    def _streams_as_written(self, schema: SchemaValue) -> Generator[None, None, bool]:
         """Whether a JSON or Python value about to be read is one its schema takes as it is
         written, so that it may go out as it arrives: the schema types nothing, or its first
         character opens an object or array the schema allows (any other value may be read
@@ -1314,7 +1641,8 @@ class Rules:
         first = self._text[self._pos:self._pos + 1]
         return first == "{" and "object" in kinds or first == "[" and "array" in kinds
 
-    def _open_value(self, st, key, schema):
+    def _open_value(self, st: _KeyValueRead, key: str,
+                    schema: SchemaValue) -> Generator[None, None, JSONValue]:
         """A value the layout writes nothing after (`key=value, key=value)`, strings raw): an
         object or array (`{` or `[` first, where the schema allows one or there is none) runs
         as its brackets balance and reads as JSON or a Python literal; any other value is the
@@ -1339,7 +1667,8 @@ class Rules:
                 self._stream_arguments()
             yield
 
-    def _read_raw_value(self, st, key, stop, settling, spaces):
+    def _read_raw_value(self, st: _KeyValueRead, key: str, stop: str, settling: Search,
+                        spaces: tuple[str, str] | None) -> Generator[None, None, str]:
         """A raw value up to its closing text `stop`, where a value left open (its closing text
         missing) is settled by what follows it (`settling`: the next argument's opener, the
         call's closing word). Closed, with the next argument's opener inside it: two readings
@@ -1360,7 +1689,8 @@ class Rules:
                 if found is not None:
                     st.bad = st.bad or BadArguments(
                         f"two readings of {key!r}: a value holding {found.group()!r} "
-                        f"({value[:40]!r}), or a value without its {stop!r} ({value[:found.start()][:40]!r}) "
+                        f"({value[:40]!r}), or a value without its {stop!r} "
+                        f"({value[:found.start()][:40]!r}) "
                         f"and {found.group()!r} after it; not guessed")
                 return value
             if self._eof:
@@ -1372,7 +1702,9 @@ class Rules:
                 self._pos = found.start()
                 st.unclosed = True
                 value = self._text[start:self._pos]
-                space = spaces[1] if st.closing_word and found.group() == st.closing_word else spaces[0]
+                assert spaces is not None  # (given with `settling`: see _raw_stops)
+                space = (spaces[1] if st.closing_word and found.group() == st.closing_word
+                         else spaces[0])
                 cut = next(i for i in range(len(space) + 1) if value.endswith(space[i:]))
                 return value[: len(value) - (len(space) - cut)]
             searched = max(start, len(self._text) - len(stop) + 1)
@@ -1381,19 +1713,20 @@ class Rules:
                 self._stream_arguments()
             yield
 
-    def _open_raw_string(self, key, schema, stops):
+    def _open_raw_string(self, key: str, schema: SchemaValue, stops: tuple[str, ...]) -> None:
         """A string value as written (raw, or in the format's quotes) that is still arriving:
         it goes out as it arrives, all but what may be the start of its closing text."""
         stream = self._streaming
         if stream is not None and keeps_text(schema):
+            assert isinstance(stream, KeyValueStream)  # (key/value arguments' stream)
             self._stream_piece(stream.open_string(key, self._pos, stops))
 
-    def _read_native(self, fmt):
+    def _read_native(self, fmt: ArgumentsTable) -> Generator[None, None, str]:
         """A value in the format's own notation: its quotes and brackets balanced."""
         quote_open, quote_close = fmt["quotes"]
         opens = {b[0]: b[1] for b in fmt.get("brackets", {}).values()}
         start = self._pos
-        stack = []
+        stack: list[str] = []
         while True:
             while self._pos < len(self._text):
                 if quote_open and self._text.startswith(quote_open, self._pos):

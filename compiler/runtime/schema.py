@@ -18,20 +18,32 @@ and the keyword): a keyword is never skipped in silence. tplparse's library pass
 check instead (jsonschema, every keyword: `tplparse.bridge.dispatch_check`).
 """
 
+from __future__ import annotations
+
 ###{standalone
 import math
 import re
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeGuard
+
+# A JSON Schema: an object, or a boolean (true: anything; false: nothing).
+JSONSchema = dict[str, Any] | bool
+# What one of _CHECKS finds wrong with a value (None: nothing): (value, schema, root, path,
+# depth) -> a problem.
+_Check = Callable[[Any, dict[str, Any], JSONSchema, str, int], str | None]
 
 CHECKED_KEYWORDS = frozenset({
     "type", "enum", "const", "anyOf", "oneOf", "allOf", "not", "$ref", "nullable",
     "minLength", "maxLength", "pattern",
     "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
     "items", "prefixItems", "minItems", "maxItems", "uniqueItems",
-    "properties", "required", "additionalProperties", "patternProperties", "minProperties", "maxProperties",
+    "properties", "required", "additionalProperties", "patternProperties", "minProperties",
+    "maxProperties",
 })
 ANNOTATION_KEYWORDS = frozenset({
-    "title", "description", "default", "examples", "format", "deprecated", "readOnly", "writeOnly", "$schema", "$id",
-    "$anchor", "$comment", "contentMediaType", "contentEncoding", "$defs", "definitions",
+    "title", "description", "default", "examples", "format", "deprecated", "readOnly", "writeOnly",
+    "$schema", "$id", "$anchor", "$comment", "contentMediaType", "contentEncoding", "$defs",
+    "definitions",
 })
 _SCHEMA_DEPTH = 64  # $ref chains and nesting past this are a loop, not a schema
 
@@ -47,15 +59,18 @@ class SchemaCheck:
 
     __slots__ = ("_root",)
 
-    def __init__(self, schema, where="parameters"):
+    _root: JSONSchema  # the tool's `parameters`
+
+    def __init__(self, schema: JSONSchema, where: str = "parameters") -> None:
         _refuse_unchecked(schema, schema, where, 0)
         self._root = schema
 
-    def problem(self, value):
+    def problem(self, value: Any) -> str | None:
+        """What is wrong with `value` (a decoded JSON value: Any), and where; None: nothing."""
         return _problem(value, self._root, self._root, "$", 0)
 
 
-def _subschemas(schema):
+def _subschemas(schema: dict[str, Any]) -> Iterator[tuple[str, Any]]:
     """(keyword, a subschema) for each schema inside `schema`."""
     for key in ("additionalProperties", "not", "items"):
         if isinstance(schema.get(key), (dict, bool)):
@@ -70,17 +85,22 @@ def _subschemas(schema):
                 yield f"{key}[{i}]", sub
 
 
-def _refuse_unchecked(schema, root, where, depth):
+def _refuse_unchecked(schema: object, root: JSONSchema, where: str, depth: int) -> None:
+    """SchemaError where `schema` (at `where`, `depth` schemas down from `root`) is not one the
+    check reads: not an object or a boolean, too deep, an unknown keyword, a $ref to nothing, a
+    pattern that is not one."""
     if isinstance(schema, bool):
         return
     if not isinstance(schema, dict):
-        raise SchemaError(f"{where}: a schema must be an object or a boolean, not {type(schema).__name__}")
+        raise SchemaError(f"{where}: a schema must be an object or a boolean, "
+                          f"not {type(schema).__name__}")
     if depth > _SCHEMA_DEPTH:
         raise SchemaError(f"{where}: nested more than {_SCHEMA_DEPTH} deep")
     for key in schema:
         if key not in CHECKED_KEYWORDS and key not in ANNOTATION_KEYWORDS:
-            raise SchemaError(f"{where}: the JSON Schema keyword {key!r} is not one the dispatch stream's own check "
-                              f"knows (give the parser a check that does: tplparse.bridge.dispatch_check)")
+            raise SchemaError(f"{where}: the JSON Schema keyword {key!r} is not one the dispatch "
+                              f"stream's own check knows (give the parser a check that does: "
+                              f"tplparse.bridge.dispatch_check)")
     if "$ref" in schema:
         _resolve(schema["$ref"], root, where)
     if "pattern" in schema:
@@ -89,11 +109,13 @@ def _refuse_unchecked(schema, root, where, depth):
         _refuse_unchecked(sub, root, f"{where}.{key}", depth + 1)
 
 
-def _resolve(ref, root, where="parameters"):
-    """The schema `ref` points to: a JSON pointer into this schema ("#", "#/$defs/x")."""
+def _resolve(ref: object, root: JSONSchema, where: str = "parameters") -> Any:
+    """The schema `ref` points to: a JSON pointer into this schema ("#", "#/$defs/x"). (Any:
+    a pointer may reach any JSON value; a check of it refuses what is not a schema.)"""
     if not isinstance(ref, str) or not ref.startswith("#"):
-        raise SchemaError(f"{where}: $ref {ref!r} points outside the tool's schema (only '#/...' is read)")
-    node = root
+        raise SchemaError(f"{where}: $ref {ref!r} points outside the tool's schema "
+                          f"(only '#/...' is read)")
+    node: Any = root
     for part in ref[1:].split("/")[1:] if ref != "#" else []:
         part = part.replace("~1", "/").replace("~0", "~")
         if isinstance(node, dict) and part in node:
@@ -105,19 +127,25 @@ def _resolve(ref, root, where="parameters"):
     return node
 
 
-_PATTERNS = {}
+_PATTERNS: dict[str, re.Pattern[str]] = {}
 
 
-def _pattern(pattern, where="parameters"):
+def _pattern(pattern: str, where: str = "parameters") -> re.Pattern[str]:
+    """A schema's `pattern`, compiled (cached; SchemaError: not a regular expression)."""
     if pattern not in _PATTERNS:
         try:
             _PATTERNS[pattern] = re.compile(pattern)
         except (re.error, TypeError) as e:
-            raise SchemaError(f"{where}: pattern {pattern!r} is not a regular expression Python reads ({e})") from None
+            raise SchemaError(f"{where}: pattern {pattern!r} is not a regular expression Python "
+                              f"reads ({e})") from None
     return _PATTERNS[pattern]
 
 
-def _json_type(value):
+_JSON_TYPES: dict[type, str] = {str: "string", list: "array", dict: "object"}
+
+
+def _json_type(value: Any) -> str:
+    """The JSON type of a decoded value ("unknown": not a JSON value)."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -126,33 +154,38 @@ def _json_type(value):
         return "integer"
     if isinstance(value, float):
         return "number"
-    return {str: "string", list: "array", dict: "object"}.get(type(value), "unknown")
+    return _JSON_TYPES.get(type(value), "unknown")
 
 
-def _is_type(value, name):
+def _is_type(value: Any, name: str) -> bool:
+    """Whether a decoded value is of the JSON Schema type `name` (1.0 is an integer too)."""
     kind = _json_type(value)
     if name == "number":
         return kind in ("integer", "number")
     if name == "integer":
-        return kind == "integer" or kind == "number" and math.isfinite(value) and value == int(value)
+        if kind == "number":  # (a float: one without a fraction is an integer too, 1.0)
+            number: float = value
+            return math.isfinite(number) and number == int(number)
+        return kind == "integer"
     return kind == name
 
 
-def _same(a, b):
+def _same(a: Any, b: Any) -> bool:
     """JSON equality: true is not 1, 1 is 1.0."""
     ka, kb = _json_type(a), _json_type(b)
     if {ka, kb} <= {"integer", "number"}:
-        return a == b
+        return bool(a == b)  # (numbers: a bool; `Any == Any` is Any to a type checker)
     if ka != kb:
         return False
     if ka == "array":
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
     if ka == "object":
         return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
-    return a == b
+    return bool(a == b)  # (strings, booleans, null)
 
 
-def _problem(value, schema, root, path, depth):
+def _problem(value: Any, schema: JSONSchema, root: JSONSchema, path: str,
+             depth: int) -> str | None:
     """What is wrong with `value` under `schema` (None: nothing)."""
     if schema is True or schema == {}:
         return None
@@ -169,13 +202,17 @@ def _problem(value, schema, root, path, depth):
     return None
 
 
-def _check_ref(value, schema, root, path, depth):
+def _check_ref(value: Any, schema: dict[str, Any], root: JSONSchema, path: str,
+               depth: int) -> str | None:
+    """The schema a $ref points to."""
     if "$ref" in schema:
         return _problem(value, _resolve(schema["$ref"], root), root, path, depth + 1)
     return None
 
 
-def _check_type(value, schema, root, path, depth):
+def _check_type(value: Any, schema: dict[str, Any], root: JSONSchema, path: str,
+                depth: int) -> str | None:
+    """type (a name, or a list of names)."""
     types = schema.get("type")
     if types is None:
         return None
@@ -185,7 +222,9 @@ def _check_type(value, schema, root, path, depth):
     return None
 
 
-def _check_values(value, schema, root, path, depth):
+def _check_values(value: Any, schema: dict[str, Any], root: JSONSchema, path: str,
+                  depth: int) -> str | None:
+    """enum, const."""
     if "enum" in schema and not any(_same(value, option) for option in schema["enum"]):
         return f"{path}: {_short(value)} is not one of {_short(schema['enum'])}"
     if "const" in schema and not _same(value, schema["const"]):
@@ -193,15 +232,19 @@ def _check_values(value, schema, root, path, depth):
     return None
 
 
-def _check_combined(value, schema, root, path, depth):
+def _check_combined(value: Any, schema: dict[str, Any], root: JSONSchema, path: str,
+                    depth: int) -> str | None:
+    """allOf, anyOf, oneOf, not."""
     for sub in schema.get("allOf") or ():
         problem = _problem(value, sub, root, path, depth + 1)
         if problem is not None:
             return problem
-    if "anyOf" in schema and all(_problem(value, sub, root, path, depth + 1) is not None for sub in schema["anyOf"]):
+    if "anyOf" in schema and all(_problem(value, sub, root, path, depth + 1) is not None
+                                 for sub in schema["anyOf"]):
         return f"{path}: {_short(value)} matches none of anyOf's schemas"
     if "oneOf" in schema:
-        matching = sum(_problem(value, sub, root, path, depth + 1) is None for sub in schema["oneOf"])
+        matching = sum(_problem(value, sub, root, path, depth + 1) is None
+                       for sub in schema["oneOf"])
         if matching != 1:
             return f"{path}: {_short(value)} matches {matching} of oneOf's schemas, not exactly one"
     if "not" in schema and _problem(value, schema["not"], root, path, depth + 1) is None:
@@ -209,7 +252,9 @@ def _check_combined(value, schema, root, path, depth):
     return None
 
 
-def _check_string(value, schema, root, path, depth):
+def _check_string(value: Any, schema: dict[str, Any], root: JSONSchema, path: str,
+                  depth: int) -> str | None:
+    """minLength, maxLength, pattern (of a string)."""
     if not isinstance(value, str):
         return None
     if "minLength" in schema and len(value) < schema["minLength"]:
@@ -221,7 +266,9 @@ def _check_string(value, schema, root, path, depth):
     return None
 
 
-def _check_number(value, schema, root, path, depth):
+def _check_number(value: Any, schema: dict[str, Any], root: JSONSchema, path: str,
+                  depth: int) -> str | None:
+    """minimum, maximum, exclusiveMinimum, exclusiveMaximum, multipleOf (of a number)."""
     if _json_type(value) not in ("integer", "number"):
         return None
     low, high = schema.get("minimum"), schema.get("maximum")
@@ -246,11 +293,14 @@ def _check_number(value, schema, root, path, depth):
     return None
 
 
-def _is_number(value):
+def _is_number(value: Any) -> TypeGuard[int | float]:
+    """Whether a decoded value is a number (true is not one)."""
     return _json_type(value) in ("integer", "number")
 
 
-def _check_array(value, schema, root, path, depth):
+def _check_array(value: Any, schema: dict[str, Any], root: JSONSchema, path: str,
+                 depth: int) -> str | None:
+    """minItems, maxItems, uniqueItems, prefixItems, items (of an array)."""
     if not isinstance(value, list):
         return None
     if "minItems" in schema and len(value) < schema["minItems"]:
@@ -275,7 +325,9 @@ def _check_array(value, schema, root, path, depth):
     return None
 
 
-def _check_object(value, schema, root, path, depth):
+def _check_object(value: Any, schema: dict[str, Any], root: JSONSchema, path: str,
+                  depth: int) -> str | None:
+    """required, minProperties, maxProperties, then each property's schema (of an object)."""
     if not isinstance(value, dict):
         return None
     for name in schema.get("required") or ():
@@ -304,38 +356,43 @@ def _check_object(value, schema, root, path, depth):
                     return problem
         if not matched:
             if extra is False:
-                return f"{path}: the property {name!r} is not allowed (additionalProperties is false)"
+                return (f"{path}: the property {name!r} is not allowed "
+                        f"(additionalProperties is false)")
             problem = _problem(item, extra, root, where, depth + 1)
             if problem is not None:
                 return problem
     return None
 
 
-_CHECKS = (_check_ref, _check_type, _check_values, _check_combined, _check_string, _check_number, _check_array,
-           _check_object)
+_CHECKS: tuple[_Check, ...] = (_check_ref, _check_type, _check_values, _check_combined,
+                               _check_string, _check_number, _check_array, _check_object)
 
 
-def _short(value, limit=60):
+def _short(value: Any, limit: int = 60) -> str:
+    """A value's repr, cut to `limit` characters (for a problem's text)."""
     text = repr(value)
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
-def tool_checks(tools):
+def tool_checks(tools: Iterable[dict[str, Any]] | None) -> dict[str, SchemaCheck]:
     """name -> SchemaCheck of each offered tool's parameters (SchemaError naming the tool)."""
-    checks = {}
+    checks: dict[str, SchemaCheck] = {}
     for i, tool in enumerate(tools or ()):
         function = tool.get("function", tool)
         name = function["name"]
-        checks[name] = SchemaCheck(function.get("parameters") or {}, f"tools[{i}] ({name}): parameters")
+        where = f"tools[{i}] ({name}): parameters"
+        checks[name] = SchemaCheck(function.get("parameters") or {}, where)
     return checks
 
 
-def schema_validator(tools):
+def schema_validator(
+        tools: Iterable[dict[str, Any]] | None) -> Callable[[str, Any], str | None]:
     """validate(name, arguments) for the dispatch stream: None when the arguments are valid
     under the tool's schema, else what is wrong (SchemaError now for a schema it cannot check)."""
     checks = tool_checks(tools)
 
-    def validate(name, arguments):
+    def validate(name: str, arguments: Any) -> str | None:
+        """What is wrong with a call's arguments (a decoded JSON value: Any); None: nothing."""
         check = checks.get(name)
         return None if check is None else check.problem(arguments)
 

@@ -2,8 +2,28 @@
 the hold-back rule for a possible marker start, and the resumable scan of a JSON / Python
 literal. Pure functions of the text; no parser state."""
 
+from __future__ import annotations
+
 ###{standalone
 import re
+import typing
+from collections.abc import Iterable, Sequence
+
+
+class Search(typing.Protocol):
+    """A compiled regex's bound `search` (or `match`, `fullmatch`): where it finds its pattern
+    in `string` (from `pos` on, before `endpos`), or None."""
+
+    def __call__(
+        self, string: str, pos: int = ..., endpos: int = ..., /
+    ) -> re.Match[str] | None: ...
+
+
+# (SPACES and the other patterns of `*` runs always match: their `.match(...).end()` is
+# marked `type: ignore[union-attr]`, where the type of `match` says it may be None.)
+
+# A set of characters: a string of them, or a frozenset (NAME_CHARS).
+CharSet = str | frozenset[str]
 
 NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
 ID_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
@@ -16,10 +36,10 @@ STRING_BODY = {'"': re.compile(r'[^"\\]+'), "'": re.compile(r"[^'\\]+")}
 PLAIN = re.compile(r"[^\"'{}\[\]()]+")
 SCALAR = re.compile(r"[^\s,}\])]+")
 
-_WAKERS = {}
+_WAKERS: dict[CharSet, Search] = {}
 
 
-def waker(chars):
+def waker(chars: CharSet) -> Search:
     """A search for any of `chars` (cached)."""
     found = _WAKERS.get(chars)
     if found is None:
@@ -27,10 +47,14 @@ def waker(chars):
     return found
 
 
-_STARTS = {}
+_STARTS: dict[tuple[str, ...], Search] = {}
+
+# A trie of the stops' heads: character -> the trie of what may follow it ("" -> {}: a head
+# ends here).
+_Trie = dict[str, "_Trie"]
 
 
-def marker_starts(stops):
+def marker_starts(stops: Iterable[str]) -> Search:
     """A search for where one of `stops` may begin in a chunk of text that nothing before it
     is held back for: a stop's first three characters, or a shorter start of one at the
     chunk's end (cached). A `<` of code or math (`a < b`, `<div>`, `</span>`) does not wake
@@ -38,8 +62,8 @@ def marker_starts(stops):
     key = tuple(stops)
     found = _STARTS.get(key)
     if found is None:
-        trie = {}
-        for stop in stops:
+        trie: _Trie = {}
+        for stop in key:
             node = trie
             for ch in stop[:MARKER_HEAD]:
                 node = node.setdefault(ch, {})
@@ -51,21 +75,21 @@ def marker_starts(stops):
 
 MARKER_HEAD = 3  # how many of a stop's first characters tell a chunk that may hold it
 
-_PARTIALS = {}
+_PARTIALS: dict[tuple[str, ...], frozenset[str]] = {}
 
 
-def marker_partials(stops):
+def marker_partials(stops: Iterable[str]) -> frozenset[str]:
     """The starts of `stops` shorter than their heads that are not stops themselves: what
     marker_starts finds at a chunk's end that only the next chunk can tell (cached)."""
     key = tuple(stops)
     found = _PARTIALS.get(key)
     if found is None:
-        found = _PARTIALS[key] = frozenset(stop[:n] for stop in stops for n in range(1, min(len(stop), MARKER_HEAD))) - set(
-            stops)
+        starts = frozenset(stop[:n] for stop in key for n in range(1, min(len(stop), MARKER_HEAD)))
+        found = _PARTIALS[key] = starts - set(key)
     return found
 
 
-def _trie_pattern(node):
+def _trie_pattern(node: _Trie) -> str:
     """A regex for the heads in a trie: each head, or a start of one at the end of the text."""
     if "" in node:
         return ""  # a head (or a whole stop) ends here: matched
@@ -73,31 +97,35 @@ def _trie_pattern(node):
     return "(?:" + "|".join(branches) + "|\\Z)"
 
 
-def outside(chars):
+_OUTSIDES: dict[CharSet, Search] = {}
+
+
+def outside(chars: CharSet) -> Search:
     """A search for any character not in `chars` (cached)."""
-    found = _WAKERS.get((chars, False))
+    found = _OUTSIDES.get(chars)
     if found is None:
-        found = _WAKERS[chars, False] = re.compile("[^" + class_body(chars) + "]").search
+        found = _OUTSIDES[chars] = re.compile("[^" + class_body(chars) + "]").search
     return found
 
 
-_FIRSTS = {}
+_FIRSTS: dict[tuple[str, ...], Search] = {}
 
 
-def first_of(stops):
-    """A search for the first of `stops` (the longest of those that start at the same place; cached)."""
+def first_of(stops: Iterable[str]) -> Search:
+    """A search for the first of `stops` (the longest of those that start at the same place;
+    cached)."""
     key = tuple(stops)
     found = _FIRSTS.get(key)
     if found is None:
-        ordered = sorted(set(stops), key=len, reverse=True)
+        ordered = sorted(set(key), key=len, reverse=True)
         found = _FIRSTS[key] = re.compile("|".join(re.escape(s) for s in ordered)).search
     return found
 
 
-_RUNS = {}
+_RUNS: dict[CharSet, re.Pattern[str]] = {}
 
 
-def run_of(chars):
+def run_of(chars: CharSet) -> re.Pattern[str]:
     """A compiled match of a run of `chars` (cached)."""
     found = _RUNS.get(chars)
     if found is None:
@@ -105,14 +133,15 @@ def run_of(chars):
     return found
 
 
-def class_body(chars):
+def class_body(chars: CharSet) -> str:
+    """`chars` as the body of a regex character class (`[...]`)."""
     return "".join(re.escape(ch) if ch in "\\]^-[" else ch for ch in sorted(set(chars)))
 
 
-_WORDS = {}
+_WORDS: dict[str, list[str]] = {}
 
 
-def words(literal):
+def words(literal: str) -> list[str]:
     """A literal cut into words and whitespace runs (cached: the same few literals recur)."""
     found = _WORDS.get(literal)
     if found is None:
@@ -120,17 +149,22 @@ def words(literal):
     return found
 
 
-_PIECES = {}
+# A piece of a literal as the waiting match reads it (see marker_pieces): (the piece: a
+# whitespace run, or a word or the part of one between markers; `loose`: whether whitespace
+# the literal does not write may come before it; the rest of its word from it on; the words
+# after its word). A plain tuple, unpacked where it is read (a NamedTuple unpacks slower).
+MarkerPiece = tuple[str, bool, str, list[str]]
+
+_PIECES: dict[str, list[MarkerPiece]] = {}
 # Where a marker ends or begins inside a word of a literal (`<|tool_call_begin|>functions.`):
 # models write whitespace there that the template does not.
 MARKER_BOUNDARY = re.compile(r"(?<=[>\]])(?=\S)|(?<=\S)(?=[<\[])")
 
 
-def marker_pieces(literal):
+def marker_pieces(literal: str) -> list[MarkerPiece]:
     """A literal cut into whitespace runs and words, each word also cut where a marker in it
-    ends or begins: [(piece, whether whitespace the literal does not write may come before
-    it, the rest of its word from it on, the words after its word)]; the first word takes
-    such whitespace when it starts with a marker (cached)."""
+    ends or begins: a MarkerPiece each; the first word takes whitespace the literal does not
+    write when it starts with a marker (cached)."""
     found = _PIECES.get(literal)
     if found is None:
         found = []
@@ -142,7 +176,8 @@ def marker_pieces(literal):
                 continue
             pieces = MARKER_BOUNDARY.split(word)
             for i, piece in enumerate(pieces):
-                found.append((piece, i > 0 or (not found and piece[:1] in "<["), "".join(pieces[i:]), after))
+                loose = i > 0 or (not found and piece[:1] in "<[")
+                found.append((piece, loose, "".join(pieces[i:]), after))
         _PIECES[literal] = found
     return found
 
@@ -151,15 +186,15 @@ def marker_pieces(literal):
 WHOLE, ABSENT, CUT = "whole", "absent", "cut"
 
 
-def literal_prefix_here(text, pos, literal):
+def literal_prefix_here(text: str, pos: int, literal: str) -> str:
     """Whether `literal` (its end whitespace aside) comes at `pos` as the waiting match reads
     it (`_match`: whitespace before it, its whitespace runs matching any whitespace or none,
     whitespace it does not write where a marker in it ends or begins): WHOLE, ABSENT, or CUT
     (the text so far is its start: only more text tells)."""
-    pos = SPACES.match(text, pos).end()
+    pos = SPACES.match(text, pos).end()  # type: ignore[union-attr]
     for word, loose, _, _ in marker_pieces(literal.strip()):
         if word.isspace() or loose:
-            pos = SPACES.match(text, pos).end()
+            pos = SPACES.match(text, pos).end()  # type: ignore[union-attr]
             if word.isspace():
                 continue
         if text.startswith(word, pos):
@@ -171,19 +206,26 @@ def literal_prefix_here(text, pos, literal):
     return WHOLE
 
 
-LITERALS = {}
+# A literal as literal_here reads it: (its core: the literal without its end whitespace;
+# `lead`: whether it starts with whitespace; `trail`: whether it ends so). A plain tuple,
+# unpacked where it is read (literal_here: the common case of every literal).
+LiteralParts = tuple[str, bool, bool]
+
+LITERALS: dict[str, LiteralParts] = {}
 
 
-def literal_parts(literal):
-    """(the literal without its end whitespace, whether it starts with whitespace, whether it ends so); cached."""
+def literal_parts(literal: str) -> LiteralParts:
+    """(the literal without its end whitespace, whether it starts with whitespace, whether it
+    ends so): its LiteralParts; cached."""
     parts = LITERALS.get(literal)
     if parts is None:
         core = literal.strip()
-        parts = LITERALS[literal] = (core, literal[:1].isspace(), literal[-1:].isspace())
+        lead, trail = literal[:1].isspace(), literal[-1:].isspace()
+        parts = LITERALS[literal] = (core, lead, trail)
     return parts
 
 
-def literal_here(text, pos, literal, end_known=False):
+def literal_here(text: str, pos: int, literal: str, end_known: bool = False) -> int:
     """Where `literal` ends if it is here as the waiting match reads it, without waiting (-1:
     it is not, or not yet known: whitespace it ends with runs to the end of what has arrived
     and `end_known` (the stream ended, or the next reader skips whitespace) is False).
@@ -196,20 +238,20 @@ def literal_here(text, pos, literal, end_known=False):
         pos += len(literal)
     else:
         if lead:
-            pos = SPACES.match(text, pos).end()
+            pos = SPACES.match(text, pos).end()  # type: ignore[union-attr]
         if not text.startswith(core, pos):
             return -1
         pos += len(core)
     if trail:
         if pos < len(text) and not text[pos].isspace():
             return pos
-        pos = SPACES.match(text, pos).end()
+        pos = SPACES.match(text, pos).end()  # type: ignore[union-attr]
         if pos >= len(text) and not end_known:
             return -1
     return pos
 
 
-def held_back(window, stops):
+def held_back(window: str, stops: Sequence[str]) -> int:
     """How much of the end of `window` could be the start of a stop (kept until it is known)."""
     longest = max(len(stop) for stop in stops) - 1
     tail = window[-longest:] if longest > 0 else ""
@@ -227,12 +269,21 @@ class BalancedScan:
 
     __slots__ = ("quotes", "start", "i", "depth", "quote", "end", "unbalanced")
 
-    def __init__(self, quotes, start):
+    quotes: str  # the characters that open (and close) a string
+    start: int | None  # where the literal starts (None: only whitespace yet)
+    i: int  # where the scan goes on
+    depth: int  # how many brackets are open
+    quote: str | None  # the quote of the string the scan is in
+    end: int | None  # where the literal ends, once known
+    unbalanced: str | None  # or: the stray closing bracket found
+
+    def __init__(self, quotes: str, start: int) -> None:
         self.quotes, self.start, self.i = quotes, None, start
         self.depth, self.quote, self.end, self.unbalanced = 0, None, None, None
 
-    def quiet(self, n):
-        """A search for the characters that can move the scan on, once it has read `n` characters."""
+    def quiet(self, n: int) -> Search | None:
+        """A search for the characters that can move the scan on, once it has read `n`
+        characters."""
         if self.start is None:  # nothing but whitespace yet
             return NOT_SPACE
         # Only a closing bracket can end a nested value; a closing quote a string alone.
@@ -243,12 +294,14 @@ class BalancedScan:
             return waker(self.quote)
         return None
 
-    def scan(self, text, eof=False):
+    def scan(self, text: str, eof: bool = False) -> bool:
+        """Read on in `text` (what has arrived); whether the literal's end (or a stray closing
+        bracket) is known. `eof`: nothing follows `text` (a scalar at its end ends there)."""
         if self.end is not None or self.unbalanced is not None:
             return True
         n = len(text)
         if self.start is None:  # the literal starts at its first non-space character
-            self.i = SPACES.match(text, self.i).end()
+            self.i = SPACES.match(text, self.i).end()  # type: ignore[union-attr]
             if self.i >= n:
                 return False
             self.start = self.i
