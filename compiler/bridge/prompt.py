@@ -19,25 +19,27 @@ from ..source import ChatTemplate
 from ..spec import ProtocolSpec, Start
 from .validate import dispatch_check
 
-
 _PROTOCOLS: dict = {}
 
 
 def compile_in_memory(template: ChatTemplate) -> tuple[ProtocolSpec, runtime.Protocol]:
     """The template's spec and its prepared reading tables, once per template text and tokens."""
-    key = (template.sha256, template.family, tuple(sorted(template.named_tokens.items())), template.special_tokens)
+    key = (template.sha256, template.family, tuple(sorted(template.named_tokens.items())),
+           template.special_tokens)
     if key not in _PROTOCOLS:
         spec = probe(template)
         _PROTOCOLS[key] = (spec, runtime.Protocol(reading_tables(spec, template.special_tokens)))
     return _PROTOCOLS[key]
 
 
-def parser_for(template: ChatTemplate, tools: list | None = None, generation_prompt: str | None = None,
-               start: str | None = None, calls: str = runtime.DELTAS) -> runtime.StreamParser:
+def parser_for(template: ChatTemplate, tools: list | None = None,
+               generation_prompt: str | None = None, start: str | None = None,
+               calls: str = runtime.DELTAS) -> runtime.StreamParser:
     """The family's streaming parser for `template`, probed (once) in process; `calls`:
     "deltas" (the UI stream) or "complete" (the dispatch stream, checked by jsonschema)."""
-    return runtime.StreamParser(compile_in_memory(template)[1], tools=tools, generation_prompt=generation_prompt,
-                                start=start, calls=calls, validate=_check_for(calls, tools))
+    return runtime.StreamParser(compile_in_memory(template)[1], tools=tools,
+                                generation_prompt=generation_prompt, start=start, calls=calls,
+                                validate=_check_for(calls, tools))
 
 
 def _check_for(calls: str, tools: list | None):
@@ -57,18 +59,21 @@ class Prompt:
     tools: list[dict] | None = None
     notes: list[str] = field(default_factory=list)  # how thinking was switched
     mode: str = "default"  # the spec's mode the prompt is in (default, thinking, no_thinking)
-    reasoning_closed: bool = False  # the prompt ends with an empty reasoning block it wrote (no switch)
-    protocol: runtime.Protocol | None = field(default=None, repr=False)  # the family's reading tables
+    # the prompt ends with an empty reasoning block it wrote (no switch)
+    reasoning_closed: bool = False
+    # the family's reading tables
+    protocol: runtime.Protocol | None = field(default=None, repr=False)
 
     def parser(self, calls: str = runtime.DELTAS) -> runtime.StreamParser:
         """The family's streaming parser, set to this prompt's start state; `calls`: "deltas"
         (the UI stream) or "complete" (the dispatch stream, checked by jsonschema)."""
+        assert self.protocol is not None  # (prompt_for gives every prompt its family's tables)
         return runtime.StreamParser(self.protocol, tools=self.tools, start=self.start, calls=calls,
                                     validate=_check_for(calls, self.tools))
 
 
-def prompt_for(template: ChatTemplate, messages: list, tools: list | None = None, thinking: bool | None = None,
-               **variables: Any) -> Prompt:
+def prompt_for(template: ChatTemplate, messages: list, tools: list | None = None,
+               thinking: bool | None = None, **variables: Any) -> Prompt:
     spec, protocol = compile_in_memory(template)
     notes: list[str] = []
     mode_name = "default"
@@ -83,7 +88,8 @@ def prompt_for(template: ChatTemplate, messages: list, tools: list | None = None
         messages = _with_system_flag(messages, mode.system_flag)
         notes.append(f"thinking switched by the system flag {mode.system_flag!r}")
     elif mode.variables:
-        notes.append("thinking switched by " + ", ".join(f"{k}={v!r}" for k, v in mode.variables.items()))
+        notes.append("thinking switched by "
+                     + ", ".join(f"{k}={v!r}" for k, v in mode.variables.items()))
     text = template.render(messages, tools=tools, add_generation_prompt=True, **variables)
     history = template.render(messages, tools=tools, add_generation_prompt=False, **variables)
     i = 0
@@ -95,18 +101,22 @@ def prompt_for(template: ChatTemplate, messages: list, tools: list | None = None
     if thinking is False and mode_name != "no_thinking" and spec.reasoning and spec.reasoning.end:
         # No switch: open (if needed) and close the reasoning block, so the model answers
         # directly and the parser starts in content (no closing tag will come).
-        opening = "" if start == Start.REASONING or not spec.reasoning.start else spec.reasoning.start + "\n"
+        opening = "" if start == Start.REASONING or not spec.reasoning.start \
+            else spec.reasoning.start + "\n"
         prefill = opening + spec.reasoning.end + "\n\n"
         text += prefill
         generation_prompt += prefill
         start = Start.CONTENT
         closed = True
-        notes.append(f"no thinking switch: the prompt ends with an empty reasoning block {prefill!r}")
+        notes.append("no thinking switch: the prompt ends with an empty "
+                     f"reasoning block {prefill!r}")
     elif thinking is False and mode_name != "no_thinking":
         notes.append("no thinking switch and no reasoning markers: the prompt is unchanged")
-    stop = list(dict.fromkeys(spec.end_of_turn + ([template.eos_token] if template.eos_token else [])))
+    eos = [template.eos_token] if template.eos_token else []
+    stop = list(dict.fromkeys(spec.end_of_turn + eos))
     return Prompt(text=text, generation_prompt=generation_prompt, stop=stop, start=start, spec=spec,
-                  tools=tools, notes=notes, mode=mode_name, reasoning_closed=closed, protocol=protocol)
+                  tools=tools, notes=notes, mode=mode_name, reasoning_closed=closed,
+                  protocol=protocol)
 
 
 def _with_system_flag(messages: list, flag: str) -> list:

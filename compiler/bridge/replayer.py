@@ -18,8 +18,9 @@ counted: a client that concatenates deltas sees the same.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from .transcripts import Chunk, DeltaDigest, Transcript
 
@@ -53,7 +54,8 @@ class Replayed:
         return bool(self.changes)
 
 
-def replay(transcript: Transcript, make: ParserFactory, where: str = "", start: str | None = None) -> Replayed:
+def replay(transcript: Transcript, make: ParserFactory, where: str = "",
+           start: str | None = None) -> Replayed:
     """`transcript` read again by parsers from `make`, one-shot and in its recorded chunks;
     `start` overrides the recorded start state."""
     start = start or transcript.start
@@ -70,9 +72,11 @@ def replay(transcript: Transcript, make: ParserFactory, where: str = "", start: 
     return result
 
 
-def _read(transcript: Transcript, make: ParserFactory, chunks: list[Chunk], start: str | None) -> tuple[dict, str]:
+def _read(transcript: Transcript, make: ParserFactory, chunks: list[Chunk],
+          start: str | None) -> tuple[dict, str]:
     """The message a new parser reads from `chunks`, and the digest of its deltas."""
-    parser = make(tools=transcript.tools, generation_prompt=transcript.generation_prompt, start=start)
+    parser = make(tools=transcript.tools, generation_prompt=transcript.generation_prompt,
+                  start=start)
     digest = DeltaDigest()
     for chunk in chunks:
         digest.add(parser.feed(chunk))
@@ -82,10 +86,12 @@ def _read(transcript: Transcript, make: ParserFactory, chunks: list[Chunk], star
 
 def _compared(message: dict) -> dict:
     """The parts of a message a replay compares."""
-    calls = [{"name": (c.get("function") or {}).get("name"), "arguments": (c.get("function") or {}).get("arguments")}
+    calls = [{"name": (c.get("function") or {}).get("name"),
+              "arguments": (c.get("function") or {}).get("arguments")}
              for c in message.get("tool_calls") or []]
-    return {"content": message.get("content"), "reasoning_content": message.get("reasoning_content"),
-            "tool_calls": calls, "errors": [e.get("kind") for e in message.get("errors") or []],
+    return {"content": message.get("content"),
+            "reasoning_content": message.get("reasoning_content"), "tool_calls": calls,
+            "errors": [e.get("kind") for e in message.get("errors") or []],
             "finish_reason": message.get("finish_reason")}
 
 
@@ -95,5 +101,6 @@ def report_json(results: list[Replayed]) -> dict:
             "results": [{"where": r.where, "family": r.transcript.family,
                          "template_sha256": r.transcript.template_sha256, "changed": r.changed,
                          "deltas_changed": r.deltas_changed,
-                         "changes": [{"field": c.field, "recorded": c.recorded, "replayed": c.replayed}
+                         "changes": [{"field": c.field, "recorded": c.recorded,
+                                      "replayed": c.replayed}
                                      for c in r.changes]} for r in results]}

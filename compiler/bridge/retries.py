@@ -4,8 +4,8 @@ attempt on record."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from ..errors import InputError
 from ..grammar import ToolChoice
@@ -36,7 +36,8 @@ def reply_errors(message: dict, tools: list | None = None, schema: dict | None =
     if tools is not None and message.get("tool_calls"):
         errors += validate_tool_calls(message, tools)
     elif message.get("errors"):
-        errors += [ToolCallError(None, "parse", "$", f"{e['kind']}: {e['message']}") for e in message["errors"]]
+        errors += [ToolCallError(None, "parse", "$", f"{e['kind']}: {e['message']}")
+                   for e in message["errors"]]
     if schema is not None and not message.get("tool_calls"):
         errors += validate_content(message, schema)
     return errors
@@ -46,15 +47,19 @@ def _choice_errors(message: dict, choice: ToolChoice) -> list[ToolCallError]:
     calls = message.get("tool_calls") or []
     if choice.mode == "required" and not calls:
         return [ToolCallError(None, "tool_choice", "$",
-                              "the reply has no tool call, and tool_choice 'required' asks for one")]
+                              "the reply has no tool call, and tool_choice "
+                              "'required' asks for one")]
     if choice.mode == "none" and calls:
-        return [ToolCallError(None, "tool_choice", "$", "the reply calls a tool, and tool_choice 'none' allows no call")]
+        return [ToolCallError(None, "tool_choice", "$",
+                              "the reply calls a tool, and tool_choice 'none' allows no call")]
     if choice.mode == "function":
         if not calls:
             return [ToolCallError(None, "tool_choice", "$",
-                                  f"the reply has no tool call, and tool_choice asks for a call of {choice.name!r}")]
+                                  "the reply has no tool call, and tool_choice asks for a "
+                                  f"call of {choice.name!r}")]
         names = [(call.get("function") or {}).get("name") for call in calls]
-        return [ToolCallError(i, "tool_choice", "$", f"a call of {name!r}, and tool_choice asks for {choice.name!r}")
+        return [ToolCallError(i, "tool_choice", "$",
+                              f"a call of {name!r}, and tool_choice asks for {choice.name!r}")
                 for i, name in enumerate(names) if name != choice.name]
     return []
 
@@ -83,8 +88,9 @@ class Success:
     attempts: list[Attempt]
 
 
-def with_retries(generate: Callable[[list], tuple[str, dict]], messages: list, *, tools: list | None = None,
-                 schema: dict | None = None, max_attempts: int = 3) -> Success | GaveUp:
+def with_retries(generate: Callable[[list], tuple[str, dict]], messages: list, *,
+                 tools: list | None = None, schema: dict | None = None,
+                 max_attempts: int = 3) -> Success | GaveUp:
     """attempt -> parse -> validate -> feedback, up to `max_attempts`.
 
     `generate(messages)` runs the model and returns (raw output, parsed message).

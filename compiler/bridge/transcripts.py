@@ -23,9 +23,10 @@ import hashlib
 import json
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from ..errors import InputError
 from ..version import __version__
@@ -34,7 +35,8 @@ TRANSCRIPT_FORMAT = "tplparse-transcript"
 TRANSCRIPT_VERSION = 1
 
 Chunk = str | bytes
-STARTS = ("reasoning", "content", "after_reasoning", None)  # the parser's start states (runtime/protocol.py)
+# the parser's start states (runtime/protocol.py)
+STARTS = ("reasoning", "content", "after_reasoning", None)
 
 
 @dataclass
@@ -46,10 +48,12 @@ class Transcript:
     family: str
     chunks: list[Chunk]  # as they arrived (the boundaries are part of the record)
     finish_reason: str
-    message: dict  # the parsed message (role, content, reasoning_content, tool_calls, errors, finish_reason)
+    # the parsed message (role, content, reasoning_content, tool_calls, errors, finish_reason)
+    message: dict
     deltas_digest: str  # sha256 of the deltas, one canonical JSON line each, in order
     tools: list | None = None
-    start: str | None = None  # "reasoning", "content" or "after_reasoning": where the parser started
+    # "reasoning", "content" or "after_reasoning": where the parser started
+    start: str | None = None
     generation_prompt: str | None = None  # what the template wrote to open the assistant turn
     model: str | None = None
     writer: str = "python"  # parse, serve, python
@@ -64,10 +68,12 @@ class Transcript:
     def to_json(self) -> dict:
         return {"format": TRANSCRIPT_FORMAT, "version": TRANSCRIPT_VERSION, "time": self.time,
                 "tplparse_version": self.tplparse_version, "writer": self.writer,
-                "template_sha256": self.template_sha256, "template_name": self.template_name, "family": self.family,
-                "model": self.model, "generation_prompt": self.generation_prompt, "start": self.start,
+                "template_sha256": self.template_sha256, "template_name": self.template_name,
+                "family": self.family, "model": self.model,
+                "generation_prompt": self.generation_prompt, "start": self.start,
                 "tools": self.tools, "chunks": [_chunk_json(c) for c in self.chunks],
-                "finish_reason": self.finish_reason, "message": self.message, "deltas_digest": self.deltas_digest}
+                "finish_reason": self.finish_reason, "message": self.message,
+                "deltas_digest": self.deltas_digest}
 
     @classmethod
     def from_json(cls, obj: Any, where: str) -> Transcript:
@@ -76,26 +82,30 @@ class Transcript:
         if not isinstance(obj, dict):
             raise InputError(f"{where}: not a transcript (a JSON object is expected)")
         if obj.get("format") != TRANSCRIPT_FORMAT:
-            raise InputError(f"{where}: not a transcript (format is {obj.get('format')!r}, not {TRANSCRIPT_FORMAT!r})")
+            raise InputError(f"{where}: not a transcript (format is {obj.get('format')!r}, not "
+                             f"{TRANSCRIPT_FORMAT!r})")
         if obj.get("version") != TRANSCRIPT_VERSION:
-            raise InputError(f"{where}: transcript version {obj.get('version')!r}: this tplparse reads version "
-                             f"{TRANSCRIPT_VERSION}")
+            raise InputError(f"{where}: transcript version {obj.get('version')!r}: this tplparse "
+                             f"reads version {TRANSCRIPT_VERSION}")
         for key, kinds in _FIELDS.items():
             if not isinstance(obj.get(key), kinds):
-                raise InputError(f"{where}: {key}: expected {_kind_names(kinds)}, not {type(obj.get(key)).__name__}")
+                raise InputError(f"{where}: {key}: expected {_kind_names(kinds)}, not "
+                                 f"{type(obj.get(key)).__name__}")
         if obj["start"] not in STARTS:
-            raise InputError(f"{where}: start: expected one of {', '.join(map(repr, STARTS[:-1]))} or null, "
-                             f"not {obj['start']!r}")
+            raise InputError(f"{where}: start: expected one of {', '.join(map(repr, STARTS[:-1]))} "
+                             f"or null, not {obj['start']!r}")
         chunks = [_chunk_of(c, f"{where}: chunks[{i}]") for i, c in enumerate(obj["chunks"])]
-        return cls(obj["template_sha256"], obj["template_name"], obj["family"], chunks, obj["finish_reason"],
-                   obj["message"], obj["deltas_digest"], obj["tools"], obj["start"], obj["generation_prompt"],
+        return cls(obj["template_sha256"], obj["template_name"], obj["family"], chunks,
+                   obj["finish_reason"], obj["message"], obj["deltas_digest"], obj["tools"],
+                   obj["start"], obj["generation_prompt"],
                    obj["model"], obj["writer"], obj["tplparse_version"], obj["time"])
 
 
 _FIELDS: dict[str, tuple] = {
     "time": (str,), "tplparse_version": (str,), "writer": (str,), "template_sha256": (str,),
-    "template_name": (str,), "family": (str,), "model": (str, type(None)), "generation_prompt": (str, type(None)),
-    "start": (str, type(None)), "tools": (list, type(None)), "chunks": (list,), "finish_reason": (str,),
+    "template_name": (str,), "family": (str,), "model": (str, type(None)),
+    "generation_prompt": (str, type(None)), "start": (str, type(None)), "tools": (list, type(None)),
+    "chunks": (list,), "finish_reason": (str,),
     "message": (dict,), "deltas_digest": (str,),
 }
 
@@ -144,7 +154,8 @@ class DeltaDigest:
 
     def add(self, deltas: list[dict]) -> None:
         for delta in deltas:
-            self._hash.update(json.dumps(delta, sort_keys=True, ensure_ascii=False).encode("utf-8") + b"\n")
+            self._hash.update(json.dumps(delta, sort_keys=True, ensure_ascii=False).encode("utf-8")
+                              + b"\n")
 
     def hexdigest(self) -> str:
         return self._hash.hexdigest()
@@ -172,12 +183,14 @@ class Recorder:
     the parser's own (`start_state`), else `start` as given. Of `generation_prompt` only its
     last PROMPT_TAIL characters are kept."""
 
-    def __init__(self, parser, identity: Identity, tools: list | None = None, start: str | None = None,
-                 generation_prompt: str | None = None, writer: str = "python"):
+    def __init__(self, parser, identity: Identity, tools: list | None = None,
+                 start: str | None = None, generation_prompt: str | None = None,
+                 writer: str = "python"):
         self.parser = parser
         self._identity, self._tools, self._writer = identity, tools, writer
         self._start = getattr(parser, "start_state", None) or start
-        self._generation_prompt = generation_prompt[-PROMPT_TAIL:] if generation_prompt is not None else None
+        self._generation_prompt = generation_prompt[-PROMPT_TAIL:] \
+            if generation_prompt is not None else None
         self._chunks: list[Chunk] = []
         self._digest = DeltaDigest()
         self._finish: str | None = None
@@ -204,8 +217,9 @@ class Recorder:
         if self._finish is None:
             raise ValueError("a transcript is complete only after end()")
         i = self._identity
-        return Transcript(i.template_sha256, i.template_name, i.family, list(self._chunks), self._finish,
-                          self.parser.message, self._digest.hexdigest(), self._tools, self._start,
+        return Transcript(i.template_sha256, i.template_name, i.family, list(self._chunks),
+                          self._finish, self.parser.message, self._digest.hexdigest(), self._tools,
+                          self._start,
                           self._generation_prompt, i.model, self._writer, time=_now())
 
 
@@ -265,7 +279,8 @@ class TranscriptFolder:
         try:
             self.path.mkdir(parents=True, exist_ok=True)
         except OSError as e:
-            raise InputError(f"{self.path}: cannot make the transcript folder: {e.strerror or e}") from None
+            raise InputError(f"{self.path}: cannot make the transcript folder: "
+                             f"{e.strerror or e}") from None
 
     def write(self, transcript: Transcript, name: str) -> Path:
         """Write `transcript` as `<time>-<n>-<name>.jsonl` (file names sort by time), then prune."""

@@ -6,8 +6,8 @@ nothing here executes a tool."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable
 
 import jsonschema
 
@@ -43,7 +43,9 @@ def _expected(error: jsonschema.ValidationError) -> str:
     if error.validator in ("type", "enum", "const"):
         return f"{error.validator} {json.dumps(error.validator_value)}"
     if error.validator == "additionalProperties":
-        return "no properties beyond " + ", ".join(sorted((error.schema.get("properties") or {})))
+        schema = error.schema
+        listed = schema.get("properties") if isinstance(schema, Mapping) else None
+        return "no properties beyond " + ", ".join(sorted(listed or {}))
     return f"{error.validator} {json.dumps(error.validator_value)}"[:120]
 
 
@@ -69,15 +71,19 @@ def dispatch_check(tools: list | None) -> Callable[[str, object], str | None]:
     jsonschema (every keyword, draft 2020-12): None when the arguments are valid under the
     tool's schema, else the first error and where. A schema jsonschema cannot apply (a $ref
     to nowhere, ...) fails the call: nothing unchecked is dispatched."""
-    validators = {name: jsonschema.Draft202012Validator(schema) for name, schema in _offered(tools).items()}
+    validators = {name: jsonschema.Draft202012Validator(schema)
+                  for name, schema in _offered(tools).items()}
 
     def validate(name: str, arguments: object) -> str | None:
         validator = validators.get(name)
         if validator is None:
             return None
         try:
-            errors = sorted(validator.iter_errors(arguments), key=lambda e: list(map(str, e.absolute_path)))
-        except Exception as e:  # (a $ref to nowhere, a bad pattern, a schema too deep: the schema's fault, not dispatched)
+            errors = sorted(validator.iter_errors(arguments),
+                            key=lambda e: list(map(str, e.absolute_path)))
+        except Exception as e:
+            # (a $ref to nowhere, a bad pattern, a schema too deep: the schema's fault, not
+            # dispatched)
             reason = str(e).splitlines()[0][:200] if str(e) else ""
             return f"the tool's schema cannot be checked ({type(e).__name__}: {reason})"
         return f"{_json_path(errors[0])}: {errors[0].message}" if errors else None
@@ -89,22 +95,26 @@ def validate_tool_calls(message: dict, tools: list) -> list[ToolCallError]:
     """Each call: an offered tool, arguments that are JSON, and valid under its schema."""
     offered = _offered(tools)
     errors: list[ToolCallError] = [
-        ToolCallError(None, "parse", "$", f"{e.get('kind')}: {e.get('message')}") for e in message.get("errors") or []
+        ToolCallError(None, "parse", "$", f"{e.get('kind')}: {e.get('message')}")
+        for e in message.get("errors") or []
     ]
     for index, call in enumerate(message.get("tool_calls") or []):
         function = call.get("function") or {}
         name = function.get("name")
         if name not in offered:
-            errors.append(ToolCallError(index, "unknown_tool", "$", f"{name!r} is not an offered tool",
+            errors.append(ToolCallError(index, "unknown_tool", "$",
+                                        f"{name!r} is not an offered tool",
                                         "one of " + ", ".join(sorted(map(str, offered)))))
             continue
         try:
             arguments = json.loads(function.get("arguments") or "")
         except json.JSONDecodeError as e:
-            errors.append(ToolCallError(index, "invalid_json", "$", f"the arguments are not JSON: {e.msg}", "a JSON object"))
+            errors.append(ToolCallError(index, "invalid_json", "$",
+                                        f"the arguments are not JSON: {e.msg}", "a JSON object"))
             continue
         except RecursionError:
-            errors.append(ToolCallError(index, "invalid_json", "$", "the arguments are nested too deeply to read",
+            errors.append(ToolCallError(index, "invalid_json", "$",
+                                        "the arguments are nested too deeply to read",
                                         "a JSON object"))
             continue
         errors += _schema_errors(arguments, offered[name], index)
@@ -115,12 +125,15 @@ def validate_content(message: dict, schema: dict) -> list[ToolCallError]:
     """The reply's content is JSON (exactly: no prose around it) and valid under `schema`."""
     content = message.get("content")
     if content is None:
-        return [ToolCallError(None, "invalid_json", "$", "the reply has no content", "a JSON value")]
+        return [ToolCallError(None, "invalid_json", "$", "the reply has no content",
+                              "a JSON value")]
     try:
         value = json.loads(content)
     except json.JSONDecodeError as e:
-        return [ToolCallError(None, "invalid_json", "$", f"the reply is not JSON ({e.msg} at character {e.pos})",
+        return [ToolCallError(None, "invalid_json", "$",
+                              f"the reply is not JSON ({e.msg} at character {e.pos})",
                               "only a JSON value, with no text around it")]
     except RecursionError:
-        return [ToolCallError(None, "invalid_json", "$", "the reply is nested too deeply to read", "a JSON value")]
+        return [ToolCallError(None, "invalid_json", "$", "the reply is nested too deeply to read",
+                              "a JSON value")]
     return _schema_errors(value, schema, None)

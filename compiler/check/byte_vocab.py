@@ -8,6 +8,7 @@ minimum llama.cpp reads before it skips tensors in `vocab_only` mode. Same input
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import gguf
@@ -15,7 +16,8 @@ import gguf
 
 def byte_tokens() -> list[str]:
     """The 256 single-byte tokens, in byte order, as GPT-2's byte-level BPE spells them."""
-    printable = set(range(ord("!"), ord("~") + 1)) | set(range(0xA1, 0xAC + 1)) | set(range(0xAE, 0xFF + 1))
+    printable = set(range(ord("!"), ord("~") + 1)) | set(range(0xA1, 0xAC + 1)) \
+        | set(range(0xAE, 0xFF + 1))
     spelled, extra = [], 0
     for byte in range(256):
         if byte in printable:
@@ -32,7 +34,7 @@ def write_byte_vocab(
     title: str,
     basename: str,
     control: list[str],
-    user_defined: list[str] = (),
+    user_defined: Sequence[str] = (),
     bos: str,
     eos: str,
     eot: str | None = None,

@@ -1,7 +1,7 @@
 """Deviations: what models and engines write instead of the template's own render.
 
 A template renders one canonical form of each turn; real outputs deviate from it in a few
-recurring ways that are not the model's mistake (the README's tolerance table names them).
+recurring ways that are not the model's mistake (docs/tolerance.md's table names them).
 `deviations(output, spec)` builds, from one of the proof's model outputs, the forms each
 such rule makes of it, from the spec's data alone (markers, layouts), each with the message
 it must still read back as: the original's. Tests feed them to the family's parser; a rule
@@ -29,7 +29,8 @@ the parser does not read is a failing test, not a silent reading.
                                   it and a call (the content keeps it: the model wrote it)
     calls opener left out         a call written without the marker that opens the calls, where
                                   the call has a marker of its own after it (`<function=f>…
-                                  </function>` for `<tool_call>\n<function=f>…</function>\n</tool_call>`,
+                                  </function>` for
+                                  `<tool_call>\n<function=f>…</function>\n</tool_call>`,
                                   `<invoke name="f">…` without `<minimax:tool_call>`): its pair
                                   (or the section's end) left out too, or kept
     calls list without wrapper    a pythonic list of calls that is the whole output, without the
@@ -51,16 +52,22 @@ the parser does not read is a failing test, not a silent reading.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-
 import json
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
 
 from ..grammar.reading import message_format
 from ..probe.spans import Boundaries
-from ..runtime import ARGUMENTS_ALIASES, CLOSES_A_VALUE, MARKER_BOUNDARY, json_call_object, stoppable_word
+from ..runtime import (
+    ARGUMENTS_ALIASES,
+    CLOSES_A_VALUE,
+    MARKER_BOUNDARY,
+    json_call_object,
+    stoppable_word,
+)
 from ..spec import ArgumentStyle, ProtocolSpec, SpecError, Start, kv_parts, slot
-
 from .outputs import ModelOutput
 
 OPENER_REPEATED = "reasoning opener repeated"
@@ -75,8 +82,9 @@ CALLS_OPENER_LEFT_OUT = "calls opener left out"
 LIST_WITHOUT_WRAPPER = "calls list without wrapper"
 OTHER_KINDS_WRAPPER = "wrapper of another call kind"
 INSTRUCTED_FORM = "the instructed form"
-RULES = (OPENER_REPEATED, CLOSING_EATEN, VALUE_CLOSERS_MISSING, CALL_OBJECT_BY_KEY, OTHER_KINDS_WRAPPER, CALL_ID_LEFT_OUT,
-         EMPTY_SECTION, CALLS_OPENER_LEFT_OUT, LIST_WITHOUT_WRAPPER, MESSAGE_HEADERS, WHITESPACE, INSTRUCTED_FORM)
+RULES = (OPENER_REPEATED, CLOSING_EATEN, VALUE_CLOSERS_MISSING, CALL_OBJECT_BY_KEY,
+         OTHER_KINDS_WRAPPER, CALL_ID_LEFT_OUT, EMPTY_SECTION, CALLS_OPENER_LEFT_OUT,
+         LIST_WITHOUT_WRAPPER, MESSAGE_HEADERS, WHITESPACE, INSTRUCTED_FORM)
 # A marker: a tag or a bracketed token with a letter or digit in it.
 _MARKER = re.compile(r"[<\[][^\s]*[A-Za-z0-9]")
 # The visible text a preamble message deviation writes before a call.
@@ -91,8 +99,10 @@ class Deviation:
     text: str  # the output as the model / engine gives it
     start: Start
     finish_reason: str
-    expected: dict  # the message it must read back as (the original output's, unless the deviation adds to it)
-    eaten: tuple[str, ...] = ()  # what the deviation did (the markers left out, last first; the way)
+    # the message it must read back as (the original output's, unless the deviation adds to it)
+    expected: dict
+    # what the deviation did (the markers left out, last first; the way)
+    eaten: tuple[str, ...] = ()
     same_ids: bool = True  # False: the call ids are not the render's (it left them out: call_N)
 
 
@@ -111,7 +121,8 @@ def closing_markers(spec: ProtocolSpec) -> list[str]:
         slots = [i for i, p in enumerate(calls.call) if not isinstance(p, str)]
         tail = calls.call[slots[-1] + 1:] if slots else []
         pieces += [p for p in tail if isinstance(p, str)]
-        ends_arguments = slots and calls.call[slots[-1]] == {"slot": "arguments"} and calls.arguments.style != ArgumentStyle.OBJECT
+        ends_arguments = slots and calls.call[slots[-1]] == {"slot": "arguments"} \
+            and calls.arguments.style != ArgumentStyle.OBJECT
         first = next((w for p in tail if isinstance(p, str) for w in p.split()), None)
         if ends_arguments and first is not None and stoppable_word(first):
             keep_out.add(first)
@@ -130,7 +141,8 @@ def value_closer(spec: ProtocolSpec) -> str | None:
     close): one layout, raw strings, an opener of its own and no key after the value. None
     for other formats."""
     calls = spec.tool_calls
-    if calls is None or calls.arguments.style != ArgumentStyle.KV or len(calls.arguments.argument) != 1:
+    if calls is None or calls.arguments.style != ArgumentStyle.KV \
+            or len(calls.arguments.argument) != 1:
         return None
     (layout,) = calls.arguments.argument.values()
     if calls.arguments.value_encoders.get("string") not in ("raw", "raw-or-quoted"):
@@ -170,7 +182,8 @@ def deviations(output: ModelOutput, spec: ProtocolSpec) -> list[Deviation]:
     messages = message_format(spec, Boundaries()) if spec.tool_calls is not None else None
     reasoning = spec.reasoning
     if output.start == Start.REASONING and reasoning is not None and reasoning.start.strip():
-        found.append(Deviation(OPENER_REPEATED, reasoning.start + output.text, output.start, "stop", output.expected))
+        found.append(Deviation(OPENER_REPEATED, reasoning.start + output.text, output.start, "stop",
+                               output.expected))
     # Closing markers eaten: the end of the output loses one more of them each time, for as
     # long as it ends with one (after whitespace), as an engine that stops on it leaves it out.
     markers = closing_markers(spec)
@@ -182,77 +195,88 @@ def deviations(output: ModelOutput, spec: ProtocolSpec) -> list[Deviation]:
             break
         text = body[: len(body) - len(marker)]
         eaten.append(marker)
-        found.append(Deviation(CLOSING_EATEN, text, output.start, "stop", output.expected, tuple(eaten)))
+        found.append(Deviation(CLOSING_EATEN, text, output.start, "stop", output.expected,
+                               tuple(eaten)))
     # Value closing tags missing: every one, or only the last (what follows settles each).
     closer = value_closer(spec)
     if closer and output.expected["tool_calls"] and closer in output.text:
-        found.append(Deviation(VALUE_CLOSERS_MISSING, output.text.replace(closer, ""), output.start, "stop",
-                               output.expected, (closer,) * output.text.count(closer)))
+        found.append(Deviation(VALUE_CLOSERS_MISSING, output.text.replace(closer, ""), output.start,
+                               "stop", output.expected, (closer,) * output.text.count(closer)))
         if output.text.count(closer) > 1:
             at = output.text.rindex(closer)
-            found.append(Deviation(VALUE_CLOSERS_MISSING, output.text[:at] + output.text[at + len(closer):],
-                                   output.start, "stop", output.expected, (closer,)))
+            found.append(Deviation(VALUE_CLOSERS_MISSING,
+                                   output.text[:at] + output.text[at + len(closer):], output.start,
+                                   "stop", output.expected, (closer,)))
     # A call object by key: the call objects of the render rewritten four ways.
     calls = spec.tool_calls
-    json_call = json_call_object(calls.call) if calls is not None and calls.arguments.style == ArgumentStyle.OBJECT \
+    json_call = json_call_object(calls.call) if calls is not None \
+        and calls.arguments.style == ArgumentStyle.OBJECT \
         and calls.arguments.encoder == "json" else None
     names = {name for name, _ in output.expected["tool_calls"]}
     if json_call is not None and names:
-        keys = json_call[4]
+        keys = json_call.keys
         alias = ARGUMENTS_ALIASES.get(keys["arguments"], "arguments")
         ways = {
             "keys reversed": lambda v: dict(reversed(list(v.items()))),
-            f"{alias!r} for {keys['arguments']!r}": lambda v: {alias if k == keys["arguments"] else k: x for k, x in v.items()},
+            f"{alias!r} for {keys['arguments']!r}":
+                lambda v: {alias if k == keys["arguments"] else k: x for k, x in v.items()},
             "an extra key": lambda v: {"type": "function", **v},
-            "arguments as a JSON string": lambda v: {k: json.dumps(x) if k == keys["arguments"] else x for k, x in v.items()},
+            "arguments as a JSON string":
+                lambda v: {k: json.dumps(x) if k == keys["arguments"] else x for k, x in v.items()},
         }
         if "id" in keys:
             ways["no id"] = lambda v: {k: x for k, x in v.items() if k != keys["id"]}
         for way, rewrite in ways.items():
             text = _rewritten_call_objects(output.text, keys["name"], names, rewrite)
             if text != output.text:
-                found.append(Deviation(CALL_OBJECT_BY_KEY, text, output.start, "stop", output.expected, (way,),
-                                       same_ids=way != "no id"))
+                found.append(Deviation(CALL_OBJECT_BY_KEY, text, output.start, "stop",
+                                       output.expected, (way,), same_ids=way != "no id"))
     # A call id left out, with the literal before it: [CALL_ID]id between two literals.
     if calls is not None and names:
         layout = calls.call
-        inside = range(json_call[0], json_call[2] + 1) if json_call is not None else range(0)
+        inside = range(json_call.first, json_call.last + 1) if json_call is not None else range(0)
         for i in range(1, len(layout) - 1):
             if i in inside:
                 continue  # (in a JSON call object: "no id" above)
             before, after = layout[i - 1], layout[i + 1]
-            if layout[i] == {"slot": "id"} and isinstance(before, str) and isinstance(after, str) and before.strip() \
-                    and after.strip():
-                text = re.sub(re.escape(before.strip()) + r"[A-Za-z0-9_-]+(?=\s*" + re.escape(after.strip()) + ")", "",
-                              output.text)
+            if layout[i] == {"slot": "id"} and isinstance(before, str) and isinstance(after, str) \
+                    and before.strip() and after.strip():
+                text = re.sub(re.escape(before.strip()) + r"[A-Za-z0-9_-]+(?=\s*"
+                              + re.escape(after.strip()) + ")", "", output.text)
                 if text != output.text:
-                    found.append(Deviation(CALL_ID_LEFT_OUT, text, output.start, "stop", output.expected,
-                                           (before.strip(),), same_ids=False))
+                    found.append(Deviation(CALL_ID_LEFT_OUT, text, output.start, "stop",
+                                           output.expected, (before.strip(),), same_ids=False))
     # An empty calls section right after the content of a turn without calls (where the
     # section's end holds the end of turn, it ends the turn there: the turn's own ending goes).
     content = output.expected["content"]
     # (Not in a turn of messages with headers: its calls are messages, not a section.)
-    if calls is not None and _MARKER.match(calls.section_start.strip()) and calls.section_end.strip() and not names \
-            and content and content in output.text and messages is None:
+    if calls is not None and _MARKER.match(calls.section_start.strip()) \
+            and calls.section_end.strip() and not names and content and content in output.text \
+            and messages is None:
         at = output.text.rindex(content) + len(content)
         section = calls.section_start + calls.section_end
-        ends = [section.index(m.strip()) + len(m.strip()) for m in spec.end_of_turn if m.strip() and m.strip() in section]
+        ends = [section.index(m.strip()) + len(m.strip()) for m in spec.end_of_turn
+                if m.strip() and m.strip() in section]
         # (a model's turn ends at its first end-of-turn marker, as the outputs are cut)
         text = output.text[:at] + (section[: min(ends)] if ends else section + output.text[at:])
-        found.append(Deviation(EMPTY_SECTION, text, output.start, "stop", output.expected, (section,)))
+        found.append(Deviation(EMPTY_SECTION, text, output.start, "stop", output.expected,
+                               (section,)))
     found += _message_header_variants(output, spec, messages)
-    if messages is None:  # (in a turn of messages the calls are messages: these rules are the layouts')
+    if messages is None:
+        # (in a turn of messages the calls are messages: these rules are the layouts')
         found += _whitespace_around_markers(output, spec)
         found += _calls_opener_left_out(output, spec)
     found += _list_without_wrapper(output, spec)
     found += _instructed_form(output, spec)
     calls = spec.tool_calls
     if calls is not None and calls.wrappers and output.expected["tool_calls"]:
-        start = calls.section_start.strip() or next((p for p in calls.call if isinstance(p, str)), "").strip()
+        start = calls.section_start.strip() \
+            or next((p for p in calls.call if isinstance(p, str)), "").strip()
         at = output.text.find(start) if start else -1
         for wrapper in calls.wrappers:
             if at != -1:
-                found.append(Deviation(OTHER_KINDS_WRAPPER, output.text[:at] + wrapper + output.text[at:], output.start,
+                found.append(Deviation(OTHER_KINDS_WRAPPER,
+                                       output.text[:at] + wrapper + output.text[at:], output.start,
                                        "stop", output.expected, (wrapper,)))
     return found
 
@@ -263,8 +287,9 @@ def _instructed_form(output: ModelOutput, spec: ProtocolSpec) -> list[Deviation]
     instructed separator (or the history's own)."""
     calls = spec.tool_calls
     expected = output.expected
-    if calls is None or not (calls.instructed_bare or calls.instructed_separators) or not expected["tool_calls"] \
-            or expected["content"] or expected["reasoning_content"] or slot("id") in calls.call:
+    if calls is None or not (calls.instructed_bare or calls.instructed_separators) \
+            or not expected["tool_calls"] or expected["content"] or expected["reasoning_content"] \
+            or slot("id") in calls.call:
         return []
     written = [{"name": name, "arguments": arguments} for name, arguments in expected["tool_calls"]]
     section = calls.format(written)
@@ -285,19 +310,22 @@ def _list_without_wrapper(output: ModelOutput, spec: ProtocolSpec) -> list[Devia
     and whose calls are `name(`: the list without those tokens (and without the turn's end)."""
     calls = spec.tool_calls
     expected = output.expected
-    if calls is None or not expected["tool_calls"] or expected["content"] or expected["reasoning_content"] \
-            or not calls.call or calls.call[0] != {"slot": "name"} or not isinstance(calls.call[1], str) \
+    if calls is None or not expected["tool_calls"] or expected["content"] \
+            or expected["reasoning_content"] or not calls.call \
+            or calls.call[0] != {"slot": "name"} or not isinstance(calls.call[1], str) \
             or not calls.call[1].startswith("("):
         return []
     start, end = calls.section_start.strip(), calls.section_end.strip()
     opened, closed = re.fullmatch(r"(.*?)\s*\[", start), re.fullmatch(r"\]\s*(.*)", end)
-    if not opened or not closed or not _MARKER.match(opened.group(1)) or not _MARKER.match(closed.group(1)):
+    if not opened or not closed or not _MARKER.match(opened.group(1)) \
+            or not _MARKER.match(closed.group(1)):
         return []
     at, to = output.text.find(start), output.text.rfind(end)
     if at == -1 or to == -1 or output.text[:at].strip():
         return []
     text = "[" + output.text[at + len(start):to] + "]"
-    return [Deviation(LIST_WITHOUT_WRAPPER, text, output.start, "stop", expected, (opened.group(1), closed.group(1)))]
+    return [Deviation(LIST_WITHOUT_WRAPPER, text, output.start, "stop", expected,
+                      (opened.group(1), closed.group(1)))]
 
 
 def _calls_opener_left_out(output: ModelOutput, spec: ProtocolSpec) -> list[Deviation]:
@@ -312,13 +340,17 @@ def _calls_opener_left_out(output: ModelOutput, spec: ProtocolSpec) -> list[Devi
 
     def add(way, text):
         if text != output.text:
-            found.append(Deviation(CALLS_OPENER_LEFT_OUT, text, output.start, "stop", output.expected, (way,)))
+            found.append(Deviation(CALLS_OPENER_LEFT_OUT, text, output.start, "stop",
+                                   output.expected, (way,)))
 
     def opens_only_calls(head):
         """Whether the call's own marker (`head` up to its first marker end) opens calls and
         nothing else in the render: one occurrence per call."""
-        marker = re.match(r"[^>\]]*[>\]]?", head).group()
-        return bool(_MARKER.match(marker)) and output.text.count(marker) == len(output.expected["tool_calls"])
+        matched = re.match(r"[^>\]]*[>\]]?", head)
+        assert matched is not None  # (the pattern matches any text, if only its empty start)
+        marker = matched.group()
+        return bool(_MARKER.match(marker)) \
+            and output.text.count(marker) == len(output.expected["tool_calls"])
 
     if section:
         if not opens_only_calls(first) or section not in output.text:
@@ -330,7 +362,8 @@ def _calls_opener_left_out(output: ModelOutput, spec: ProtocolSpec) -> list[Devi
         opener, _, rest = first.partition("\n") if "\n" in first else first.partition(" ")
         opener, rest = opener.strip(), rest.strip()
         closer = opener[:1] + "/" + opener[1:]
-        if not opener or not opens_only_calls(rest) or not _MARKER.match(opener) or closer not in output.text:
+        if not opener or not opens_only_calls(rest) or not _MARKER.match(opener) \
+                or closer not in output.text:
             return []
         without = re.sub(re.escape(opener) + r"\s*", "", output.text)
         add("the call's outer opener", without)
@@ -353,19 +386,23 @@ def _whitespace_around_markers(output: ModelOutput, spec: ProtocolSpec) -> list[
     for i, piece in enumerate(layout):
         if not isinstance(piece, str) or not piece.strip():
             continue
-        if i > 0 and layout[i - 1] == {"slot": "arguments"} and calls.arguments.style != ArgumentStyle.OBJECT:
-            continue  # (the word that ends key/value arguments is read as written: see the README)
+        if i > 0 and layout[i - 1] == {"slot": "arguments"} \
+                and calls.arguments.style != ArgumentStyle.OBJECT:
+            # (the word that ends key/value arguments is read as written: see docs/tolerance.md)
+            continue
         loose = MARKER_BOUNDARY.sub(" ", piece)  # (where a marker ends or begins inside a word)
         if i > 0 and not isinstance(layout[i - 1], str) and piece[:1] in "<[":
             loose = " " + loose
         if loose != piece:
             loosened[piece] = loose
-    # (only in the call layout's own text: the arguments, as the format writes them, stay as they are)
+    # (only in the call layout's own text: the arguments, as the format writes them, stay as
+    # they are)
     try:
         kept = [calls.arguments.format(arguments) for _, arguments in output.expected["tool_calls"]]
     except SpecError:
         kept = None  # (arguments the format writes some other way: their text is not known here)
-    cut = re.compile("(" + "|".join(re.escape(k) for k in sorted(set(kept), key=len, reverse=True) if k) + ")") \
+    longest_first = sorted(set(kept or ()), key=len, reverse=True)
+    cut = re.compile("(" + "|".join(re.escape(k) for k in longest_first if k) + ")") \
         if kept and any(kept) else None
     parts = cut.split(output.text) if cut else [output.text]
     for j in range(0, len(parts), 2):  # (the odd parts are the arguments)
@@ -373,32 +410,40 @@ def _whitespace_around_markers(output: ModelOutput, spec: ProtocolSpec) -> list[
             parts[j] = parts[j].replace(piece, loose)
     spaced = "".join(parts)
     if kept is not None and spaced != output.text:
-        found.append(Deviation(WHITESPACE, spaced, output.start, "stop", output.expected, ("spaces around the call's markers",)))
+        found.append(Deviation(WHITESPACE, spaced, output.start, "stop", output.expected,
+                               ("spaces around the call's markers",)))
     content = output.expected["content"]
-    first = calls.section_start if calls.section_start.strip() else next((p for p in layout if isinstance(p, str)), "")
+    first = calls.section_start if calls.section_start.strip() \
+        else next((p for p in layout if isinstance(p, str)), "")
     opener = first.strip().split()[0] if first.strip() else ""
     if content and opener and content in output.text:
         at = output.text.index(content) + len(content)
-        between = output.text[at:output.text.find(opener, at)] if opener in output.text[at:] else None
+        between = output.text[at:output.text.find(opener, at)] \
+            if opener in output.text[at:] else None
         if between is not None:
-            # (the render writes whitespace between without a space, or none: the space is the content's)
-            expected = {**output.expected, "content": content + " "} if not between.strip() and " " not in between \
-                else output.expected
-            found.append(Deviation(WHITESPACE, output.text[:at] + " " + output.text[at:], output.start, "stop", expected,
-                                   ("a space after the content",)))
+            # (the render writes whitespace between without a space, or none: the space is the
+            # content's)
+            expected = {**output.expected, "content": content + " "} \
+                if not between.strip() and " " not in between else output.expected
+            found.append(Deviation(WHITESPACE, output.text[:at] + " " + output.text[at:],
+                                   output.start, "stop", expected, ("a space after the content",)))
     return found
 
 
-def _message_header_variants(output: ModelOutput, spec: ProtocolSpec, messages: dict | None) -> list[Deviation]:
+def _message_header_variants(output: ModelOutput, spec: ProtocolSpec,
+                             messages: Mapping[str, Any] | None) -> list[Deviation]:
     """A call turn written as messages with headers, its call messages written the ways
     models write them (the header's fields are read by what they are, not where they sit)."""
     names = [name for name, _ in output.expected["tool_calls"]]
     if messages is None or not names:
         return []
     calls = spec.tool_calls
+    assert calls is not None  # (messages with headers are the calls' format)
     head, channel, body = calls.call[1], messages["channel"], messages["body"]
+    assert isinstance(head, str)  # (the call message's header, a literal)
     # The call's header as rendered: <role fields: the recipient><channel><its name><fields><body>.
-    call_channel, _, fields = head.strip()[len(channel):len(head.strip()) - len(body)].strip().partition(" ")
+    header = head.strip()[len(channel):len(head.strip()) - len(body)]
+    call_channel, _, fields = header.strip().partition(" ")
     fields = f" {fields}" if fields else ""
     reasoning_channel = next(c for c, kind in messages["channels"].items() if kind == "reasoning")
     recipient = calls.section_start.strip()
@@ -408,7 +453,8 @@ def _message_header_variants(output: ModelOutput, spec: ProtocolSpec, messages: 
 
     def add(way, text, expected=None):
         if text != output.text:
-            found.append(Deviation(MESSAGE_HEADERS, text, output.start, "stop", expected or output.expected, (way,)))
+            found.append(Deviation(MESSAGE_HEADERS, text, output.start, "stop",
+                                   expected or output.expected, (way,)))
 
     def rewritten(header):
         text = output.text
@@ -416,19 +462,24 @@ def _message_header_variants(output: ModelOutput, spec: ProtocolSpec, messages: 
             text = text.replace(written, header(name))
         return text
 
-    add("recipient in the channel header", rewritten(lambda n: f"{channel}{call_channel} {recipient}{n}{fields}{body}"))
+    add("recipient in the channel header", rewritten(lambda n: f"{channel}{call_channel} "
+                                                               f"{recipient}{n}{fields}{body}"))
     if fields:
-        add("content type left out", rewritten(lambda n: f" {recipient}{n}{channel}{call_channel}{body}"))
-    add("the call on the reasoning channel", rewritten(lambda n: f" {recipient}{n}{channel}{reasoning_channel}{fields}{body}"))
+        add("content type left out",
+            rewritten(lambda n: f" {recipient}{n}{channel}{call_channel}{body}"))
+    add("the call on the reasoning channel",
+        rewritten(lambda n: f" {recipient}{n}{channel}{reasoning_channel}{fields}{body}"))
     if messages["namespace"]:
-        add("a recipient without the namespace", rewritten(lambda n: f" {messages['recipient']}{n}{head}"))
+        add("a recipient without the namespace",
+            rewritten(lambda n: f" {messages['recipient']}{n}{head}"))
     ends_with_call = output.text.rstrip().endswith(call_end)
     if ends_with_call:
         add("the call message ended by a message end", output.text.rstrip()[: -len(call_end)] + end)
     first = output.text.find(rendered[names[0]])
     if output.expected["content"] is None and first != -1:
         preamble = f"{channel}{call_channel}{body}{PREAMBLE}{end}{start}"
-        add("a preamble message before the call", output.text[:first] + preamble + output.text[first:],
+        add("a preamble message before the call",
+            output.text[:first] + preamble + output.text[first:],
             {**output.expected, "content": PREAMBLE})
     if len(names) == 1 and ends_with_call and first != -1:
         add("a second call message", output.text.rstrip() + start + output.text[first:].rstrip(),

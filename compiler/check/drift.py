@@ -72,7 +72,8 @@ def drift(old: ChatTemplate, new: ChatTemplate) -> Drift:
     for side, template, spec in (("old", old, old_spec), ("new", new, new_spec)):
         renders[side] = model_outputs(template, spec)
         if not any(o.text.strip() for o in renders[side]):
-            raise InputError(f"{template.origin}: the template renders no assistant turn: no protocol to compare")
+            raise InputError(f"{template.origin}: the template renders no assistant turn: "
+                             "no protocol to compare")
     return Drift(
         old_spec, new_spec, protocol_differences(old_spec, new_spec),
         cross_read((old, old_spec), renders["new"], ("old", "new")),
@@ -85,7 +86,8 @@ def as_text(report: Drift) -> str:
     lines = [f"old: {old.template_name} (family {old.family}, sha256 {old.template_sha256[:16]}…)",
              f"new: {new.template_name} (family {new.family}, sha256 {new.template_sha256[:16]}…)"]
     if old.template_sha256 == new.template_sha256:
-        lines.append("(the same template text: any difference comes from the tokens each source names)")
+        lines.append("(the same template text: any difference comes from the "
+                     "tokens each source names)")
     if report.same:
         lines.append("protocol: the same")
     else:
@@ -95,7 +97,8 @@ def as_text(report: Drift) -> str:
             lines.append(f"  {d.field:<{width}}{_clip(show(d.old))}")
             lines.append(f"  {'':<{width}}→ {_clip(show(d.new))}")
     for cross in (report.old_reads_new, report.new_reads_old):
-        lines.append(f"{cross.parser}'s parser reads {len(cross.read)} of {cross.total} of {cross.renders}'s standard turns")
+        lines.append(f"{cross.parser}'s parser reads {len(cross.read)} of {cross.total} of "
+                     f"{cross.renders}'s standard turns")
         lines += [f"  not read: {turn}: {_clip(detail)}" for turn, detail in cross.failed]
     return "\n".join(lines) + "\n"
 
@@ -110,7 +113,8 @@ def as_json(report: Drift) -> dict:
                 "failed": [{"turn": t, "detail": d} for t, d in c.failed]}
 
     def side(spec: ProtocolSpec) -> dict:
-        return {"template_name": spec.template_name, "family": spec.family, "template_sha256": spec.template_sha256}
+        return {"template_name": spec.template_name, "family": spec.family,
+                "template_sha256": spec.template_sha256}
 
     return {
         "old": side(report.old), "new": side(report.new), "same": report.same,

@@ -14,8 +14,8 @@ from __future__ import annotations
 from ..spec import ArgumentStyle, ProtocolSpec, json_type, turn_kind
 
 
-def involved_fields(spec: ProtocolSpec, expected: dict, got: dict, errors: list[dict], mode: str = "default",
-                    grammar_rejected: bool = False) -> list[str]:
+def involved_fields(spec: ProtocolSpec, expected: dict, got: dict, errors: list[dict],
+                    mode: str = "default", grammar_rejected: bool = False) -> list[str]:
     """The fields behind the differences between `expected` and `got` (both in the readable
     form of check.outputs: content, reasoning_content, tool_calls as (name, arguments)), the
     parser's errors (kind, message) and a rejection by the grammar, most telling first."""
@@ -45,7 +45,8 @@ def _reasoning_fields(spec: ProtocolSpec, mode: str, end_first: bool = False) ->
     where the mode's prompt leaves the model."""
     if spec.reasoning is None:
         return ["reasoning", f"modes.{mode}.start"]
-    markers = ["reasoning.end", "reasoning.start"] if end_first else ["reasoning.start", "reasoning.end"]
+    markers = ["reasoning.end", "reasoning.start"] if end_first \
+        else ["reasoning.start", "reasoning.end"]
     return markers + [f"modes.{mode}.start"]
 
 
@@ -56,9 +57,11 @@ def _content_fields(spec: ProtocolSpec, expected: dict, got: dict, mode: str) ->
     found = []
     if any(name in read for name, _ in expected["tool_calls"]):  # a call was read as content
         found += _call_layout_fields(spec, len(expected["tool_calls"]))
-    if read.startswith(content) and len(read) > len(content):  # text after it was not seen to end it
+    if read.startswith(content) and len(read) > len(content):
+        # text after it was not seen to end it
         return found + ["content_end", "end_of_turn"]
-    if read.endswith(content) and len(read) > len(content):  # text before it was not seen to open it
+    if read.endswith(content) and len(read) > len(content):
+        # text before it was not seen to open it
         return found + ["content_start"] + (["reasoning.end"] if spec.reasoning is not None else [])
     return found + ["content_start", "content_end", "end_of_turn"]
 
@@ -69,7 +72,7 @@ def _call_fields(spec: ProtocolSpec, expected: list, got: list) -> list[str]:
     if [name for name, _ in expected] != [name for name, _ in got]:
         return _call_layout_fields(spec, len(expected))
     found = []
-    for (_, want), (_, read) in zip(expected, got):
+    for (_, want), (_, read) in zip(expected, got, strict=True):
         if want != read:
             found += _argument_fields(spec, want, read)
     return found
@@ -83,15 +86,18 @@ def _call_layout_fields(spec: ProtocolSpec, calls: int) -> list[str]:
 
 
 def _arguments_format_fields(spec: ProtocolSpec) -> list[str]:
+    assert spec.tool_calls is not None  # (only asked about a call)
     if spec.tool_calls.arguments.style != ArgumentStyle.KV:
         return ["tool_calls.arguments.encoder"]
-    return ["tool_calls.arguments.argument", "tool_calls.arguments.value_encoders", "tool_calls.arguments.separator"]
+    return ["tool_calls.arguments.argument", "tool_calls.arguments.value_encoders",
+            "tool_calls.arguments.separator"]
 
 
 def _argument_fields(spec: ProtocolSpec, want, read) -> list[str]:
     """One call's arguments read wrong: the encoder of an object's arguments; for arguments
     written one by one, the layout and the value encoder of each value's JSON type that
     differs (the layout for strings where the type has none of its own)."""
+    assert spec.tool_calls is not None  # (only asked about a call)
     arguments = spec.tool_calls.arguments
     if arguments.style != ArgumentStyle.KV:
         return ["tool_calls.arguments.encoder"]
@@ -102,7 +108,8 @@ def _argument_fields(spec: ProtocolSpec, want, read) -> list[str]:
         if read[key] != value:
             kind = json_type(value)
             layout = kind if kind in arguments.argument else "string"
-            found += [f"tool_calls.arguments.value_encoders.{kind}", f"tool_calls.arguments.argument.{layout}"]
+            found += [f"tool_calls.arguments.value_encoders.{kind}",
+                      f"tool_calls.arguments.argument.{layout}"]
     return found
 
 
@@ -125,7 +132,8 @@ def _error_fields(spec: ProtocolSpec, error: dict, expected: dict, mode: str) ->
     inside its arguments (the parser says "argument name", "argument value"), their format."""
     kind = error["kind"]
     if spec.tool_calls is not None and (kind == "invalid_arguments" or (
-            kind in ("invalid_tool_call", "truncated_tool_call") and "argument" in error["message"])):
+            kind in ("invalid_tool_call", "truncated_tool_call")
+            and "argument" in error["message"])):
         return _arguments_format_fields(spec)
     if kind in CALL_ERRORS:
         return _call_layout_fields(spec, len(expected["tool_calls"]))
@@ -133,7 +141,8 @@ def _error_fields(spec: ProtocolSpec, error: dict, expected: dict, mode: str) ->
         return _reasoning_fields(spec, mode)
     if kind == "text_after_end_of_turn":
         return ["end_of_turn"]
-    return [f"turns.{turn_kind(expected)}"]  # (a message header, a channel: read from the turn's layout)
+    # (a message header, a channel: read from the turn's layout)
+    return [f"turns.{turn_kind(expected)}"]
 
 
 __all__ = ["involved_fields"]

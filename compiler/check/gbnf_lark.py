@@ -10,6 +10,7 @@ remains the authority; this check follows the same reading of the dialect).
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from lark import Lark, Token, Transformer
 from lark.exceptions import LarkError, UnexpectedInput
@@ -51,12 +52,14 @@ def parse_gbnf(text: str):
         tree = _READER.parse(text if text.endswith("\n") else text + "\n")
     except UnexpectedInput as e:
         raise GbnfSyntaxError(f"GBNF syntax error at line {e.line}, column {e.column}") from None
-    names = {rule.children[0].value for rule in tree.children}
-    for rule in tree.children:
+    rules: list[Any] = tree.children  # (each a rule: its name's token, then its body)
+    names = {rule.children[0].value for rule in rules}
+    for rule in rules:
         for ref in rule.find_data("ref"):
             if ref.children[0].value not in names:
-                raise GbnfSyntaxError(f"GBNF rule {rule.children[0].value!r} (line {rule.meta.line}) "
-                                      f"refers to undefined rule {ref.children[0].value!r}")
+                raise GbnfSyntaxError(f"GBNF rule {rule.children[0].value!r} (line "
+                                      f"{rule.meta.line}) refers to undefined rule "
+                                      f"{ref.children[0].value!r}")
     if "root" not in names:
         raise GbnfSyntaxError("GBNF grammar has no root rule")
     return tree
@@ -86,7 +89,8 @@ def _regex_class_body(body: str) -> str:
     """
     negated = body.startswith("^")
     out = ["^"] if negated else []
-    for m in re.finditer(r"\\(x[0-9A-Fa-f]{2}|u[0-9A-Fa-f]{4}|.)|(.)", body[1:] if negated else body, re.S):
+    for m in re.finditer(r"\\(x[0-9A-Fa-f]{2}|u[0-9A-Fa-f]{4}|.)|(.)",
+                         body[1:] if negated else body, re.S):
         if m.group(2) is not None:  # unescaped: "-" is the range operator, the rest literal
             char = m.group(2)
             out.append(char if char == "-" else _regex_class_char(char))
@@ -155,7 +159,8 @@ class _ToLark(Transformer):
 
 
 def _lark_literal(value: str) -> str:
-    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") \
+        .replace("\r", "\\r").replace("\t", "\\t")
     return f'"{escaped}"'
 
 
@@ -171,7 +176,8 @@ class GbnfAcceptor:
     def __init__(self, gbnf: str):
         self.lark_text = gbnf_to_lark(gbnf)
         try:
-            self.parser = Lark(self.lark_text, start=_lark_name("root"), parser="earley", lexer="dynamic")
+            self.parser = Lark(self.lark_text, start=_lark_name("root"), parser="earley",
+                               lexer="dynamic")
         except LarkError as e:
             raise GbnfSyntaxError(f"the GBNF grammar does not convert to Lark: {e}") from None
 

@@ -21,8 +21,23 @@ lark reading of the GBNF (gbnf_lark) and to llama.cpp, and they agree.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
+from typing import Any
 
-from ..grammar.ir import AnyChar, Alt, Chars, End, Grammar, Lit, Not, Ref, Rep, Seq, StringUntil, TextUntil
+from ..grammar.ir import (
+    Alt,
+    AnyChar,
+    Chars,
+    End,
+    Grammar,
+    Lit,
+    Not,
+    Ref,
+    Rep,
+    Seq,
+    StringUntil,
+    TextUntil,
+)
 
 Ends = frozenset  # of positions in the text where a match ends
 
@@ -44,9 +59,10 @@ class _Match:
         self.grammar = grammar
         self.text = text
         self.rules: dict[tuple[str, int], Ends] = {}  # (rule, start) -> ends; being computed: empty
-        self.visits = {Lit: self.lit, Chars: self.chars, AnyChar: self.any_char, Seq: self.seq, Alt: self.alt,
-                       Rep: self.rep, Ref: self.ref, TextUntil: self.text_until, StringUntil: self.string_until,
-                       Not: self.empty, End: self.empty}
+        self.visits: dict[type, Callable[[Any, int], Ends]] = {
+            Lit: self.lit, Chars: self.chars, AnyChar: self.any_char, Seq: self.seq, Alt: self.alt,
+            Rep: self.rep, Ref: self.ref, TextUntil: self.text_until,
+            StringUntil: self.string_until, Not: self.empty, End: self.empty}
 
     def ends(self, node, start: int) -> Ends:
         """Where a match of `node` from `start` may end."""
@@ -137,7 +153,8 @@ class _Match:
 def accepts(grammar: Grammar, text: str) -> bool:
     """Whether `grammar` matches the whole of `text`."""
     limit = sys.getrecursionlimit()
-    sys.setrecursionlimit(max(limit, 20_000))  # (a long render nests rules as deep as it repeats them)
+    # (a long render nests rules as deep as it repeats them)
+    sys.setrecursionlimit(max(limit, 20_000))
     try:
         return IrMatcher(grammar).accepts(text)
     finally:

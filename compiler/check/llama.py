@@ -55,8 +55,8 @@ class LlamaGrammarChecker:
 
         self.llama = llama_cpp
         self.dir = tempfile.mkdtemp(prefix="tplparse-vocab-")
-        path = write_byte_vocab(Path(self.dir) / "bytes.gguf", title="tplparse byte vocabulary", basename="bytes",
-                                control=["<s>", "</s>"], bos="<s>", eos="</s>")
+        path = write_byte_vocab(Path(self.dir) / "bytes.gguf", title="tplparse byte vocabulary",
+                                basename="bytes", control=["<s>", "</s>"], bos="<s>", eos="</s>")
         with _captured_stderr():
             llama_cpp.llama_backend_init()
             params = llama_cpp.llama_model_default_params()
@@ -69,7 +69,8 @@ class LlamaGrammarChecker:
 
     def _sampler(self, gbnf: str):
         with _captured_stderr() as err:
-            sampler = self.llama.llama_sampler_init_grammar(self.vocab, gbnf.encode("utf-8"), b"root")
+            sampler = self.llama.llama_sampler_init_grammar(self.vocab, gbnf.encode("utf-8"),
+                                                            b"root")
         return sampler, err["text"]
 
     def validate(self, gbnf: str) -> tuple[bool, str]:
@@ -81,7 +82,7 @@ class LlamaGrammarChecker:
 
     def _allowed(self, sampler, token: int) -> bool:
         data = (self.llama.llama_token_data * 1)()
-        data[0].id = token
+        data[0].id = ctypes.c_int32(token)
         data[0].logit = 0.0
         data[0].p = 0.0
         candidates = self.llama.llama_token_data_array(data=data, size=1, selected=-1, sorted=False)

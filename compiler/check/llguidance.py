@@ -31,7 +31,8 @@ class _ByteTokens:
 
     def __init__(self, special_tokens: tuple[str, ...]):
         self.special = {token: 256 + i for i, token in enumerate(special_tokens)}
-        self.tokens = [bytes([i]) for i in range(256)] + [b"\xff" + t.encode("utf-8") for t in special_tokens]
+        self.tokens = [bytes([i]) for i in range(256)] \
+            + [b"\xff" + t.encode("utf-8") for t in special_tokens]
         self.tokens.append(b"\xff<|tplparse-eos|>")
         self.eos_token_id = len(self.tokens) - 1
         self.bos_token_id = None
@@ -84,7 +85,8 @@ class LarkChecker:
     def accepts_tokens(self, lark: str, tokens: list[int]) -> bool:
         matcher = self._matcher(lark)
         if matcher.is_error():
-            raise ValueError(f"llguidance rejected the grammar: {matcher.get_error().splitlines()[0]}")
+            raise ValueError("llguidance rejected the grammar: "
+                             f"{matcher.get_error().splitlines()[0]}")
         for token in tokens:
             if not matcher.consume_token(token):
                 return False

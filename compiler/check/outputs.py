@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
+from ..grammar.reading import segment_format
 from ..probe import PLACEHOLDER_TOKENS, PROBE_SECONDS, standard_turns
 from ..probe.conversations import FRESH, ShapedRenderer, Turn, tool_definition
-from ..grammar.reading import segment_format
 from ..probe.renders import assistant_spans
 from ..probe.spans import Boundaries
 from ..source.render import default_time_budget, fixed_clock
@@ -40,7 +42,8 @@ STANDARD_PROPERTIES = {
 }
 STANDARD_TOOLS = [
     {"type": "function", "function": {"name": name, "description": f"The {name} tool",
-                                      "parameters": {"type": "object", "properties": STANDARD_PROPERTIES}}}
+                                      "parameters": {"type": "object",
+                                                     "properties": STANDARD_PROPERTIES}}}
     for name in FRESH.names
 ]
 
@@ -55,7 +58,8 @@ class ModelOutput:
     expected: dict  # content, reasoning_content, tool_calls [(name, arguments dict)]
     lossy: list[str] = field(default_factory=list)  # what the template loses in this turn
     mode: str = "default"  # the generation-prompt mode (spec.modes) the turn follows
-    prompt: str = ""  # the real generation prompt it follows: the conversation rendered up to the output
+    # the real generation prompt it follows: the conversation rendered up to the output
+    prompt: str = ""
 
     @property
     def label(self) -> str:
@@ -64,12 +68,13 @@ class ModelOutput:
 
 
 def _with_placeholders(template: ChatTemplate) -> ChatTemplate:
-    return template.with_tokens(**{k: v for k, v in PLACEHOLDER_TOKENS.items() if k not in template.named_tokens})
+    return template.with_tokens(**{k: v for k, v in PLACEHOLDER_TOKENS.items()
+                                   if k not in template.named_tokens})
 
 
 def _renderer(template: ChatTemplate, spec: ProtocolSpec) -> ShapedRenderer:
-    return ShapedRenderer.for_label(template, [tool_definition(n, [FRESH.key1, FRESH.key2]) for n in FRESH.names],
-                                    spec.shape)
+    tools = [tool_definition(n, [FRESH.key1, FRESH.key2]) for n in FRESH.names]
+    return ShapedRenderer.for_label(template, tools, spec.shape)
 
 
 def model_outputs(template: ChatTemplate, spec: ProtocolSpec, turns: dict[str, Turn] | None = None,
@@ -86,11 +91,15 @@ def model_outputs(template: ChatTemplate, spec: ProtocolSpec, turns: dict[str, T
     counterparts = {}
     if prompt_mode.start == Start.REASONING:
         # (each turn without reasoning with reasoning added: see _after_an_empty_block)
-        counterparts = {f"{name} with reasoning": Turn(reasoning=FRESH.reasoning, content=t.content, calls=t.calls)
+        counterparts = {f"{name} with reasoning": Turn(reasoning=FRESH.reasoning, content=t.content,
+                                                       calls=t.calls)
                         for name, t in turns.items() if not t.reasoning}
-    with fixed_clock(), default_time_budget(PROBE_SECONDS):  # (the renders of one turn must agree on the time)
-        rendered = assistant_spans(renderer, FRESH.user, {**turns, **counterparts}, variables, system=system)
-        asked = renderer.render_turn(FRESH.user, Turn(content=FRESH.content), variables, system=system)
+    with fixed_clock(), default_time_budget(PROBE_SECONDS):
+        # (the renders of one turn must agree on the time)
+        rendered = assistant_spans(renderer, FRESH.user, {**turns, **counterparts}, variables,
+                                   system=system)
+        asked = renderer.render_turn(FRESH.user, Turn(content=FRESH.content), variables,
+                                     system=system)
     if rendered is None or asked is None:
         return []
     _, tail, spans = rendered
@@ -101,21 +110,26 @@ def model_outputs(template: ChatTemplate, spec: ProtocolSpec, turns: dict[str, T
     for name, turn in turns.items():
         if name not in spans:
             continue
-        following = _after_the_prompt(spans[name], tail, prompt_mode.start, reasoning, turn.reasoning)
+        following = _after_the_prompt(spans[name], tail, prompt_mode.start, reasoning,
+                                      turn.reasoning)
         if following is None:
             continue
         span, start, lossy = following
-        if start == Start.REASONING and reasoning is not None and not _closes_reasoning(span, turn, reasoning):
-            span, lossy = _after_an_empty_block(span, spans.get(f"{name} with reasoning"), tail, reasoning)
+        if start == Start.REASONING and reasoning is not None \
+                and not _closes_reasoning(span, turn, reasoning):
+            span, lossy = _after_an_empty_block(span, spans.get(f"{name} with reasoning"), tail,
+                                                reasoning)
         # A model's turn ends at its first end-of-turn marker; a template that writes more
         # of the same message after one renders it as two turns.
-        values = [v for v in [turn.content, turn.reasoning] + [c.name for c in turn.calls] if v and v in span]
+        values = [v for v in [turn.content, turn.reasoning] + [c.name for c in turn.calls]
+                  if v and v in span]
         last = max((span.index(v) + len(v) for v in values), default=0)
-        first_end = min((at for at in (_end_marker_at(span, m, turn.reasoning, reasoning, start, segments)
-                                       for m in end_markers) if at != -1), default=-1)
+        ends = (_end_marker_at(span, m, turn.reasoning, reasoning, start, segments)
+                for m in end_markers)
+        first_end = min((at for at in ends if at != -1), default=-1)
         if first_end != -1 and first_end < last:
-            lossy.append("the template renders this message as two turns; a model's turn ends at the first "
-                         f"end-of-turn marker ({span[first_end:first_end + 20]!r})")
+            lossy.append("the template renders this message as two turns; a model's turn ends at "
+                         f"the first end-of-turn marker ({span[first_end:first_end + 20]!r})")
             last = first_end
         cuts = [at + len(m) for m in end_markers
                 if (at := _end_marker_at(span, m, None, reasoning, start, segments, last)) != -1]
@@ -126,21 +140,27 @@ def model_outputs(template: ChatTemplate, spec: ProtocolSpec, turns: dict[str, T
         if spec.tool_calls is not None and spec.tool_calls.parallel == Parallel.FIRST:
             calls = calls[:1]
         if len(calls) < len(turn.calls):
-            lossy.append(f"the template renders {len(calls)} of this turn's {len(turn.calls)} calls")
+            lossy.append(f"the template renders {len(calls)} of this turn's "
+                         f"{len(turn.calls)} calls")
         kept = []
         for call_name, arguments in calls:
-            written = {k: v for k, v in arguments.items() if re.search(rf"(?<![\w-]){re.escape(k)}(?![\w-])", shown)}
+            written = {k: v for k, v in arguments.items()
+                       if re.search(rf"(?<![\w-]){re.escape(k)}(?![\w-])", shown)}
             for key in arguments.keys() - written.keys():
-                lossy.append(f"the template drops the argument {key!r} ({json.dumps(arguments[key])})")
+                lossy.append(f"the template drops the argument {key!r} "
+                             f"({json.dumps(arguments[key])})")
             kept.append((call_name, written))
         calls = kept
         content = turn.content if turn.content and turn.content in shown else None
         thought = turn.reasoning if turn.reasoning and turn.reasoning in shown else None
         if turn.reasoning and thought is None:
             lossy.append("the template drops the reasoning")
-        if content is not None and reasoning is not None and reasoning.start and _inside(shown, content, reasoning):
-            lossy.append("the template writes the content where reasoning goes (inside the reasoning markers)")
-            content, thought = None, (thought + "\n\n" + content if thought else content)
+        if content is not None and reasoning is not None and reasoning.start \
+                and _inside(shown, content, reasoning):
+            lossy.append("the template writes the content where reasoning goes (inside "
+                         "the reasoning markers)")
+            thought = thought + "\n\n" + content if thought else content
+            content = None
         elif turn.content and content is None:
             lossy.append("the template drops the content")
         expected = {"content": content, "reasoning_content": thought, "tool_calls": calls}
@@ -148,7 +168,8 @@ def model_outputs(template: ChatTemplate, spec: ProtocolSpec, turns: dict[str, T
     return found
 
 
-def mode_outputs(template: ChatTemplate, spec: ProtocolSpec, turns: dict[str, Turn] | None = None) -> list[ModelOutput]:
+def mode_outputs(template: ChatTemplate, spec: ProtocolSpec,
+                 turns: dict[str, Turn] | None = None) -> list[ModelOutput]:
     """The model outputs of `turns` after the generation prompt of every mode the template has
     (spec.modes: the default one, thinking on and off, ...). A mode whose outputs are the
     default mode's (the same prompt state and the same texts) adds nothing and is left out."""
@@ -157,7 +178,8 @@ def mode_outputs(template: ChatTemplate, spec: ProtocolSpec, turns: dict[str, Tu
     for mode in spec.modes:
         if mode == "default":
             continue
-        more = [o for o in model_outputs(template, spec, turns, mode) if (o.start, o.text) not in seen]
+        more = [o for o in model_outputs(template, spec, turns, mode)
+                if (o.start, o.text) not in seen]
         seen.update((o.start, o.text) for o in more)
         found.extend(more)
     return found
@@ -201,20 +223,23 @@ def _closes_reasoning(span: str, turn: Turn, reasoning) -> bool:
     return at != -1 and all(at < span.index(v) for v in values)
 
 
-def _after_an_empty_block(span: str, with_reasoning: str | None, tail: str, reasoning) -> tuple[str, list[str]]:
+def _after_an_empty_block(span: str, with_reasoning: str | None, tail: str,
+                          reasoning) -> tuple[str, list[str]]:
     """A turn after a prompt that leaves reasoning open, whose render (`span`) has no end
     marker: what the template writes for the same turn with reasoning added (`with_reasoning`),
     less the reasoning (an empty block, closed as the template closes one); or, when the
     template drops reasoning from history altogether, the end marker before the render."""
-    found = _after_the_prompt(with_reasoning, tail, Start.REASONING, reasoning) if with_reasoning else None
+    found = _after_the_prompt(with_reasoning, tail, Start.REASONING, reasoning) \
+        if with_reasoning else None
     if found is not None and found[0].count(FRESH.reasoning) == 1 and reasoning.end in found[0]:
         return found[0].replace(FRESH.reasoning, ""), []
-    return reasoning.end + span, ["the template drops the reasoning block from history: read after an empty block "
-                                  "closed by its end marker"]
+    return reasoning.end + span, ["the template drops the reasoning block from history: read after "
+                                  "an empty block closed by its end marker"]
 
 
-def _end_marker_at(text: str, marker: str, thought: str | None, reasoning, start: Start = Start.CONTENT,
-                   segments: dict | None = None, after: int = 0) -> int:
+def _end_marker_at(text: str, marker: str, thought: str | None, reasoning,
+                   start: Start = Start.CONTENT, segments: Mapping[str, Any] | None = None,
+                   after: int = 0) -> int:
     """Where `marker` first ends a turn in `text` (from `after` on): not where, right after the
     reasoning (or at the start of an output that starts inside reasoning), the reasoning's end
     marker starts with it (a reasoning end that closes a turn and opens the next: the parser,
@@ -230,17 +255,20 @@ def _end_marker_at(text: str, marker: str, thought: str | None, reasoning, start
     return at
 
 
-def _goes_on(text: str, at: int, marker: str, segments: dict | None) -> bool:
+def _goes_on(text: str, at: int, marker: str, segments: Mapping[str, Any] | None) -> bool:
     """Whether `marker` at `at` ends a segment of a turn that goes on: the segments' end
     marker, then (after whitespace) the next segment's header."""
-    return bool(segments) and marker.strip() == segments["end"] \
+    if not segments:
+        return False
+    return marker.strip() == segments["end"] \
         and text[at + len(marker):].lstrip().startswith(segments["header"])
 
 
 def _inside(text: str, value: str, reasoning) -> bool:
     """Whether `value` sits right inside the reasoning markers in `text`."""
     at = text.index(value)
-    return text[:at].rstrip().endswith(reasoning.start) and text[at + len(value):].lstrip().startswith(reasoning.end)
+    return text[:at].rstrip().endswith(reasoning.start) \
+        and text[at + len(value):].lstrip().startswith(reasoning.end)
 
 
 def difference(expected: dict, got: dict) -> str:
@@ -257,7 +285,9 @@ def readable(message: dict) -> dict:
             calls.append((c["function"]["name"], json.loads(c["function"]["arguments"])))
         except ValueError:
             calls.append((c["function"]["name"], c["function"]["arguments"]))
-    return {"content": message["content"], "reasoning_content": message["reasoning_content"], "tool_calls": calls}
+    return {"content": message["content"], "reasoning_content": message["reasoning_content"],
+            "tool_calls": calls}
 
 
-__all__ = ["ModelOutput", "STANDARD_PROPERTIES", "STANDARD_TOOLS", "mode_outputs", "model_outputs", "readable"]
+__all__ = ["ModelOutput", "STANDARD_PROPERTIES", "STANDARD_TOOLS", "mode_outputs", "model_outputs",
+           "readable"]

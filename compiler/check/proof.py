@@ -5,9 +5,9 @@ template has (outputs.mode_outputs: the span of the template's render after that
 the message that render preserves) is fed to the family's parser, given that real prompt
 (the parser decides from it where the output starts), one-shot and one character at a time,
 and checked against the family's GBNF grammar for the mode's start state (llama.cpp when
-llama-cpp-python is installed, else the IR matcher, check/ir_match.py); a turn is proved when all of them
-agree. The deviated forms of each proved turn
-(deviations: what models and engines write instead) are read back too, and reported.
+llama-cpp-python is installed, else the IR matcher, check/ir_match.py); a turn is proved when
+all of them agree. The deviated forms of each proved turn (deviations: what models and engines
+write instead) are read back too, and reported.
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ class TurnProof:
     proved: bool
     detail: str = ""  # why not; or, when proved, what the template loses ("lossy: ...")
     text: str = ""
-    fields: list[str] = field(default_factory=list)  # not proved: the spec fields involved (check.fields)
+    # not proved: the spec fields involved (check.fields)
+    fields: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -45,8 +46,10 @@ class Proof:
     turns: list[TurnProof]
     grammar_checker: str  # "llama.cpp", or "the IR matcher" where llama-cpp-python is not installed
     error: str = ""  # the template renders nothing to prove
-    tolerated: int = 0  # deviated forms of the proved turns (tplparse.check.deviations) read back as their render
-    not_tolerated: list[str] = field(default_factory=list)  # those that were not: rule, turn, what differed
+    # deviated forms of the proved turns (tplparse.check.deviations) read back as their render
+    tolerated: int = 0
+    # those that were not: rule, turn, what differed
+    not_tolerated: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -57,21 +60,24 @@ class Proof:
         return [t for t in self.turns if not t.proved]
 
     def table(self) -> str:
-        lines = [f"proof of {self.family}: each standard turn the template renders, read back by the parser "
-                 f"(one-shot and one character at a time) and accepted by the GBNF grammar ({self.grammar_checker})"]
+        lines = [f"proof of {self.family}: each standard turn the template renders, read back by "
+                 "the parser (one-shot and one character at a time) and accepted by the GBNF "
+                 f"grammar ({self.grammar_checker})"]
         if self.error:
             lines.append(f"  {self.error}")
         width = max([len(t.turn) for t in self.turns] + [4]) + 2
         if self.turns:
             lines.append(f"  {'turn':<{width}}result")
         for t in self.turns:
-            result = ("proved" + (f" (lossy: {t.detail})" if t.detail else "")) if t.proved else f"NOT PROVED: {t.detail}"
+            result = ("proved" + (f" (lossy: {t.detail})" if t.detail else "")) if t.proved \
+                else f"NOT PROVED: {t.detail}"
             result += f" [spec fields: {', '.join(t.fields)}]" if t.fields else ""
             lines.append(f"  {t.turn:<{width}}{result}")
         total = self.tolerated + len(self.not_tolerated)
         if total:
-            lines.append(f"  tolerance: {self.tolerated} of {total} deviated forms of these turns (what models and "
-                         f"engines write instead: README, tolerance rules) read back as their render")
+            lines.append(f"  tolerance: {self.tolerated} of {total} deviated forms of these "
+                         "turns (what models and engines write instead: docs/tolerance.md) "
+                         "read back as their render")
             lines += [f"    not read back: {problem}" for problem in self.not_tolerated]
         return "\n".join(lines) + "\n"
 
@@ -84,15 +90,18 @@ def _grammar_acceptor():
 
         def accepts(grammar: Grammar, text: str) -> bool:
             if id(grammar) not in emitted:
-                emitted[id(grammar)] = (grammar, emit_gbnf(grammar))  # (the grammar kept: its id stays its own)
+                # (the grammar kept: its id stays its own)
+                emitted[id(grammar)] = (grammar, emit_gbnf(grammar))
             return llama_check.checker().accepts(emitted[id(grammar)][1], text)
 
         return "llama.cpp", accepts
     return "the IR matcher", ir_match.accepts
 
 
-def _stream_one_character(protocol, text: str, start=None, finish_reason: str = "stop", prompt=None) -> dict:
-    parser = runtime.StreamParser(protocol, tools=STANDARD_TOOLS, start=start, generation_prompt=prompt)
+def _stream_one_character(protocol, text: str, start=None, finish_reason: str = "stop",
+                          prompt=None) -> dict:
+    parser = runtime.StreamParser(protocol, tools=STANDARD_TOOLS, start=start,
+                                  generation_prompt=prompt)
     for ch in text:
         parser.feed(ch)
     parser.end(finish_reason)
@@ -105,54 +114,68 @@ def prove(template: ChatTemplate, spec: ProtocolSpec, grammars: bool = True) -> 
     checker, accepts = _grammar_acceptor() if grammars else ("not checked", None)
     outputs = mode_outputs(template, spec)
     if not outputs:
-        return Proof(spec.family, [], checker, error="the template renders none of the standard turns")
+        return Proof(spec.family, [], checker,
+                     error="the template renders none of the standard turns")
     if not any(o.text.strip() for o in outputs):
         return Proof(spec.family, [], checker, error="the template renders no assistant turn")
     grammars_by_start: dict = {}
     results = []
     tolerance: list[str] = []
     for output in outputs:
-        one_shot = runtime.parse(protocol, output.text, tools=STANDARD_TOOLS, generation_prompt=output.prompt)
+        one_shot = runtime.parse(protocol, output.text, tools=STANDARD_TOOLS,
+                                 generation_prompt=output.prompt)
         problems = []
         rejected = False
         if one_shot["errors"]:
-            problems.append("the parser reports " + "; ".join(f"{e['kind']}: {e['message']}" for e in one_shot["errors"]))
+            problems.append("the parser reports "
+                            + "; ".join(f"{e['kind']}: {e['message']}" for e in one_shot["errors"]))
         elif readable(one_shot) != output.expected:
             problems.append("the parser reads " + difference(output.expected, readable(one_shot)))
-        if not problems and _stream_one_character(protocol, output.text, prompt=output.prompt) != one_shot:
+        if not problems and _stream_one_character(protocol, output.text,
+                                                  prompt=output.prompt) != one_shot:
             problems.append("fed one character at a time, the parser reads a different message")
         if not problems and accepts is not None:
             if output.start not in grammars_by_start:
-                grammars_by_start[output.start] = build(spec, GrammarOptions(start=output.start), template.special_tokens)
+                grammars_by_start[output.start] = build(spec, GrammarOptions(start=output.start),
+                                                        template.special_tokens)
             rejected = not accepts(grammars_by_start[output.start], output.text)
             if rejected:
                 problems.append(f"the GBNF grammar ({checker}) does not accept it")
         detail = "; ".join(problems) if problems else "; ".join(output.lossy)
-        fields = involved_fields(spec, output.expected, readable(one_shot), one_shot["errors"], output.mode,
-                                 rejected) if problems else []
+        fields = involved_fields(spec, output.expected, readable(one_shot), one_shot["errors"],
+                                 output.mode, rejected) if problems else []
         results.append(TurnProof(output.label, not problems, detail, output.text, fields))
         if not problems:
             tolerance.extend(_deviations_read_back(protocol, output, spec, one_shot))
     failed = [problem for problem in tolerance if problem]
-    return Proof(spec.family, results, checker, tolerated=len(tolerance) - len(failed), not_tolerated=failed)
+    return Proof(spec.family, results, checker, tolerated=len(tolerance) - len(failed),
+                 not_tolerated=failed)
 
 
-def _deviations_read_back(protocol, output: ModelOutput, spec: ProtocolSpec, canonical: dict) -> list[str]:
+def _deviations_read_back(protocol, output: ModelOutput, spec: ProtocolSpec,
+                          canonical: dict) -> list[str]:
     """For each deviated form of a proved turn: "" when it reads back as the render does (one-
     shot and one character at a time), else what differed."""
     found = []
     for deviation in deviations(output, spec):
-        message = runtime.parse(protocol, deviation.text, tools=STANDARD_TOOLS, start=deviation.start,
-                                finish_reason=deviation.finish_reason)
-        got, want = (message, canonical) if deviation.same_ids else (_without_ids(message), _without_ids(canonical))
-        if deviation.expected != output.expected:  # (a deviation that adds to the turn: a preamble, a call)
+        message = runtime.parse(protocol, deviation.text, tools=STANDARD_TOOLS,
+                                start=deviation.start, finish_reason=deviation.finish_reason)
+        got: object
+        want: object
+        got, want = (message, canonical) if deviation.same_ids \
+            else (_without_ids(message), _without_ids(canonical))
+        if deviation.expected != output.expected:
+            # (a deviation that adds to the turn: a preamble, a call)
             got, want = (readable(message), message["errors"]), (deviation.expected, [])
         what = f"{deviation.rule} ({', '.join(deviation.eaten)}), {output.label}"
         if got != want:
             errors = "; ".join(f"{e['kind']}: {e['message']}" for e in message["errors"])
-            found.append(f"{what}: " + (errors or difference(readable(canonical), readable(message))))
-        elif _stream_one_character(protocol, deviation.text, deviation.start, deviation.finish_reason) != message:
-            found.append(f"{what}: fed one character at a time, the parser reads a different message")
+            found.append(f"{what}: "
+                         + (errors or difference(readable(canonical), readable(message))))
+        elif _stream_one_character(protocol, deviation.text, deviation.start,
+                                   deviation.finish_reason) != message:
+            found.append(f"{what}: fed one character at a time, the parser "
+                         "reads a different message")
         else:
             found.append("")
     return found

@@ -29,29 +29,31 @@ def _error(kind: str, message: str, offset: int) -> dict:
 class ReferenceParser:
     """Parse a complete model output into the normalized assistant message."""
 
-    def __init__(self, spec: ProtocolSpec, tools: list[dict] | None = None, start: str | None = None,
-                 special_tokens: tuple[str, ...] = ()):
+    def __init__(self, spec: ProtocolSpec, tools: list[dict] | None = None,
+                 start: str | None = None, special_tokens: tuple[str, ...] = ()):
         self.spec = spec
         self.tools = {(_function(t)["name"]): _function(t) for t in tools or []}
         # A format whose closing tags name the key (<amount>…</amount>) can be matched only
         # knowing the keys (PEG has no back-references): then the grammar of the tools.
-        options = GrammarOptions(tools=tools if tools and _names_the_key_again(spec) else None, start=start,
-                                 trailing_text=True)
+        options = GrammarOptions(tools=tools if tools and _names_the_key_again(spec) else None,
+                                 start=start, trailing_text=True)
         self.ir = build(spec, options, special_tokens)
         self.grammar = ParsimoniousGrammar(emit_peg(self.ir))
 
     def parse(self, text: str, finish_reason: str = "stop") -> dict:
-        message = {"role": "assistant", "content": None, "reasoning_content": None, "tool_calls": [],
-                   "errors": [], "finish_reason": finish_reason}
+        message: dict[str, Any] = {"role": "assistant", "content": None, "reasoning_content": None,
+                                   "tool_calls": [], "errors": [], "finish_reason": finish_reason}
         try:
             tree = self.grammar.parse(text)
         except ParseError as e:
-            message["errors"].append(_error("invalid_output", f"the output does not follow the format: {e}", e.pos))
+            message["errors"].append(_error("invalid_output",
+                                            f"the output does not follow the format: {e}", e.pos))
             return message
         except RecursionError:  # parsimonious recurses once per nesting level of a value
-            message["errors"].append(_error("invalid_output", "the output nests too deeply for the reference parser", 0))
+            message["errors"].append(_error(
+                "invalid_output", "the output nests too deeply for the reference parser", 0))
             return message
-        found = {"reasoning": [], "content": [], "calls": [], "after": None}
+        found: dict[str, Any] = {"reasoning": [], "content": [], "calls": [], "after": None}
         self._walk(tree, found)
         reasoning = "".join(found["reasoning"]).strip()
         content = "".join(found["content"]).strip()
@@ -62,17 +64,21 @@ class ReferenceParser:
                 parsed = self._call(index, call)
                 if self.tools and parsed["function"]["name"] not in self.tools:
                     message["errors"].append(_error(
-                        "unknown_tool", f"call {index} names {parsed['function']['name']!r}, which is not an offered tool",
+                        "unknown_tool", f"call {index} names {parsed['function']['name']!r}, which "
+                                        "is not an offered tool",
                         call.end))
                     continue
                 message["tool_calls"].append(parsed)
             except ValueError as e:
                 message["errors"].append(_error("invalid_arguments", str(e), call.start))
             except RecursionError:
-                message["errors"].append(_error("invalid_arguments", "the arguments are nested too deeply to read", call.start))
+                message["errors"].append(_error("invalid_arguments",
+                                                "the arguments are nested too deeply to read",
+                                                call.start))
         if found["after"] is not None and found["after"].text.strip():
             node = found["after"]
-            message["errors"].append(_error("text_after_end_of_turn", f"ignored: {node.text[:80]!r}", node.start))
+            message["errors"].append(_error("text_after_end_of_turn",
+                                            f"ignored: {node.text[:80]!r}", node.start))
         return message
 
     # The tree walk: rule names say what each node is.
@@ -94,9 +100,10 @@ class ReferenceParser:
             self._walk(child, found)
 
     def _call(self, index: int, node: ParseNode) -> dict:
-        parts = {"name": None, "id": None, "arguments": None, "argument_pairs": []}
+        parts: dict[str, Any] = {"name": None, "id": None, "arguments": None, "argument_pairs": []}
         self._walk_call(node, parts)
         name = parts["name"]
+        assert self.spec.tool_calls is not None  # (a call was read)
         fmt = self.spec.tool_calls.arguments
         schema = (self.tools.get(name) or {}).get("parameters") or {}
         if fmt.style == ArgumentStyle.OBJECT:
@@ -106,7 +113,8 @@ class ReferenceParser:
         else:
             arguments = {}
             for key, value_node in parts["argument_pairs"]:
-                arguments[key] = _decode_value(value_node, fmt, (schema.get("properties") or {}).get(key))
+                arguments[key] = _decode_value(value_node, fmt,
+                                               (schema.get("properties") or {}).get(key))
         return {
             "id": parts["id"] or f"call_{index}",
             "type": "function",
@@ -121,10 +129,12 @@ class ReferenceParser:
         if name == "call_id":
             parts["id"] = node.text
             return
-        if name == "arguments" and self.spec.tool_calls.arguments.style == ArgumentStyle.OBJECT:
+        if name == "arguments" and self.spec.tool_calls is not None \
+                and self.spec.tool_calls.arguments.style == ArgumentStyle.OBJECT:
             parts["arguments"] = node.text
             return
-        if name == "argument" or (name.startswith("argument_") and not name.startswith("argument_key")):
+        if name == "argument" or (name.startswith("argument_")
+                                  and not name.startswith("argument_key")):
             pair = {"key": None, "value": None}
             self._walk_argument(node, pair)
             if pair["key"] is not None and pair["value"] is not None:
@@ -149,7 +159,8 @@ def _names_the_key_again(spec: ProtocolSpec) -> bool:
     tc = spec.tool_calls
     if tc is None or tc.arguments.style == ArgumentStyle.OBJECT:
         return False
-    return any(layout[layout.index({"slot": "value"}):].count({"slot": "key"}) for layout in tc.arguments.argument.values())
+    return any(layout[layout.index({"slot": "value"}):].count({"slot": "key"})
+               for layout in tc.arguments.argument.values())
 
 
 def _function(tool: dict) -> dict:
@@ -168,7 +179,8 @@ def _decode_object(text: str, fmt: ArgumentFormat) -> dict:
     try:
         value = runtime.object_value(text, fmt.encoder == "python")
     except (ValueError, SyntaxError) as e:
-        raise ValueError(f"arguments are not valid {'Python' if fmt.encoder == 'python' else 'JSON'}: {e}") from None
+        raise ValueError("arguments are not valid "
+                         f"{'Python' if fmt.encoder == 'python' else 'JSON'}: {e}") from None
     if not isinstance(value, dict):
         raise ValueError("arguments are not an object")
     return value
@@ -180,7 +192,8 @@ def _decode_value(node: ParseNode, fmt: ArgumentFormat, schema: dict | None) -> 
     text = node.text
     if kind.startswith("value_raw"):
         layout_kind = kind[len("value_raw_"):] or "string"
-        return _typed_raw(_strip_layout_ws(text, fmt, layout_kind), schema, runtime.format_fillers(fmt.argument.values()))
+        return _typed_raw(_strip_layout_ws(text, fmt, layout_kind), schema,
+                          runtime.format_fillers(fmt.argument.values()))
     if kind == "value_quoted":
         return _typed_raw(text[len(fmt.quotes[0]):len(text) - len(fmt.quotes[1])], schema)
     if kind in ("value_python", "value_python_container"):

@@ -13,8 +13,22 @@ followed by a path that ends inside a partial stop (the stop itself may follow t
 
 from __future__ import annotations
 
-from ..grammar.ir import (AnyChar, Alt, Chars, End, Grammar, Lit, Not, Ref, Rep, Seq, StringUntil, TextUntil, Visitor,
-                          quantifier)
+from ..grammar.ir import (
+    Alt,
+    AnyChar,
+    Chars,
+    End,
+    Grammar,
+    Lit,
+    Not,
+    Ref,
+    Rep,
+    Seq,
+    StringUntil,
+    TextUntil,
+    Visitor,
+    quantifier,
+)
 
 
 def _escape_char(ch: str, in_class: bool) -> str:
@@ -42,7 +56,8 @@ def _literal(text: str) -> str:
 
 def _class(ranges, negate: bool) -> str:
     body = "".join(
-        _escape_char(a, True) if a == b else f"{_escape_char(a, True)}-{_escape_char(b, True)}" for a, b in ranges
+        _escape_char(a, True) if a == b else f"{_escape_char(a, True)}-{_escape_char(b, True)}"
+        for a, b in ranges
     )
     return f"[{'^' if negate else ''}{body}]"
 
@@ -83,7 +98,8 @@ class _Emitter(Visitor):
 
     def visit_Rep(self, node: Rep, top: bool = False) -> str:
         item = self.visit(node.item)
-        return (f"({item})" if isinstance(node.item, Rep) else item) + quantifier(node)  # (no `x?*` in GBNF)
+        # (no `x?*` in GBNF)
+        return (f"({item})" if isinstance(node.item, Rep) else item) + quantifier(node)
 
     def visit_Not(self, node: Not, top: bool = False) -> str:
         return '""'  # (no lookahead in GBNF: the grammar accepts what the lookahead would refuse)
@@ -95,7 +111,8 @@ class _Emitter(Visitor):
         stops = tuple(s for s in stops if s)
         if not stops:
             return ".*"
-        return self._automaton_rule(stops, None, (), "text without " + ", ".join(repr(s) for s in stops))
+        return self._automaton_rule(stops, None, (),
+                                    "text without " + ", ".join(repr(s) for s in stops))
 
     def visit_StringUntil(self, node: StringUntil, top: bool = False) -> str:
         comment = "a string's characters without " + ", ".join(repr(s) for s in node.stops)
@@ -108,7 +125,7 @@ class _Emitter(Visitor):
             self._automaton(name, _Moves(stops, plain, escapes, self.visit), comment)
         return self.until_rules[key]
 
-    def _automaton(self, name: str, moves: "_Moves", comment: str) -> None:
+    def _automaton(self, name: str, moves: _Moves, comment: str) -> None:
         """Text that never completes a stop: a sequence of chunks, each a path from "no partial
         stop seen" back to it, then maybe a path that ends inside a partial stop."""
         ids = {p: i for i, p in enumerate(moves.prefixes)}
@@ -145,7 +162,8 @@ class _Moves:
 
     def __init__(self, stops: tuple[str, ...], plain, escapes: tuple, visit):
         self.stops = stops
-        self.prefixes = sorted({s[:i] for s in stops for i in range(len(s))}, key=lambda p: (len(p), p))
+        self.prefixes = sorted({s[:i] for s in stops for i in range(len(s))},
+                               key=lambda p: (len(p), p))
         self.alphabet = sorted({c for s in stops for c in s})
         self.plain = plain if plain is not None else AnyChar()
         self.escapes = escapes
@@ -182,7 +200,8 @@ class _Moves:
                 target = self.step(state, ch)
                 if target is not None:
                     targets.setdefault(target, []).append(ch)
-        return [("", before + other)] + [(t, before + _class([(c, c) for c in chs], False)) for t, chs in targets.items()]
+        return [("", before + other)] + [(t, before + _class([(c, c) for c in chs], False))
+                                         for t, chs in targets.items()]
 
 
 def _comment(text: str) -> str:

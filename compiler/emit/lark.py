@@ -52,8 +52,9 @@ with `"additionalProperties": false` added where it says nothing (`json_schema.c
 unless `GrammarOptions.open_objects` asked for JSON Schema's rule; a bare `{"type": "object"}`
 stays open. (llguidance's JSON refuses a `\\uXXXX` escape of a printable character
 unless told otherwise; the option that tells it, `json_allow_general_unicode_escapes`, is
-not set: llguidance before 1.8, which vLLM pins, refuses the grammar that names it.) `Not` (lookahead) has no counterpart: like GBNF, the grammar then
-accepts what the lookahead would refuse.
+not set: llguidance before 1.8, which vLLM pins, refuses the grammar that names it.) `Not`
+(lookahead) has no counterpart: like GBNF, the grammar then accepts what the lookahead would
+refuse.
 """
 
 from __future__ import annotations
@@ -62,8 +63,24 @@ import json
 import re
 from functools import lru_cache
 
-from ..grammar.ir import (AnyChar, Alt, Chars, End, Grammar, Lit, Not, Ref, Rep, Rule, Seq, StringUntil, TextUntil, Visitor,
-                          children, quantifier)
+from ..grammar.ir import (
+    Alt,
+    AnyChar,
+    Chars,
+    End,
+    Grammar,
+    Lit,
+    Not,
+    Ref,
+    Rep,
+    Rule,
+    Seq,
+    StringUntil,
+    TextUntil,
+    Visitor,
+    children,
+    quantifier,
+)
 
 # JSON Schema keywords llguidance's converter enforces (its docs/json_schema.md), and those
 # that only describe. A schema using any other keyword is written from the IR instead.
@@ -78,8 +95,9 @@ DESCRIPTIVE = frozenset({
     "readOnly", "writeOnly", "$defs", "definitions",
 })
 # Keywords whose value is a schema, or a list or map of schemas (walked for their keywords).
-_SUBSCHEMAS = {"items": "one", "additionalProperties": "one", "anyOf": "list", "oneOf": "list", "allOf": "list",
-               "prefixItems": "list", "properties": "map", "$defs": "map", "definitions": "map"}
+_SUBSCHEMAS = {"items": "one", "additionalProperties": "one", "anyOf": "list", "oneOf": "list",
+               "allOf": "list", "prefixItems": "list", "properties": "map", "$defs": "map",
+               "definitions": "map"}
 
 
 def llguidance_enforces(schema) -> bool:
@@ -98,9 +116,11 @@ def llguidance_enforces(schema) -> bool:
         kind = _SUBSCHEMAS.get(keyword)
         if kind == "one" and not llguidance_enforces(value):
             return False
-        if kind == "list" and not (isinstance(value, list) and all(llguidance_enforces(v) for v in value)):
+        if kind == "list" and not (isinstance(value, list)
+                                   and all(llguidance_enforces(v) for v in value)):
             return False
-        if kind == "map" and not (isinstance(value, dict) and all(llguidance_enforces(v) for v in value.values())):
+        if kind == "map" and not (isinstance(value, dict)
+                                  and all(llguidance_enforces(v) for v in value.values())):
             return False
     return True
 
@@ -118,7 +138,8 @@ def _regex_char(ch: str) -> str:
 
 
 def _class(node: Chars) -> str:
-    body = "".join(_regex_char(a) if a == b else f"{_regex_char(a)}-{_regex_char(b)}" for a, b in node.ranges)
+    body = "".join(_regex_char(a) if a == b else f"{_regex_char(a)}-{_regex_char(b)}"
+                   for a, b in node.ranges)
     return f"[{'^' if node.negate else ''}{body}]"
 
 
@@ -176,7 +197,7 @@ def _first_characters(grammar: Grammar) -> set[str]:
             parts = [first(item) for item in node.items]
             return frozenset().union(*(p[0] for p in parts)), any(p[1] for p in parts)
         if isinstance(node, Seq):
-            found: frozenset = frozenset()
+            found = frozenset()
             for item in node.items:
                 more, empty = first(item)
                 found |= more
@@ -259,7 +280,8 @@ def _lexemes(text: str, tokens: list[str], words: list[str]) -> list[str]:
             found = None  # (position, word): the first atomic word in the part, the longest there
             for word in _atomic(tuple(words)):
                 at = part.find(word)
-                if at != -1 and (found is None or at < found[0] or (at == found[0] and len(word) > len(found[1]))):
+                if at != -1 and (found is None or at < found[0]
+                                 or (at == found[0] and len(word) > len(found[1]))):
                     found = (at, word)
             if found is None:
                 out.append(part)
@@ -291,22 +313,26 @@ class _Emitter(Visitor):
     def __init__(self, grammar: Grammar, special_tokens: tuple[str, ...]):
         self.grammar = grammar
         # Longest first, so that a token that contains another is split off whole.
-        self.tokens = sorted({t for t in special_tokens if nameable_token(t)}, key=lambda t: (-len(t), t))
-        self.until_rules: dict[tuple[str, ...], str] = {}
+        self.tokens = sorted({t for t in special_tokens if nameable_token(t)},
+                             key=lambda t: (-len(t), t))
+        self.until_rules: dict[tuple, str] = {}
         self.words = _marker_words(grammar, self.tokens)
         # The characters any text rule's stop starts with: every text rule splits its text at
         # them, so that all of them end a run of plain text at the same place (the lexer
         # follows the longest match across all the rules the parser may be in).
-        every_stop = [s for rule in grammar.rules.values() for node in _walk(rule.body) if isinstance(node, TextUntil)
+        every_stop = [s for rule in grammar.rules.values() for node in _walk(rule.body)
+                      if isinstance(node, TextUntil)
                       for s in node.stops]
         # So do the first characters (punctuation) of the literals a turn can start with
         # (`/think`, `<|START_RESPONSE|>`): there the parser is where such a literal or text can
         # start, and the literal must not be read as the start of a longer run of text.
         self.firsts = sorted({w[0] for w in self.stop_words(self.stop_lexemes(tuple(every_stop)))}
-                             | {c for c in _first_characters(grammar) if not (c.isalnum() or c.isspace())}
+                             | {c for c in _first_characters(grammar)
+                                if not (c.isalnum() or c.isspace())}
                              if every_stop else ())
         self.split_ranges = _lead_byte_ranges(self.firsts)
-        self.first_class = "".join(_regex_char(a) if a == b else f"{_regex_char(a)}-{_regex_char(b)}"
+        self.first_class = "".join(_regex_char(a) if a == b
+                                   else f"{_regex_char(a)}-{_regex_char(b)}"
                                    for a, b in self.split_ranges)
         self.extra: list[tuple[str, str, str]] = []  # (name, body, comment)
 
@@ -319,7 +345,8 @@ class _Emitter(Visitor):
 
     def _split(self, text: str) -> list[str]:
         """A literal as string lexemes and the special tokens inside it."""
-        return [p if p in self.tokens else _string(p) for p in _lexemes(text, self.tokens, self.words)]
+        return [p if p in self.tokens else _string(p)
+                for p in _lexemes(text, self.tokens, self.words)]
 
     def visit_Chars(self, node: Chars, top: bool = False) -> str:
         return f"/{_class(node)}/"
@@ -340,7 +367,8 @@ class _Emitter(Visitor):
         return self.until(node.stops)
 
     def visit_StringUntil(self, node: StringUntil, top: bool = False) -> str:
-        return self.visit(node.as_rep(), top)  # (the stops are not kept out: see the module docstring)
+        # (the stops are not kept out: see the module docstring)
+        return self.visit(node.as_rep(), top)
 
     def visit_Seq(self, node: Seq, top: bool = False) -> str:
         items = [text for text in (self.visit(i) for i in node.items) if text]
@@ -353,7 +381,8 @@ class _Emitter(Visitor):
 
     def visit_Rep(self, node: Rep, top: bool = False) -> str:
         if isinstance(node.item, (Chars, AnyChar)):
-            # One lexeme for the whole run (llguidance: a repetition of one-character lexemes is slow).
+            # One lexeme for the whole run (llguidance: a repetition of one-character lexemes is
+            # slow).
             inner = _class(node.item) if isinstance(node.item, Chars) else "(?s:.)"
             return f"/{inner}{quantifier(node)}/"
         inner = self.visit(node.item)
@@ -407,7 +436,8 @@ class _Emitter(Visitor):
         # A piece never starts with a stop, nor with another marker word of the grammar: where
         # such a literal may start in place of the text, the lexer, which takes the longest
         # match, would otherwise read it as text.
-        words = sorted(set(stops) | {w for w in self.words if self.splits_at(w[0])}, key=lambda w: (-len(w), w))
+        words = sorted(set(stops) | {w for w in self.words if self.splits_at(w[0])},
+                       key=lambda w: (-len(w), w))
         starts = "|".join(_regex_literal(w) for w in words)
         upper = name.upper()
         comment = "text without " + ", ".join(repr(s) for s in stops)
@@ -425,11 +455,15 @@ class _Emitter(Visitor):
             for number, (prefix, last) in enumerate(almost.items(), 1):
                 lexeme = f"{upper}-ALMOST-{number}"
                 self.extra.append((lexeme, f"/{_regex_literal(prefix)}/", ""))
-                self.extra.append((f"{upper}-NOT-{number}-PLAIN", f"TEXT-PLAIN & ~/{_regex_literal(last)}(?s:.*)/", ""))
-                options.append(f"({lexeme} ({upper}-NOT-{number}-PLAIN | {upper}-PIECE | {name}-almost))")
+                self.extra.append((f"{upper}-NOT-{number}-PLAIN",
+                                   f"TEXT-PLAIN & ~/{_regex_literal(last)}(?s:.*)/", ""))
+                options.append(f"({lexeme} ({upper}-NOT-{number}-PLAIN | "
+                               f"{upper}-PIECE | {name}-almost))")
             self.extra.append((f"{name}-almost", " | ".join(options),
-                               "all of a stop but its last character, not followed by that character"))
-            tail = " (" + " | ".join(f"{upper}-ALMOST-{n}" for n in range(1, len(almost) + 1)) + ")*"
+                               "all of a stop but its last character, not "
+                               "followed by that character"))
+            tail = " (" + " | ".join(f"{upper}-ALMOST-{n}"
+                                     for n in range(1, len(almost) + 1)) + ")*"
         self.extra.append((name, f"({' | '.join(items)})*{tail}", comment))
         piece = f"/[{self.first_class}][^{self.first_class}]*/ & ~/({starts})(?s:.*)/"
         if almost:
@@ -500,9 +534,12 @@ def lark_warnings(grammar: Grammar, warnings: list[str]) -> list[str]:
     the Lark grammar: the ones of a schema written as `%json` do not (llguidance enforces
     every keyword it was given), unless another rule written from the IR has them too."""
     written = _reachable(grammar)
-    dropped = {w for n in written if _as_json(grammar.rules[n]) for w in grammar.rules[n].schema_warnings}
-    kept = {w for n in written if not _as_json(grammar.rules[n]) for w in grammar.rules[n].schema_warnings}
+    dropped = {w for n in written if _as_json(grammar.rules[n])
+               for w in grammar.rules[n].schema_warnings}
+    kept = {w for n in written if not _as_json(grammar.rules[n])
+            for w in grammar.rules[n].schema_warnings}
     return [w for w in warnings if w not in dropped or w in kept]
 
 
-__all__ = ["LLGUIDANCE_KEYWORDS", "emit_lark", "lark_warnings", "llguidance_enforces", "nameable_token", "token_split"]
+__all__ = ["LLGUIDANCE_KEYWORDS", "emit_lark", "lark_warnings", "llguidance_enforces",
+           "nameable_token", "token_split"]

@@ -41,6 +41,7 @@ def lazy_grammar(spec: ProtocolSpec, options: GrammarOptions, special_tokens: tu
     a marker the template writes in front of another kind of call (`<|python_tag|>`), a
     call of this format after it. (Free text that starts a call the parser reads but no
     trigger caught would be read as a broken call, not as content.)"""
+    assert spec.tool_calls is not None  # (a lazy grammar waits for calls)
     g = build(spec, options, special_tokens)
     ws = add_ws(g)
     end = Ref("end-of-turn") if g.has("end-of-turn") else None
@@ -54,17 +55,20 @@ def lazy_grammar(spec: ProtocolSpec, options: GrammarOptions, special_tokens: tu
     boundaries = Boundaries(special_tokens)
     opener = call_opener(spec, boundaries).strip()
     forms += [seq(Ref(name), ending) for name, rule in g.rules.items()
-              if name.startswith("form-") and _holds_calls(g, rule.body) and _opens_with(g, rule.body, opener)]
+              if name.startswith("form-") and _holds_calls(g, rule.body)
+              and _opens_with(g, rule.body, opener)]
     marker = _own_marker(spec, boundaries)
     if marker:
         forms.append(seq(calls_from_marker(g, spec, options, marker), after, ending))
-    forms += [seq(Lit(wrapper), ws, Ref("tool-calls"), after, ending) for wrapper in spec.tool_calls.wrappers]
+    forms += [seq(Lit(wrapper), ws, Ref("tool-calls"), after, ending)
+              for wrapper in spec.tool_calls.wrappers]
     g.add("root", alt(*forms), "from the trigger on")
     return g
 
 
 def _own_marker(spec: ProtocolSpec, boundaries: Boundaries) -> str:
-    """The call's own marker, where the parser reads a call written without the opener ("" if none)."""
+    """The call's own marker, where the parser reads a call written without the opener ("" if
+    none)."""
     bare = calls_without_opener(spec, boundaries, call_opener(spec, boundaries))
     return bare["opener"] if bare else ""
 
@@ -92,16 +96,19 @@ def _opens_with(g, node, opener: str) -> bool:
     if isinstance(node, Alt):
         return all(_opens_with(g, item, opener) for item in node.items)
     if isinstance(node, Ref):
-        return node.name in ("tool-calls", "call-list") or (g.has(node.name) and _opens_with(g, g.rules[node.name].body, opener))
+        return node.name in ("tool-calls", "call-list") \
+            or (g.has(node.name) and _opens_with(g, g.rules[node.name].body, opener))
     if isinstance(node, Lit):
         text = node.text.strip()
         return bool(text) and (text.startswith(opener) or opener.startswith(text))
     return False
 
 
-def llama_request(spec: ProtocolSpec, options: GrammarOptions, special_tokens: tuple[str, ...] = ()) -> dict:
+def llama_request(spec: ProtocolSpec, options: GrammarOptions,
+                  special_tokens: tuple[str, ...] = ()) -> dict:
     if spec.tool_calls is None and options.content_schema is None:
-        raise ValueError("this template has no tool-call format and no JSON schema was given: nothing to constrain")
+        raise ValueError("this template has no tool-call format and no JSON schema was "
+                         "given: nothing to constrain")
     boundaries = Boundaries(special_tokens)
     request: dict = {}
     lazy = is_lazy(spec, options, boundaries)
@@ -110,7 +117,8 @@ def llama_request(spec: ProtocolSpec, options: GrammarOptions, special_tokens: t
         grammar = lazy_grammar(spec, options, special_tokens)
         triggers = _triggers(spec, options, boundaries)
         request["grammar_triggers"] = triggers
-        preserved += [t["value"] for t in triggers if t["type"] == TRIGGER_WORD and t["value"] not in preserved]
+        preserved += [t["value"] for t in triggers
+                      if t["type"] == TRIGGER_WORD and t["value"] not in preserved]
     else:
         grammar = build(spec, options, special_tokens)
     return {
@@ -126,14 +134,18 @@ def is_lazy(spec: ProtocolSpec, options: GrammarOptions, boundaries: Boundaries)
     that the free text before it reads as content. Without one (the turn's first word is a
     call's name unless it is content's prefix, `all\n`), the parser reads free text as calls,
     and the grammar holds the whole turn from the first token."""
-    return (spec.tool_calls is not None and options.choice.mode == "auto" and options.content_schema is None
+    return (spec.tool_calls is not None and options.choice.mode == "auto"
+            and options.content_schema is None
             and bool(call_opener(spec, boundaries)))
 
 
 def _triggers(spec: ProtocolSpec, options: GrammarOptions, boundaries: Boundaries) -> list[dict]:
-    """Where the lazy grammar takes over: wherever the parser starts reading calls (lazy_grammar)."""
+    """Where the lazy grammar takes over: wherever the parser starts reading calls
+    (lazy_grammar)."""
+    assert spec.tool_calls is not None  # (a lazy grammar waits for calls)
     markers = [_own_marker(spec, boundaries), *spec.tool_calls.wrappers]
-    return [_trigger(spec, options, boundaries)] + [_word_or_pattern(m.strip()) for m in markers if m.strip()]
+    return [_trigger(spec, options, boundaries)] + [_word_or_pattern(m.strip()) for m in markers
+                                                    if m.strip()]
 
 
 def _word_or_pattern(text: str) -> dict:
@@ -147,6 +159,7 @@ def _word_or_pattern(text: str) -> dict:
 def _trigger(spec: ProtocolSpec, options: GrammarOptions, boundaries: Boundaries) -> dict:
     """Where the lazy grammar takes over: the call opener, or the start of a call."""
     tc = spec.tool_calls
+    assert tc is not None  # (a lazy grammar waits for calls)
     if tc.section_start.strip():
         opener = call_opener(spec, boundaries)
         if not opener.lstrip().startswith(("{", "[")):
@@ -172,7 +185,8 @@ def preserved_tokens(spec: ProtocolSpec, special_tokens: tuple[str, ...]) -> lis
         texts += [spec.reasoning.start, spec.reasoning.end]
     if spec.tool_calls:
         tc = spec.tool_calls
-        texts += [tc.section_start, tc.section_end, tc.separator] + [p for p in tc.call if isinstance(p, str)]
+        texts += [tc.section_start, tc.section_end, tc.separator] \
+            + [p for p in tc.call if isinstance(p, str)]
     found = []
     for token in special_tokens:
         if token.strip() and any(token in t for t in texts if t) and token not in found:

@@ -9,8 +9,25 @@ from __future__ import annotations
 import json
 import re
 
-from ..grammar.ir import (AnyChar, Alt, Chars, End, Grammar, Lit, Not, Ref, Rep, Seq, StringUntil, TextUntil, Visitor,
-                          alt, quantifier, seq)
+from ..grammar.ir import (
+    Alt,
+    AnyChar,
+    Chars,
+    End,
+    Grammar,
+    Lit,
+    Not,
+    Ref,
+    Rep,
+    Seq,
+    StringUntil,
+    TextUntil,
+    Visitor,
+    alt,
+    quantifier,
+    seq,
+)
+
 
 def _name(rule: str) -> str:
     return rule.replace("-", "_")
@@ -59,7 +76,8 @@ class _PegWriter(Visitor):
         steps = [seq(no_stop, node.plain)]
         for escape in node.escapes:
             tail = escape.items[1:]
-            steps.append(seq(escape.items[0], no_stop, *tail) if len(tail) == 1 and isinstance(tail[0], (AnyChar, Chars))
+            steps.append(seq(escape.items[0], no_stop, *tail)
+                         if len(tail) == 1 and isinstance(tail[0], (AnyChar, Chars))
                          else escape)
         return self.visit(Rep(alt(*steps)), top)
 

@@ -21,10 +21,17 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 from ..errors import CannotExport, InputError
-from ..grammar.reading import (cut_at_end, end_of_turn_markers, message_format, one_call_object, section_with_content,
-                               segment_format)
+from ..grammar.reading import (
+    cut_at_end,
+    end_of_turn_markers,
+    message_format,
+    one_call_object,
+    section_with_content,
+    segment_format,
+)
 from ..probe.spans import Boundaries
 from ..runtime import json_call_object
 from ..spec import ArgumentStyle, ProtocolSpec, Start, ToolCallFormat, slot
@@ -37,13 +44,15 @@ AFTER_END_OF_TURN = "text_after_end_of_turn"
 
 def _char_class(chars) -> str:
     """One of `chars` (a set of characters), as a regex class (runs of three or more as ranges)."""
-    points, runs = sorted(map(ord, chars)), []
+    points = sorted(map(ord, chars))
+    runs: list[list[int]] = []
     for p in points:
         if runs and runs[-1][1] == p - 1:
             runs[-1][1] = p
         else:
             runs.append([p, p])
-    return "[" + "".join(re.escape(chr(a)) + ("" if a == b else ("-" if b > a + 1 else "") + re.escape(chr(b)))
+    return "[" + "".join(re.escape(chr(a))
+                         + ("" if a == b else ("-" if b > a + 1 else "") + re.escape(chr(b)))
                          for a, b in runs) + "]"
 
 
@@ -53,19 +62,24 @@ def _char_class(chars) -> str:
 # is a ValueError there), its transform placeholders, and ResponseParser's `tools=`.
 # 5.12.1 has no chat_parsing package (only the older chat_parsing_utils).
 TRANSFORMERS_SINCE = {
-    "response_template": "5.13.0",  # the format: fields, open/close patterns, start_anchor_pattern, repeats,
+    # the format: fields, open/close patterns, start_anchor_pattern, repeats,
+    "response_template": "5.13.0",
                                     # transform, transform_each; get_response_parser(prefix=)
     "text": "5.13.0",
     "json": "5.13.0",
     "xml-inline": "5.13.0",
-    "tools= typing": "5.15.0",      # xml-inline values typed by the tool's JSON Schema (else all strings)
-    "join": "5.16.0",               # a repeated text field's regions joined (5.13-5.15 refuse the key)
-    "transform paths": "5.16.0",    # `{content.name}`: a key of the parsed value (5.13-5.15: whole names only)
+    # xml-inline values typed by the tool's JSON Schema (else all strings)
+    "tools= typing": "5.15.0",
+    # a repeated text field's regions joined (5.13-5.15 refuse the key)
+    "join": "5.16.0",
+    # `{content.name}`: a key of the parsed value (5.13-5.15: whole names only)
+    "transform paths": "5.16.0",
     "python-call-list": "5.24.0",
 }
 # A transform placeholder that names a key of a value (`{content.name}`), not the whole value.
 _PATH_PLACEHOLDER = re.compile(r"\{\w+(?:\.\w+)+\}")
-_RELEASE = re.compile(r"v?(\d+)(?:\.(\d+))?(?:\.(\d+))?(\.?(?:a|b|rc|dev)\d*)?(?:\.?post\d*)?(?:\+[\w.]+)?")
+_RELEASE = re.compile(r"v?(\d+)(?:\.(\d+))?(?:\.(\d+))?(\.?(?:a|b|rc|dev)\d*)?(?:\.?post\d*)?"
+                      r"(?:\+[\w.]+)?")
 
 
 def transformers_features(template: dict) -> dict[str, str]:
@@ -96,7 +110,8 @@ def transformers_missing(template: dict, version: str) -> dict[str, str]:
     """The features of `template` that transformers `version` does not read (feature -> the
     release that first does); an InputError when `version` is no release number."""
     have = _release(version)
-    return {f: since for f, since in transformers_features(template).items() if have < _release(since)}
+    return {f: since for f, since in transformers_features(template).items()
+            if have < _release(since)}
 
 
 def _release(version: str) -> tuple:
@@ -127,20 +142,23 @@ def response_template(spec: ProtocolSpec) -> dict:
     """The family's response_template (plain data, ready for tokenizer_config.json), or
     CannotExport naming the first construct of the spec that the format cannot express."""
     if spec.tool_calls is not None and message_format(spec, Boundaries(())) is not None:
-        raise CannotExport("channel messages", "a turn is a sequence of messages with headers (harmony's "
-                           "<|channel|>…<|message|>); a field's region cannot be told by the header before it")
+        raise CannotExport("channel messages", "a turn is a sequence of messages with headers "
+                                               "(harmony's <|channel|>…<|message|>); a field's "
+                                               "region cannot be told by the header before it")
     segments = segment_format(spec, Boundaries(())) if spec.tool_calls is not None else None
     if segments and segments["end"] in [m.strip() for m in end_of_turn_markers(spec)]:
         raise CannotExport("calls in a turn of their own after the end of turn",
-                           f"the template writes the calls after the content turn's end marker ({segments['end']!r}, "
-                           f"then {segments['header']!r}); the response parser ends the message at that marker")
+                           "the template writes the calls after the content turn's end marker "
+                           f"({segments['end']!r}, then {segments['header']!r}); the response "
+                           "parser ends the message at that marker")
     fields: dict[str, dict] = {}
     calls = _tool_calls_field(spec) if spec.tool_calls is not None else None
     if spec.reasoning is not None:
         fields["reasoning_content"] = _reasoning_field(spec, calls)
     if calls is not None:
         fields["tool_calls"] = calls
-    fields["content"] = _content_field(spec, listed=calls is not None and calls.get("transform_each", False))
+    fields["content"] = _content_field(spec, listed=calls is not None
+                                       and calls.get("transform_each", False))
     if _ends(spec):
         fields[AFTER_END_OF_TURN] = _after_end_of_turn_field(spec)
     return {
@@ -156,7 +174,8 @@ def response_template(spec: ProtocolSpec) -> dict:
 def _lit(text: str) -> str:
     """`text` as a regex: escaped, each run of whitespace any run (templates differ in
     whitespace where models do too, and a region's text is stripped anyway)."""
-    return "".join(r"\s*" if part.isspace() else re.escape(part) for part in re.split(r"(\s+)", text) if part)
+    return "".join(r"\s*" if part.isspace() else re.escape(part)
+                   for part in re.split(r"(\s+)", text) if part)
 
 
 def _alternatives(texts) -> str:
@@ -212,8 +231,9 @@ def _start_anchor(spec: ProtocolSpec) -> str:
         opener = spec.reasoning.start.strip() if spec.reasoning is not None else ""
         if not opener:
             raise CannotExport("reasoning that starts without a marker",
-                               "the output starts inside reasoning that no marker opens; only the one field "
-                               "without an open anchor could take it, and that one is content")
+                               "the output starts inside reasoning that no marker opens; "
+                               "only the one field without an open anchor could take it, "
+                               "and that one is content")
         at = mode.tail.rfind(opener)
         after = mode.tail[at + len(opener):] if at != -1 else mode.tail
         if after.strip():
@@ -223,7 +243,8 @@ def _start_anchor(spec: ProtocolSpec) -> str:
     if not openers:
         return r"\Z"
     before = _alternatives(openers)
-    # (`regex` takes a variable-length lookbehind: not at the end when the prompt ends with a marker.)
+    # (`regex` takes a variable-length lookbehind: not at the end when the prompt ends with a
+    # marker.)
     # (The lookbehind after `\Z`, so it is tried at the end only: before it, at every position
     # of a run of spaces, it would read the run back, n² steps.)
     return rf"(?={before}\s*\Z)|\Z(?<!{before}\s*)"
@@ -233,10 +254,12 @@ def _start_anchor(spec: ProtocolSpec) -> str:
 
 def _reasoning_field(spec: ProtocolSpec, calls: dict | None) -> dict:
     r = spec.reasoning
+    assert r is not None  # (asked for a family with reasoning only)
     if not r.start.strip() or not r.end.strip():
         if any(m.start == Start.REASONING for m in spec.modes.values()):
             _start_anchor(spec)  # (raises, naming it)
-        raise CannotExport("a reasoning block without both markers", f"start {r.start!r}, end {r.end!r}")
+        raise CannotExport("a reasoning block without both markers",
+                           f"start {r.start!r}, end {r.end!r}")
     # A turn may end inside reasoning (the model stopped thinking at its end of turn): the end
     # of turn closes the region too, else transformers keeps the marker in the reasoning; right
     # before the marker (zero-width), which then opens the field after the end of turn. Not a
@@ -273,7 +296,8 @@ def _after_end_of_turn_field(spec: ProtocolSpec) -> dict:
     message leaves out. Every close of another field at an end of turn is zero-width (right
     before the marker), so that this one opens there; the whitespace before the marker is taken
     with it (a run of it after a call would be an empty content region: see _content_field)."""
-    return {"open_pattern": _leading_space(_alternatives(_ends(spec))), "content": "text", "transform": ""}
+    return {"open_pattern": _leading_space(_alternatives(_ends(spec))), "content": "text",
+            "transform": ""}
 
 
 def _content_field(spec: ProtocolSpec, listed: bool = False) -> dict:
@@ -296,7 +320,8 @@ def _content_field(spec: ProtocolSpec, listed: bool = False) -> dict:
     closes = []
     tc = spec.tool_calls
     section_end = cut_at_end(tc.section_end, ends).strip() if tc is not None else ""
-    if section_end and not listed and not any(m.startswith(section_end) or section_end.startswith(m) for m in ends):
+    if section_end and not listed and not any(m.startswith(section_end) or section_end.startswith(m)
+                                              for m in ends):
         # The calls section's end, after the last call's own close, is content's too: a
         # region with nothing in it, which sets nothing (else its text would be content).
         # (Not one an end of turn starts, or starts with: see _reasoning_field. Not where the
@@ -310,16 +335,20 @@ def _content_field(spec: ProtocolSpec, listed: bool = False) -> dict:
             if slot("content") not in layout:
                 continue
             at = layout.index(slot("content"))
-            before = layout[at - 1] if at and isinstance(layout[at - 1], str) else ""
-            after = layout[at + 1] if at + 1 < len(layout) and isinstance(layout[at + 1], str) else ""
+            prev = layout[at - 1] if at else ""
+            before = prev if isinstance(prev, str) else ""
+            following = layout[at + 1] if at + 1 < len(layout) else ""
+            after = following if isinstance(following, str) else ""
             if not before.rstrip().endswith(start) or not after.lstrip().startswith(end):
                 raise CannotExport("content written both inside and outside its wrapper",
-                                   f"the {kind} turn writes its content without {start or end!r}; a region has "
-                                   "one open anchor, or none")
+                                   f"the {kind} turn writes its content without {start or end!r}; "
+                                   "a region has one open anchor, or none")
         if not start:
             raise CannotExport("a content wrapper without an opening marker")
-        if spec.reasoning is not None and start in (spec.reasoning.start.strip(), spec.reasoning.end.strip()):
-            raise CannotExport("content and reasoning opened by the same marker", f"both are opened by {start!r}")
+        if spec.reasoning is not None and start in (spec.reasoning.start.strip(),
+                                                    spec.reasoning.end.strip()):
+            raise CannotExport("content and reasoning opened by the same marker",
+                               f"both are opened by {start!r}")
         field["open"] = start
     field.update(_content_close(start, end, closes, ends))
     return field
@@ -340,13 +369,15 @@ def _content_close(start: str, end: str, closes: list[str], ends: list[str]) -> 
     # module reports that complete match at the buffer's end over the partial one of an end
     # of turn just begun there, whose first characters would then be content.)
     literals = "".join(re.escape(m) + "|" for m in sorted(set(closes), key=len, reverse=True))
-    return {"close_pattern": _leading_space(literals + (before + "|" if before else "") + r"(?<=\s)\Z")}
+    return {"close_pattern": _leading_space(literals + (before + "|" if before else "")
+                                            + r"(?<=\s)\Z")}
 
 
 # --- tool calls ----------------------------------------------------------------------------
 
 def _tool_calls_field(spec: ProtocolSpec) -> dict:
     tc = spec.tool_calls
+    assert tc is not None  # (asked for a family with calls only)
     if section_with_content(spec) is not None:
         raise CannotExport("content inside the calls section",
                            "the calls section's markers are written around the content too")
@@ -382,33 +413,40 @@ def _close_before(texts) -> str:
 
 
 def _calls_list(spec: ProtocolSpec) -> dict | None:
-    """A calls section that is one list (`[TOOL_CALLS][{…}, {…}]`, `<|tool_call_start|>[f(a=1)]<|tool_call_end|>`):
-    one region from the marker before the list to the marker after it, read whole, each item
-    made a call (`transform_each`). None where the section is not a bracketed list."""
+    """A calls section that is one list (`[TOOL_CALLS][{…}, {…}]`,
+    `<|tool_call_start|>[f(a=1)]<|tool_call_end|>`): one region from the marker before the list
+    to the marker after it, read whole, each item made a call (`transform_each`). None where the
+    section is not a bracketed list."""
     tc = spec.tool_calls
+    assert tc is not None  # (asked for a family with calls only)
     start, end = tc.section_start.rstrip(), cut_at_end(tc.section_end, _ends(spec)).lstrip()
     if not start.endswith("[") or not end.startswith("]"):
         return None
     opener, closer = start[:-1].strip(), end[1:].strip()
     python = _python_call(tc)
     if python is None:
-        # (an index the template numbers its calls by is a number in the object: any will do to find the keys)
-        found = json_call_object([("0" if p in (slot("index"), slot("index1")) else p) for p in tc.call])
+        # (an index the template numbers its calls by is a number in the object: any will do to
+        # find the keys)
+        found = json_call_object([("0" if p in (slot("index"), slot("index1")) else p)
+                                  for p in tc.call])
         if found is None:
             raise CannotExport("a JSON list of calls that are not {name, arguments} objects",
-                               f"a call is written {_shown(tc.call)}; a transform takes a call's name from a fixed key")
+                               f"a call is written {_shown(tc.call)}; a transform takes a "
+                               "call's name from a fixed key")
         first, before, last, after, keys = found
         if first != 0 or last != len(tc.call) - 1 or before.strip() or after.strip():
             return None
         _json_arguments(tc)
         _check_sample_list(tc, keys)
-        function = {"name": _placeholder(keys["name"]), "arguments": _placeholder(keys["arguments"])}
+        function = {"name": _placeholder(keys["name"]),
+                    "arguments": _placeholder(keys["arguments"])}
         content = {"content": "json"}
     else:
         function = {"name": "{name}", "arguments": "{arguments}"}
         content = {"content": "python-call-list"}
     if not opener:
-        raise CannotExport("a calls list that no marker opens", f"the section starts {tc.section_start!r}")
+        raise CannotExport("a calls list that no marker opens",
+                           f"the section starts {tc.section_start!r}")
     field = {"open_pattern": _leading_space(_wrapped(tc, _lit(opener))), **content,
              "transform": {"type": "function", "function": function}, "transform_each": True}
     field.update({"close_pattern": _after_value(_lit(closer), "]")} if closer else
@@ -420,7 +458,8 @@ def _python_call(tc: ToolCallFormat) -> bool | None:
     """True for Python calls (`name(key=value, …)`, values as Python or JSON literals), the
     notation transformers' `python-call-list` reads; None for other call layouts."""
     args = tc.arguments
-    if list(tc.call) != [slot("name"), "(", slot("arguments"), ")"] or args.style != ArgumentStyle.KV:
+    if list(tc.call) != [slot("name"), "(", slot("arguments"), ")"] \
+            or args.style != ArgumentStyle.KV:
         return None
     layouts = {json.dumps(layout) for layout in args.argument.values()}
     if layouts != {json.dumps([slot("key"), "=", slot("value")])} or args.separator.strip() != ",":
@@ -429,14 +468,16 @@ def _python_call(tc: ToolCallFormat) -> bool | None:
         quoted = encoder == "quoted" and list(args.quotes) in (["'", "'"], ['"', '"'])
         if not (quoted or encoder.startswith("json") or encoder == "python"):
             raise CannotExport("pythonic calls with values it cannot read",
-                               f"a {kind} value is written {encoder!r}; python-call-list reads Python or JSON literals")
+                               f"a {kind} value is written {encoder!r}; python-call-list reads "
+                               "Python or JSON literals")
     return True
 
 
 def _check_sample_list(tc: ToolCallFormat, keys: dict) -> None:
     """The section of two calls, written by the spec, must hold one JSON array of the call
     objects (the separator a comma, nothing else between them)."""
-    calls = [{"name": "first_tool", "arguments": {"a": 1}}, {"name": "second_tool", "arguments": {}}]
+    calls = [{"name": "first_tool", "arguments": {"a": 1}},
+             {"name": "second_tool", "arguments": {}}]
     text = tc.section_start.rstrip()[-1] + tc.format_list(calls) + "]"
     try:
         items = json.loads(text)
@@ -445,7 +486,8 @@ def _check_sample_list(tc: ToolCallFormat, keys: dict) -> None:
                            f"two calls are written {text!r}") from None
     names = [item.get(keys["name"]) if isinstance(item, dict) else None for item in items]
     if names != ["first_tool", "second_tool"]:
-        raise CannotExport("a calls list that is not a JSON array of the calls", f"two calls are written {text!r}")
+        raise CannotExport("a calls list that is not a JSON array of the calls",
+                           f"two calls are written {text!r}")
 
 
 def _placeholder(key: str) -> str:
@@ -459,11 +501,13 @@ def _json_arguments(tc: ToolCallFormat) -> None:
     args = tc.arguments
     if args.style == ArgumentStyle.OBJECT and not args.encoder.startswith("json"):
         raise CannotExport("arguments written as a Python literal" if args.encoder == "python"
-                           else f"arguments encoded {args.encoder!r}", "the json parser reads JSON only")
+                           else f"arguments encoded {args.encoder!r}",
+                           "the json parser reads JSON only")
 
 
 def _wrapped(tc: ToolCallFormat, regex: str) -> str:
-    """`regex`, after any marker the template writes before some kinds of call (`<|python_tag|>`)."""
+    """`regex`, after any marker the template writes before some kinds of call
+    (`<|python_tag|>`)."""
     if not tc.wrappers:
         return regex
     return rf"(?:{_alternatives(w.strip() for w in tc.wrappers)}\s*)?{regex}"
@@ -475,10 +519,13 @@ def _call_regions(spec: ProtocolSpec) -> dict:
     close is its text after them (the section's end, after the last call, is content's
     close: see _content_field)."""
     tc = spec.tool_calls
-    # (a section that holds one call and opens its JSON object, Llama 3.1's `{"name": "`, is the call's own text)
+    assert tc is not None  # (asked for a family with calls only)
+    # (a section that holds one call and opens its JSON object, Llama 3.1's `{"name": "`, is the
+    # call's own text)
     section_start, call, section_end = one_call_object(tc, _ends(spec))
     if tc.separator.strip():
-        raise CannotExport("calls separated by text", f"the template writes {tc.separator!r} between calls")
+        raise CannotExport("calls separated by text",
+                           f"the template writes {tc.separator!r} between calls")
     found = json_call_object(call)
     if found is not None:
         first, before, last, after, keys = found
@@ -491,9 +538,11 @@ def _call_regions(spec: ProtocolSpec) -> dict:
                 # (A zero-width open on the object's own text, `{"name": "`, would open a
                 # call on that text anywhere in content too, where tplparse reads text.)
                 raise CannotExport("a call written as a bare JSON object",
-                                   f"no marker opens each call: the section's {section_start.strip()!r} is written "
-                                   "before the first one only, and a region needs an open anchor")
-            raise CannotExport("a call written as a bare JSON object", "no marker opens it: a region needs an open anchor")
+                                   "no marker opens each call: the section's "
+                                   f"{section_start.strip()!r} is written before the first one "
+                                   "only, and a region needs an open anchor")
+            raise CannotExport("a call written as a bare JSON object",
+                               "no marker opens it: a region needs an open anchor")
         _json_arguments(tc)
         body = {"content": "json"}
         function = {"name": "{content." + _placeholder(keys["name"])[1:-1] + "}",
@@ -503,9 +552,11 @@ def _call_regions(spec: ProtocolSpec) -> dict:
         at = call.index(slot("arguments"))
         head, tail = call[:at], call[at + 1:]
         if slot("name") not in head or not isinstance(head[0], str) or not head[0].strip():
-            raise CannotExport("a call with no marker before its name", f"the call is written {_shown(call)}")
+            raise CannotExport("a call with no marker before its name",
+                               f"the call is written {_shown(call)}")
         if not all(isinstance(p, str) for p in tail):
-            raise CannotExport("a call with slots after its arguments", f"the call is written {_shown(call)}")
+            raise CannotExport("a call with slots after its arguments",
+                               f"the call is written {_shown(call)}")
         parts: list[str] = []
         for at, piece in enumerate(head):
             if isinstance(piece, str):
@@ -514,8 +565,9 @@ def _call_regions(spec: ProtocolSpec) -> dict:
                 parts.append(rf"(?P<name>{_NAME})")
             elif piece in (slot("index"), slot("index1")):
                 parts.append(_INDEX)
-            elif piece == slot("id") and at and isinstance(head[at - 1], str) and at + 1 < len(head) \
-                    and isinstance(head[at + 1], str) and head[at + 1].strip():
+            elif piece == slot("id") and at and isinstance(head[at - 1], str) \
+                    and at + 1 < len(head) and isinstance(head[at + 1], str) \
+                    and head[at + 1].strip():
                 # An id between literals may be left out, the literal before it with it, as
                 # tplparse's parser reads it (`[TOOL_CALLS]name[ARGS]{…}` where the layout
                 # writes `[TOOL_CALLS]name[CALL_ID]id[ARGS]{…}`).
@@ -531,20 +583,21 @@ def _call_regions(spec: ProtocolSpec) -> dict:
     section_start, section_end = section_start.strip(), cut_at_end(section_end, _ends(spec)).strip()
     if section_start:
         open_regex = rf"(?:{_lit(section_start)}\s*)?" + open_regex
-    field = {"open_pattern": _leading_space(_wrapped(tc, open_regex))}
+    field: dict[str, Any] = {"open_pattern": _leading_space(_wrapped(tc, open_regex))}
     # (The section's end is not in the call's close: an optional tail there is committed
     # without it when the stream splits it; content's close takes it, see _content_field.)
     if closing.strip() and body["content"] == "json":
         field["close_pattern"] = _after_value(_lit(closing.strip()), "}")
     elif closing.strip() and not any(c.isspace() for c in closing.strip()):
-        field["close"] = closing.strip()  # (a literal: transformers commits it as soon as it is complete)
+        # (a literal: transformers commits it as soon as it is complete)
+        field["close"] = closing.strip()
     elif closing.strip():
         field["close_pattern"] = _lit(closing.strip())
     else:
         # (no text of its own after the arguments: the call ends where the next call, the
         # section's end or the turn's end starts)
-        head = next(p for p in call if isinstance(p, str)).strip()
-        field["close_pattern"] = _close_before([head, section_end, *_ends(spec)])
+        first_text = next(p for p in call if isinstance(p, str)).strip()
+        field["close_pattern"] = _close_before([first_text, section_end, *_ends(spec)])
     field.update({**body, "repeats": True, "transform": {"type": "function", "function": function}})
     return field
 
@@ -561,9 +614,12 @@ def _arguments_body(tc: ToolCallFormat) -> dict:
     if len(shapes) != 1:
         raise CannotExport("key/value arguments written in layouts of different shapes")
     shape = shapes.pop()
-    if shape[:1] != (True,) or "key" not in shape or "value" not in shape or not layouts[0][0].strip():
+    first_piece = layouts[0][0]
+    if shape[:1] != (True,) or "key" not in shape or "value" not in shape \
+            or not (isinstance(first_piece, str) and first_piece.strip()):
         raise CannotExport("key/value arguments not written as tags",
-                           f"an argument is written {_shown(layouts[0])}: xml-inline reads tags around each value")
+                           f"an argument is written {_shown(layouts[0])}: xml-inline reads "
+                           "tags around each value")
     for kind in ("object", "array"):
         if kind not in args.value_encoders or args.value_encoders[kind] == "native":
             raise CannotExport("key/value arguments with objects or arrays written as nested tags",
@@ -576,29 +632,32 @@ def _arguments_body(tc: ToolCallFormat) -> dict:
             raise CannotExport(f"string arguments encoded {encoder!r}",
                                "xml-inline (with tools=) keeps a string parameter's text as it is")
         if kind in ("object", "array") and not encoder.startswith("json"):
-            raise CannotExport("key/value arguments with objects or arrays written as Python literals",
-                               f"a {kind} value is written {encoder!r}; transformers decodes those as JSON")
-        if kind in ("integer", "number", "boolean", "null") and not (encoder.startswith("json") or encoder in ("python", "jinja")):
+            raise CannotExport("key/value arguments with objects or arrays "
+                               "written as Python literals",
+                               f"a {kind} value is written {encoder!r}; "
+                               "transformers decodes those as JSON")
+        if kind in ("integer", "number", "boolean", "null") \
+                and not (encoder.startswith("json") or encoder in ("python", "jinja")):
             raise CannotExport(f"{kind} arguments encoded {encoder!r}")
     # Each position of the layouts: its literals (alternatives where the types differ, as
     # DeepSeek's string="true" / string="false"), the key, the value, or the key written again.
     pattern, seen_key = "", False
-    for at, kind in enumerate(shape):
-        if kind is True:
+    for at, part in enumerate(shape):
+        if part is True:
             texts = {layout[at] for layout in layouts}
             if any(texts):
                 pattern += f"(?:{_alternatives(texts)})?" if "" in texts else _alternatives(texts)
-        elif kind == "key":
+        elif part == "key":
             pattern += r"(?P=key)" if seen_key else r"(?P<key>.+?)"
             seen_key = True
-        elif kind == "value" and _spaced_after(layouts, at):
+        elif part == "value" and _spaced_after(layouts, at):
             # (Ending at a non-space, or empty: the whitespace before the closing tag, which
             # the next literal's `\s*` takes, is then read once, not once per character.)
             pattern += r"(?P<value>(?:.*?\S)??)"
-        elif kind == "value":
+        elif part == "value":
             pattern += r"(?P<value>.*?)"
         else:
-            raise CannotExport(f"an argument's {kind} slot")
+            raise CannotExport(f"an argument's {part} slot")
     if shape[-1] == "value":
         raise CannotExport("key/value arguments with nothing after the value")
     return {"content": "xml-inline", "content_args": {"tag_pattern": pattern}}
@@ -607,7 +666,8 @@ def _arguments_body(tc: ToolCallFormat) -> dict:
 def _spaced_after(layouts: list, at: int) -> bool:
     r"""Whether every layout writes whitespace right after its slot at `at` (the literal there,
     as a regex, then opens with `\s*`)."""
-    return all(at + 1 < len(layout) and isinstance(layout[at + 1], str) and layout[at + 1][:1].isspace()
+    return all(at + 1 < len(layout) and isinstance(layout[at + 1], str)
+               and layout[at + 1][:1].isspace()
                for layout in layouts)
 
 
@@ -615,5 +675,6 @@ def _shown(layout: list) -> str:
     return "".join(p if isinstance(p, str) else "{" + p["slot"] + "}" for p in layout)
 
 
-__all__ = ["AFTER_END_OF_TURN", "CannotExport", "TRANSFORMERS_SINCE", "VERSION", "response_template",
-           "transformers_features", "transformers_missing", "transformers_needed"]
+__all__ = ["AFTER_END_OF_TURN", "CannotExport", "TRANSFORMERS_SINCE", "VERSION",
+           "response_template", "transformers_features", "transformers_missing",
+           "transformers_needed"]

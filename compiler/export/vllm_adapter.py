@@ -43,6 +43,7 @@ from vllm.reasoning import ReasoningParser, ReasoningParserManager
 from vllm.renderers.chat_utils import make_tool_call_id
 from vllm.sampling_params import StructuredOutputsParams
 from vllm.tool_parsers import ToolParser, ToolParserManager
+
 ###}
 
 ###{plugin
@@ -58,7 +59,8 @@ def _markers_are_special(tokenizer):
     """Whether a special token of the tokenizer is (part of) one of the family's markers: then
     vLLM must keep special tokens in the text, or the parser never sees the marker."""
     special = set(getattr(tokenizer, "all_special_tokens", None) or [])
-    # (transformers lists added special tokens such as <|im_end|> apart; vLLM's detokenizer drops them too)
+    # (transformers lists added special tokens such as <|im_end|> apart; vLLM's detokenizer drops
+    # them too)
     for token in (getattr(tokenizer, "added_tokens_decoder", None) or {}).values():
         if getattr(token, "special", False):
             special.add(getattr(token, "content", None) or str(token))
@@ -83,7 +85,8 @@ def _system_text(request):
             if isinstance(content, str):
                 texts.append(content)
             elif isinstance(content, list):
-                texts += [t for t in (_field(part, "text") for part in content) if isinstance(t, str)]
+                texts += [t for t in (_field(part, "text") for part in content)
+                          if isinstance(t, str)]
     return "\n".join(texts)
 
 
@@ -120,7 +123,8 @@ def _start_for(kwargs, request=None):
 
 def _forces_a_call(request):
     """Whether the request's tool_choice asks for a call: "required", or a named tool."""
-    return bool(request.tools) and (request.tool_choice == "required" or _named_tool(request) is not None)
+    return bool(request.tools) and (request.tool_choice == "required"
+                                    or _named_tool(request) is not None)
 
 
 def _special_tokens(tokenizer):
@@ -131,7 +135,7 @@ def _special_tokens(tokenizer):
     return tuple(sorted(names))
 
 
-_tplparse_missing = []
+_tplparse_missing: list = []
 
 
 def _strict_grammar(tokenizer, tools, request, start, after_reasoning):
@@ -147,14 +151,17 @@ def _strict_grammar(tokenizer, tools, request, start, after_reasoning):
     except ImportError as e:
         if not _tplparse_missing:
             _tplparse_missing.append(e)
-            _log.warning("tool_choice %r is not enforced by a grammar: tplparse, which builds it, is not importable "
-                         "in vLLM's environment (%s; pip install tplparse there)", request.tool_choice, e)
+            _log.warning("tool_choice %r is not enforced by a grammar: tplparse, which "
+                         "builds it, is not importable in vLLM's environment (%s; pip "
+                         "install tplparse there)", request.tool_choice, e)
         return None
     choice = request.tool_choice
     if not isinstance(choice, str):
         choice = {"type": "function", "function": {"name": _named_tool(request)}}
-    options = GrammarOptions(tools=tools, tool_choice=choice, parallel=bool(getattr(request, "parallel_tool_calls", True)),
-                             start="content" if after_reasoning else start, reasoning_closed=after_reasoning)
+    options = GrammarOptions(tools=tools, tool_choice=choice,
+                             parallel=bool(getattr(request, "parallel_tool_calls", True)),
+                             start="content" if after_reasoning else start,
+                             reasoning_closed=after_reasoning)
     special = _special_tokens(tokenizer)
     return emit_lark(build(ProtocolSpec.from_json(SPEC_JSON), options, special), special)
 
@@ -170,12 +177,15 @@ class _Deltas:
     def call_id(self, index, parsed_id):
         """The model's own id when the format writes one, else one of vLLM's (random)."""
         if index not in self._ids:
-            self._ids[index] = parsed_id if CALL_IDS_FROM_MODEL and parsed_id else make_tool_call_id()
+            self._ids[index] = parsed_id if CALL_IDS_FROM_MODEL and parsed_id \
+                else make_tool_call_id()
         return self._ids[index]
 
     def message(self, deltas):
         """Merge a batch of the parser's deltas into one DeltaMessage (None when empty)."""
-        content, reasoning, calls = [], [], []
+        content: list = []
+        reasoning: list = []
+        calls: list = []
         for delta in deltas:
             if "content" in delta:
                 content.append(delta["content"])
@@ -195,28 +205,37 @@ class _Deltas:
                 calls.append(DeltaToolCall(index=error["index"], tplparse_error=error))
         if not (content or reasoning or calls):
             return None
-        return DeltaMessage(content="".join(content) or None, reasoning="".join(reasoning) or None, tool_calls=calls)
+        return DeltaMessage(content="".join(content) or None, reasoning="".join(reasoning) or None,
+                            tool_calls=calls)
 
     def _add_call(self, calls, call):
         function = call.get("function") or {}
         if "id" in call:  # the call's header: id and name
-            calls.append(DeltaToolCall(index=call["index"], id=self.call_id(call["index"], call["id"]), type="function",
-                                       function=DeltaFunctionCall(name=function["name"], arguments=function.get("arguments", ""))))
-        elif calls and calls[-1].index == call["index"] and calls[-1].function is not None:  # more of its arguments
-            calls[-1].function.arguments = (calls[-1].function.arguments or "") + function["arguments"]
+            header = DeltaFunctionCall(name=function["name"],
+                                       arguments=function.get("arguments", ""))
+            calls.append(DeltaToolCall(index=call["index"],
+                                       id=self.call_id(call["index"], call["id"]), type="function",
+                                       function=header))
+        elif calls and calls[-1].index == call["index"] and calls[-1].function is not None:
+            # more of its arguments
+            calls[-1].function.arguments = (calls[-1].function.arguments or "") \
+                + function["arguments"]
         else:
-            calls.append(DeltaToolCall(index=call["index"], function=DeltaFunctionCall(arguments=function["arguments"])))
+            calls.append(DeltaToolCall(index=call["index"],
+                                       function=DeltaFunctionCall(arguments=function["arguments"])))
 
     def tool_calls(self, message):
         """A one-shot message's calls as vLLM's ToolCalls."""
         return [ToolCall(id=self.call_id(i, call["id"]), type="function",
-                         function=FunctionCall(name=call["function"]["name"], arguments=call["function"]["arguments"]))
+                         function=FunctionCall(name=call["function"]["name"],
+                                               arguments=call["function"]["arguments"]))
                 for i, call in enumerate(message["tool_calls"])]
 
 
 def _log_errors(message):
     for error in message["errors"]:
-        _log.warning("tplparse: %s at offset %s: %s", error["kind"], error["offset"], error["message"])
+        _log.warning("tplparse: %s at offset %s: %s", error["kind"], error["offset"],
+                     error["message"])
 
 
 class TplparseReasoningParser(ReasoningParser):
@@ -268,10 +287,12 @@ class TplparseReasoningParser(ReasoningParser):
         delta_ids = list(delta_ids)
         if not delta_ids:
             return False
-        start = len(input_ids) - len(delta_ids)  # (a slice of the window only: input_ids is the whole sequence)
+        # (a slice of the window only: input_ids is the whole sequence)
+        start = len(input_ids) - len(delta_ids)
         before = list(input_ids[max(0, start - len(REASONING_END)):start])
         window = _decode(self.model_tokenizer, before + delta_ids)
-        return REASONING_END in window and REASONING_END not in _decode(self.model_tokenizer, before)
+        return REASONING_END in window \
+            and REASONING_END not in _decode(self.model_tokenizer, before)
 
     def extract_content_ids(self, input_ids):
         """The ids after the token that completes the reasoning's end marker (all of them
@@ -325,16 +346,19 @@ class TplparseReasoningParser(ReasoningParser):
         reader = self._parser(request)
         reader.feed(model_output)
         reader.end("stop")
-        self._counted, self._reasoning_tokens = reader, None  # (count_reasoning_tokens reads it next)
+        # (count_reasoning_tokens reads it next)
+        self._counted, self._reasoning_tokens = reader, None
         message = reader.message
         ended = reader.reasoning_ended_at
-        return message["reasoning_content"], (model_output[ended:] or None) if ended is not None else None
+        return message["reasoning_content"], \
+            (model_output[ended:] or None) if ended is not None else None
 
     # --- streamed ----------------------------------------------------------------------
 
-    def extract_reasoning_streaming(self, previous_text, current_text, delta_text, previous_token_ids,
-                                    current_token_ids, delta_token_ids):
-        if self._handed_over:  # (vLLM stops calling once the reasoning ended; what comes is content)
+    def extract_reasoning_streaming(self, previous_text, current_text, delta_text,
+                                    previous_token_ids, current_token_ids, delta_token_ids):
+        if self._handed_over:
+            # (vLLM stops calling once the reasoning ended; what comes is content)
             return DeltaMessage(content=delta_text) if delta_text else None
         if self._reader is None:
             self._reader = self._counted = self._parser()
@@ -383,7 +407,7 @@ class TplparseToolParser(ToolParser):
         self._tools = [tool.model_dump(exclude_none=True) if hasattr(tool, "model_dump") else tool
                        for tool in self.tools]
         self._reader = None
-        self._deltas = None
+        self._deltas: _Deltas | None = None
 
     def _parser(self, request, one_shot):
         """The parser of what vLLM hands this tool parser: with a reasoning parser, the text after
@@ -396,7 +420,8 @@ class TplparseToolParser(ToolParser):
         else:
             start = "after_reasoning" if one_shot else "content"
         named = _named_tool(request)
-        tools = [t for t in self._tools if (t.get("function") or t).get("name") == named] if named else self._tools
+        tools = [t for t in self._tools if (t.get("function") or t).get("name") == named] \
+            if named else self._tools
         return _family.StreamParser(tools=tools, start=start)
 
     def adjust_request(self, request):
@@ -404,7 +429,8 @@ class TplparseToolParser(ToolParser):
         or named tool_choice is enforced by tplparse's grammar (`_strict_grammar`), unless the
         request brings structured outputs of its own."""
         request = super().adjust_request(request)
-        if request.tools and request.tool_choice != "none" and _markers_are_special(self.model_tokenizer):
+        if request.tools and request.tool_choice != "none" \
+                and _markers_are_special(self.model_tokenizer):
             request.skip_special_tokens = False
         if _forces_a_call(request) and getattr(request, "structured_outputs", None) is None:
             start = _start_for(getattr(request, "chat_template_kwargs", None), request)
@@ -421,13 +447,16 @@ class TplparseToolParser(ToolParser):
         message = reader.message
         _log_errors(message)
         calls = _Deltas().tool_calls(message)
-        return ExtractedToolCallInformation(tools_called=bool(calls), tool_calls=calls, content=message["content"])
+        return ExtractedToolCallInformation(tools_called=bool(calls), tool_calls=calls,
+                                            content=message["content"])
 
-    def extract_tool_calls_streaming(self, previous_text, current_text, delta_text, previous_token_ids,
-                                     current_token_ids, delta_token_ids, request):
+    def extract_tool_calls_streaming(self, previous_text, current_text, delta_text,
+                                     previous_token_ids, current_token_ids, delta_token_ids,
+                                     request):
         if self._reader is None:
             self._reader = self._parser(request, one_shot=False)
             self._deltas = _Deltas(keep_reasoning=not self.skip_reasoning_parsing)
+        assert self._deltas is not None  # (made with the reader)
         return self._deltas.message(self._reader.feed(delta_text))
 
     def finish_streaming(self):
@@ -435,6 +464,7 @@ class TplparseToolParser(ToolParser):
             return None
         deltas = self._reader.end("stop")
         _log_errors(self._reader.message)
+        assert self._deltas is not None  # (made with the reader)
         return self._deltas.message(deltas)
 
 

@@ -22,15 +22,42 @@ and OpenAI strict mode's convention; `open_objects`: JSON Schema's, see json_sch
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from ..probe.markers import first_marker
 from ..probe.spans import Boundaries
-from ..spec import ArgumentFormat, ArgumentStyle, Parallel, ProtocolSpec, Start, ToolCallFormat, kv_parts, slot
+from ..spec import (
+    ArgumentFormat,
+    ArgumentStyle,
+    Parallel,
+    ProtocolSpec,
+    Start,
+    ToolCallFormat,
+    kv_parts,
+    slot,
+)
 from . import json_schema
-from .ir import (Alt, AnyChar, Chars, End, Grammar, Lit, Node, Not, Ref, Rep, Seq, StringUntil, TextUntil, alt,
-                 chars, opt, seq)
+from .ir import (
+    Alt,
+    AnyChar,
+    Chars,
+    End,
+    Grammar,
+    Lit,
+    Node,
+    Not,
+    Ref,
+    Rep,
+    Seq,
+    StringUntil,
+    TextUntil,
+    alt,
+    chars,
+    opt,
+    seq,
+)
 from .json_values import add_json, add_python_literal, add_ws
 from .reading import content_may_follow_calls, cut_at_end, end_of_turn_markers, reading_tables
 
@@ -62,18 +89,21 @@ def tool_choice_of(value, tools: list[dict] | None) -> ToolChoice:
         function = value.get("function")
         name = function.get("name") if isinstance(function, dict) else None
         if value.get("type", "function") != "function" or not isinstance(name, str):
-            raise ValueError('a named tool_choice is {"type": "function", "function": {"name": ...}}')
+            raise ValueError('a named tool_choice is {"type": "function", '
+                             '"function": {"name": ...}}')
         choice = ToolChoice("function", name)
     elif isinstance(value, str):
         if value in MODES and value in _tool_names(tools):
-            raise ValueError(f"tool_choice {value!r} is ambiguous: it is a mode and the name of a tool; name the tool "
-                             f'as {{"type": "function", "function": {{"name": "{value}"}}}} to force it, or leave '
-                             "tool_choice unsaid for auto")
+            raise ValueError(f"tool_choice {value!r} is ambiguous: it is a mode and the name of a "
+                             "tool; name the tool as "
+                             f'{{"type": "function", "function": {{"name": "{value}"}}}} '
+                             "to force it, or leave tool_choice unsaid for auto")
         choice = ToolChoice(value) if value in MODES else ToolChoice("function", value)
     else:
-        raise ValueError(f"tool_choice must be a mode ({', '.join(MODES)}), a tool's name or a named function, "
-                         f"not {value!r}")
-    if choice.mode not in MODES + ("function",) or (choice.mode == "function") != isinstance(choice.name, str):
+        raise ValueError(f"tool_choice must be a mode ({', '.join(MODES)}), a tool's name or a "
+                         f"named function, not {value!r}")
+    if choice.mode not in MODES + ("function",) \
+            or (choice.mode == "function") != isinstance(choice.name, str):
         raise ValueError(f"tool_choice {choice!r} is neither a mode nor a named function")
     if choice.mode == "function" and tools is not None and choice.name not in _tool_names(tools):
         raise ValueError(f"tool_choice names {choice.name!r}, which is not among the tools")
@@ -117,7 +147,7 @@ class GrammarOptions:
 
 def tolerant(text: str, ws: Ref) -> Node:
     """A literal whose whitespace runs match any (bounded) whitespace, or none."""
-    parts = []
+    parts: list[Node] = []
     word = ""
     in_space = False
     for ch in text:
@@ -136,9 +166,11 @@ def tolerant(text: str, ws: Ref) -> Node:
     return seq(*parts)
 
 
-def build(spec: ProtocolSpec, options: GrammarOptions | None = None, special_tokens: tuple[str, ...] = ()) -> Grammar:
+def build(spec: ProtocolSpec, options: GrammarOptions | None = None,
+          special_tokens: tuple[str, ...] = ()) -> Grammar:
     options = options or GrammarOptions()
-    reading = reading_tables(spec, special_tokens)  # the questions the runtime asks too, answered once
+    # the questions the runtime asks too, answered once
+    reading = reading_tables(spec, special_tokens)
     g = Grammar(root="root")
     g.header = [
         f"tplparse grammar for {spec.template_name} (family {spec.family})",
@@ -149,37 +181,46 @@ def build(spec: ProtocolSpec, options: GrammarOptions | None = None, special_tok
     # schema) without tools offered is that answer alone, not JSON followed by made-up calls.
     tools_allowed = (spec.tool_calls is not None and options.choice.mode != "none"
                      and not (options.content_schema is not None and options.tools is None))
-    opener = reading["tool_calls"]["opener"] if tools_allowed else ""
+    tool_calls = reading["tool_calls"]
+    opener = tool_calls["opener"] if tools_allowed and tool_calls is not None else ""
 
     # End of turn.
     end_markers = reading["end_of_turn"]
     end = None
     if end_markers:
-        end = g.add("end-of-turn", alt(*[Lit(m) for m in end_markers]), "a marker that ends the turn")
+        end = g.add("end-of-turn", alt(*[Lit(m) for m in end_markers]),
+                    "a marker that ends the turn")
 
     # Tool calls.
     calls = None
-    if tools_allowed:
-        calls = _add_tool_calls(g, spec.tool_calls, options, ws, cut_at_end(spec.tool_calls.section_end, end_markers))
+    if tools_allowed and spec.tool_calls is not None:
+        calls = _add_tool_calls(g, spec.tool_calls, options, ws,
+                                cut_at_end(spec.tool_calls.section_end, end_markers))
 
     # Content.
-    content_stops = [m for m in ([opener] if opener else []) + end_markers + [spec.content_end] if m]
+    content_stops = [m for m in ([opener] if opener else []) + end_markers + [spec.content_end]
+                     if m]
     start_state = options.start or spec.modes.get(options.mode, spec.modes["default"]).start
     closed = _reasoning_closed(spec, options, start_state)
-    if closed and spec.reasoning.start:
+    if closed and spec.reasoning is not None and spec.reasoning.start:
         # After a closed block, the block's opener is not text either: a model that writes it
         # anyway is thinking again, as content, until its budget is gone.
         content_stops.append(spec.reasoning.start)
     if options.content_schema is not None:
         value = json_schema.add_schema(g, options.content_schema, "content-json", options.warnings,
                                        open_objects=_objects_open(options))
-        content = g.add("content-text", seq(ws, value, ws), "the answer: JSON of the requested schema")
+        content = g.add("content-text", seq(ws, value, ws),
+                        "the answer: JSON of the requested schema")
     else:
-        content = g.add("content-text", TextUntil(tuple(content_stops)), "visible text, up to a call or the end")
+        content = g.add("content-text", TextUntil(tuple(content_stops)),
+                        "visible text, up to a call or the end")
     if spec.content_start:
-        wrapped = seq(tolerant(spec.content_start, ws), content, opt(tolerant(spec.content_end, ws)) if spec.content_end else None)
-        content = g.add("content", alt(wrapped, content), "content, in its wrapper when the model writes one")
+        wrapped = seq(tolerant(spec.content_start, ws), content,
+                      opt(tolerant(spec.content_end, ws)) if spec.content_end else None)
+        content = g.add("content", alt(wrapped, content),
+                        "content, in its wrapper when the model writes one")
 
+    body: Node
     if calls is None:
         body = content
     elif options.choice.mode == "auto" and opener:
@@ -202,7 +243,8 @@ def build(spec: ProtocolSpec, options: GrammarOptions | None = None, special_tok
     turn = Ref("body")
     r = spec.reasoning
     if r is not None and r.end:
-        stops = [r.end] + ([opener] if (opener and r.tool_call_ends_reasoning and calls is not None) else [])
+        stops = [r.end] + ([opener] if (opener and r.tool_call_ends_reasoning and calls is not None)
+                           else [])
         text = g.add("reasoning-text", TextUntil(tuple(stops)), "reasoning, up to its end marker")
         close = seq(ws, Lit(r.end), ws)
         ended = seq(text, close, Ref("body"))
@@ -215,35 +257,43 @@ def build(spec: ProtocolSpec, options: GrammarOptions | None = None, special_tok
             pass  # the prompt closed the block: the body alone
         elif r.start:
             opened = seq(ws, Lit(r.start), ws, ended)
-            # (its end alone: an empty block, as a template that leaves thinking to the model writes it)
+            # (its end alone: an empty block, as a template that leaves thinking to the model
+            # writes it)
             empty = seq(ws, Lit(r.end), ws, Ref("body"))
-            turn = g.add("reasoning", alt(opened, empty, Ref("body")), "optional reasoning (or its end alone), then the body")
+            turn = g.add("reasoning", alt(opened, empty, Ref("body")),
+                         "optional reasoning (or its end alone), then the body")
     # The turn forms: the generic one first, then each rendered turn layout the generic
     # form may not cover (content inside the section's markers, a prefix before content,
     # calls without an opener, ...). Each form runs to the end of the text.
     forms = [turn]
     if options.content_schema is None and options.choice.mode != "none":
         # Layouts with more slots first: a content-only form would swallow a call as text.
-        layouts = sorted(spec.turns.items(), key=lambda item: -sum(isinstance(p, dict) for p in item[1]))
+        layouts = sorted(spec.turns.items(),
+                         key=lambda item: -sum(isinstance(p, dict) for p in item[1]))
         for number, (kind, layout) in enumerate(layouts, 1):
             slots = {p["slot"] for p in layout if isinstance(p, dict)}
             if closed and "reasoning" in slots:
                 continue  # the prompt closed the reasoning block
-            if options.choice.mode != "auto" and ("content" in slots or not slots & {"calls", "call_list"}):
+            if options.choice.mode != "auto" and ("content" in slots
+                                                  or not slots & {"calls", "call_list"}):
                 continue  # a required call: only layouts that are calls
-            if any(isinstance(p, str) and any(m in p and not _goes_on(p, m, reading["segments"]) for m in end_markers)
+            if any(isinstance(p, str) and any(m in p and not _goes_on(p, m, reading["segments"])
+                                              for m in end_markers)
                    for p in layout[:-1]):
                 continue  # the template renders two turns here; a model's turn ends at the marker
-            form = _layout_form(g, spec, layout, number, start_state, options, content_stops, end_markers, calls, ws)
+            form = _layout_form(g, spec, layout, number, start_state, options, content_stops,
+                                end_markers, calls, ws)
             if form is not None:
-                forms.append(g.add(f"form-{number}", form, f"a turn laid out as the template renders a {kind} turn"))
+                forms.append(g.add(f"form-{number}", form,
+                                   f"a turn laid out as the template renders a {kind} turn"))
     if not opener and len(forms) > 1:
         # No marker opens a call: only the rendered layouts tell content from calls.
         forms = forms[1:] + forms[:1]
     ending = opt(end) if end is not None else None
     alternatives = [seq(form, ending, End()) for form in forms]
     if options.trailing_text and end is not None:
-        after = g.add("after-end", TextUntil(()), "text after the end of turn (reported, not parsed)")
+        after = g.add("after-end", TextUntil(()), "text after the end of turn "
+                                                  "(reported, not parsed)")
         alternatives.append(seq(turn, end, after, End()))
     g.add("root", alt(*alternatives), "a whole assistant turn")
     if not options.trailing_text:
@@ -251,10 +301,13 @@ def build(spec: ProtocolSpec, options: GrammarOptions | None = None, special_tok
     return g
 
 
-def _goes_on(literal: str, marker: str, segments: dict | None) -> bool:
+def _goes_on(literal: str, marker: str, segments: Mapping[str, Any] | None) -> bool:
     """Whether `literal` ends a segment with `marker` and opens the next one (the segments' end
     marker, then their header: see reading.segment_format): the turn goes on past the marker."""
-    return bool(segments) and marker.strip() == segments["end"] and literal.strip().startswith(segments["end"]) \
+    if not segments:
+        return False
+    return marker.strip() == segments["end"] \
+        and literal.strip().startswith(segments["end"]) \
         and literal.strip()[len(segments["end"]):].lstrip().startswith(segments["header"])
 
 
@@ -358,8 +411,9 @@ def _reasoning_closed(spec: ProtocolSpec, options: GrammarOptions, start_state) 
     return options.mode == "no_thinking" and mode is not None and r.end in mode.tail
 
 
-def _layout_form(g: Grammar, spec: ProtocolSpec, layout, number: int, start_state: str, options: GrammarOptions,
-                 content_stops: list[str], end_markers: list[str], calls, ws: Ref):
+def _layout_form(g: Grammar, spec: ProtocolSpec, layout, number: int, start_state: str,
+                 options: GrammarOptions, content_stops: list[str], end_markers: list[str], calls,
+                 ws: Ref):
     """A turn layout as a grammar form, from where the generation prompt leaves the model."""
     pieces = list(layout)
     r = spec.reasoning
@@ -371,8 +425,10 @@ def _layout_form(g: Grammar, spec: ProtocolSpec, layout, number: int, start_stat
             pieces = pieces[pieces.index(slot("reasoning")):]  # the prompt wrote what came before
         else:
             first = pieces[0] if pieces and isinstance(pieces[0], str) else ""
-            pieces = [slot("reasoning")] + ([] if first.strip().startswith(r.end) else [r.end]) + pieces
-    elif tail and pieces and isinstance(pieces[0], str) and pieces[0].strip() and tail.endswith(pieces[0].strip()):
+            pieces = [slot("reasoning")] + ([] if first.strip().startswith(r.end)
+                                            else [r.end]) + pieces
+    elif tail and pieces and isinstance(pieces[0], str) and pieces[0].strip() \
+            and tail.endswith(pieces[0].strip()):
         pieces = pieces[1:]  # the prompt already wrote the layout's opening text
     # The end of turn is the root's business: cut the last literal at its first end marker.
     if pieces and isinstance(pieces[-1], str):
@@ -389,7 +445,8 @@ def _layout_form(g: Grammar, spec: ProtocolSpec, layout, number: int, start_stat
             stops = tuple(dict.fromkeys(content_stops + ([stop] if stop else [])))
             parts.append(g.add(f"content-text-{number}", TextUntil(stops), "visible text"))
         elif name == "reasoning":
-            stops = tuple(dict.fromkeys(([r.end] if r and r.end else []) + ([stop] if stop else [])))
+            stops = tuple(dict.fromkeys(([r.end] if r and r.end else [])
+                                        + ([stop] if stop else [])))
             parts.append(g.add(f"reasoning-text-{number}", TextUntil(stops), "reasoning"))
         elif name == "calls":
             if calls is None:
@@ -402,18 +459,20 @@ def _layout_form(g: Grammar, spec: ProtocolSpec, layout, number: int, start_stat
     return seq(*parts)
 
 
-def _add_tool_calls(g: Grammar, tc: ToolCallFormat, options: GrammarOptions, ws: Ref, section_end: str) -> Ref:
+def _add_tool_calls(g: Grammar, tc: ToolCallFormat, options: GrammarOptions, ws: Ref,
+                    section_end: str) -> Ref:
     offered = _offered_rules(options)
     if offered is None:
-        _add_arguments(g, tc.arguments, "arguments", None, ws, options.warnings, _after_arguments(tc),
-                       parsing=options.trailing_text)
+        _add_arguments(g, tc.arguments, "arguments", None, ws, options.warnings,
+                       _after_arguments(tc), parsing=options.trailing_text)
         g.add("tool-name", Rep(NAME_CHARS, 1), "a tool name")
         call = _add_calls_of(g, tc.call, None, ws, "")
     else:
         alternatives = []
         for tool, rule in offered:
-            _add_arguments(g, tc.arguments, f"arguments-{rule}", _tool_schema(tool), ws, options.warnings,
-                           _after_arguments(tc), open_objects=_objects_open(options))
+            _add_arguments(g, tc.arguments, f"arguments-{rule}", _tool_schema(tool), ws,
+                           options.warnings, _after_arguments(tc),
+                           open_objects=_objects_open(options))
             g.add(f"tool-name-{rule}", Lit(_tool_name(tool)), f"the name {_tool_name(tool)}")
             alternatives.append(_add_call_of(g, tc.call, tool, rule, ws, ""))
         call = g.add("tool-call", alt(*alternatives), "one tool call, of an offered tool")
@@ -438,11 +497,13 @@ def _offered_rules(options: GrammarOptions) -> list[tuple[dict, str]] | None:
     return [(tool, _unique(_rule_name(_tool_name(tool)), rules)) for tool in tools]
 
 
-def _add_calls_of(g: Grammar, layout: list, offered: list[tuple[dict, str]] | None, ws: Ref, prefix: str) -> Ref:
+def _add_calls_of(g: Grammar, layout: list, offered: list[tuple[dict, str]] | None, ws: Ref,
+                  prefix: str) -> Ref:
     """One call laid out as `layout`, of any tool (offered None) or of an offered one, over the
     name and arguments rules _add_tool_calls made; its rules' names start with `prefix`."""
     if offered is None:
-        return g.add(f"{prefix}tool-call", _call_body(layout, Ref("tool-name"), Ref("arguments"), ws), "one tool call")
+        return g.add(f"{prefix}tool-call",
+                     _call_body(layout, Ref("tool-name"), Ref("arguments"), ws), "one tool call")
     alternatives = [_add_call_of(g, layout, tool, rule, ws, prefix) for tool, rule in offered]
     return g.add(f"{prefix}tool-call", alt(*alternatives), "one tool call, of an offered tool")
 
@@ -459,10 +520,12 @@ def calls_from_marker(g: Grammar, spec: ProtocolSpec, options: GrammarOptions, m
     the section as it goes on. For a lazy grammar that a model writing the marker triggers
     (the runtime reads such a call: reading.calls_without_opener). `g` is build()'s grammar."""
     tc = spec.tool_calls
+    assert tc is not None  # (a call's own marker: the template writes calls)
     first = tc.call[0]
+    assert isinstance(first, str)  # (the marker is in the call's opening text)
     layout = [first[first.index(marker):]] + list(tc.call[1:])
     ws = Ref("ws")
-    call = _add_calls_of(g, layout, _offered_rules(options), ws, "own-marker-")
+    call: Node = _add_calls_of(g, layout, _offered_rules(options), ws, "own-marker-")
     if options.parallel and tc.parallel == Parallel.ALL:
         call = seq(call, Rep(seq(tolerant(tc.separator, ws), Ref("tool-call"))))
     section_end = cut_at_end(tc.section_end, end_of_turn_markers(spec))
@@ -502,7 +565,8 @@ def _tool_schema(tool: dict) -> dict:
 
 
 def _unique(rule: str, taken: list[str]) -> str:
-    """`rule`, or `rule-2`, `rule-3`, ... when names that differ slug to the same rule; added to `taken`."""
+    """`rule`, or `rule-2`, `rule-3`, ... when names that differ slug to the same rule; added to
+    `taken`."""
     unique, n = rule, 1
     while unique in taken:
         n += 1
@@ -522,28 +586,35 @@ def _after_arguments(tc: ToolCallFormat) -> str:
     return next((p for p in pieces if isinstance(p, str) and p.strip()), "").strip()
 
 
-def _add_arguments(g: Grammar, fmt: ArgumentFormat, name: str, schema: dict | None, ws: Ref, warnings,
-                   closing: str = "", parsing: bool = False, open_objects: bool = False) -> Ref:
+def _add_arguments(g: Grammar, fmt: ArgumentFormat, name: str, schema: dict | None, ws: Ref,
+                   warnings, closing: str = "", parsing: bool = False,
+                   open_objects: bool = False) -> Ref:
     if fmt.style == ArgumentStyle.OBJECT:
         if fmt.encoder == "python":
             if schema is None:
                 add_python_literal(g)
-                if parsing:  # (a model may write JSON where the template writes Python: the parser reads both)
+                if parsing:
+                    # (a model may write JSON where the template writes Python: the parser reads
+                    # both)
                     add_json(g)
-                    return g.add(name, alt(Ref("py-dict"), Ref("json-object")), "arguments, a Python dict or JSON")
+                    return g.add(name, alt(Ref("py-dict"), Ref("json-object")),
+                                 "arguments, a Python dict or JSON")
                 return g.add(name, Ref("py-dict"), "arguments, as a Python dict")
-            value = json_schema.add_schema(g, schema, name + "-py", warnings, flavor="python", open_objects=open_objects)
+            value = json_schema.add_schema(g, schema, name + "-py", warnings, flavor="python",
+                                           open_objects=open_objects)
             return g.add(name, value, "arguments, a Python dict by the tool's schema")
         if schema is not None:
-            value = json_schema.add_schema(g, schema, name + "-json", warnings, open_objects=open_objects)
+            value = json_schema.add_schema(g, schema, name + "-json", warnings,
+                                           open_objects=open_objects)
             return g.add(name, value, "arguments, by the tool's schema")
         add_json(g)
         return g.add(name, Ref("json-object"), "arguments, a JSON object")
-    return g.add(name, _kv_arguments(g, fmt, name, schema, ws, warnings, closing, open_objects), "arguments, one per key")
+    return g.add(name, _kv_arguments(g, fmt, name, schema, ws, warnings, closing, open_objects),
+                 "arguments, one per key")
 
 
-def _kv_arguments(g: Grammar, fmt: ArgumentFormat, name: str, schema: dict | None, ws: Ref, warnings,
-                  closing: str = "", open_objects: bool = False) -> Node:
+def _kv_arguments(g: Grammar, fmt: ArgumentFormat, name: str, schema: dict | None, ws: Ref,
+                  warnings, closing: str = "", open_objects: bool = False) -> Node:
     """argument (separator argument)*, each argument by the layout of its value's type."""
     properties = (schema or {}).get("properties") or {}
     if schema is None or not properties:
@@ -556,8 +627,10 @@ def _kv_arguments(g: Grammar, fmt: ArgumentFormat, name: str, schema: dict | Non
     members = []
     for prop, prop_schema in items:
         kind = json_schema.primary_type(prop_schema)
-        rule = f"argument-{name.removeprefix('arguments-')}-{_rule_name(prop)}"  # (argument-TOOL-KEY)
-        members.append((_kv_argument_typed(g, fmt, prop, kind, prop_schema, ws, warnings, rule, open_objects, closing),
+        # (argument-TOOL-KEY)
+        rule = f"argument-{name.removeprefix('arguments-')}-{_rule_name(prop)}"
+        members.append((_kv_argument_typed(g, fmt, prop, kind, prop_schema, ws, warnings, rule,
+                                           open_objects, closing),
                         prop in required))
     separator = tolerant(fmt.separator, ws)
     after: Node = Lit("")
@@ -581,39 +654,49 @@ def _kv_layout_node(fmt: ArgumentFormat, kind: str, key: Node, value: Node, ws: 
     core = middle.rstrip()
     lead = middle[len(core):]
     # After the value: literals, and the key again where the layout names it there (</key>).
-    after = [tolerant(p, ws) if isinstance(p, str) else key for p in layout[layout.index(slot("value")) + 1:]]
-    return seq(tolerant(before, ws), key, tolerant(core, ws), opt(Lit(lead)) if lead else None, value, *after)
+    after = [tolerant(p, ws) if isinstance(p, str) else key
+             for p in layout[layout.index(slot("value")) + 1:]]
+    return seq(tolerant(before, ws), key, tolerant(core, ws), opt(Lit(lead)) if lead else None,
+               value, *after)
 
 
 def _value_rule(g: Grammar, fmt: ArgumentFormat, kind: str, encoder: str, closing: str = "") -> Ref:
     """value-<encoder>: the rule name tells the reference parser how to decode the value."""
     if encoder == "raw-or-quoted":
-        return g.add("optionally-quoted", alt(_value_rule(g, fmt, kind, "quoted"), _value_rule(g, fmt, kind, "raw", closing)),
+        return g.add("optionally-quoted", alt(_value_rule(g, fmt, kind, "quoted"),
+                                              _value_rule(g, fmt, kind, "raw", closing)),
                      "raw text, or text in the format's quotes")
     if encoder == "raw":
         layout = fmt.argument.get(kind) or fmt.argument["string"]
         after = layout[layout.index(slot("value")) + 1:]
         # (up to the closing text, or to its part before the key it names again)
-        stop = (after[0] if after and isinstance(after[0], str) else "").strip() or fmt.separator.strip()
+        stop = (after[0] if after and isinstance(after[0], str) else "").strip() \
+            or fmt.separator.strip()
         name = f"value-raw-{kind}" if kind in fmt.argument and kind != "string" else "value-raw"
-        stops = (stop,) if stop else ()
+        stops: tuple[str, ...] = (stop,) if stop else ()
         if _writes_nothing_after(after) and closing and closing not in stops:
-            stops += (closing,)  # (nothing after the value: the call's literal after the arguments ends it too)
+            # (nothing after the value: the call's literal after the arguments ends it too)
+            stops += (closing,)
         text = TextUntil(stops)
-        if len(after) > 2 and after[1] == slot("key") and isinstance(after[2], str) and after[2].strip():
+        if len(after) > 2 and after[1] == slot("key") and isinstance(after[2], str) \
+                and after[2].strip():
             # The closing text names the key (</key>): nested elements close with other names,
             # which such a value may hold (an object or array written as XML elements).
             close = after[2][: after[2].index(">") + 1] if ">" in after[2] else after[2].strip()
             # (for PEG, which takes a repetition greedily: a closing of the argument itself is
             # followed by the next argument or by the call's next literal)
             before = kv_parts(layout)[0].strip()
-            follows = [seq(Lit(before), NAME_CHARS) if before else None, Lit(closing) if closing else None]
-            own_close = seq(Lit(stop), Rep(NAME_CHARS, 1), tolerant(after[2], add_ws(g)), alt(*[f for f in follows if f]))
+            follows = [seq(Lit(before), NAME_CHARS) if before else None,
+                       Lit(closing) if closing else None]
+            own_close = seq(Lit(stop), Rep(NAME_CHARS, 1), tolerant(after[2], add_ws(g)),
+                            alt(*[f for f in follows if f]))
             nested = seq(Not(own_close), Lit(stop), Rep(NAME_CHARS, 1), Lit(close), text)
-            return g.add(name, seq(text, Rep(nested)), "text up to the argument's closing text, nested elements closed")
+            return g.add(name, seq(text, Rep(nested)),
+                         "text up to the argument's closing text, nested elements closed")
         return g.add(name, text, "text up to the argument's closing text")
     if encoder == "quoted":
-        return g.add("value-quoted", seq(Lit(fmt.quotes[0]), TextUntil((fmt.quotes[1],)), Lit(fmt.quotes[1])),
+        return g.add("value-quoted", seq(Lit(fmt.quotes[0]), TextUntil((fmt.quotes[1],)),
+                                         Lit(fmt.quotes[1])),
                      "a string between the format's quotes")
     if encoder in ("python", "jinja"):
         return g.add("value-python", add_python_literal(g), "a Python literal")
@@ -627,20 +710,23 @@ def _kv_argument_any(g: Grammar, fmt: ArgumentFormat, ws: Ref, closing: str = ""
     key = g.add("argument-key", Rep(NAME_CHARS, 1), "an argument name")
     alternatives = []
     for kind in ["string"] + [k for k in fmt.argument if k != "string"]:
-        if len(fmt.argument) == 1 and fmt.value_encoders.get("string") not in ("raw", "raw-or-quoted"):
+        if len(fmt.argument) == 1 \
+                and fmt.value_encoders.get("string") not in ("raw", "raw-or-quoted"):
             # One layout for every type, each type in its own encoding.
             encoders = list(dict.fromkeys(fmt.value_encoders.values()))
         else:
             # Raw text holds any value; else the layout's own type.
             encoders = [fmt.value_encoders.get(kind, "json")]
         value = alt(*[_value_rule(g, fmt, kind, e, closing) for e in encoders])
-        if encoders == ["raw"] and len(fmt.argument) == 1 and _writes_nothing_after(_after_value(fmt, kind)):
+        if encoders == ["raw"] and len(fmt.argument) == 1 \
+                and _writes_nothing_after(_after_value(fmt, kind)):
             # An object or array runs as its brackets balance, in the encoding the format gives
             # it; other text is a raw value, up to the separator or the call's next literal.
             stops = tuple(dict.fromkeys(s for s in (fmt.separator.strip(), closing) if s))
             first = chars("".join(dict.fromkeys("{[" + "".join(s[0] for s in stops))), negate=True)
             text = g.add("value-raw-text", opt(seq(first, TextUntil(stops))),
-                         "raw text that opens no object or array, up to the separator or the call's next literal")
+                         "raw text that opens no object or array, up to the separator or "
+                         "the call's next literal")
             value = alt(_container_rule(g, fmt), text)
         alternatives.append(_kv_layout_node(fmt, kind, key, value, ws))
     return g.add("argument", alt(*alternatives), "one argument")
@@ -655,7 +741,8 @@ def _after_value(fmt: ArgumentFormat, kind: str) -> list:
 def _writes_nothing_after(after: list) -> bool:
     """Whether a layout writes nothing after a value (`key=value, key=value`): the value ends
     at the separator or at the call's literal after the arguments."""
-    return not any(piece == slot("key") or isinstance(piece, str) and piece.strip() for piece in after)
+    return not any(piece == slot("key") or isinstance(piece, str) and piece.strip()
+                   for piece in after)
 
 
 def _container_rule(g: Grammar, fmt: ArgumentFormat) -> Ref:
@@ -663,13 +750,15 @@ def _container_rule(g: Grammar, fmt: ArgumentFormat) -> Ref:
     the format gives objects."""
     if fmt.value_encoders.get("object", fmt.value_encoders.get("array")) in ("python", "jinja"):
         add_python_literal(g)
-        return g.add("value-python-container", alt(Ref("py-dict"), Ref("py-list")), "an object or array, a Python literal")
+        return g.add("value-python-container", alt(Ref("py-dict"), Ref("py-list")),
+                     "an object or array, a Python literal")
     add_json(g)
-    return g.add("value-json-container", alt(Ref("json-object"), Ref("json-array")), "an object or array, JSON")
+    return g.add("value-json-container", alt(Ref("json-object"), Ref("json-array")),
+                 "an object or array, JSON")
 
 
-def _kv_argument_typed(g, fmt: ArgumentFormat, prop: str, kind: str, schema: dict, ws, warnings, name: str,
-                       open_objects: bool = False, closing: str = "") -> Ref:
+def _kv_argument_typed(g, fmt: ArgumentFormat, prop: str, kind: str, schema: dict, ws, warnings,
+                       name: str, open_objects: bool = False, closing: str = "") -> Ref:
     """One argument of a known property: its name, and a value its schema allows (an object
     value's undeclared properties as `json_schema.extra_properties` says)."""
     layout_kind = kind if kind in fmt.argument else "string"
@@ -679,36 +768,50 @@ def _kv_argument_typed(g, fmt: ArgumentFormat, prop: str, kind: str, schema: dic
         encoder = "raw"  # this format writes every value as raw text
     layout = fmt.argument.get(layout_kind) or fmt.argument["string"]
     after = layout[layout.index(slot("value")) + 1:]
-    if encoder == "raw" and len(after) > 2 and after[1] == slot("key") and isinstance(after[2], str):
+    named = after[2] if len(after) > 2 else None
+    if encoder == "raw" and len(after) > 2 and after[1] == slot("key") \
+            and isinstance(named, str):
         # The closing text names the key (</amount>): the value is the text up to it, which
         # may hold nested elements of other names (an object or array as XML elements).
-        close = after[2][: after[2].index(">") + 1] if ">" in after[2] else after[2].strip()
-        text = TextUntil((after[0].strip() + prop + close,))
+        before = after[0]
+        assert isinstance(before, str)  # (the text before the key it names again)
+        close = named[: named.index(">") + 1] if ">" in named else named.strip()
+        text: Node = TextUntil((before.strip() + prop + close,))
         if kind != "string" or _constrains_string(schema):
             # typed by the schema; an object or array may also be XML elements (any text, here)
             flavor = "python" if fmt.value_encoders.get(kind) in ("python", "jinja") else "json"
             typed = json_schema.add_raw_value(g, schema, name, warnings, flavor, open_objects)
             text = alt(typed, text) if kind in ("object", "array") else typed
         value = g.add(f"value-raw-{name}", text, f"the value of {prop}, up to its closing")
-        key = g.add(f"argument-key-{name.removeprefix('argument-')}", Lit(prop), "the argument's name")
-        return g.add(name, _kv_layout_node(fmt, layout_kind, key, value, ws), f"the {prop} argument")
+        key = g.add(f"argument-key-{name.removeprefix('argument-')}", Lit(prop),
+                    "the argument's name")
+        return g.add(name, _kv_layout_node(fmt, layout_kind, key, value, ws),
+                     f"the {prop} argument")
     if encoder in ("raw", "raw-or-quoted"):
         if kind == "string" and not _constrains_string(schema):
-            value = _value_rule(g, fmt, layout_kind, strings if strings == "raw-or-quoted" else "raw", closing)
+            value = _value_rule(g, fmt, layout_kind,
+                                strings if strings == "raw-or-quoted" else "raw", closing)
         else:
             flavor = "python" if fmt.value_encoders.get(kind) in ("python", "jinja") else "json"
-            value = g.add(f"{name}-raw", json_schema.add_raw_value(g, schema, name, warnings, flavor, open_objects),
+            value = g.add(f"{name}-raw",
+                          json_schema.add_raw_value(g, schema, name, warnings, flavor,
+                                                    open_objects),
                           "raw text that reads as a value of the schema")
     elif encoder == "quoted" and kind == "string":
-        inner = json_schema.add_string_content(g, schema, name + "-text", warnings) if _constrains_string(schema) \
-            else TextUntil((fmt.quotes[1],))
+        inner = json_schema.add_string_content(g, schema, name + "-text", warnings) \
+            if _constrains_string(schema) else TextUntil((fmt.quotes[1],))
         value = g.add("value-quoted" if not _constrains_string(schema) else f"{name}-quoted",
-                      seq(Lit(fmt.quotes[0]), inner, Lit(fmt.quotes[1])), "a string between the format's quotes")
+                      seq(Lit(fmt.quotes[0]), inner, Lit(fmt.quotes[1])),
+                      "a string between the format's quotes")
     elif encoder.startswith("json"):
-        value = g.add(f"{name}-json", json_schema.add_schema(g, schema, name + "-schema", warnings, open_objects=open_objects),
+        value = g.add(f"{name}-json",
+                      json_schema.add_schema(g, schema, name + "-schema", warnings,
+                                             open_objects=open_objects),
                       "a JSON value of the schema")
     elif encoder == "python":
-        value = g.add(f"{name}-py", json_schema.add_schema(g, schema, name + "-py-schema", warnings, flavor="python",
+        value = g.add(f"{name}-py",
+                      json_schema.add_schema(g, schema, name + "-py-schema", warnings,
+                                             flavor="python",
                                                            open_objects=open_objects),
                       "a Python literal of the schema")
     else:
@@ -718,16 +821,18 @@ def _kv_argument_typed(g, fmt: ArgumentFormat, prop: str, kind: str, schema: dic
 
 
 def _constrains_string(schema: dict) -> bool:
-    return any(k in schema for k in ("enum", "const", "pattern", "minLength", "maxLength", "format"))
+    return any(k in schema for k in ("enum", "const", "pattern", "minLength", "maxLength",
+                                     "format"))
 
 
 def _add_native(g: Grammar, fmt: ArgumentFormat) -> Ref:
-    """The format's own notation for nested values (objects as argument lists, arrays as item lists)."""
+    """The format's own notation for nested values (objects as argument lists, arrays as item
+    lists)."""
     if g.has("native-value"):
         return Ref("native-value")
     ws = add_ws(g)
     add_json(g)
-    alternatives = []
+    alternatives: list[Node] = []
     for kind in ("string", "integer", "number", "boolean", "null"):
         encoder = fmt.value_encoders.get(kind)
         if encoder and encoder != "native":
@@ -735,12 +840,14 @@ def _add_native(g: Grammar, fmt: ArgumentFormat) -> Ref:
     key = Rep(NAME_CHARS, 1)
     if "object" in fmt.brackets:
         open_, close = fmt.brackets["object"]
-        member = _kv_layout_node(fmt, "string", key, Ref("native-value"), ws) if len(fmt.argument) == 1 else seq(
-            key, Lit(":"), Ref("native-value"))
-        alternatives.insert(0, seq(Lit(open_), opt(seq(member, Rep(seq(Lit(fmt.separator), member)))), Lit(close)))
+        member = _kv_layout_node(fmt, "string", key, Ref("native-value"), ws) \
+            if len(fmt.argument) == 1 else seq(key, Lit(":"), Ref("native-value"))
+        members = seq(member, Rep(seq(Lit(fmt.separator), member)))
+        alternatives.insert(0, seq(Lit(open_), opt(members), Lit(close)))
     if "array" in fmt.brackets:
         open_, close = fmt.brackets["array"]
-        alternatives.insert(0, seq(Lit(open_), opt(seq(Ref("native-value"), Rep(seq(Lit(fmt.separator), Ref("native-value"))))), Lit(close)))
+        items = seq(Ref("native-value"), Rep(seq(Lit(fmt.separator), Ref("native-value"))))
+        alternatives.insert(0, seq(Lit(open_), opt(items), Lit(close)))
     return g.add("native-value", alt(*alternatives), "a value in the format's own notation")
 
 

@@ -27,7 +27,6 @@ Rule names are lower-case words joined by "-" (the GBNF spelling); the PEG emitt
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Union
 
 
 @dataclass(frozen=True)
@@ -58,7 +57,7 @@ class Alt:
 
 @dataclass(frozen=True)
 class Rep:
-    item: "Node"
+    item: Node
     min: int = 0
     max: int | None = None
 
@@ -82,17 +81,17 @@ class StringUntil:
 
     `Rep(Alt(plain, *escapes))` is the same run with the stops left out (`as_rep`)."""
 
-    plain: "Chars | AnyChar"
+    plain: Chars | AnyChar
     escapes: tuple  # of Seq(Lit("\\"), tail)
     stops: tuple[str, ...]
 
-    def as_rep(self) -> "Rep":
+    def as_rep(self) -> Rep:
         return Rep(alt(self.plain, *self.escapes))
 
 
 @dataclass(frozen=True)
 class Not:
-    item: "Node"
+    item: Node
 
 
 @dataclass(frozen=True)
@@ -100,7 +99,7 @@ class End:
     """The end of the text (PEG checks it; GBNF is complete at the end of its root anyway)."""
 
 
-def quantifier(rep: "Rep") -> str:
+def quantifier(rep: Rep) -> str:
     """The repetition suffix both PEG and GBNF spell the same way: *, +, ?, {m}, {m,}, {m,n}."""
     if (rep.min, rep.max) == (0, None):
         return "*"
@@ -115,11 +114,11 @@ def quantifier(rep: "Rep") -> str:
     return f"{{{rep.min},{rep.max}}}"
 
 
-Node = Union[Lit, Chars, AnyChar, Seq, Alt, Rep, Ref, TextUntil, StringUntil, Not, End]
+Node = Lit | Chars | AnyChar | Seq | Alt | Rep | Ref | TextUntil | StringUntil | Not | End
 
 
 def seq(*items) -> Node:
-    flat = []
+    flat: list[Node] = []
     for item in items:
         if item is None or item == Lit(""):
             continue
@@ -191,7 +190,7 @@ class Visitor:
 class _References(Visitor):
     """The rules a node refers to, through other rules too, in first-use order."""
 
-    def __init__(self, grammar: "Grammar"):
+    def __init__(self, grammar: Grammar):
         self.grammar = grammar
         self.order: list[str] = []
 
@@ -206,7 +205,8 @@ class Rule:
     name: str
     body: Node
     comment: str = ""
-    json_schema: dict | bool | None = None  # the rule's text is JSON of this schema (an emitter may write it instead)
+    # the rule's text is JSON of this schema (an emitter may write it instead)
+    json_schema: dict | bool | None = None
     schema_warnings: tuple[str, ...] = ()  # what the body does not enforce of json_schema
 
 
@@ -218,7 +218,8 @@ class Grammar:
 
     def add(self, name: str, body: Node, comment: str = "", json_schema: dict | None = None) -> Ref:
         """Add (or replace) a rule; returns a reference to it. `json_schema`: the body is JSON
-        of that schema, which an emitter with a JSON Schema construct of its own may write instead."""
+        of that schema, which an emitter with a JSON Schema construct of its own may write
+        instead."""
         self.rules[name] = Rule(name, body, comment, json_schema)
         return Ref(name)
 

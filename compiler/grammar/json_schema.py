@@ -3,8 +3,9 @@
 Supported: `type` (and unions), `enum`, `const`, `properties` + `required`,
 `additionalProperties` (see below), nested objects, `items`,
 `minItems` / `maxItems`, `anyOf` / `oneOf`, local `$ref` (`#`, or a JSON pointer into the
-schema, `$defs` / `definitions`), string `minLength` / `maxLength`, integer / number bounds where expressible (the sign, and
-small integer ranges exactly), `pattern` (an anchored regular-expression subset).
+schema, `$defs` / `definitions`), string `minLength` / `maxLength`, integer / number bounds
+where expressible (the sign, and small integer ranges exactly), `pattern` (an anchored
+regular-expression subset).
 
 Properties are accepted in the schema's order, each required one present, each optional
 one present or not; extra properties follow when allowed. Any keyword that constrains
@@ -41,7 +42,21 @@ import json
 from urllib.parse import unquote
 
 from ..spec.encodings import json_type
-from .ir import AnyChar, Chars, Grammar, Lit, Node, Ref, Rep, TextUntil, alt, chars, children, opt, seq
+from .ir import (
+    AnyChar,
+    Chars,
+    Grammar,
+    Lit,
+    Node,
+    Ref,
+    Rep,
+    TextUntil,
+    alt,
+    chars,
+    children,
+    opt,
+    seq,
+)
 from .json_values import add_json, add_python_literal, add_ws
 
 # Keywords that describe but do not constrain: no warning when they are not enforced.
@@ -50,8 +65,8 @@ ANNOTATIONS = frozenset({
     "readOnly", "writeOnly", "$defs", "definitions", "contentMediaType", "contentEncoding",
 })
 HANDLED = frozenset({
-    "type", "enum", "const", "properties", "required", "additionalProperties", "items", "minItems", "maxItems",
-    "anyOf", "oneOf", "$ref", "minLength", "maxLength", "minimum", "maximum", "pattern",
+    "type", "enum", "const", "properties", "required", "additionalProperties", "items", "minItems",
+    "maxItems", "anyOf", "oneOf", "$ref", "minLength", "maxLength", "minimum", "maximum", "pattern",
 })
 
 # Integer ranges up to this many values are enumerated exactly.
@@ -112,7 +127,8 @@ _ONE_SUBSCHEMA = frozenset({
     "propertyNames", "unevaluatedProperties", "unevaluatedItems",
 })
 _SUBSCHEMA_LIST = frozenset({"anyOf", "oneOf", "allOf", "prefixItems", "items"})
-_SUBSCHEMA_MAP = frozenset({"properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "dependencies"})
+_SUBSCHEMA_MAP = frozenset({"properties", "patternProperties", "$defs", "definitions",
+                            "dependentSchemas", "dependencies"})
 
 
 def closed_objects(schema):
@@ -164,7 +180,8 @@ class _Converter:
         return add_python_literal(self.g) if self.flavor == "python" else add_json(self.g)
 
     def warn(self, keyword: str, path: str, why: str = "not supported") -> None:
-        message = f"JSON Schema keyword {keyword!r} at {path or '#'}: {why}; not enforced by the grammar"
+        message = (f"JSON Schema keyword {keyword!r} at {path or '#'}: {why}; not "
+                   "enforced by the grammar")
         if message not in self.warnings:
             self.warnings.append(message)
 
@@ -191,7 +208,8 @@ class _Converter:
             return alt(*[Lit(self.dump(v)) for v in _enum_values(schema, path)])
         for keyword in ("anyOf", "oneOf"):
             if keyword in schema:
-                options = [self.rule(f"{name}-{i}", sub, f"{path}/{keyword}/{i}") for i, sub in enumerate(schema[keyword])]
+                options = [self.rule(f"{name}-{i}", sub, f"{path}/{keyword}/{i}")
+                           for i, sub in enumerate(schema[keyword])]
                 return alt(*options)
         kind = schema.get("type")
         if isinstance(kind, list):
@@ -205,10 +223,12 @@ class _Converter:
     def ref(self, target, path: str) -> Node:
         if target in self.refs:
             if target in self.unguarded:
-                raise SchemaError(path, f"$ref {target!r} comes back to itself before any value is written (a loop)")
+                raise SchemaError(path, f"$ref {target!r} comes back to itself before any "
+                                        "value is written (a loop)")
             return self.refs[target]
         node = resolve_ref(self.root_schema, target, path)
-        parts = [p for p in target[2:].split("/") if p not in ("$defs", "definitions")] if target != "#" else ["root"]
+        parts = [p for p in target[2:].split("/")
+                 if p not in ("$defs", "definitions")] if target != "#" else ["root"]
         name = _unique_rule(self.g, "ref-" + "-".join(_slug(p) for p in parts))
         ref = Ref(name)
         self.refs[target] = ref
@@ -236,28 +256,31 @@ class _Converter:
         low, high = (_count(schema, keyword, path) for keyword in keywords)
         low = low or 0
         if low > MAX_REPETITION:
-            raise SchemaError(path, f"{keywords[0]} {low} is more than the {MAX_REPETITION} repetitions a grammar holds")
+            raise SchemaError(path, f"{keywords[0]} {low} is more than the {MAX_REPETITION} "
+                                    "repetitions a grammar holds")
         if high is not None and high > MAX_REPETITION:
-            self.warn(keywords[1], path, f"{high} is more than the {MAX_REPETITION} repetitions a grammar holds")
+            self.warn(keywords[1], path, f"{high} is more than the {MAX_REPETITION} "
+                                         "repetitions a grammar holds")
             high = None
         return low, high
 
     def repeated(self, item: Node, low: int, high: int | None, name: str) -> Rep:
         """`item` from `low` to `high` times (None: no bound); a bounded repetition of more
         than one character or rule repeats a named rule (see MAX_REPETITION)."""
-        if not isinstance(item, (Ref, Chars, AnyChar, Lit)) and (low, high) not in ((0, None), (1, None), (0, 1)):
+        if not isinstance(item, (Ref, Chars, AnyChar, Lit)) \
+                and (low, high) not in ((0, None), (1, None), (0, 1)):
             same = self.g.has(name) and self.g.rules[name].body == item
             item = Ref(name) if same else self.g.add(_unique_rule(self.g, name), item)
         return Rep(item, low, high)
 
     def typed(self, schema: dict, kind: str, name: str, path: str) -> Node:
-        ws = self.ws
         if kind == "string":
             if self.flavor == "python":
                 char = alt(chars("'\\\n", negate=True), seq(Lit("\\"), AnyChar()))
                 low, high = self.bounds(schema, ("minLength", "maxLength"), path)
                 return seq(Lit("'"), self.repeated(char, low, high, "py-char"), Lit("'"))
-            return seq(Lit('"'), self.string_content(schema, name, path, json_escapes=True), Lit('"'))
+            return seq(Lit('"'), self.string_content(schema, name, path, json_escapes=True),
+                       Lit('"'))
         if kind == "integer":
             return self.integer(schema, path)
         if kind == "number":
@@ -265,11 +288,14 @@ class _Converter:
             add_json(self.g)
             number = Ref("json-number")
             if isinstance(schema.get("minimum"), (int, float)) and schema["minimum"] >= 0:
-                return seq(alt(Lit("0"), seq(chars("1-9"), Rep(chars("0-9")))), opt(seq(Lit("."), Rep(chars("0-9"), 1))),
+                return seq(alt(Lit("0"), seq(chars("1-9"), Rep(chars("0-9")))),
+                           opt(seq(Lit("."), Rep(chars("0-9"), 1))),
                            opt(seq(chars("eE"), opt(chars("-+")), Rep(chars("0-9"), 1))))
             return number
         if kind == "boolean":
-            return alt(Lit("True"), Lit("False")) if self.flavor == "python" else alt(Lit("true"), Lit("false"))
+            if self.flavor == "python":
+                return alt(Lit("True"), Lit("False"))
+            return alt(Lit("true"), Lit("false"))
         if kind == "null":
             return Lit("None") if self.flavor == "python" else Lit("null")
         if kind == "array":
@@ -285,7 +311,8 @@ class _Converter:
         low, high = self.bounds(schema, ("minItems", "maxItems"), path)
         if high == 0:
             return seq(Lit("["), ws, Lit("]"))
-        rest = self.repeated(seq(ws, Lit(","), ws, item), max(low - 1, 0), None if high is None else high - 1, f"{name}-more")
+        rest = self.repeated(seq(ws, Lit(","), ws, item), max(low - 1, 0),
+                             None if high is None else high - 1, f"{name}-more")
         items = seq(item, rest)
         return seq(Lit("["), ws, items if low > 0 else opt(items), ws, Lit("]"))
 
@@ -300,11 +327,14 @@ class _Converter:
         members = []
         for key, sub in properties.items():
             # (properties a-b and a_b slug alike: each gets its own rule)
-            value = self.rule(_unique_rule(self.g, f"{name}-{_slug(key)}"), sub, f"{path}/properties/{key}")
-            members.append((key, seq(Lit(self.dump(key)), ws, Lit(":"), ws, value), key in required))
+            value: Node = self.rule(_unique_rule(self.g, f"{name}-{_slug(key)}"), sub,
+                              f"{path}/properties/{key}")
+            members.append((key, seq(Lit(self.dump(key)), ws, Lit(":"), ws, value),
+                            key in required))
         pair = None
         if extra is not False:
-            value = self.any_value() if extra is True else self.rule(f"{name}-extra", extra, f"{path}/additionalProperties")
+            value = self.any_value() if extra is True \
+                else self.rule(f"{name}-extra", extra, f"{path}/additionalProperties")
             # An extra property's name is none of the declared ones (a declared name must
             # be written as the declared property, by its own schema, and at most once). Two
             # extras may still share a name: a context-free grammar cannot remember the set
@@ -313,7 +343,9 @@ class _Converter:
                 key = Ref("py-string") if self.flavor == "python" else Ref("json-string")
             else:
                 quote = "'" if self.flavor == "python" else '"'
-                key = self.g.add(f"{name}-extra-key", _string_not_in(self.g, list(properties), quote), "a name not declared")
+                key = self.g.add(f"{name}-extra-key",
+                                 _string_not_in(self.g, list(properties), quote),
+                                 "a name not declared")
             pair = seq(key, ws, Lit(":"), ws, value)
         extras = Rep(seq(ws, Lit(","), ws, pair)) if pair is not None else Lit("")
         if not members:
@@ -323,13 +355,14 @@ class _Converter:
             if required:
                 body = seq(listed, extras)
             else:
-                body = opt(alt(seq(listed, extras), seq(pair, extras) if pair is not None else listed))
+                body = opt(alt(seq(listed, extras), seq(pair, extras) if pair is not None
+                               else listed))
         return seq(Lit("{"), ws, body, ws, Lit("}"))
 
     def _members(self, members, name: str, ws) -> Node:
         """At least one member, in order; optional ones may be skipped; commas between."""
         # after-i: members i.. once one was written (a named rule each, so size stays linear)
-        after = Lit("")
+        after: Node = Lit("")
         for i in range(len(members) - 1, -1, -1):
             _, member, is_required = members[i]
             with_it = seq(ws, Lit(","), ws, member, after)
@@ -345,7 +378,8 @@ class _Converter:
     def integer(self, schema: dict, path: str) -> Node:
         self.check_bounds(schema, path, integer=True)
         low, high = schema.get("minimum"), schema.get("maximum")
-        if isinstance(low, int) and isinstance(high, int) and 0 <= high - low <= MAX_ENUMERATED_RANGE:
+        if isinstance(low, int) and isinstance(high, int) \
+                and 0 <= high - low <= MAX_ENUMERATED_RANGE:
             return alt(*[Lit(str(v)) for v in range(low, high + 1)])
         digits = alt(Lit("0"), seq(chars("1-9"), Rep(chars("0-9"))))
         if isinstance(low, (int, float)) and low >= 0:
@@ -356,7 +390,8 @@ class _Converter:
 
     def check_bounds(self, schema: dict, path: str, integer: bool) -> None:
         low, high = schema.get("minimum"), schema.get("maximum")
-        exact = integer and isinstance(low, int) and isinstance(high, int) and 0 <= high - low <= MAX_ENUMERATED_RANGE
+        exact = integer and isinstance(low, int) and isinstance(high, int) \
+            and 0 <= high - low <= MAX_ENUMERATED_RANGE
         if exact:
             return
         if high is not None and not (isinstance(high, (int, float)) and high < 0):
@@ -378,7 +413,8 @@ class _Converter:
     def _chars(self, schema: dict, json_escapes: bool, path: str) -> Node:
         if json_escapes:
             char = alt(chars('"\\\x00-\x1f', negate=True),
-                       seq(Lit("\\"), alt(chars('"\\/bfnrt'), seq(Lit("u"), *[chars("0-9a-fA-F")] * 4))))
+                       seq(Lit("\\"), alt(chars('"\\/bfnrt'),
+                                          seq(Lit("u"), *[chars("0-9a-fA-F")] * 4))))
         else:
             char = AnyChar()
         low, high = self.bounds(schema, ("minLength", "maxLength"), path)
@@ -386,13 +422,15 @@ class _Converter:
 
 
 # What a string literal must escape, per quote: JSON's, and Python's in single quotes.
-_MUST_ESCAPE = {'"': (('"', '"'), ("\\", "\\"), ("\x00", "\x1f")), "'": (("'", "'"), ("\\", "\\"), ("\n", "\n"))}
+_MUST_ESCAPE = {'"': (('"', '"'), ("\\", "\\"), ("\x00", "\x1f")),
+                "'": (("'", "'"), ("\\", "\\"), ("\n", "\n"))}
 _HEX = chars("0-9a-fA-F")
 _ANY_ESCAPE = {'"': alt(chars('"\\/bfnrt'), seq(Lit("u"), _HEX, _HEX, _HEX, _HEX)), "'": AnyChar()}
 # The one-letter escapes, and the character each writes.
 _SHORT_ESCAPES = {
     '"': {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"},
-    "'": {"\\": "\\", "'": "'", '"': '"', "a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v"},
+    "'": {"\\": "\\", "'": "'", '"': '"', "a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r",
+          "t": "\t", "v": "\v"},
 }
 # Python's escapes that write a character by its number or name (\x63 \u0063 \143 \N{...}),
 # and the line continuation (a backslash before a newline writes nothing).
@@ -412,7 +450,7 @@ def _string_not_in(g: Grammar, names: list[str], quote: str = '"') -> Node:
         node[""] = {}  # end of a name
 
     def visit(node: dict) -> Node:
-        options = []
+        options: list[Node] = []
         if "" not in node:
             options.append(Lit(""))  # the text may end here: it is no name
         children = sorted(k for k in node if k)
@@ -462,8 +500,9 @@ def _u_escape(unit: int) -> Node:
 def _spellings(ch: str, quote: str) -> Node:
     """Every way the literal writes `ch`: as it is, by a one-letter escape, and (JSON) by its
     \\u escape."""
-    forms = [Lit(ch)] if _plain(ch, quote) else []
-    forms += [seq(Lit("\\"), Lit(letter)) for letter, written in _SHORT_ESCAPES[quote].items() if written == ch]
+    forms: list[Node] = [Lit(ch)] if _plain(ch, quote) else []
+    forms += [seq(Lit("\\"), Lit(letter)) for letter, written in _SHORT_ESCAPES[quote].items()
+              if written == ch]
     if quote == '"':
         forms.append(seq(*[_u_escape(unit) for unit in _utf16(ch)]))
     return alt(*forms)
@@ -475,9 +514,10 @@ def _leaving(children: list[str], quote: str) -> Node:
     through in them: JSON's high surrogate of a child above U+FFFF not followed by a \\u
     escape, and Python's numbered and named escapes (\\x63 for `c`)."""
     plain = Chars(_MUST_ESCAPE[quote] + _char_set(children).ranges, negate=True)
-    letters = [letter for letter, written in _SHORT_ESCAPES[quote].items() if written not in children]
-    escapes = [_char_set(letters)] if letters else []
-    options = [plain]
+    letters = [letter for letter, written in _SHORT_ESCAPES[quote].items()
+               if written not in children]
+    escapes: list[Node] = [_char_set(letters)] if letters else []
+    options: list[Node] = [plain]
     if quote == '"':
         taken = {_utf16(c)[0] for c in children}  # a child's code, or its high surrogate
         escapes.append(seq(Lit("u"), _hex_not_in(taken)))
@@ -485,7 +525,8 @@ def _leaving(children: list[str], quote: str) -> Node:
         for c in children:
             if len(_utf16(c)) == 2:
                 lows.setdefault(_utf16(c)[0], set()).add(_utf16(c)[1])
-        options += [seq(_u_escape(high), Lit("\\"), Lit("u"), _hex_not_in(low)) for high, low in sorted(lows.items())]
+        options += [seq(_u_escape(high), Lit("\\"), Lit("u"), _hex_not_in(low))
+                    for high, low in sorted(lows.items())]
     elif "\\" not in children:
         # an escape Python does not know (\\q) writes the backslash itself, then the letter
         escapes.append(_char_set(list(_SHORT_ESCAPES[quote]) + list(_PYTHON_NUMBERED), negate=True))
@@ -505,7 +546,7 @@ def _hex_not_in(units: set[int]) -> Node:
     def visit(node: dict, depth: int) -> Node | None:
         if depth == 4:
             return None  # all four digits of an excluded unit
-        options = []
+        options: list[Node] = []
         for digit in sorted(node):
             rest = visit(node[digit], depth + 1)
             if rest is not None:
@@ -516,7 +557,9 @@ def _hex_not_in(units: set[int]) -> Node:
             options.append(seq(other, Rep(_HEX, 3 - depth, 3 - depth) if depth < 3 else None))
         return alt(*options) if options else None
 
-    return visit(trie, 0)
+    found = visit(trie, 0)
+    assert found is not None  # (not every one of the 65536 units is excluded)
+    return found
 
 
 def _char_set(characters, negate: bool = False) -> Chars:
@@ -555,16 +598,19 @@ def resolve_ref(root, target, path: str = "#"):
     reference (a URL, an anchor), or one that names nothing, is a SchemaError: nothing is
     fetched, and nothing is guessed."""
     if not isinstance(target, str) or not (target == "#" or target.startswith("#/")):
-        raise SchemaError(path, f"$ref {target!r} is not a local reference (# or #/...): only those are read, nothing is fetched")
+        raise SchemaError(path, f"$ref {target!r} is not a local reference (# or #/...): only "
+                                "those are read, nothing is fetched")
     node = root
     for part in target[2:].split("/") if target != "#" else []:
-        part = unquote(part).replace("~1", "/").replace("~0", "~")  # (a URI fragment: %-escaped, RFC 6901)
+        # (a URI fragment: %-escaped, RFC 6901)
+        part = unquote(part).replace("~1", "/").replace("~0", "~")
         if isinstance(node, list) and part.isdigit() and int(part) < len(node):
             node = node[int(part)]
         elif isinstance(node, dict) and part in node:
             node = node[part]
         else:
-            raise SchemaError(path, f"$ref {target!r} does not resolve: the schema has nothing there")
+            raise SchemaError(path, f"$ref {target!r} does not resolve: the "
+                                    "schema has nothing there")
     return node
 
 
@@ -608,7 +654,8 @@ def add_schema(g: Grammar, schema: dict, name: str, warnings: list[str], flavor:
 
     The rule records the schema its text is JSON of, for an emitter that hands the schema to
     an engine instead: closed as the rule is (`closed_objects`) unless `open_objects`."""
-    own: list[str] = []  # (this schema's warnings: an emitter that writes the schema itself drops them)
+    # (this schema's warnings: an emitter that writes the schema itself drops them)
+    own: list[str] = []
     converter = _Converter(g, schema if isinstance(schema, dict) else {}, own, flavor, open_objects)
     ref = converter.rule(name, schema, "#")
     warnings.extend(w for w in own if w not in warnings)
@@ -635,15 +682,18 @@ def add_raw_value(g: Grammar, schema: dict, name: str, warnings: list[str], flav
     Objects and arrays are written as JSON or, by templates that print them as they are, as
     Python literals (`flavor`); their undeclared properties as `extra_properties` says."""
     kind = primary_type(schema)
-    converter = _Converter(g, schema, warnings, flavor if kind in ("object", "array") else "json", open_objects)
+    converter = _Converter(g, schema, warnings, flavor if kind in ("object", "array") else "json",
+                           open_objects)
     if "enum" in schema:
-        return alt(*[Lit(v if isinstance(v, str) else json.dumps(v)) for v in _enum_values(schema, "#")])
+        return alt(*[Lit(v if isinstance(v, str) else json.dumps(v))
+                     for v in _enum_values(schema, "#")])
     if kind == "integer":
         return converter.integer(schema, "#")
     if kind == "number":
         return converter.typed(schema, "number", name, "#")
     if kind == "boolean":
-        return alt(Lit("true"), Lit("false"), Lit("True"), Lit("False"), Lit("1"), Lit("0"))  # (1/0: as the runtime reads them)
+        # (1/0: as the runtime reads them)
+        return alt(Lit("true"), Lit("false"), Lit("True"), Lit("False"), Lit("1"), Lit("0"))
     if kind == "null":
         return alt(Lit("null"), Lit("None"))
     if kind == "string":
@@ -743,7 +793,7 @@ class _PatternParser:
         negate = self.peek() == "^"
         if negate:
             self.i += 1
-        ranges = []
+        ranges: list[tuple[str, str]] = []
         first = True
         while first or self.peek() != "]":
             first = False
@@ -791,13 +841,16 @@ class _PatternParser:
             low, _, high = body.partition(",")
             if not low.isdigit() or (high and not high.isdigit()):
                 raise ValueError(f"quantifier {{{body}}}")
-            node = Rep(node, int(low), int(low) if "," not in body else (int(high) if high else None))
+            node = Rep(node, int(low), int(low) if "," not in body
+                       else (int(high) if high else None))
             if _repetitions(node) > MAX_REPETITION:
-                raise ValueError(f"quantifier {{{body}}}: more than the {MAX_REPETITION} repetitions a grammar holds")
+                raise ValueError(f"quantifier {{{body}}}: more than the {MAX_REPETITION} "
+                                 "repetitions a grammar holds")
         if self.peek() and self.peek() in "*+?{":
             raise ValueError("lazy or nested quantifiers")
         return node
 
 
-__all__ = ["MAX_REPETITION", "SchemaError", "add_schema", "check_refs", "resolve_ref", "add_string_content", "add_raw_value", "closed_objects", "extra_properties", "primary_type",
-           "pattern_to_ir", "TextUntil"]
+__all__ = ["MAX_REPETITION", "SchemaError", "add_schema", "check_refs", "resolve_ref",
+           "add_string_content", "add_raw_value", "closed_objects", "extra_properties",
+           "primary_type", "pattern_to_ir", "TextUntil"]

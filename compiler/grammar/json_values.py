@@ -24,10 +24,12 @@ def add_json(g: Grammar) -> Ref:
         Lit('"'),
         Rep(alt(
             chars('"\\\x00-\x1f', negate=True),
-            seq(Lit("\\"), alt(chars('"\\/bfnrt'), seq(Lit("u"), hexdigit, hexdigit, hexdigit, hexdigit))),
+            seq(Lit("\\"), alt(chars('"\\/bfnrt'),
+                               seq(Lit("u"), hexdigit, hexdigit, hexdigit, hexdigit))),
         )),
         Lit('"'),
-    ), "a JSON string: its quotes end it, markers inside it are text", json_schema={"type": "string"})
+    ), "a JSON string: its quotes end it, markers inside it are text",
+          json_schema={"type": "string"})
     digits = Rep(chars("0-9"), 1)
     g.add("json-number", seq(
         opt(Lit("-")),
@@ -41,10 +43,12 @@ def add_json(g: Grammar) -> Ref:
         Lit("{"), ws, opt(seq(member, Rep(seq(ws, Lit(","), ws, member)))), ws, Lit("}"),
     ), json_schema={"type": "object"})
     g.add("json-array", seq(
-        Lit("["), ws, opt(seq(Ref("json-value"), Rep(seq(ws, Lit(","), ws, Ref("json-value"))))), ws, Lit("]"),
+        Lit("["), ws, opt(seq(Ref("json-value"), Rep(seq(ws, Lit(","), ws, Ref("json-value"))))),
+        ws, Lit("]"),
     ), json_schema={"type": "array"})
     g.add("json-value", alt(
-        Ref("json-object"), Ref("json-array"), Ref("json-string"), Ref("json-number"), Ref("json-literal"),
+        Ref("json-object"), Ref("json-array"), Ref("json-string"), Ref("json-number"),
+        Ref("json-literal"),
     ), "any JSON value", json_schema={})
     return Ref("json-value")
 
@@ -60,9 +64,11 @@ def add_python_literal(g: Grammar) -> Ref:
         seq(Lit('"'), Rep(alt(chars('"\\', negate=True), seq(Lit("\\"), AnyChar()))), Lit('"')),
     ), "a Python string literal")
     member = seq(Ref("py-string"), ws, Lit(":"), ws, Ref("py-value"))
-    g.add("py-dict", seq(Lit("{"), ws, opt(seq(member, Rep(seq(ws, Lit(","), ws, member)))), ws, Lit("}")))
+    g.add("py-dict", seq(Lit("{"), ws, opt(seq(member, Rep(seq(ws, Lit(","), ws, member)))), ws,
+                         Lit("}")))
     g.add("py-list", seq(
-        Lit("["), ws, opt(seq(Ref("py-value"), Rep(seq(ws, Lit(","), ws, Ref("py-value"))))), ws, Lit("]"),
+        Lit("["), ws, opt(seq(Ref("py-value"), Rep(seq(ws, Lit(","), ws, Ref("py-value"))))), ws,
+        Lit("]"),
     ))
     g.add("py-value", alt(
         Ref("py-dict"), Ref("py-list"), Ref("py-string"), Ref("json-number"),

@@ -14,7 +14,16 @@ import re
 
 from ..probe.markers import first_marker
 from ..probe.spans import Boundaries
-from ..runtime import TABLES_VERSION, json_call_object
+from ..runtime import (
+    TABLES_VERSION,
+    BareCallsTable,
+    BareListTable,
+    MessagesTable,
+    ReadingTables,
+    SegmentsTable,
+    SelfClosingTable,
+    json_call_object,
+)
 from ..spec import ArgumentStyle, Parallel, ProtocolSpec, ToolCallFormat, slot
 
 
@@ -30,9 +39,11 @@ def call_opener(spec: ProtocolSpec, boundaries: Boundaries) -> str:
     it would also start another marker of the turn (a content wrapper's end, a reasoning
     marker, an end of turn: a generic tag such as <|close|> opens nothing by itself)."""
     tool_calls = spec.tool_calls
+    assert tool_calls is not None  # (asked for a family with calls only)
     head = tool_calls.section_start if tool_calls.section_start.strip() else ""
     head = (head or next((p for p in tool_calls.call if isinstance(p, str)), "")).lstrip()
-    others = [m.strip() for m in [spec.content_start, spec.content_end, *end_of_turn_markers(spec)] if m.strip()]
+    others = [m.strip() for m in [spec.content_start, spec.content_end, *end_of_turn_markers(spec)]
+              if m.strip()]
     if spec.reasoning is not None:
         others += [m.strip() for m in (spec.reasoning.start, spec.reasoning.end) if m.strip()]
     opener = first_marker(head, boundaries)
@@ -74,7 +85,7 @@ def content_prefix_and_inline_opener(spec: ProtocolSpec, opener: str) -> tuple[s
     prefix = inline = ""
     if spec.tool_calls and not opener and content_layout and isinstance(content_layout[0], str):
         prefix = content_layout[0].strip()
-        for a, b in zip(mixed, mixed[1:] + [None]):
+        for a, b in zip(mixed, mixed[1:] + [None], strict=True):
             if a == slot("content") and isinstance(b, str) and b.strip():
                 inline = b.strip()
     return prefix, inline
@@ -88,10 +99,12 @@ def section_with_content(spec: ProtocolSpec) -> tuple[str, str] | None:
         return None
     found = None
     for i, piece in enumerate(mixed[:-3]):
-        if (isinstance(piece, str) and mixed[i + 1] == slot("content") and isinstance(mixed[i + 2], str)
-                and mixed[i + 3] == slot("call_list")
-                and "".join((piece + mixed[i + 2]).split()) == "".join(spec.tool_calls.section_start.split())):
-            found = (piece.strip(), mixed[i + 2].strip())
+        after = mixed[i + 2]
+        if isinstance(piece, str) and mixed[i + 1] == slot("content") \
+                and isinstance(after, str) and mixed[i + 3] == slot("call_list") \
+                and "".join((piece + after).split()) \
+                == "".join(spec.tool_calls.section_start.split()):
+            found = (piece.strip(), after.strip())
     return found
 
 
@@ -105,7 +118,7 @@ def _before_slot(layout: list | None, name: str) -> str:
     return layout[at - 1] if at and isinstance(layout[at - 1], str) else ""
 
 
-def message_format(spec: ProtocolSpec, boundaries: Boundaries) -> dict | None:
+def message_format(spec: ProtocolSpec, boundaries: Boundaries) -> MessagesTable | None:
     """A turn written as a sequence of messages, each with a header (harmony's
     `<|channel|>final<|message|>…`): the markers and names the runtime reads such a turn by,
     or None for other formats. Found in the renders' layouts, not by name: the text right
@@ -116,8 +129,8 @@ def message_format(spec: ProtocolSpec, boundaries: Boundaries) -> dict | None:
     sits in a header field of its own before the channel marker (the recipient,
     `to=functions.NAME`: its key up to `=`, then a namespace the tools' names are in)."""
     tc, r = spec.tool_calls, spec.reasoning
-    if tc is None or r is None or len(tc.call) != 3 or tc.call[0] != slot("name") or tc.call[2] != slot("arguments") \
-            or not isinstance(tc.call[1], str):
+    if tc is None or r is None or len(tc.call) != 3 or tc.call[0] != slot("name") \
+            or tc.call[2] != slot("arguments") or not isinstance(tc.call[1], str):
         return None
     mixed = spec.turns.get("reasoning+content") or []
     heads = {"content": _before_slot(spec.turns.get("content"), "content"),
@@ -128,16 +141,18 @@ def message_format(spec: ProtocolSpec, boundaries: Boundaries) -> dict | None:
     suffix = min(boundaries.split_common_suffix(first, h) for h in others)
     prefix = min(boundaries.split_common_prefix(first, h) for h in others)
     body, channel = first[len(first) - suffix:].strip(), first[:prefix].strip()
-    if not body or not channel or first_marker(body, boundaries) != body or first_marker(channel, boundaries) != channel:
+    if not body or not channel or first_marker(body, boundaries) != body \
+            or first_marker(channel, boundaries) != channel:
         return None
-    names = {}
+    names: dict[str, str] = {}
     for kind, head in heads.items():
         inner = head.strip()[len(channel):len(head.strip()) - len(body)]
         found = _CHANNEL_NAME.match(inner)
         if not head.strip().startswith(channel) or not head.strip().endswith(body) or found is None:
             return None
         names.setdefault(found.group(1), kind)
-    if len(set(names.values())) < 2 or "reasoning" not in names.values() or "content" not in names.values():
+    if len(set(names.values())) < 2 or "reasoning" not in names.values() \
+            or "content" not in names.values():
         return None  # (content and reasoning on one channel: the channel cannot tell them)
     # The reasoning turn: reasoning, then a message end and a message start, then content's header.
     between = mixed[mixed.index(slot("reasoning")) + 1] if slot("reasoning") in mixed else None
@@ -159,7 +174,8 @@ def message_format(spec: ProtocolSpec, boundaries: Boundaries) -> dict | None:
         "call_end": call_end,  # ends a call's message
         "channels": names,  # channel -> what its messages hold: reasoning, content, calls
         "recipient": key,  # the header field that addresses a message to a tool
-        "namespace": recipient[len(key):],  # the offered tools' names are in it; others are built-ins
+        # the offered tools' names are in it; others are built-ins
+        "namespace": recipient[len(key):],
     }
 
 
@@ -176,7 +192,8 @@ def end_opens_content(spec: ProtocolSpec, boundaries: Boundaries) -> str:
     for at in range(1, len(end)):
         tail = end[at:]
         token = first_marker(tail, boundaries)
-        if tail.startswith(token) and token != closer_token and tail[len(token):] == closer[len(closer_token):] \
+        if tail.startswith(token) and token != closer_token \
+                and tail[len(token):] == closer[len(closer_token):] \
                 and boundaries.is_split_point(end, at):
             return tail
     return ""
@@ -184,10 +201,11 @@ def end_opens_content(spec: ProtocolSpec, boundaries: Boundaries) -> str:
 
 def _assistant_headers(spec: ProtocolSpec) -> list[str]:
     """The assistant headers the generation prompts write (stripped, longest first)."""
-    return sorted({m.header.strip() for m in spec.modes.values() if m.header.strip()}, key=len, reverse=True)
+    return sorted({m.header.strip() for m in spec.modes.values() if m.header.strip()}, key=len,
+                  reverse=True)
 
 
-def segment_format(spec: ProtocolSpec, boundaries: Boundaries) -> dict | None:
+def segment_format(spec: ProtocolSpec, boundaries: Boundaries) -> SegmentsTable | None:
     """A turn written as segments, each with a header of its own (`…<|eom|><|start|>assistant
     to=user<|message|>…`, `…<|im_end|>\n<|im_start|>assistant -> tool/function_call\n[…`): the
     marker that ends a segment the turn goes on after, and the header that opens the next one.
@@ -221,17 +239,19 @@ def segment_format(spec: ProtocolSpec, boundaries: Boundaries) -> dict | None:
             return None
         between += piece
     text = (between + tc.section_start).lstrip()
-    end = next((m.strip() for m in end_of_turn_markers(spec) if m.strip() and text.startswith(m.strip())), None)
-    if end is None:
+    end_marker = next((m.strip() for m in end_of_turn_markers(spec)
+                       if m.strip() and text.startswith(m.strip())), None)
+    if end_marker is None:
         return None
-    rest = text[len(end):].strip()
-    header = next((h for h in headers if rest.startswith(h)), None)
-    if header is not None:
-        return {"end": end, "header": header, "calls": False}
-    header = first_marker(rest, boundaries) if not between.strip() and tc.section_start.lstrip().startswith(end) else ""
-    if not header or not any(c.isalnum() for c in header):
+    rest = text[len(end_marker):].strip()
+    prompt_header = next((h for h in headers if rest.startswith(h)), None)
+    if prompt_header is not None:
+        return {"end": end_marker, "header": prompt_header, "calls": False}
+    own_header = first_marker(rest, boundaries) \
+        if not between.strip() and tc.section_start.lstrip().startswith(end_marker) else ""
+    if not own_header or not any(c.isalnum() for c in own_header):
         return None
-    return {"end": end, "header": header, "calls": True}
+    return {"end": end_marker, "header": own_header, "calls": True}
 
 
 def repeated_headers(spec: ProtocolSpec, boundaries: Boundaries) -> list[str]:
@@ -248,7 +268,8 @@ def repeated_headers(spec: ProtocolSpec, boundaries: Boundaries) -> list[str]:
         at = 0
         while at < len(header):
             end = header[at:]
-            if end[:1] in "<[" and any(c.isalnum() for c in end) and not any(m in end for m in markers):
+            if end[:1] in "<[" and any(c.isalnum() for c in end) \
+                    and not any(m in end for m in markers):
                 found.add(end)
             step = len(first_marker(end, boundaries))
             at += max(step, 1)
@@ -300,14 +321,17 @@ def content_space_before(spec: ProtocolSpec, opener: str) -> dict[str, str]:
     return found
 
 
-def calls_without_opener(spec: ProtocolSpec, boundaries: Boundaries, opener: str) -> dict | None:
+def calls_without_opener(spec: ProtocolSpec, boundaries: Boundaries,
+                         opener: str) -> BareCallsTable | None:
     """A call written without the marker that opens the calls, where the call's own marker
-    is unambiguous (`<function=NAME>…</function>` for `<tool_call>\n<function=NAME>…</function>\n</tool_call>`,
-    `<invoke name="f">…</invoke>` without `<minimax:tool_call>`): {"opener": that marker, "call":
+    is unambiguous (`<function=NAME>…</function>` for
+    `<tool_call>\n<function=NAME>…</function>\n</tool_call>`, `<invoke name="f">…</invoke>`
+    without `<minimax:tool_call>`): {"opener": that marker, "call":
     the call layout from it, "closer": the pair of the opener left out (`</tool_call>`), read
     if it comes}; None where the call has no marker of its own after the opener, the call is
     a JSON object (its keys tell it, not a marker), or the marker is written anywhere else."""
     tc = spec.tool_calls
+    assert tc is not None  # (asked for a family with calls only)
     call = list(tc.call)
     if not call or not isinstance(call[0], str) or not isinstance(call[-1], str) or len(call) < 3 \
             or json_call_object(call) is not None:
@@ -315,13 +339,15 @@ def calls_without_opener(spec: ProtocolSpec, boundaries: Boundaries, opener: str
     head = call[0].lstrip()
     closer = ""
     if tc.section_start.strip():
-        inner = first_marker(head, boundaries)  # (the section's marker opens the calls; the call has its own)
+        # (the section's marker opens the calls; the call has its own)
+        inner = first_marker(head, boundaries)
         layout = [head] + call[1:]
     else:
         outer = first_marker(head, boundaries)
         rest = head[len(outer):].lstrip()
         inner = first_marker(rest, boundaries) if rest.strip() else ""
-        closer = outer[:1] + "/" + outer[1:]  # (the pair of the opener: `<tool_call>` -> `</tool_call>`)
+        # (the pair of the opener: `<tool_call>` -> `</tool_call>`)
+        closer = outer[:1] + "/" + outer[1:]
         last = call[-1].rstrip()
         if not inner or not rest.startswith(inner) or len(outer) < 3 or not last.endswith(closer):
             return None
@@ -336,10 +362,11 @@ def calls_without_opener(spec: ProtocolSpec, boundaries: Boundaries, opener: str
         others += [p for p in argument if isinstance(p, str)]
     if any(inner in text for text in others if text):
         return None  # (written elsewhere too: it would not tell a call)
-    return {"opener": inner, "call": layout, "closer": closer, "self_closing": self_closing_call(layout)}
+    return {"opener": inner, "call": layout, "closer": closer,
+            "self_closing": self_closing_call(layout)}
 
 
-def self_closing_call(layout: list) -> dict | None:
+def self_closing_call(layout: list) -> SelfClosingTable | None:
     """A call element written self-closing, with no arguments (`<invoke name="f"/>` for
     `<invoke name="f">…</invoke>`): where the literal after the name ends the element's
     opening tag (`">`) and a later literal, after the arguments, starts with that element's
@@ -369,23 +396,26 @@ def self_closing_call(layout: list) -> dict | None:
     return None
 
 
-def list_without_wrapper(spec: ProtocolSpec, boundaries: Boundaries) -> dict | None:
+def list_without_wrapper(spec: ProtocolSpec, boundaries: Boundaries) -> BareListTable | None:
     """A pythonic list of calls written without the marker tokens that wrap it (`[f(a=1)]`
     for `<|tool_call_start|>[f(a=1)]<|tool_call_end|>`): {"open": "[", "close": "]", "call":
     "(" (what follows a call's name)}, where the section is markers around a bracket pair and
     a call is its name, then a bracket; None for other formats. (The runtime reads such a
     list only when tools are offered and the whole list reads as calls of them.)"""
     tc = spec.tool_calls
+    assert tc is not None  # (asked for a family with calls only)
     call = list(tc.call)
     start, end = tc.section_start.strip(), tc.section_end.strip()
-    if len(call) < 3 or call[0] != slot("name") or not isinstance(call[1], str) or not start or not end:
+    if len(call) < 3 or call[0] != slot("name") or not isinstance(call[1], str) or not start \
+            or not end:
         return None
     opener = first_marker(start, boundaries)
     inside = start[len(opener):].strip()
     closer_at = max(end.rfind("<"), end.rfind("["))
     inside_end = end[:closer_at].strip() if closer_at > 0 else ""
     pairs = {"[": "]", "(": ")", "{": "}"}
-    if not opener or len(inside) != 1 or pairs.get(inside) != inside_end or call[1].strip() not in ("(", "{"):
+    if not opener or len(inside) != 1 or pairs.get(inside) != inside_end \
+            or call[1].strip() not in ("(", "{"):
         return None
     return {"open": inside, "close": inside_end, "call": call[1].strip()}
 
@@ -394,24 +424,26 @@ def one_call_object(tc: ToolCallFormat, end_markers: list[str]) -> tuple[str, li
     """(section start, call layout, section end) as the runtime reads them: a section that
     holds one call (parallel calls refused or cut to the first) and opens and closes that
     call's JSON object (Llama 3.1: `{"name": "` … `}`) is read as the call's own text, so the
-    call is a JSON object read by its keys (see json_call_object); otherwise as the spec has them."""
+    call is a JSON object read by its keys (see json_call_object); otherwise as the spec has
+    them."""
     call = list(tc.call)
-    if tc.parallel == Parallel.ALL or not tc.section_start.strip() or json_call_object(call) is not None:
+    if tc.parallel == Parallel.ALL or not tc.section_start.strip() \
+            or json_call_object(call) is not None:
         return tc.section_start, call, tc.section_end
     folded = [tc.section_start, *call, cut_at_end(tc.section_end, end_markers)]
-    merged = []
+    merged: list = []
     for piece in folded:  # (adjacent literals as one)
         if isinstance(piece, str) and merged and isinstance(merged[-1], str):
             merged[-1] += piece
         elif piece != "":
             merged.append(piece)
     found = json_call_object(merged)
-    if found is None or found[0] != 0 or found[1].strip():
+    if found is None or found.first != 0 or found.before.strip():
         return tc.section_start, call, tc.section_end
     return "", merged, ""
 
 
-def reading_tables(spec: ProtocolSpec, special_tokens: tuple[str, ...] = ()) -> dict:
+def reading_tables(spec: ProtocolSpec, special_tokens: tuple[str, ...] = ()) -> ReadingTables:
     """The runtime's tables for `spec`: plain data (str, bool, list, dict, None) only."""
     boundaries = Boundaries(special_tokens)
     end_markers = end_of_turn_markers(spec)
@@ -420,12 +452,13 @@ def reading_tables(spec: ProtocolSpec, special_tokens: tuple[str, ...] = ()) -> 
         "version": TABLES_VERSION,
         "modes": {name: {"tail": mode.tail, "start": mode.start.value, "header": mode.header}
                   for name, mode in spec.modes.items()},
-        "reasoning": None if r is None else {"start": r.start, "end": r.end,
-                                             "call_ends_reasoning": r.tool_call_ends_reasoning,
-                                             "end_opens_content": end_opens_content(spec, boundaries)},
+        "reasoning": None if r is None else {
+            "start": r.start, "end": r.end, "call_ends_reasoning": r.tool_call_ends_reasoning,
+            "end_opens_content": end_opens_content(spec, boundaries)},
         "content": {"start": spec.content_start, "end": spec.content_end,
                     "space_before": content_space_before(
-                        spec, call_opener(spec, boundaries) if spec.tool_calls is not None else "")},
+                        spec, call_opener(spec, boundaries) if spec.tool_calls is not None
+                        else "")},
         "end_of_turn": end_markers,
         "tool_calls": None,
         "segments": segment_format(spec, boundaries),
@@ -440,8 +473,9 @@ def reading_tables(spec: ProtocolSpec, special_tokens: tuple[str, ...] = ()) -> 
         if args.style == ArgumentStyle.OBJECT:
             arguments = {"style": args.style.value, "encoder": args.encoder}
         else:
-            arguments = {"style": args.style.value, "argument": args.argument, "value_encoders": args.value_encoders,
-                         "separator": args.separator, "quotes": list(args.quotes), "brackets": args.brackets}
+            arguments = {"style": args.style.value, "argument": args.argument,
+                         "value_encoders": args.value_encoders, "separator": args.separator,
+                         "quotes": list(args.quotes), "brackets": args.brackets}
         section_start, call, section_end = one_call_object(tc, end_markers)
         tables["tool_calls"] = {
             "opener": opener,
@@ -460,12 +494,16 @@ def reading_tables(spec: ProtocolSpec, special_tokens: tuple[str, ...] = ()) -> 
         tables["tool_calls"]["self_closing"] = self_closing_call(call)
         tables["tool_calls"]["bare_list"] = list_without_wrapper(spec, boundaries)
         tables["tool_calls"]["wrappers"] = list(tc.wrappers)
-        # The variant the template's tool instructions tell the model to write (probe/instructions.py).
-        tables["tool_calls"]["instructed_bare"] = tc.instructed_bare and bool(tc.section_start.strip())
+        # The variant the template's tool instructions tell the model to write
+        # (probe/instructions.py).
+        tables["tool_calls"]["instructed_bare"] = tc.instructed_bare \
+            and bool(tc.section_start.strip())
         tables["tool_calls"]["instructed_separators"] = list(tc.instructed_separators)
         tables["messages"] = message_format(spec, boundaries)
     return json.loads(json.dumps(tables))  # a copy that is plain data, or a TypeError here
 
 
-__all__ = ["call_head", "call_opener", "calls_without_opener", "list_without_wrapper", "self_closing_call", "content_space_before", "content_may_follow_calls", "cut_at_end", "end_of_turn_markers",
-           "message_format", "reading_tables", "repeated_headers", "segment_format"]
+__all__ = ["call_head", "call_opener", "calls_without_opener", "list_without_wrapper",
+           "self_closing_call", "content_space_before", "content_may_follow_calls", "cut_at_end",
+           "end_of_turn_markers", "message_format", "reading_tables", "repeated_headers",
+           "segment_format"]

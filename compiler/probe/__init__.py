@@ -8,7 +8,8 @@
     modes          the generation prompt's modes (thinking on / off)
     markers        reasoning, content wrapper, end of turn, start states, from the layouts
     wrappers       tokens the template writes only before another kind of call (its code)
-    instructions   what the template's tool instructions tell the model to write, where history renders otherwise
+    instructions   what the template's tool instructions tell the model to write, where history
+                   renders otherwise
     overrides      declarative patches for what no render can show (family_overrides/)
     derive         both sentinel sets, agreement, the spec
     verify         the spec re-renders the standard turns with fresh values

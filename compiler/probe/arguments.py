@@ -8,6 +8,10 @@ other JSON type for its layout and value encoder.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
 from ..spec import ArgumentFormat, ArgumentStyle, Piece, fill, kv_parts, slot
 from ..spec.encodings import ENCODERS, encode
 from .conversations import Call, Sentinels, Turn
@@ -64,11 +68,12 @@ def _object_format(spans: dict[str, str], args: dict[str, dict]) -> ArgumentForm
     return None
 
 
-def _argument_regions(spans: dict[str, str], boundaries: Boundaries) -> tuple[int, int] | None:
+def _argument_regions(spans: dict[str, str], boundaries: Boundaries) -> tuple[int, int]:
     """(prefix, suffix) lengths shared by the zero-, one- and two-argument spans."""
     zero, one, two = spans["zero"], spans["one"], spans["two"]
     a = min(boundaries.split_common_prefix(zero, one), boundaries.split_common_prefix(one, two))
-    b = min(boundaries.split_common_suffix(zero[a:], one[a:]), boundaries.split_common_suffix(one[a:], two[a:]))
+    b = min(boundaries.split_common_suffix(zero[a:], one[a:]),
+            boundaries.split_common_suffix(one[a:], two[a:]))
     return a, b
 
 
@@ -105,7 +110,7 @@ def _kv_argument(region: str, key: str, value, encoders: dict) -> tuple[list[Pie
 
 def _standard_encoders(value) -> dict:
     """The encoders to try for `value` (for a string, "raw" stands for Jinja's plain print)."""
-    encoders = {name: (lambda v, n=name: encode(n, v)) for name in ENCODERS}
+    encoders: dict[str, Callable[[Any], Any]] = {name: partial(encode, name) for name in ENCODERS}
     if isinstance(value, str):
         del encoders["jinja"]
         encoders = {"raw": lambda v: v, **encoders}
@@ -134,7 +139,8 @@ def _one_argument_region(renderer, user, s: Sentinels, value, pre: str, post: st
     return span[len(pre):len(span) - len(post)]
 
 
-def _quoted_when_needed(renderer, user, s: Sentinels, arg_format: ArgumentFormat, pre: str, post: str) -> None:
+def _quoted_when_needed(renderer, user, s: Sentinels, arg_format: ArgumentFormat, pre: str,
+                        post: str) -> None:
     """A raw string layout found with a value full of special characters may be a layout that
     quotes only such values (<![CDATA[ ... ]]>): compare with a plain value, and find which
     characters make the template quote."""
@@ -158,25 +164,32 @@ def _quoted_when_needed(renderer, user, s: Sentinels, arg_format: ArgumentFormat
     arg_format.quotes, arg_format.quote_when = list(quotes), triggers
 
 
-def _kv_format(renderer, user, s: Sentinels, spans: dict[str, str], boundaries: Boundaries, warnings) -> ArgumentFormat | None:
+def _kv_format(renderer, user, s: Sentinels, spans: dict[str, str], boundaries: Boundaries,
+               warnings) -> ArgumentFormat | None:
     regions = _argument_regions(spans, boundaries)
     a, b = regions
     one = spans["one"][a:len(spans["one"]) - b]
     two = spans["two"][a:len(spans["two"]) - b]
     if spans["zero"][a:len(spans["zero"]) - b]:
-        warnings.append("a call without arguments writes something in the argument region; not modelled")
+        warnings.append("a call without arguments writes something in the "
+                        "argument region; not modelled")
         return None
     found = _kv_argument(one, s.key1, TRICKY, _standard_encoders(TRICKY))
     if found is None:
         return None
     string_layout, string_encoder = found
-    arg_format = ArgumentFormat(style=ArgumentStyle.KV, argument={"string": string_layout}, value_encoders={"string": string_encoder})
+    arg_format = ArgumentFormat(style=ArgumentStyle.KV, argument={"string": string_layout},
+                                value_encoders={"string": string_encoder})
     if string_encoder == "raw":
-        _quoted_when_needed(renderer, user, s, arg_format, spans["zero"][:a], spans["zero"][len(spans["zero"]) - b:])
-        string_layout, string_encoder = arg_format.argument["string"], arg_format.value_encoders["string"]
+        _quoted_when_needed(renderer, user, s, arg_format, spans["zero"][:a],
+                            spans["zero"][len(spans["zero"]) - b:])
+        string_layout = arg_format.argument["string"]
+        string_encoder = arg_format.value_encoders["string"]
     # Order and separator, from the two-argument render.
-    first = fill(string_layout, {"key": s.key1, "value": arg_format.encode_value(string_encoder, TRICKY)})
-    second = fill(string_layout, {"key": s.key2, "value": arg_format.encode_value(string_encoder, s.value2)})
+    first = fill(string_layout,
+                 {"key": s.key1, "value": arg_format.encode_value(string_encoder, TRICKY)})
+    second = fill(string_layout, {"key": s.key2,
+                                  "value": arg_format.encode_value(string_encoder, s.value2)})
     if two.startswith(first) and two.endswith(second) and len(two) >= len(first) + len(second):
         arg_format.order, arg_format.separator = "given", two[len(first):len(two) - len(second)]
     elif two.startswith(second) and two.endswith(first) and len(two) >= len(first) + len(second):
@@ -200,7 +213,8 @@ def _kv_format(renderer, user, s: Sentinels, spans: dict[str, str], boundaries: 
         if kind in ("object", "array"):
             for opening, closing in (("{", "}"), ("[", "]")):
                 def native(v, o=opening, c=closing, k=kind):
-                    trial = ArgumentFormat(**{**arg_format.__dict__, "brackets": {**arg_format.brackets, k: [o, c]}})
+                    trial = ArgumentFormat(**{**arg_format.__dict__,
+                                              "brackets": {**arg_format.brackets, k: [o, c]}})
                     return trial.encode_value("native", v)
                 encoders[f"native{opening}{closing}"] = native
         found = _kv_argument(typed[len(pre):len(typed) - len(post)], s.key1, value, encoders)
@@ -228,7 +242,8 @@ def _kv_format(renderer, user, s: Sentinels, spans: dict[str, str], boundaries: 
     return arg_format
 
 
-def argument_format(renderer, user, s: Sentinels, boundaries: Boundaries, warnings) -> ArgumentFormat | None:
+def argument_format(renderer, user, s: Sentinels, boundaries: Boundaries,
+                    warnings) -> ArgumentFormat | None:
     args = {
         "zero": {},
         "one": {s.key1: TRICKY},

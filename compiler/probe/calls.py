@@ -12,7 +12,9 @@ from .conversations import Call, Sentinels, Turn
 from .renders import assistant_spans
 from .spans import Boundaries, common_prefix_length, common_suffix_length, word_slots
 
-def _slots_in(span: str, values: list[tuple[str, str]], start: int = 0) -> list[tuple[int, int, str]] | None:
+
+def _slots_in(span: str, values: list[tuple[str, str]],
+              start: int = 0) -> list[tuple[int, int, str]] | None:
     """Positions (start, end, slot) of each value, searched left to right from `start`."""
     out = []
     for name, value in values:
@@ -28,7 +30,8 @@ def _slots_in(span: str, values: list[tuple[str, str]], start: int = 0) -> list[
 
 def _between_slots(text: str, found: list[tuple[int, int, str]]) -> list[str]:
     """The literal text between consecutive slots of one call."""
-    return [text[end:next_start] for (_, end, _), (next_start, _, _) in zip(found, found[1:])]
+    return [text[end:next_start]
+            for (_, end, _), (next_start, _, _) in zip(found, found[1:], strict=False)]
 
 
 def _index_aware_layout(a: str, b: str, index_a: int, index_b: int) -> list[Piece] | None:
@@ -57,19 +60,22 @@ def _repeated_name_layout(a: str, b: str, name_a: str, name_b: str) -> list[Piec
         return found
     pa, pb = _name_slots(a, name_a), _name_slots(b, name_b)
     if len(pa) == len(pb) and len(pa) > 1 and all(
-            x == y if not isinstance(x, str) or not isinstance(y, str) else _index_aware_layout(x, y, 0, 1) == [x]
-            for x, y in zip(pa, pb)):
+            x == y if not isinstance(x, str) or not isinstance(y, str)
+            else _index_aware_layout(x, y, 0, 1) == [x]
+            for x, y in zip(pa, pb, strict=True)):
         return pa
     return None
 
 
-def call_format(renderer, user, s: Sentinels, arg_format: ArgumentFormat, boundaries: Boundaries, warnings,
+def call_format(renderer, user, s: Sentinels, arg_format: ArgumentFormat, boundaries: Boundaries,
+                warnings,
                  content_span: str | None, content_value: str):
     calls = (
         Call(s.names[0], {s.key1: s.value1}, s.ids[0]),
         Call(s.names[1], {s.key2: s.value2}, s.ids[1]),
     )
-    rendered = assistant_spans(renderer, user, {"two": Turn(calls=calls), "one": Turn(calls=calls[:1])})
+    rendered = assistant_spans(renderer, user, {"two": Turn(calls=calls),
+                                                "one": Turn(calls=calls[:1])})
     if rendered is None or "one" not in rendered[2]:
         return None
     spans = rendered[2]
@@ -81,15 +87,18 @@ def call_format(renderer, user, s: Sentinels, arg_format: ArgumentFormat, bounda
         parallel_mode = Parallel.FIRST
     parallel = parallel_mode == Parallel.ALL
     text = spans["two"] if parallel else spans["one"]
-    used = calls if parallel else calls[:1]
+    used: tuple[Call, ...] = calls if parallel else calls[:1]
     # Each call's slots, in order.
     slots_per_call = []
     cursor = 0
     for call in used:
-        found = _slots_in(text, [("name", call.name), ("arguments", arg_format.format(call.arguments)), ("id", call.id)], cursor)
+        found = _slots_in(text, [("name", call.name),
+                                 ("arguments", arg_format.format(call.arguments)), ("id", call.id)],
+                          cursor)
         if found is None:
             # the id is optional: try without it
-            found = _slots_in(text, [("name", call.name), ("arguments", arg_format.format(call.arguments))], cursor)
+            found = _slots_in(text, [("name", call.name),
+                                     ("arguments", arg_format.format(call.arguments))], cursor)
         if found is None:
             warnings.append(f"could not find the parts of call {call.name!r} in its render")
             return None
@@ -133,7 +142,8 @@ def call_format(renderer, user, s: Sentinels, arg_format: ArgumentFormat, bounda
     # not to the calls section (an empty reasoning block, the end of turn).
     if content_span is not None and content_value in content_span:
         before_content, after_content = content_span.split(content_value, 1)
-        section_start = section_start[boundaries.split_common_prefix(section_start, before_content):]
+        common = boundaries.split_common_prefix(section_start, before_content)
+        section_start = section_start[common:]
         m = boundaries.split_common_suffix(section_end, after_content)
         section_end = section_end[: len(section_end) - m]
     return ToolCallFormat(
@@ -159,7 +169,8 @@ def _call_start(pre: str, rest_mid: str, boundaries: Boundaries):
         if pre[:i].endswith(ta) and rest_mid[:j].endswith(tb):
             head_a, head_b = pre[: i - len(ta)], rest_mid[: j - len(tb)]
             m = boundaries.split_common_suffix(head_a, head_b)
-            layout = [p for p in (head_a[len(head_a) - m:], slot("index" if base == 0 else "index1"), pre[i:]) if p != ""]
+            layout = [p for p in (head_a[len(head_a) - m:],
+                                  slot("index" if base == 0 else "index1"), pre[i:]) if p != ""]
             return layout, (m + len(ta) + n, m + len(tb) + n)
     m = boundaries.split_common_suffix(pre, rest_mid)
     return ([pre[len(pre) - m:]] if m else []), (m, m)

@@ -114,7 +114,8 @@ class Shape:
     empty_content: bool = False  # "" instead of no content on a turn with calls
     bare_tools: bool = False  # tools without the {type, function} wrapper
     bare_calls: bool = False  # tool calls without the {type, function} wrapper
-    parameter_definition_tools: bool = False  # tools as {name, description, parameter_definitions} (Command R style)
+    # tools as {name, description, parameter_definitions} (Command R style)
+    parameter_definition_tools: bool = False
     functions_variable: bool = False  # tools passed as a `functions` JSON string as well
 
 
@@ -125,10 +126,12 @@ SHAPES = (
     Shape("arguments as JSON string, empty content", arguments_as_string=True, empty_content=True),
     Shape("bare tools", bare_tools=True),
     Shape("bare tools, arguments as JSON string", bare_tools=True, arguments_as_string=True),
-    Shape("bare tools and calls, arguments as JSON string", bare_tools=True, bare_calls=True, arguments_as_string=True),
+    Shape("bare tools and calls, arguments as JSON string", bare_tools=True, bare_calls=True,
+          arguments_as_string=True),
     Shape("tools with parameter_definitions", parameter_definition_tools=True),
     Shape("functions variable", functions_variable=True),
-    Shape("functions variable, arguments as JSON string", functions_variable=True, arguments_as_string=True),
+    Shape("functions variable, arguments as JSON string", functions_variable=True,
+          arguments_as_string=True),
 )
 
 
@@ -139,7 +142,8 @@ def _tools_in_shape(tools: list[dict], shape: Shape) -> list[dict]:
                 "name": t["name"],
                 "description": t["description"],
                 "parameter_definitions": {
-                    k: {"description": v.get("description", k), "type": "str", "required": k in t["parameters"].get("required", [])}
+                    k: {"description": v.get("description", k), "type": "str",
+                        "required": k in t["parameters"].get("required", [])}
                     for k, v in t["parameters"]["properties"].items()
                 },
             }
@@ -157,7 +161,8 @@ _BLOCKS_LABEL = ", reasoning as thinking blocks"
 _IDS_LABEL = ", call ids as "
 
 
-def _turn_message(turn: Turn, shape: Shape, reasoning_blocks: bool = False, id_form: str = "") -> dict:
+def _turn_message(turn: Turn, shape: Shape, reasoning_blocks: bool = False,
+                  id_form: str = "") -> dict:
     message: dict[str, Any] = {"role": "assistant"}
     if turn.reasoning is not None and reasoning_blocks:
         # Reasoning as a content block ({"type": "thinking"}), as some templates read it.
@@ -175,10 +180,12 @@ def _turn_message(turn: Turn, shape: Shape, reasoning_blocks: bool = False, id_f
     if turn.calls:
         calls = []
         for index, call in enumerate(turn.calls):
-            arguments = json.dumps(call.arguments, ensure_ascii=False) if shape.arguments_as_string else call.arguments
+            arguments = json.dumps(call.arguments, ensure_ascii=False) \
+                if shape.arguments_as_string else call.arguments
             function = {"name": call.name, "arguments": arguments}
             call_id = id_form.format(name=call.name, index=index) if id_form else call.id
-            calls.append({"id": call_id, **function} if shape.bare_calls else {"id": call_id, "type": "function", "function": function})
+            calls.append({"id": call_id, **function} if shape.bare_calls
+                         else {"id": call_id, "type": "function", "function": function})
         message["tool_calls"] = calls
     return message
 
@@ -207,29 +214,34 @@ class ShapedRenderer:
     @property
     def shape_label(self) -> str:
         label = self.shape.label if self.shape else SHAPES[0].label
-        return label + (_BLOCKS_LABEL if self.reasoning_blocks else "") + (_IDS_LABEL + self.id_form if self.id_form else "")
+        return label + (_BLOCKS_LABEL if self.reasoning_blocks else "") \
+            + (_IDS_LABEL + self.id_form if self.id_form else "")
 
     @classmethod
-    def for_label(cls, template: ChatTemplate, tools: list[dict], label: str) -> "ShapedRenderer":
-        """A renderer in the shape a spec names (its `shape`: `shape_label` of the probe's renderer)."""
+    def for_label(cls, template: ChatTemplate, tools: list[dict], label: str) -> ShapedRenderer:
+        """A renderer in the shape a spec names (its `shape`: `shape_label` of the probe's
+        renderer)."""
         label, _, id_form = label.partition(_IDS_LABEL)
         blocks = label.endswith(_BLOCKS_LABEL)
         label = label.removesuffix(_BLOCKS_LABEL)
-        return cls(template, tools, shape=next((s for s in SHAPES if s.label == label), None), reasoning_blocks=blocks,
-                   id_form=id_form)
+        return cls(template, tools, shape=next((s for s in SHAPES if s.label == label), None),
+                   reasoning_blocks=blocks, id_form=id_form)
 
-    def _render(self, shape: Shape, messages: list[dict], add_generation_prompt: bool, variables: dict) -> str:
+    def _render(self, shape: Shape, messages: list[dict], add_generation_prompt: bool,
+                variables: dict) -> str:
         tools = _tools_in_shape(self.tools, shape) if self.tools else None
         extra = dict(variables)
         if shape.functions_variable and self.tools:
             extra.setdefault("functions", json.dumps(self.tools, ensure_ascii=False))
             extra.setdefault("datetime", "2026-01-01")
-        return self.template.render(messages, tools=tools, add_generation_prompt=add_generation_prompt, **extra)
+        return self.template.render(messages, tools=tools,
+                                    add_generation_prompt=add_generation_prompt, **extra)
 
     def render_followed(self, user: str, turn: Turn, user2: str) -> str | None:
         """[user, turn, user2] rendered without a generation prompt (None if it does not render)."""
         shape = self.shape or SHAPES[0]
-        messages = [{"role": "user", "content": user}, _turn_message(turn, shape, bool(self.reasoning_blocks), self.id_form),
+        messages = [{"role": "user", "content": user},
+                    _turn_message(turn, shape, bool(self.reasoning_blocks), self.id_form),
                     {"role": "user", "content": user2}]
         try:
             return self._render(shape, messages, False, {})
@@ -238,18 +250,22 @@ class ShapedRenderer:
                 raise
             return None
 
-    def render_turn(self, user: str, turn: Turn, variables: dict | None = None, system: str | None = None) -> Rendered | None:
+    def render_turn(self, user: str, turn: Turn, variables: dict | None = None,
+                    system: str | None = None) -> Rendered | None:
         """Render [system?, user] + turn; None when no shape renders it."""
         variables = variables or {}
-        history = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user}]
+        history = ([{"role": "system", "content": system}] if system else []) \
+            + [{"role": "user", "content": user}]
         shapes = [self.shape] if self.shape else list(SHAPES)
         for shape in shapes:
             try:
-                full = self._render(shape, history + [_turn_message(turn, shape, bool(self.reasoning_blocks), self.id_form)], False, variables)
+                message = _turn_message(turn, shape, bool(self.reasoning_blocks), self.id_form)
+                full = self._render(shape, history + [message], False, variables)
                 prompt = self._render(shape, history, True, variables)
                 bare = self._render(shape, history, False, variables)
             except TemplateError as e:
-                if e.limit:  # time, memory or size: another shape will not do better; the probe stops
+                if e.limit:
+                    # time, memory or size: another shape will not do better; the probe stops
                     raise
                 self.errors.append(f"{shape.label}: {e.reason}")
                 continue
@@ -259,13 +275,15 @@ class ShapedRenderer:
                 self.reasoning_blocks = False
                 if turn.reasoning not in full:
                     try:
-                        blocks = self._render(shape, history + [_turn_message(turn, shape, True, self.id_form)], False, variables)
+                        with_blocks = _turn_message(turn, shape, True, self.id_form)
+                        blocks = self._render(shape, history + [with_blocks], False, variables)
                     except TemplateError as e:
                         if e.limit:
                             raise
                         blocks = ""
                     # The blocks must be read, not printed whole (a Python repr shows the keys).
-                    if turn.reasoning in blocks and "'thinking'" not in blocks and '"thinking"' not in blocks:
+                    if turn.reasoning in blocks and "'thinking'" not in blocks \
+                            and '"thinking"' not in blocks:
                         self.reasoning_blocks, full = True, blocks
             return Rendered(prompt=prompt, full=full, history=bare)
         return None

@@ -25,16 +25,33 @@ from dataclasses import dataclass, field
 from ..errors import TemplateError
 from ..source.render import default_time_budget, fixed_clock, time_budget
 from ..source.template import ChatTemplate
-from ..spec import Piece, PromptMode, ProtocolSpec, Reasoning, SpecError, Start, ToolCallFormat, slot
+from ..spec import (
+    Piece,
+    PromptMode,
+    ProtocolSpec,
+    Reasoning,
+    SpecError,
+    Start,
+    ToolCallFormat,
+    slot,
+)
 from . import markers
 from .arguments import argument_format
 from .calls import call_format
-from .conversations import ID_FORMS, SENTINEL_SETS, Call, Sentinels, ShapedRenderer, Turn, tool_definition
+from .conversations import (
+    ID_FORMS,
+    SENTINEL_SETS,
+    Call,
+    Sentinels,
+    ShapedRenderer,
+    Turn,
+    tool_definition,
+)
+from .instructions import instructed_calls
 from .modes import find_modes, name_thinking_modes
 from .overrides import Override, apply_overrides, check_template, settle_override
 from .renders import assistant_spans, layout_of
 from .spans import Boundaries
-from .instructions import instructed_calls
 from .wrappers import call_wrappers
 
 
@@ -85,22 +102,27 @@ def _turn_layout(findings: _Findings, kind: str, turn: Turn, span: str) -> list[
         findings.warnings.append(f"{kind}: {e}")
         return None
     section = findings.tool_calls.section_start + call_list + findings.tool_calls.section_end
-    return layout_of(span, {**values, "calls": section}) or layout_of(span, {**values, "call_list": call_list})
+    return layout_of(span, {**values, "calls": section}) \
+        or layout_of(span, {**values, "call_list": call_list})
 
 
-def _read_the_instructions(template: ChatTemplate, spec: ProtocolSpec, evidence: dict[str, str]) -> None:
+def _read_the_instructions(template: ChatTemplate, spec: ProtocolSpec,
+                           evidence: dict[str, str]) -> None:
     """The call format the template's tool instructions tell the model to write, where its
     history renders another (probe/instructions.py): recorded in the spec, with its evidence."""
     s = SENTINEL_SETS[0]
     tools = [tool_definition(name, [s.key1, s.key2]) for name in s.names]
-    rendered = ShapedRenderer.for_label(template, tools, spec.shape).render_turn(s.user, Turn(content=s.content))
+    renderer = ShapedRenderer.for_label(template, tools, spec.shape)
+    rendered = renderer.render_turn(s.user, Turn(content=s.content))
     if rendered is None:
         return
     instructed = instructed_calls(rendered.prompt, spec, s.names)
+    assert spec.tool_calls is not None  # (only a template that renders calls is asked)
     spec.tool_calls.instructed_bare = instructed.bare
     spec.tool_calls.instructed_separators = list(instructed.separators)
     if instructed.bare or instructed.separators:
-        evidence["tool_calls.instructed"] = f"the template's tool instructions say: {instructed.evidence!r}"
+        evidence["tool_calls.instructed"] = ("the template's tool instructions say: "
+                                             f"{instructed.evidence!r}")
 
 
 def _probe_with(template: ChatTemplate, s: Sentinels) -> _Findings:
@@ -121,8 +143,9 @@ def _probe_with(template: ChatTemplate, s: Sentinels) -> _Findings:
             retried = assistant_spans(renderer, s.user, turns)
             if retried is not None and s.names[0] in retried[2].get("calls", ""):
                 header, tail, spans = retried
-                findings.warnings.append(f"the template writes a call's id where its name goes: call ids are written "
-                                         f"{form!r} (the form the model writes)")
+                findings.warnings.append("the template writes a call's id where its "
+                                         f"name goes: call ids are written {form!r} "
+                                         "(the form the model writes)")
                 break
             renderer.id_form = ""
     findings.tail, findings.header = tail, header
@@ -132,15 +155,16 @@ def _probe_with(template: ChatTemplate, s: Sentinels) -> _Findings:
     if "calls" in spans and s.names[0] in spans["calls"]:
         arg_format = argument_format(renderer, s.user, s, boundaries, findings.warnings)
         if arg_format is not None:
-            findings.tool_calls = call_format(renderer, s.user, s, arg_format, boundaries, findings.warnings,
+            findings.tool_calls = call_format(renderer, s.user, s, arg_format, boundaries,
+                                              findings.warnings,
                                                spans.get("content"), s.content)
     else:
         declared = renderer.render_turn(s.user, Turn(content=s.content))
         if declared is not None and s.names[0] in declared.prompt:
             findings.warnings.append(
-                "the template does not render tool calls: it declares the tools (their names appear in the prompt) "
-                "but renders no call in history, so no render shows how a model writes one (a declarative override "
-                "can carry the format, with its source)")
+                "the template does not render tool calls: it declares the tools (their names "
+                "appear in the prompt) but renders no call in history, so no render shows how a "
+                "model writes one (a declarative override can carry the format, with its source)")
         else:
             findings.warnings.append("the template does not render tool calls")
 
@@ -161,11 +185,14 @@ def _probe_with(template: ChatTemplate, s: Sentinels) -> _Findings:
     if followed is not None and s.content in followed and s.content2 in followed:
         after = followed[followed.rindex(s.content) + len(s.content):]
         findings.next_turn = after[: after.find(s.content2)] if s.content2 in after else ""
-    if "thinking" in findings.modes and not any(slot("reasoning") in layout for layout in findings.turns.values()):
+    if "thinking" in findings.modes and not any(slot("reasoning") in layout
+                                                for layout in findings.turns.values()):
         # Some templates render reasoning only with thinking on: lay those turns out too.
         mode = findings.modes["thinking"]
-        reasoning_kinds = {k: turns[k] for k in ("content", "reasoning+content", "calls", "reasoning+calls")}
-        thinking = assistant_spans(renderer, s.user, reasoning_kinds, mode.variables, system=mode.system_flag or None)
+        reasoning_kinds = {k: turns[k] for k in ("content", "reasoning+content", "calls",
+                                                 "reasoning+calls")}
+        thinking = assistant_spans(renderer, s.user, reasoning_kinds, mode.variables,
+                                   system=mode.system_flag or None)
         if thinking is not None:
             for kind, span in thinking[2].items():
                 layout = _turn_layout(findings, kind, turns[kind], span)
@@ -183,7 +210,8 @@ PLACEHOLDER_TOKENS = {"bos_token": "<|bos_token|>", "eos_token": "<|eos_token|>"
 PROBE_SECONDS = 15.0
 
 
-def probe(template: ChatTemplate, budget: float | None = None, override: Override | None = None) -> ProtocolSpec:
+def probe(template: ChatTemplate, budget: float | None = None,
+          override: Override | None = None) -> ProtocolSpec:
     """Derive the template's ProtocolSpec (both sentinel sets must agree on each field), and
     apply the shipped overrides for it and `override`, a user's (tplparse.probe.overrides).
 
@@ -218,9 +246,10 @@ def _probe(template: ChatTemplate, override: Override | None = None) -> Protocol
     first, second = runs
     warnings = notes + list(dict.fromkeys(first.warnings + second.warnings))
     if template.compat_notes:
-        warnings.append("transformers' sandbox refuses this template (" + "; ".join(sorted(template.compat_notes))
-                        + "); rendered as llama.cpp renders it, in a sandbox that lets a template change only "
-                        "the containers it builds itself")
+        warnings.append("transformers' sandbox refuses this template ("
+                        + "; ".join(sorted(template.compat_notes))
+                        + "); rendered as llama.cpp renders it, in a sandbox that lets a template "
+                          "change only the containers it builds itself")
 
     def agreed(name):
         a, b = getattr(first, name), getattr(second, name)
@@ -235,8 +264,9 @@ def _probe(template: ChatTemplate, override: Override | None = None) -> Protocol
             turns[kind] = first.turns[kind]
         else:
             warnings.append(f"the two sentinel sets disagree on the {kind} layout; left out")
-    modes = agreed("modes") or {"default": PromptMode(variables={}, tail=first.tail, start=Start.CONTENT,
-                                                      header=first.header if first.header == second.header else "")}
+    header = first.header if first.header == second.header else ""
+    modes = agreed("modes") or {"default": PromptMode(variables={}, tail=first.tail,
+                                                      start=Start.CONTENT, header=header)}
     tool_calls = agreed("tool_calls")
 
     # Name the markers.
@@ -256,7 +286,8 @@ def _probe(template: ChatTemplate, override: Override | None = None) -> Protocol
         template.eos_token if "eos_token" not in missing else None, template.end_of_turn,
         boundaries, evidence,
     )
-    content_start, content_end = markers.content_wrapper(turns, reasoning, boundaries, end_of_turn, evidence)
+    content_start, content_end = markers.content_wrapper(turns, reasoning, boundaries, end_of_turn,
+                                                         evidence)
     if tool_calls is not None:
         _close_the_section(turns, tool_calls, end_of_turn, evidence)
 
@@ -279,8 +310,9 @@ def _probe(template: ChatTemplate, override: Override | None = None) -> Protocol
     if spec.tool_calls is not None:
         spec.tool_calls.wrappers = call_wrappers(template.source, spec, boundaries)
         if spec.tool_calls.wrappers:
-            evidence["tool_calls.wrappers"] = (f"{spec.tool_calls.wrappers!r}: the template writes it right before a "
-                                               "call's data for some calls only (its code; no standard turn renders it)")
+            evidence["tool_calls.wrappers"] = (f"{spec.tool_calls.wrappers!r}: the template writes "
+                                               "it right before a call's data for some calls only "
+                                               "(its code; no standard turn renders it)")
         _read_the_instructions(template, spec, evidence)
     spec = apply_overrides(spec, override)
     markers.start_states(spec.modes, spec.reasoning, turns, thinking_turns,
@@ -288,17 +320,19 @@ def _probe(template: ChatTemplate, override: Override | None = None) -> Protocol
     spec.thinking_switch = name_thinking_modes(spec.modes, spec.thinking_switch,
                                                spec.reasoning.end if spec.reasoning else "")
     if spec.reasoning is None:
-        spec.warnings.append("no reasoning markers: no render shows a reasoning block, and no prompt opens one")
+        spec.warnings.append("no reasoning markers: no render shows a reasoning block, "
+                             "and no prompt opens one")
     return settle_override(spec, override)
 
 
-def _close_the_section(turns: dict, tool_calls: ToolCallFormat, end_of_turn: list[str], evidence: dict) -> None:
+def _close_the_section(turns: dict, tool_calls: ToolCallFormat, end_of_turn: list[str],
+                       evidence: dict) -> None:
     """Text every turn that ends with its calls writes between the calls section and the end
     of turn belongs to the section (a diff may split `tools<|sep|>` before `<|sep|>`): move
     it into the section's end, in the calls' format and in every layout (which still
     renders the same text)."""
     extras = set()
-    for kind, layout in turns.items():
+    for layout in turns.values():
         positions = [i for i, p in enumerate(layout) if p == slot("calls")]
         if positions and positions[-1] == len(layout) - 2 and isinstance(layout[-1], str):
             tail = layout[-1]
@@ -314,17 +348,19 @@ def _close_the_section(turns: dict, tool_calls: ToolCallFormat, end_of_turn: lis
     tool_calls.section_end += extra
     for layout in turns.values():
         for i, piece in enumerate(layout[:-1]):
-            if piece == slot("calls") and isinstance(layout[i + 1], str) and layout[i + 1].startswith(extra):
+            if piece == slot("calls") and isinstance(layout[i + 1], str) \
+                    and layout[i + 1].startswith(extra):
                 layout[i + 1] = layout[i + 1][len(extra):]
         layout[:] = [p for p in layout if p != ""]
-    evidence["tool_calls.section_end"] = (f"{tool_calls.section_end!r}: with {extra!r}, which every turn that ends "
-                                          "with calls writes between them and the end of turn")
+    evidence["tool_calls.section_end"] = (f"{tool_calls.section_end!r}: with {extra!r}, "
+                                          "which every turn that ends with calls writes "
+                                          "between them and the end of turn")
 
 
 def _as_data(value):
     from dataclasses import asdict, is_dataclass
 
-    if is_dataclass(value):
+    if is_dataclass(value) and not isinstance(value, type):
         return asdict(value)
     if isinstance(value, dict):
         return {k: _as_data(v) for k, v in value.items()}

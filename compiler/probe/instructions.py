@@ -24,9 +24,8 @@ from the rendered prompt by two rules, both driven by the call layout the probe 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import re
+from dataclasses import dataclass
 
 from ..runtime import json_call_object
 from ..spec import ProtocolSpec
@@ -56,9 +55,10 @@ def instructed_calls(prompt: str, spec: ProtocolSpec, tool_names: tuple[str, ...
     if tc is None:
         return Instructed()
     json_call = json_call_object(tc.call)
-    if json_call is None or json_call[0] != 0 or json_call[1].strip():
-        return Instructed()  # (no call object, or markers of the call's own before it: not read bare)
-    keys = json_call[4]
+    if json_call is None or json_call.first != 0 or json_call.before.strip():
+        # (no call object, or markers of the call's own before it: not read bare)
+        return Instructed()
+    keys = json_call.keys
     spelled = _spelled_out_call(prompt, keys["name"], keys["arguments"], tool_names)
     if spelled is None:
         return Instructed()
@@ -71,13 +71,15 @@ def instructed_calls(prompt: str, spec: ProtocolSpec, tool_names: tuple[str, ...
         separators = tuple(dict.fromkeys(m.group(1) for m in _QUOTED_SEPARATOR.finditer(window)))
     if not bare and not separators:
         return Instructed()
-    return Instructed(bare, separators, _sentence_around(prompt, spelled.start(), spelled.end() + _SEPARATOR_REACH))
+    return Instructed(bare, separators,
+                      _sentence_around(prompt, spelled.start(), spelled.end() + _SEPARATOR_REACH))
 
 
 def _spelled_out_call(prompt: str, name_key: str, arguments_key: str, tool_names: tuple[str, ...]):
     """The first `{"NAME_KEY": …, "ARGUMENTS_KEY": …}` in the prompt whose values are not a tool
     definition's (no sentinel tool name in them, no nested object before the arguments key)."""
-    pattern = re.compile(r'\{\s*"' + re.escape(name_key) + r'"\s*:([^{}]{1,120}?),\s*"' + re.escape(arguments_key)
+    pattern = re.compile(r'\{\s*"' + re.escape(name_key) + r'"\s*:([^{}]{1,120}?),\s*"'
+                         + re.escape(arguments_key)
                          + r'"\s*:([^{}\n]{1,120}?)\}')
     for match in pattern.finditer(prompt):
         if not any(name in match.group(0) for name in tool_names):

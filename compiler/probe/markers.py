@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from .spans import Boundaries, common_prefix_length
 from ..spec import Piece, PromptMode, Reasoning, Start, ToolCallFormat, slot
+from .spans import Boundaries, common_prefix_length
 
 _MARKER_END = frozenset(">]\n")
 
@@ -30,7 +30,8 @@ def _before_first_slot(layout: list[Piece]) -> str:
 
 
 def first_marker(text: str, boundaries: Boundaries) -> str:
-    """The first marker of `text` (after whitespace): a special token, or text up to a marker end."""
+    """The first marker of `text` (after whitespace): a special token, or text up to a marker
+    end."""
     text = text.lstrip()
     for token in sorted(boundaries.special_tokens, key=len, reverse=True):
         if token.strip() and text.startswith(token):
@@ -68,7 +69,8 @@ class Markers:
     evidence: dict[str, str] = field(default_factory=dict)
 
 
-def reasoning_from_layouts(turns: dict[str, list[Piece]], evidence: dict[str, str], note: str = "") -> Reasoning | None:
+def reasoning_from_layouts(turns: dict[str, list[Piece]], evidence: dict[str, str],
+                           note: str = "") -> Reasoning | None:
     """Reasoning markers from a turn that renders reasoning next to content or calls."""
     for kind, partner in (("reasoning+content", "content"), ("reasoning+calls", "calls")):
         layout = turns.get(kind)
@@ -92,24 +94,29 @@ def reasoning_from_layouts(turns: dict[str, list[Piece]], evidence: dict[str, st
             common = common if not before[:common].strip() else 0
             start = before[common:]
             end = between
-            how = f"{kind}: text before and after the reasoning, less what a {partner} turn has anyway"
-            if partner_prefix and between.endswith(partner_prefix[common:]) and partner_prefix[common:]:
+            how = (f"{kind}: text before and after the reasoning, less what a "
+                   f"{partner} turn has anyway")
+            if partner_prefix and between.endswith(partner_prefix[common:]) \
+                    and partner_prefix[common:]:
                 end = between[: len(between) - len(partner_prefix[common:])]
                 if not end.strip() and between.strip():
                     # What the partner turn has anyway is the end marker itself: the template
                     # closes the block even when there is no reasoning (</think>{content}).
                     end = between
-                    how = f"{kind}: text before and after the reasoning; a {partner} turn writes the end alone"
+                    how = (f"{kind}: text before and after the reasoning; a {partner} "
+                           "turn writes the end alone")
         if not end.strip():
             continue
         how += f", {note}" if note else ""
-        evidence["reasoning.start"] = f"{start.strip()!r} ({how})" if start.strip() else "written by the generation prompt"
+        evidence["reasoning.start"] = f"{start.strip()!r} ({how})" if start.strip() \
+            else "written by the generation prompt"
         evidence["reasoning.end"] = f"{end.strip()!r} ({how})"
         return Reasoning(start=start.strip(), end=end.strip(), in_history=True)
     return None
 
 
-def reasoning_from_modes(modes: dict[str, PromptMode], boundaries: Boundaries, evidence: dict[str, str]) -> Reasoning | None:
+def reasoning_from_modes(modes: dict[str, PromptMode], boundaries: Boundaries,
+                         evidence: dict[str, str]) -> Reasoning | None:
     """Reasoning markers from two modes of a switch: one opens the block, the other also closes
     it, or writes an empty block (thinking on / off; or any two values of one variable)."""
     for on_name, off_name in _mode_pairs(modes):
@@ -117,7 +124,8 @@ def reasoning_from_modes(modes: dict[str, PromptMode], boundaries: Boundaries, e
         if found is None:
             continue
         start, end, how = found
-        names = "" if (on_name, off_name) == ("thinking", "no_thinking") else f" ({on_name} and {off_name})"
+        names = "" if (on_name, off_name) == ("thinking", "no_thinking") \
+            else f" ({on_name} and {off_name})"
         evidence["reasoning.start"] = f"{start!r} ({how}{names})"
         evidence["reasoning.end"] = f"{end!r} ({how}{names})"
         return Reasoning(start=start, end=end, in_history=False)
@@ -132,16 +140,19 @@ def _mode_pairs(modes: dict[str, PromptMode]):
     names = list(modes)
     for a in names:
         for b in names:
-            if a != b and (a == "default" or b == "default" or modes[a].variables.keys() == modes[b].variables.keys()):
+            if a != b and (a == "default" or b == "default"
+                           or modes[a].variables.keys() == modes[b].variables.keys()):
                 yield a, b
 
 
-def _block_between(on: PromptMode, off: PromptMode, boundaries: Boundaries) -> tuple[str, str, str] | None:
+def _block_between(on: PromptMode, off: PromptMode,
+                   boundaries: Boundaries) -> tuple[str, str, str] | None:
     """(start, end, how) when `off`'s tail is `on`'s and an end marker after it, or an empty
     block where `on` writes nothing."""
     if on.tail.strip() and off.tail.strip().startswith(on.tail.strip()):
         end = off.tail.strip()[len(on.tail.strip()):].strip()
-        return (on.tail.strip(), end, "thinking on opens it; thinking off also closes it") if end else None
+        return (on.tail.strip(), end, "thinking on opens it; thinking off also closes it") \
+            if end else None
     if on.tail.strip():
         return None
     split = split_empty_block(off.tail, boundaries)
@@ -151,7 +162,8 @@ def _block_between(on: PromptMode, off: PromptMode, boundaries: Boundaries) -> t
     # right away: the end marker is what it adds, the opener that end's pair (`</think>`).
     end = off.tail.strip()
     opener = end.replace("/", "", 1)
-    if "/" in end and opener != end and on.header == off.header and on.header.rstrip().endswith(opener):
+    if "/" in end and opener != end and on.header == off.header \
+            and on.header.rstrip().endswith(opener):
         return opener, end, "the assistant header opens it; thinking off closes it at once"
     return None
 
@@ -159,17 +171,20 @@ def _block_between(on: PromptMode, off: PromptMode, boundaries: Boundaries) -> t
 _OPENING_TAG = re.compile(r"<([A-Za-z][\w:.-]*)>")
 
 
-def reasoning_from_prompt(modes: dict[str, PromptMode], evidence: dict[str, str]) -> Reasoning | None:
+def reasoning_from_prompt(modes: dict[str, PromptMode],
+                          evidence: dict[str, str]) -> Reasoning | None:
     """Reasoning that a generation prompt opens with a tag (<think>) when no render shows the
     block (history turns strip it): the end is that tag's own closing tag."""
-    for name in ["default", "thinking"] + [n for n in modes if n not in ("default", "thinking", "no_thinking")]:
+    for name in ["default", "thinking"] + [n for n in modes
+                                           if n not in ("default", "thinking", "no_thinking")]:
         mode = modes.get(name)
         if mode is None:
             continue
         found = _OPENING_TAG.fullmatch(mode.tail.strip().rsplit("\n", 1)[-1].strip())
         if found:
             start, end = found.group(0), f"</{found.group(1)}>"
-            how = f"the {name} generation prompt ends with {start!r} and no render closes it: the tag's own closing tag"
+            how = (f"the {name} generation prompt ends with {start!r} and no render closes it: "
+                   "the tag's own closing tag")
             evidence["reasoning.start"] = f"{start!r} ({how})"
             evidence["reasoning.end"] = f"{end!r} ({how})"
             return Reasoning(start=start, end=end, in_history=False)
@@ -187,13 +202,16 @@ def opener_in_header(header: str, reasoning: Reasoning | None, evidence: dict[st
     opener = reasoning.end.replace("/", "", 1)
     if opener.strip() and opener != reasoning.end and header.rstrip().endswith(opener):
         reasoning.start = opener
-        evidence["reasoning.start"] = (f"{opener!r} (the assistant header every turn shares ends with it, the pair of "
-                                       f"{reasoning.end!r}: the generation prompt opens the block)")
+        evidence["reasoning.start"] = (f"{opener!r} (the assistant header every turn shares ends "
+                                       f"with it, the pair of {reasoning.end!r}: the generation "
+                                       "prompt opens the block)")
 
 
-def content_wrapper(turns: dict[str, list[Piece]], reasoning: Reasoning | None, boundaries: Boundaries,
-                    end_of_turn: list[str], evidence: dict[str, str]) -> tuple[str, str]:
-    """Text a content-only turn writes right around its content that is not reasoning or end of turn."""
+def content_wrapper(turns: dict[str, list[Piece]], reasoning: Reasoning | None,
+                    boundaries: Boundaries, end_of_turn: list[str],
+                    evidence: dict[str, str]) -> tuple[str, str]:
+    """Text a content-only turn writes right around its content that is not reasoning or end of
+    turn."""
     layout = turns.get("content")
     if not layout or slot("content") not in layout:
         return "", ""
@@ -209,7 +227,8 @@ def content_wrapper(turns: dict[str, list[Piece]], reasoning: Reasoning | None, 
     if start:
         evidence["content.start"] = f"{start!r} (content turn: before the content)"
     if end:
-        evidence["content.end"] = f"{end!r} (content turn: after the content, before the end of turn)"
+        evidence["content.end"] = (f"{end!r} (content turn: after the content, "
+                                   "before the end of turn)")
     return start, end
 
 
@@ -238,13 +257,15 @@ def _inner_literals(turns: dict[str, list[Piece]], tool_calls: ToolCallFormat | 
         if positions:
             inner += [p for p in layout[: positions[-1][0]] if isinstance(p, str)]
     if tool_calls is not None:
-        inner += [tool_calls.section_start, tool_calls.separator] + [p for p in tool_calls.call if isinstance(p, str)]
+        inner += [tool_calls.section_start, tool_calls.separator] \
+            + [p for p in tool_calls.call if isinstance(p, str)]
         for layout in tool_calls.arguments.argument.values():
             inner += [p for p in layout if isinstance(p, str)]
     return [text for text in inner if text.strip()]
 
 
-def _unambiguous(marker: str, tails: dict[str, str], inner: list[str], boundaries: Boundaries) -> str:
+def _unambiguous(marker: str, tails: dict[str, str], inner: list[str],
+                 boundaries: Boundaries) -> str:
     """`marker` with as few of the markers that follow it as make it a text every turn's tail
     writes and no turn writes inside ("" when there is none)."""
     first = next(iter(tails.values()))
@@ -257,14 +278,16 @@ def _unambiguous(marker: str, tails: dict[str, str], inner: list[str], boundarie
             for piece in pieces:
                 end = rest.index(piece, end) + len(piece)
             candidate = rest[:end]
-            if all(candidate in tail for tail in tails.values()) and not any(candidate in text for text in inner):
+            if all(candidate in tail for tail in tails.values()) \
+                    and not any(candidate in text for text in inner):
                 return candidate
         at = first.find(marker, at + 1)
     return ""
 
 
-def end_of_turn_markers(turns: dict[str, list[Piece]], tool_calls: ToolCallFormat | None, next_turn: str,
-                        eos: str | None, declared: tuple[str, ...], boundaries: Boundaries,
+def end_of_turn_markers(turns: dict[str, list[Piece]], tool_calls: ToolCallFormat | None,
+                        next_turn: str, eos: str | None, declared: tuple[str, ...],
+                        boundaries: Boundaries,
                         evidence: dict[str, str]) -> list[str]:
     """The markers that end an assistant turn.
 
@@ -283,16 +306,16 @@ def end_of_turn_markers(turns: dict[str, list[Piece]], tool_calls: ToolCallForma
         last_index, last_name = positions[-1]
         tail = _text(layout[last_index + 1:])
         if last_name in ("calls", "call_list") and tool_calls is not None and not tail.strip():
-            closer = _markers_in(tool_calls.section_end, boundaries)
-            if closer:
-                section_closers.append(closer[-1])
+            closers = _markers_in(tool_calls.section_end, boundaries)
+            if closers:
+                section_closers.append(closers[-1])
             continue
         if tail.strip():
             tails[kind] = _markers_in(tail, boundaries)
             tail_texts[kind] = tail
     markers: list[str] = []
 
-    def add(marker: str, why: str) -> None:
+    def add(marker: str | None, why: str) -> None:
         if marker and marker not in markers:
             markers.append(marker)
             evidence[f"end_of_turn {marker!r}"] = why
@@ -307,9 +330,10 @@ def end_of_turn_markers(turns: dict[str, list[Piece]], tool_calls: ToolCallForma
             # a turn only with what follows it there (<|close|> + message<|sep|>).
             marker = _unambiguous(marker, tail_texts, inner, boundaries)
         if marker:
-            add(marker, "the first marker every turn writes after its last slot (" + ", ".join(sorted(tails)) + ")"
-                + ("" if marker in common else ", with the markers that follow it: alone, the template writes it "
-                   "inside turns too"))
+            add(marker, "the first marker every turn writes after its last slot ("
+                + ", ".join(sorted(tails)) + ")"
+                + ("" if marker in common else ", with the markers that follow it: alone, the "
+                                               "template writes it inside turns too"))
         else:
             for kind, found in tails.items():
                 add(found[0], f"the first marker after the last slot of a {kind} turn")
@@ -319,7 +343,8 @@ def end_of_turn_markers(turns: dict[str, list[Piece]], tool_calls: ToolCallForma
             add(closer, "the calls section's end (a special token) closes the turn")
     next_markers = _markers_in(next_turn, boundaries)
     if not markers and next_markers:
-        add(next_markers[0], "no turn writes an end marker; the first marker before the next user turn")
+        add(next_markers[0], "no turn writes an end marker; the first marker "
+                             "before the next user turn")
     for token in (eos, *declared):
         add(token, "the model's eos / end-of-turn token")
     return markers
@@ -329,11 +354,13 @@ def _leaves_open(prompt: str, reasoning: Reasoning) -> bool:
     """Whether `prompt` ends inside a reasoning block: its last opener comes after its last
     end marker, and only whitespace follows the opener."""
     opened = prompt.rfind(reasoning.start)
-    return opened != -1 and opened > prompt.rfind(reasoning.end) and not prompt[opened + len(reasoning.start):].strip()
+    return opened != -1 and opened > prompt.rfind(reasoning.end) \
+        and not prompt[opened + len(reasoning.start):].strip()
 
 
-def start_states(modes: dict[str, PromptMode], reasoning: Reasoning | None, turns: dict[str, list[Piece]],
-                 thinking_turns: dict[str, list[Piece]], header: str = "") -> None:
+def start_states(modes: dict[str, PromptMode], reasoning: Reasoning | None,
+                 turns: dict[str, list[Piece]], thinking_turns: dict[str, list[Piece]],
+                 header: str = "") -> None:
     """Whether each mode's generation prompt leaves the model inside reasoning.
 
     What the generation prompt writes is the assistant header every turn shares and the
@@ -347,7 +374,8 @@ def start_states(modes: dict[str, PromptMode], reasoning: Reasoning | None, turn
         return
 
     def opened_by_prompt(layouts):
-        return any(layout and layout[0] == slot("reasoning") for kind, layout in layouts.items() if kind.startswith("reasoning"))
+        return any(layout and layout[0] == slot("reasoning") for kind, layout in layouts.items()
+                   if kind.startswith("reasoning"))
 
     for name, mode in modes.items():
         tail = mode.tail.strip()

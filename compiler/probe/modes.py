@@ -43,10 +43,11 @@ THINKING_SWITCHES = (
 # What every render passes (the renderer's inputs, transformers' globals and the sandbox's
 # own): not switches.
 INPUTS = frozenset({
-    "messages", "tools", "add_generation_prompt", "documents", "bos_token", "eos_token", "pad_token", "unk_token",
-    "raise_exception", "strftime_now", "namespace", "dict", "range", "lipsum", "cycler", "joiner", "functions",
-    "datetime", "custom_tools", "builtin_tools", "tools_in_user_message", "date_string", "loop", "none", "true",
-    "false", "True", "False", "None",
+    "messages", "tools", "add_generation_prompt", "documents", "bos_token", "eos_token",
+    "pad_token", "unk_token", "raise_exception", "strftime_now", "namespace", "dict", "range",
+    "lipsum", "cycler", "joiner", "functions",
+    "datetime", "custom_tools", "builtin_tools", "tools_in_user_message", "date_string", "loop",
+    "none", "true", "false", "True", "False", "None",
 })
 MAX_VALUES = 6  # values tried per variable (its literals first)
 MAX_TRIES = 40  # (variable, value) pairs tried per template
@@ -74,7 +75,7 @@ def template_switches(template: ChatTemplate) -> list[Switch]:
     switches = []
     for name in sorted(read, key=lambda n: (n not in known, n)):
         values = list(known.get(name, ())) + literals[name] + [True, False]
-        unique = []
+        unique: list = []
         for value in values:
             if not any(value == u and type(value) is type(u) for u in unique):
                 unique.append(value)
@@ -98,17 +99,20 @@ def _constants(node) -> list:
         return [node.value]
     if isinstance(node, (nodes.List, nodes.Tuple)):
         return [item.value for item in node.items
-                if isinstance(item, nodes.Const) and isinstance(item.value, (str, int, float, bool))]
+                if isinstance(item, nodes.Const)
+                and isinstance(item.value, (str, int, float, bool))]
     return []
 
 
-def find_modes(renderer: ShapedRenderer, user: str, tail: str, header: str) -> tuple[dict[str, PromptMode], dict | None]:
+def find_modes(renderer: ShapedRenderer, user: str, tail: str,
+               header: str) -> tuple[dict[str, PromptMode], dict | None]:
     """The default mode, and each mode a switch selects (see the module docstring). Returns the
     modes and the thinking switch, when one with a known meaning was found (None: not yet)."""
     modes = {"default": PromptMode(variables={}, tail=tail, start=Start.CONTENT, header=header)}
     boundaries = Boundaries(renderer.template.special_tokens)
     # Some templates ignore a switch when tools are declared: try without tools too.
-    toolless = ShapedRenderer(renderer.template, [], shape=renderer.shape, reasoning_blocks=renderer.reasoning_blocks)
+    toolless = ShapedRenderer(renderer.template, [], shape=renderer.shape,
+                              reasoning_blocks=renderer.reasoning_blocks)
     switch = None
     for current in (renderer, toolless):
         switch = _known_switch(current, user, header, boundaries, modes)
@@ -130,7 +134,8 @@ def find_modes(renderer: ShapedRenderer, user: str, tail: str, header: str) -> t
         # Each prompt it writes, that one of the default's included (its other values: a pair).
         for found, value in tails.items():
             modes[f"{candidate.variable}={value!r}"] = PromptMode(
-                variables={candidate.variable: value}, tail=found.tail, start=Start.CONTENT, header=found.header)
+                variables={candidate.variable: value}, tail=found.tail, start=Start.CONTENT,
+                header=found.header)
         known_tails |= set(tails)
     return modes, switch
 
@@ -139,7 +144,8 @@ def _known_switch(current: ShapedRenderer, user: str, header: str, boundaries: B
                   modes: dict[str, PromptMode]) -> dict | None:
     """A switch whose name says thinking on / off (or a system flag): the modes `thinking` and
     `no_thinking` added to `modes`, and the switch; None when none changes the prompt."""
-    read = set(jinja_meta.find_undeclared_variables(parse_template(current.template.source, current.template.limits)))
+    parsed = parse_template(current.template.source, current.template.limits)
+    read = set(jinja_meta.find_undeclared_variables(parsed))
     candidates = [
         ({"variable": name, "on": on, "off": off}, ({name: on}, ""), ({name: off}, ""))
         for name, on, off in THINKING_SWITCHES if name in read
@@ -150,30 +156,37 @@ def _known_switch(current: ShapedRenderer, user: str, header: str, boundaries: B
     for switch, (on_vars, on_flag), (off_vars, off_flag) in candidates:
         rendered = {
             label: current.render_turn(user, Turn(content="x"), variables, system=flag or None)
-            for label, (variables, flag) in (("thinking", (on_vars, on_flag)), ("no_thinking", (off_vars, off_flag)))
+            for label, (variables, flag) in (("thinking", (on_vars, on_flag)),
+                                             ("no_thinking", (off_vars, off_flag)))
         }
-        if None in rendered.values() or rendered["thinking"].prompt == rendered["no_thinking"].prompt:
-            continue
-        tails, headers = {}, {}
-        for label, r in rendered.items():
-            found = _after_the_header(_prompt_addition(r.history, r.prompt, boundaries), header, boundaries)
-            tails[label], headers[label] = (found.tail, found.header) if found else (None, header)
         on, off = rendered["thinking"], rendered["no_thinking"]
+        if on is None or off is None or on.prompt == off.prompt:
+            continue
+        renders = {"thinking": on, "no_thinking": off}
+        tails: dict[str, str | None] = {}
+        headers: dict[str, str] = {}
+        for label, r in renders.items():
+            found = _after_the_header(_prompt_addition(r.history, r.prompt, boundaries), header,
+                                      boundaries)
+            tails[label], headers[label] = (found.tail, found.header) if found else (None, header)
         if header and on.prompt == on.history and off.prompt == off.history:
             # The template writes its generation prompt whatever add_generation_prompt says:
             # the two prompts agree up to the assistant header, and their trailers differ.
             agree = boundaries.split_common_prefix(on.history, off.history)
             at = on.history.rfind(header, 0, agree + 1)
             if at != -1 and at + len(header) <= agree:
-                tails = {label: r.history[at + len(header):] for label, r in rendered.items()}
-        if None in tails.values():
+                tails = {label: r.history[at + len(header):] for label, r in renders.items()}
+        on_tail, off_tail = tails["thinking"], tails["no_thinking"]
+        if on_tail is None or off_tail is None:
             continue
-        if "system_flag" in switch and tails["thinking"] == tails["no_thinking"]:
+        if "system_flag" in switch and on_tail == off_tail:
             continue  # the flag only shows up as text in the system message
-        modes["thinking"] = PromptMode(variables=on_vars, tail=tails["thinking"], start=Start.CONTENT,
-                                       system_flag=on_flag, header=headers["thinking"])
-        modes["no_thinking"] = PromptMode(variables=off_vars, tail=tails["no_thinking"], start=Start.CONTENT,
-                                          system_flag=off_flag, header=headers["no_thinking"])
+        modes["thinking"] = PromptMode(variables=on_vars, tail=on_tail,
+                                       start=Start.CONTENT, system_flag=on_flag,
+                                       header=headers["thinking"])
+        modes["no_thinking"] = PromptMode(variables=off_vars, tail=off_tail,
+                                          start=Start.CONTENT, system_flag=off_flag,
+                                          header=headers["no_thinking"])
         return switch
     return None
 
@@ -192,22 +205,24 @@ def _tail(renderer: ShapedRenderer, user: str, header: str, boundaries: Boundari
     rendered = renderer.render_turn(user, Turn(content="x"), variables, system=flag or None)
     if rendered is None:
         return None
-    return _after_the_header(_prompt_addition(rendered.history, rendered.prompt, boundaries), header, boundaries)
+    return _after_the_header(_prompt_addition(rendered.history, rendered.prompt, boundaries),
+                             header, boundaries)
 
 
 def _after_the_header(added: str, header: str, boundaries: Boundaries) -> _Prompt | None:
     """`added`, a generation prompt, as the assistant header and what follows it. A prompt may
     end the header otherwise than the history's turns do: DeepSeek V4's turns (thinking off)
-    start `<｜Assistant｜></think>`, and with thinking on its prompt is `<｜Assistant｜><think>`:
-    the header is then the part both write (up to a marker's end), the rest is the tail, where
-    both go on with a marker there. None when it writes no part of the header, or goes on
-    with other text (a role header of its own)."""
+    start `<｜Assistant｜></think>`, and with thinking on its prompt is
+    `<｜Assistant｜><think>`: the header is then the part both write (up to a marker's end), the
+    rest is the tail, where both go on with a marker there. None when it writes no part of the
+    header, or goes on with other text (a role header of its own)."""
     if added.startswith(header):
         return _Prompt(header, added[len(header):])
     shared = boundaries.split_common_prefix(added, header)
     if not header or shared == 0 or not added[:shared].strip():
         return None
-    if not (_opens_a_marker(header[shared:], boundaries) and _opens_a_marker(added[shared:], boundaries)):
+    if not (_opens_a_marker(header[shared:], boundaries)
+            and _opens_a_marker(added[shared:], boundaries)):
         return None  # (a role header written otherwise, `assistant "citations"`: not this header)
     return _Prompt(header[:shared], added[shared:])
 
@@ -219,7 +234,8 @@ def _opens_a_marker(text: str, boundaries: Boundaries) -> bool:
         (len(text) > 1 and text[0] in "<[" and not text[1].isspace())
 
 
-def name_thinking_modes(modes: dict[str, PromptMode], switch: dict | None, reasoning_end: str) -> dict | None:
+def name_thinking_modes(modes: dict[str, PromptMode], switch: dict | None,
+                        reasoning_end: str) -> dict | None:
     """Once each mode's start state is known: when no switch with a known meaning was found,
     the two modes of one variable of which one leaves the model inside reasoning and the other
     closes the block are `thinking` and `no_thinking`; returns the switch. Other modes that
@@ -232,7 +248,8 @@ def name_thinking_modes(modes: dict[str, PromptMode], switch: dict | None, reaso
     return switch
 
 
-def _thinking_pair(modes: dict[str, PromptMode], switch: dict | None, reasoning_end: str) -> dict | None:
+def _thinking_pair(modes: dict[str, PromptMode], switch: dict | None,
+                   reasoning_end: str) -> dict | None:
     if switch is not None or "thinking" in modes or not reasoning_end:
         return switch
     by_variable: dict[str, list[str]] = {}

@@ -30,9 +30,10 @@ from functools import lru_cache
 from pathlib import Path
 
 from ..errors import InputError, TplparseError
+from ..runtime import Slot
 from ..spec import ArgumentStyle, ProtocolSpec, SpecError
-from ..spec.encodings import ENCODERS
 from ..spec.diff import NOT_PROTOCOL
+from ..spec.encodings import ENCODERS
 
 OVERRIDES_DIR = Path(__file__).resolve().parent / "family_overrides"
 
@@ -57,8 +58,8 @@ class Override:
         source = f" (source: {self.source})" if self.source else ""
         if not self.user:
             return f"{self.name}: {self.why}{source}"
-        return (f"user override {self.name} (sha256 {self.file_sha256[:16]}, sets {', '.join(patched_paths(self.patch))}):"
-                f" {self.why}{source}")
+        return (f"user override {self.name} (sha256 {self.file_sha256[:16]}, sets "
+                f"{', '.join(patched_paths(self.patch))}): {self.why}{source}")
 
 
 # --- reading an override file -------------------------------------------------------------
@@ -79,36 +80,45 @@ def read_override(path: Path, name: str | None = None) -> Override:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise InputError(f"{path}: {what} is not UTF-8 (byte {e.start} is {raw[e.start]:#04x})") from None
+        raise InputError(f"{path}: {what} is not UTF-8 (byte {e.start} is "
+                         f"{raw[e.start]:#04x})") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
-        raise InputError(f"{path}: invalid JSON ({what}) at line {e.lineno}, column {e.colno}: {e.msg}") from None
-    return parse_override(data, name or str(path), user=True, file_sha256=hashlib.sha256(raw).hexdigest())
+        raise InputError(f"{path}: invalid JSON ({what}) at line {e.lineno}, "
+                         f"column {e.colno}: {e.msg}") from None
+    return parse_override(data, name or str(path), user=True,
+                          file_sha256=hashlib.sha256(raw).hexdigest())
 
 
 def parse_override(data, name: str, user: bool = False, file_sha256: str = "") -> Override:
     """An override from its file's JSON, every field checked (InputError naming `name`)."""
     if not isinstance(data, dict):
-        raise InputError(f"{name}: an override is a JSON object with why, patch, template_sha256 and optionally source")
+        raise InputError(f"{name}: an override is a JSON object with why, patch, "
+                         "template_sha256 and optionally source")
     unknown = [key for key in data if key not in FILE_KEYS]
     if unknown:
         raise InputError(f"{name}: unknown key(s) {', '.join(map(repr, unknown))} (an override has "
                          f"{', '.join(FILE_KEYS)})")
     missing = [key for key in ("why", "patch", "template_sha256") if key not in data]
     if missing:
-        raise InputError(f"{name}: missing {', '.join(missing)} (an override has why: the reason no render shows the "
-                         "fact, patch: the spec's fields to set, template_sha256: the templates it is for)")
-    why, source, shas, patch = data["why"], data.get("source", ""), data["template_sha256"], data["patch"]
+        raise InputError(f"{name}: missing {', '.join(missing)} (an override has why: the reason "
+                         "no render shows the fact, patch: the spec's fields to set, "
+                         "template_sha256: the templates it is for)")
+    why, source = data["why"], data.get("source", "")
+    shas, patch = data["template_sha256"], data["patch"]
     if not isinstance(why, str) or not why.strip():
-        raise InputError(f"{name}: why must be a non-empty string (why the probe cannot find the fact)")
+        raise InputError(f"{name}: why must be a non-empty string (why the "
+                         "probe cannot find the fact)")
     if not isinstance(source, str):
         raise InputError(f"{name}: source must be a string (where the fact comes from)")
-    if not isinstance(shas, list) or not shas or not all(isinstance(s, str) and SHA256.fullmatch(s) for s in shas):
-        raise InputError(f"{name}: template_sha256 must be a list of sha256 hex digests (lower case), as "
-                         "`tplparse info` prints a template's")
+    if not isinstance(shas, list) or not shas \
+            or not all(isinstance(s, str) and SHA256.fullmatch(s) for s in shas):
+        raise InputError(f"{name}: template_sha256 must be a list of sha256 hex digests (lower "
+                         "case), as `tplparse info` prints a template's")
     if not isinstance(patch, dict) or not patch:
-        raise InputError(f"{name}: patch must be a non-empty JSON object of the spec's fields (tplparse probe --json)")
+        raise InputError(f"{name}: patch must be a non-empty JSON object of the spec's fields "
+                         "(tplparse probe --json)")
     check_patch(patch, name)
     return Override(name, why, patch, tuple(shas), source, user, file_sha256)
 
@@ -121,8 +131,9 @@ def check_patch(patch: dict, name: str) -> None:
     its field's type (objects the spec lacks may be partial here: see `patched_spec`)."""
     for key in patch:
         if key in NOT_PROTOCOL:
-            raise InputError(f"{name}: patch: {key!r} is not a protocol field (what the probe records about the "
-                             "template, not what the model writes): an override cannot set it")
+            raise InputError(f"{name}: patch: {key!r} is not a protocol field (what the probe "
+                             "records about the template, not what the model writes): an "
+                             "override cannot set it")
     _check(patch, ProtocolSpec, "", name, partial=True)
 
 
@@ -135,7 +146,7 @@ def _check(value, hint, path: str, name: str, partial: bool) -> None:
         if value is None and type(None) in args:
             return
         options = [a for a in args if a is not type(None)]
-        if options == [str, dict]:  # a layout's piece
+        if options == [str, Slot]:  # a layout's piece
             return _check_piece(value, path, name)
         errors = []
         for option in options:
@@ -149,7 +160,8 @@ def _check(value, hint, path: str, name: str, partial: bool) -> None:
     if isinstance(hint, type) and issubclass(hint, Enum):
         allowed = [m.value for m in hint]
         if value not in allowed:
-            raise InputError(f"{name}: {path}: {value!r} is not one of {', '.join(map(repr, allowed))}")
+            raise InputError(f"{name}: {path}: {value!r} is not one of "
+                             f"{', '.join(map(repr, allowed))}")
         return
     if origin is list or hint is list:
         _expect(value, list, path, name)
@@ -174,8 +186,8 @@ def _check_object(value, cls, path: str, name: str, partial: bool) -> None:
         where = f"{path}.{key}" if path else key
         if key not in known:
             listed = [k for k in known if path or k not in NOT_PROTOCOL]
-            raise InputError(f"{name}: {where}: no such field (the fields{' of ' + path if path else ''}: "
-                             f"{', '.join(listed)})")
+            raise InputError(f"{name}: {where}: no such field (the "
+                             f"fields{' of ' + path if path else ''}: {', '.join(listed)})")
         _check(item, hints[key], where, name, partial)
     if not partial:
         missing = [f.name for f in known.values() if f.name not in value
@@ -191,8 +203,8 @@ def _check_piece(value, path: str, name: str) -> None:
         return
     slots = _slots(path)
     if not (isinstance(value, dict) and set(value) == {"slot"} and value["slot"] in slots):
-        raise InputError(f"{name}: {path}: a layout's piece is a string or {{\"slot\": NAME}} with NAME one of "
-                         f"{', '.join(slots)}")
+        raise InputError(f"{name}: {path}: a layout's piece is a string or {{\"slot\": NAME}} with "
+                         f"NAME one of {', '.join(slots)}")
 
 
 def _slots(path: str) -> tuple[str, ...]:
@@ -207,12 +219,14 @@ def _slots(path: str) -> tuple[str, ...]:
 def _expect(value, kind: type, path: str, name: str) -> None:
     ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
     if not ok:
-        raise InputError(f"{name}: {path}: expected {_kind(kind)}, not {json.dumps(value, ensure_ascii=False)[:60]}")
+        raise InputError(f"{name}: {path}: expected {_kind(kind)}, not "
+                         f"{json.dumps(value, ensure_ascii=False)[:60]}")
 
 
 def _kind(kind: type) -> str:
-    return {str: "a string", bool: "true or false", int: "an integer", list: "a list", dict: "an object"}.get(
-        kind, kind.__name__)
+    names = {str: "a string", bool: "true or false", int: "an integer", list: "a list",
+             dict: "an object"}
+    return names.get(kind, kind.__name__)
 
 
 # How one value may be written (ArgumentFormat): an encoder of the whole value, or these.
@@ -225,21 +239,25 @@ def _check_calls(calls: dict, name: str) -> None:
     each layout with the key and the value."""
     for needed in ("name", "arguments"):
         if {"slot": needed} not in calls["call"]:
-            raise InputError(f"{name}: tool_calls.call: the call's layout has no {{\"slot\": \"{needed}\"}}")
-    arguments = calls["arguments"]  # (a field the patch of a new calls format leaves out has its default)
+            raise InputError(f"{name}: tool_calls.call: the call's layout has no "
+                             f"{{\"slot\": \"{needed}\"}}")
+    # (a field the patch of a new calls format leaves out has its default)
+    arguments = calls["arguments"]
     encoder = arguments.get("encoder", "json")
     if encoder not in ENCODERS:
-        raise InputError(f"{name}: tool_calls.arguments.encoder: {encoder!r} is not one of {', '.join(ENCODERS)}")
+        raise InputError(f"{name}: tool_calls.arguments.encoder: {encoder!r} is not one of "
+                         f"{', '.join(ENCODERS)}")
     for kind, writing in arguments.get("value_encoders", {}).items():
         if writing not in ENCODERS and writing not in VALUE_WRITINGS:
-            raise InputError(f"{name}: tool_calls.arguments.value_encoders.{kind}: {writing!r} is not one of "
-                             f"{', '.join(list(ENCODERS) + list(VALUE_WRITINGS))}")
+            raise InputError(f"{name}: tool_calls.arguments.value_encoders.{kind}: {writing!r} is "
+                             f"not one of {', '.join(list(ENCODERS) + list(VALUE_WRITINGS))}")
     if arguments["style"] != ArgumentStyle.KV:
         return
     layouts = arguments.get("argument", {})
     if "string" not in layouts:
-        raise InputError(f"{name}: tool_calls.arguments.argument: arguments written one by one need a layout for "
-                         "strings (argument.string), the one every type without its own uses")
+        raise InputError(f"{name}: tool_calls.arguments.argument: arguments written one by "
+                         "one need a layout for strings (argument.string), the one every "
+                         "type without its own uses")
     for kind, layout in layouts.items():
         for needed in ("key", "value"):
             if {"slot": needed} not in layout:
@@ -260,17 +278,19 @@ def blamed_on(override: Override | None):
     except (TplparseError, MemoryError):
         raise
     except Exception as e:  # noqa: BLE001 - what a user's patch made is bad input
-        raise InputError(f"{override.name}: the patched spec cannot be compiled ({type(e).__name__}: {e}); the fields "
-                         f"it sets: {', '.join(patched_paths(override.patch))} (if the patch is right, this is a "
-                         "tplparse bug: please report it)") from None
+        raise InputError(f"{override.name}: the patched spec cannot be compiled "
+                         f"({type(e).__name__}: {e}); the fields it sets: "
+                         f"{', '.join(patched_paths(override.patch))} (if the patch is right, this "
+                         "is a tplparse bug: please report it)") from None
 
 
 def patched_paths(patch: dict, path: str = "") -> list[str]:
     """The dotted paths `patch` sets (down to its values that are not objects)."""
-    found = []
+    found: list[str] = []
     for key, value in patch.items():
         where = f"{path}.{key}" if path else key
-        found += patched_paths(value, where) if isinstance(value, dict) and value and set(value) != {"slot"} else [where]
+        found += patched_paths(value, where) \
+            if isinstance(value, dict) and value and set(value) != {"slot"} else [where]
     return found
 
 
@@ -301,7 +321,8 @@ def patched_spec(spec: ProtocolSpec, patch: dict, name: str) -> ProtocolSpec:
         _check_calls(data["tool_calls"], name)
     try:
         return ProtocolSpec.from_dict(data)
-    except (SpecError, TypeError, ValueError, KeyError) as e:  # (the check above should have said which field)
+    except (SpecError, TypeError, ValueError, KeyError) as e:
+        # (the check above should have said which field)
         raise InputError(f"{name}: the patched spec does not read ({e})") from None
 
 
@@ -309,9 +330,9 @@ def check_template(override: Override, sha256: str) -> None:
     """A user's override is for this template (its sha256), or an InputError naming both hashes."""
     if sha256 not in override.template_sha256:
         listed = ", ".join(override.template_sha256)
-        raise InputError(f"{override.name}: the override is for template sha256 {listed}, not this template's "
-                         f"{sha256} (a new revision of a template is probed afresh: check the patch against "
-                         "`tplparse probe`, then list the new sha256)")
+        raise InputError(f"{override.name}: the override is for template sha256 {listed}, not this "
+                         f"template's {sha256} (a new revision of a template is probed afresh: "
+                         "check the patch against `tplparse probe`, then list the new sha256)")
 
 
 def apply_overrides(spec: ProtocolSpec, user: Override | None = None) -> ProtocolSpec:
@@ -337,16 +358,19 @@ def settle_override(spec: ProtocolSpec, user: Override | None) -> ProtocolSpec:
 def _applied(spec: ProtocolSpec, override: Override, patch: dict) -> ProtocolSpec:
     patched = patched_spec(spec, patch, override.name)
     patched.overrides = list(spec.overrides) + [override.record()]
-    if override.user:  # (the probe's evidence for a value the user replaced is no evidence for the new one)
+    if override.user:
+        # (the probe's evidence for a value the user replaced is no evidence for the new one)
         patched.evidence = {key: why for key, why in patched.evidence.items()
                             if not any(_under(key, path) for path in patched_paths(override.patch))}
     return patched
 
 
 def _under(key: str, path: str) -> bool:
-    """An evidence key (`reasoning.start`, `end_of_turn '<|im_end|>'`) is about the field at `path` or in it."""
+    """An evidence key (`reasoning.start`, `end_of_turn '<|im_end|>'`) is about the field at
+    `path` or in it."""
     return key == path or key.startswith((path + ".", path + " ", path + "["))
 
 
-__all__ = ["OVERRIDES_DIR", "Override", "apply_overrides", "blamed_on", "check_patch", "check_template",
-           "load_overrides", "parse_override", "patched_paths", "patched_spec", "read_override", "settle_override"]
+__all__ = ["OVERRIDES_DIR", "Override", "apply_overrides", "blamed_on", "check_patch",
+           "check_template", "load_overrides", "parse_override", "patched_paths", "patched_spec",
+           "read_override", "settle_override"]

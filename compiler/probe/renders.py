@@ -55,7 +55,8 @@ def _readings(history: str, full: str, boundaries: Boundaries) -> list[tuple[str
         k += 1
 
 
-def _turn_before_a_trailer(history: str, full: str, user: str, boundaries: Boundaries) -> tuple[str, str] | None:
+def _turn_before_a_trailer(history: str, full: str, user: str,
+                           boundaries: Boundaries) -> tuple[str, str] | None:
     """For a template that writes its generation prompt whatever add_generation_prompt says:
     (the turn, the trailer after it). Of the readings, the one whose turn ends the way the
     user's turn ends before it (the closer a turn writes), with the longest trailer."""
@@ -72,8 +73,8 @@ def _prompt_addition(history: str, prompt: str, boundaries: Boundaries) -> str:
     return prompt[boundaries.split_common_prefix(history, prompt):]
 
 
-def assistant_spans(renderer: ShapedRenderer, user: str, turns: dict[str, Turn], variables: dict | None = None,
-                    system: str | None = None):
+def assistant_spans(renderer: ShapedRenderer, user: str, turns: dict[str, Turn],
+                    variables: dict | None = None, system: str | None = None):
     """Render each turn after the same history; return (header, tail, {kind: span}).
 
     The assistant header is where every rendered turn and the generation prompt stop
@@ -96,11 +97,13 @@ def assistant_spans(renderer: ShapedRenderer, user: str, turns: dict[str, Turn],
     if not added and all(r.prompt == r.history for r in renders.values()):
         # The template ignores add_generation_prompt: what it writes after the last message
         # anyway, if anything, is its generation prompt (the trailer every reading agrees on).
-        found = {kind: _turn_before_a_trailer(r.history, r.full, user, boundaries) for kind, r in renders.items()}
+        found = {kind: _turn_before_a_trailer(r.history, r.full, user, boundaries)
+                 for kind, r in renders.items()}
         trailers = {f[1] for f in found.values() if f is not None}
-        if None not in found.values() and len(trailers) == 1 and trailers != {""}:
+        readings = {kind: f for kind, f in found.items() if f is not None}
+        if len(readings) == len(found) and len(trailers) == 1 and trailers != {""}:
             added = trailers.pop()
-            texts = {kind: f[0] for kind, f in found.items()}
+            texts = {kind: f[0] for kind, f in readings.items()}
         else:
             # ... or it writes the generation prompt after a last user message only (which an
             # assistant turn's render does not end with): what history writes after the user's
@@ -117,14 +120,16 @@ def assistant_spans(renderer: ShapedRenderer, user: str, turns: dict[str, Turn],
         # do not (a newline before `<|header_start|>assistant` in the prompt and in a call
         # turn, none before a content turn's): that whitespace is the prompt's, and the header
         # is what every turn writes after its own leading whitespace.
-        shared = min(boundaries.split_common_prefix(added.lstrip(), text.lstrip()) for text in texts.values())
+        shared = min(boundaries.split_common_prefix(added.lstrip(), text.lstrip())
+                     for text in texts.values())
         if added.lstrip()[:shared].strip():
             return (added[: len(lead) + shared], added[len(lead) + shared:],
                     {kind: text.lstrip()[shared:] for kind, text in texts.items()})
     return added[:split], added[split:], {kind: text[split:] for kind, text in texts.items()}
 
 
-def layout_of(span: str, values: dict[str, str], droppable=("reasoning", "content")) -> list[Piece] | None:
+def layout_of(span: str, values: dict[str, str],
+              droppable=("reasoning", "content")) -> list[Piece] | None:
     """The span with each (non-empty) slot value replaced by its slot.
 
     A reasoning or content value missing from the span is one the template drops (some

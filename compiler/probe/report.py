@@ -29,7 +29,8 @@ def layout_text(layout: list[Piece]) -> str:
 
 def protocol_sections(spec: ProtocolSpec) -> list[Section]:
     """Generation prompt, reasoning, content, tool calls, end of turn, turn layouts."""
-    modes = Section("Generation prompt", [f"{'mode':<12} {'set':<28} {'prompt ends with':<34} starts in"])
+    modes = Section("Generation prompt", [f"{'mode':<12} {'set':<28} "
+                                          f"{'prompt ends with':<34} starts in"])
     for name, mode in spec.modes.items():
         setting = ", ".join(f"{k}={v!r}" for k, v in mode.variables.items()) or (
             f"system {mode.system_flag!r}" if mode.system_flag else "-")
@@ -47,7 +48,8 @@ def protocol_sections(spec: ProtocolSpec) -> list[Section]:
     else:
         reasoning.lines.append("none found")
 
-    content = Section("Content", [f"wrapper        {_show(spec.content_start)} … {_show(spec.content_end)}"])
+    content = Section("Content", [f"wrapper        {_show(spec.content_start)} … "
+                                  f"{_show(spec.content_end)}"])
 
     calls = Section("Tool calls")
     tc = spec.tool_calls
@@ -59,26 +61,33 @@ def protocol_sections(spec: ProtocolSpec) -> list[Section]:
             f"between calls  {_show(tc.separator)}   (parallel calls: {tc.parallel})",
         ]
         if args.style == ArgumentStyle.OBJECT:
-            calls.lines.append(f"arguments      one object, {args.encoder}" + (f", keys {args.order}" if args.order != "given" else ""))
+            calls.lines.append(f"arguments      one object, {args.encoder}"
+                               + (f", keys {args.order}" if args.order != "given" else ""))
         else:
-            calls.lines.append(f"arguments      one per argument, joined by {_show(args.separator)}, keys {args.order}")
+            calls.lines.append("arguments      one per argument, joined by "
+                               f"{_show(args.separator)}, keys {args.order}")
             for kind, layout in args.argument.items():
                 calls.lines.append(f"  {kind:<12} {layout_text(layout)}")
-            calls.lines.append("  values       " + ", ".join(f"{k}: {v}" for k, v in args.value_encoders.items()))
+            calls.lines.append("  values       "
+                               + ", ".join(f"{k}: {v}" for k, v in args.value_encoders.items()))
         if tc.wrappers:
-            calls.lines.append(f"wrappers       {', '.join(map(repr, tc.wrappers))}   (written before some kinds of call only)")
+            calls.lines.append(f"wrappers       {', '.join(map(repr, tc.wrappers))}   (written "
+                               "before some kinds of call only)")
         if tc.instructed_bare or tc.instructed_separators:
             told = (["without the section's markers"] if tc.instructed_bare else []) + \
                 [f"separated by {sep!r}" for sep in tc.instructed_separators]
-            calls.lines.append(f"instructed     {', '.join(told)}   (the template's tool instructions; read too)")
+            calls.lines.append(f"instructed     {', '.join(told)}   (the template's tool "
+                               "instructions; read too)")
     else:
         calls.lines.append("the template does not render tool calls")
 
     end = Section("End of turn", [", ".join(map(repr, spec.end_of_turn)) or "none found"])
-    turns = Section("Turn layouts", [f"{kind:<18} {layout_text(layout)}" for kind, layout in spec.turns.items()])
+    turns = Section("Turn layouts", [f"{kind:<18} {layout_text(layout)}"
+                                     for kind, layout in spec.turns.items()])
     sections = [modes, reasoning, content, calls, end, turns]
     if spec.unproved:  # (compile --allow-partial: what this parser is known not to read)
-        sections.append(Section("Not proved: the parser does not read back these turns of the template",
+        sections.append(Section("Not proved: the parser does not read back "
+                                "these turns of the template",
                                 [f"- {line}" for line in spec.unproved]))
     return sections
 
@@ -87,7 +96,8 @@ def provenance_sections(spec: ProtocolSpec) -> list[Section]:
     """Why the probe believes each marker, the overrides applied, the warnings."""
     sections = []
     if spec.evidence:
-        sections.append(Section("Evidence", [f"{key}: {why}" for key, why in spec.evidence.items()]))
+        sections.append(Section("Evidence", [f"{key}: {why}"
+                                             for key, why in spec.evidence.items()]))
     for title, lines in (("Overrides", spec.overrides), ("Warnings", spec.warnings)):
         if lines:
             sections.append(Section(title, [f"- {line}" for line in lines]))
@@ -113,4 +123,5 @@ def as_comment(sections: list[Section]) -> list[str]:
     return out
 
 
-__all__ = ["Section", "as_comment", "as_text", "layout_text", "protocol_sections", "provenance_sections"]
+__all__ = ["Section", "as_comment", "as_text", "layout_text", "protocol_sections",
+           "provenance_sections"]

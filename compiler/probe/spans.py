@@ -79,11 +79,13 @@ class Boundaries:
         return i
 
     def split_common_suffix(self, a: str, b: str) -> int:
-        """Length of the common suffix of a and b, shrunk until it starts where a marker may start."""
+        """Length of the common suffix of a and b, shrunk until it starts where a marker may
+        start."""
         n = common_suffix_length(a, b)
         if n == len(a) or n == len(b):
             return n
-        while n > 0 and not (self.is_split_point(a, len(a) - n) and self.is_split_point(b, len(b) - n)):
+        while n > 0 and not (self.is_split_point(a, len(a) - n)
+                             and self.is_split_point(b, len(b) - n)):
             n -= 1
         return n
 

@@ -8,12 +8,13 @@ used, `spec.format(turn)` must equal the assistant span the template itself rend
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
+from ..source.render import fixed_clock
+from ..source.template import ChatTemplate
+from ..spec import ProtocolSpec, SpecError
 from .conversations import FRESH, Call, ShapedRenderer, Turn, tool_definition
 from .renders import assistant_spans
-from ..source.render import fixed_clock
-from ..spec import ProtocolSpec, SpecError
-from ..source.template import ChatTemplate
 
 TYPED_ARGUMENTS = {"amount": "EUR 12", "count": 3, "rate": 1.08, "exact": False, "note": None,
                    "options": {"round": True, "places": 2}, "tags": ["fx", "daily"]}
@@ -38,12 +39,13 @@ def standard_turns() -> dict[str, Turn]:
 
 
 def _message(turn: Turn) -> dict:
-    message = {"role": "assistant", "content": turn.content}
+    message: dict[str, Any] = {"role": "assistant", "content": turn.content}
     if turn.reasoning:
         message["reasoning_content"] = turn.reasoning
     if turn.calls:
         message["tool_calls"] = [
-            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in turn.calls
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in turn.calls
         ]
     return message
 
@@ -59,7 +61,8 @@ def verify(template: ChatTemplate, spec: ProtocolSpec) -> list[Check]:
     """Format each standard turn with the spec and compare with the template's own render."""
     from .derive import PLACEHOLDER_TOKENS
 
-    template = template.with_tokens(**{k: v for k, v in PLACEHOLDER_TOKENS.items() if k not in template.named_tokens})
+    template = template.with_tokens(**{k: v for k, v in PLACEHOLDER_TOKENS.items()
+                                       if k not in template.named_tokens})
     tools = [tool_definition(n, [FRESH.key1, FRESH.key2]) for n in FRESH.names]
     renderer = ShapedRenderer.for_label(template, tools, spec.shape)
     turns = standard_turns()
@@ -71,15 +74,18 @@ def verify(template: ChatTemplate, spec: ProtocolSpec) -> list[Check]:
     checks = []
     for name, turn in turns.items():
         expected = spans.get(name)
+        got: str | SpecError
         try:
             got = spec.format(_message(turn))
         except SpecError as e:
             got = e
         if expected is None:
             ok = isinstance(got, SpecError)
-            checks.append(Check(name, ok, "the template cannot render it" + ("" if ok else "; the spec can")))
+            checks.append(Check(name, ok, "the template cannot render it"
+                                + ("" if ok else "; the spec can")))
         elif isinstance(got, SpecError):
             checks.append(Check(name, False, f"spec: {got}"))
         else:
-            checks.append(Check(name, got == expected, "" if got == expected else f"template {expected!r}\n spec   {got!r}"))
+            differs = "" if got == expected else f"template {expected!r}\n spec   {got!r}"
+            checks.append(Check(name, got == expected, differs))
     return checks

@@ -27,7 +27,7 @@ def _call_variables(tree: nodes.Template) -> set[str]:
     names: set[str] = set()
     for _ in range(3):
         for loop in tree.find_all(nodes.For):
-            iterated = loop.iter
+            iterated: nodes.Node | None = loop.iter
             while isinstance(iterated, nodes.Filter):
                 iterated = iterated.node
             if isinstance(loop.target, nodes.Name) and (_is_tool_calls(iterated) or (
@@ -41,21 +41,23 @@ def _assigned_calls(tree: nodes.Template, names: set[str]) -> set[str]:
     """`set` targets whose value is a call, a field of one, or the calls themselves."""
     found = set()
     for assign in tree.find_all(nodes.Assign):
-        value = assign.node
+        value: nodes.Node | None = assign.node
         while isinstance(value, nodes.Filter):
             value = value.node
-        if isinstance(assign.target, nodes.Name) and (_a_calls_data(value, names) or _is_tool_calls(value)):
+        if isinstance(assign.target, nodes.Name) and (_a_calls_data(value, names)
+                                                      or _is_tool_calls(value)):
             found.add(assign.target.name)
     return found
 
 
-def _is_tool_calls(node: nodes.Node) -> bool:
+def _is_tool_calls(node: nodes.Node | None) -> bool:
     return (isinstance(node, nodes.Getattr) and node.attr == "tool_calls") or (
-        isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Const) and node.arg.value == "tool_calls") or (
+        isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Const)
+        and node.arg.value == "tool_calls") or (
         isinstance(node, nodes.Name) and node.name == "tool_calls")
 
 
-def _a_calls_data(node: nodes.Node, names: set[str]) -> bool:
+def _a_calls_data(node: nodes.Node | None, names: set[str]) -> bool:
     """Whether `node` is one of the message's calls or a field of one (`tool_call.name`,
     `tool_call['function']['arguments'] | tojson`, `message.tool_calls[0].function`)."""
     while isinstance(node, (nodes.Filter, nodes.Getattr, nodes.Getitem)):
@@ -85,8 +87,9 @@ def call_wrappers(source: str, spec: ProtocolSpec, boundaries: Boundaries) -> li
     for add in tree.find_all(nodes.Add):
         pairs.append((add.left, _leftmost_data(add.right)))
     for output in tree.find_all((nodes.Output, nodes.Concat)):
+        assert isinstance(output, (nodes.Output, nodes.Concat))  # (what find_all finds)
         pieces = output.nodes
-        pairs += [(a, _leftmost_data(b)) for a, b in zip(pieces, pieces[1:])]
+        pairs += [(a, _leftmost_data(b)) for a, b in zip(pieces, pieces[1:], strict=False)]
     own = [*spec.end_of_turn, spec.content_start, spec.content_end, spec.tool_calls.section_start,
            spec.tool_calls.section_end, spec.tool_calls.separator,
            *[p for layout in spec.turns.values() for p in layout if isinstance(p, str)],
@@ -98,11 +101,13 @@ def call_wrappers(source: str, spec: ProtocolSpec, boundaries: Boundaries) -> li
         # (a constant that is the tail of a concatenation: its last piece is the constant)
         while isinstance(left, nodes.Add):
             left = left.right
-        if not isinstance(left, nodes.Const) or not isinstance(left.value, str) or not _a_calls_data(right, names):
+        if not isinstance(left, nodes.Const) or not isinstance(left.value, str) \
+                or not _a_calls_data(right, names):
             continue
         marker = left.value.strip()
         if not marker or first_marker(marker, boundaries) != marker or marker[:1] not in "<[" \
-                or not any(c.isalnum() for c in marker) or any(marker in text for text in own if text):
+                or not any(c.isalnum() for c in marker) \
+                or any(marker in text for text in own if text):
             continue
         found.add(marker)
     return sorted(found)

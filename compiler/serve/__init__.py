@@ -19,5 +19,6 @@ from .llama_server import LlamaServer
 from .requests import ChatRequest, RequestError, parse_request
 from .upstream import Completion, EngineKind, Finished, Limits, Upstream, UpstreamError
 
-__all__ = ["DIALECTS", "ChatRequest", "Completion", "Dialect", "EngineKind", "Finished", "Limits", "LlamaServer",
-           "OpenAICompletions", "RequestError", "Upstream", "UpstreamError", "create_app", "parse_request", "upstream_for"]
+__all__ = ["DIALECTS", "ChatRequest", "Completion", "Dialect", "EngineKind", "Finished", "Limits",
+           "LlamaServer", "OpenAICompletions", "RequestError", "Upstream", "UpstreamError",
+           "create_app", "parse_request", "upstream_for"]

@@ -17,7 +17,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable
 from contextlib import aclosing
+from typing import TypeVar
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -28,6 +30,7 @@ from starlette.routing import Route
 from ..bridge import Attempt, feedback_messages, reply_errors
 from ..bridge.transcripts import Identity, Recorder, TranscriptFolder
 from ..errors import TplparseError
+from ..runtime import StreamParser
 from ..source import ChatTemplate
 from . import responses
 from .plan import Plan, plan
@@ -60,7 +63,8 @@ def create_app(template: ChatTemplate, upstream: Upstream, model_name: str,
             return _error(500, f"internal error: {type(e).__name__}: {e}")
 
     async def models(request: Request):
-        return JSONResponse({"object": "list", "data": [{"id": model_name, "object": "model", "created": 0,
+        return JSONResponse({"object": "list",
+                             "data": [{"id": model_name, "object": "model", "created": 0,
                                                          "owned_by": "tplparse"}]})
 
     async def health(request: Request):
@@ -80,20 +84,24 @@ def create_app(template: ChatTemplate, upstream: Upstream, model_name: str,
     return app
 
 
-async def _chat_completions(request: Request, template: ChatTemplate, upstream: Upstream, model_name: str,
-                            record: TranscriptFolder | None):
+async def _chat_completions(request: Request, template: ChatTemplate, upstream: Upstream,
+                            model_name: str, record: TranscriptFolder | None):
     """One request: the body read and checked, then planned and generated while the client
     waits (a client that goes away cancels what is left)."""
     chat = parse_request(parse_body(await _body(request)))
     if chat.model is not None and chat.model != model_name:
-        raise RequestError("model", f"model {chat.model!r} is not served here (this is {model_name!r})", 404)
+        raise RequestError("model", f"model {chat.model!r} is not served here "
+                                    f"(this is {model_name!r})", 404)
     if chat.stream:
-        prepared = await _cancelled_on_disconnect(request, _prepared(template, upstream, chat, chat.messages))
+        prepared = await _cancelled_on_disconnect(
+            request, _prepared(template, upstream, chat, chat.messages))
         if prepared is None:
             return _error(499, "the client closed the request")
-        return StreamingResponse(_events(upstream, model_name, *prepared, record), media_type="text/event-stream",
+        return StreamingResponse(_events(upstream, model_name, *prepared, record),
+                                 media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache"})
-    answer = await _cancelled_on_disconnect(request, _served(template, upstream, model_name, chat, record))
+    answer = await _cancelled_on_disconnect(request,
+                                            _served(template, upstream, model_name, chat, record))
     if answer is None:  # the client went away: its work was cancelled, nobody reads this
         return _error(499, "the client closed the request")
     return JSONResponse(answer)
@@ -124,33 +132,38 @@ async def _served(template: ChatTemplate, upstream: Upstream, model: str, chat: 
     return await _answer(template, upstream, model, chat, planned, completion, record)
 
 
-async def _prepared(template: ChatTemplate, upstream: Upstream, chat: ChatRequest, messages: list) -> tuple[Plan, Completion]:
+async def _prepared(template: ChatTemplate, upstream: Upstream, chat: ChatRequest,
+                    messages: list) -> tuple[Plan, Completion]:
     """The plan (in a worker thread) and the upstream request, max_tokens capped to what the
     context leaves after the prompt (a shorter answer beats an engine error)."""
     try:
         planned = await run_in_threadpool(plan, template, chat, messages, upstream.grammar_form)
     except TplparseError as e:  # the template refused the conversation (roles, content, ...)
-        raise RequestError("messages", f"the chat template cannot render this conversation: {e}") from e
+        raise RequestError("messages",
+                           f"the chat template cannot render this conversation: {e}") from e
     limits = await upstream.limits()
     planned.upstream_model = limits.model
     text = _sent_prompt(planned, limits)
     if chat.max_tokens is not None and _surely_fits(text, chat.max_tokens, limits):
         # No count before generating (a round trip that made each of 16 concurrent requests
         # wait for the others' /tokenize): the usage takes the upstream's own count.
-        return planned, Completion(text, chat.max_tokens, planned.stop, planned.grammar, chat.sampling)
+        return planned, Completion(text, chat.max_tokens, planned.stop, planned.grammar,
+                                   chat.sampling)
     await _probe_length(upstream, text, limits)
     prompt_tokens = await upstream.count_tokens(text)
     if prompt_tokens is None:
-        return planned, Completion(text, _uncounted_max_tokens(planned, text, chat.max_tokens, limits), planned.stop,
-                                   planned.grammar, chat.sampling)
+        return planned, Completion(text,
+                                   _uncounted_max_tokens(planned, text, chat.max_tokens, limits),
+                                   planned.stop, planned.grammar, chat.sampling)
     room = limits.context - prompt_tokens
     if room < 1:
-        raise RequestError("messages", f"the prompt is {prompt_tokens} tokens and the upstream's context is "
-                                       f"{limits.context}: no room for an answer")
+        raise RequestError("messages", f"the prompt is {prompt_tokens} tokens and the upstream's "
+                                       f"context is {limits.context}: no room for an answer")
     max_tokens = room if chat.max_tokens is None else min(chat.max_tokens, room)
     if chat.max_tokens is not None and chat.max_tokens > room:
-        planned.notes.append(f"max_tokens {chat.max_tokens} capped to {room}: the upstream's context is {limits.context} "
-                             f"tokens and the prompt takes {prompt_tokens}")
+        planned.notes.append(f"max_tokens {chat.max_tokens} capped to {room}: the "
+                             f"upstream's context is {limits.context} tokens and the "
+                             f"prompt takes {prompt_tokens}")
     planned.prompt_tokens = prompt_tokens
     return planned, Completion(text, max_tokens, planned.stop, planned.grammar, chat.sampling)
 
@@ -164,23 +177,29 @@ def _surely_fits(text: str, max_tokens: int, limits: Limits) -> bool:
     """Whether the prompt and `max_tokens` fit the context whatever the tokenizer makes of the
     prompt: every token holds at least one byte of it, so it is at most its UTF-8 length (and
     the upstream's prefix) in tokens."""
-    bound = len(text.encode("utf-8", "surrogatepass")) + len(limits.prefix.encode("utf-8")) + SPARE_TOKENS
+    bound = len(text.encode("utf-8", "surrogatepass")) + len(limits.prefix.encode("utf-8")) \
+        + SPARE_TOKENS
     return bound + max_tokens <= limits.context
 
 
-def _uncounted_max_tokens(planned: Plan, text: str, max_tokens: int | None, limits: Limits) -> int | None:
+def _uncounted_max_tokens(planned: Plan, text: str, max_tokens: int | None,
+                          limits: Limits) -> int | None:
     """max_tokens for an upstream that cannot count the prompt's tokens: as asked; when not
     asked, what the context surely leaves (every token holds a byte), else None (the engine
     decides, and refuses a prompt too long for its context itself)."""
     if max_tokens is not None:
-        planned.notes.append("the upstream cannot count tokens: max_tokens is sent as asked, not capped to the context")
+        planned.notes.append("the upstream cannot count tokens: max_tokens is sent as asked, "
+                             "not capped to the context")
         return max_tokens
-    bound = len(text.encode("utf-8", "surrogatepass")) + len(limits.prefix.encode("utf-8")) + SPARE_TOKENS
+    bound = len(text.encode("utf-8", "surrogatepass")) + len(limits.prefix.encode("utf-8")) \
+        + SPARE_TOKENS
     if limits.context - bound >= 1:
-        planned.notes.append(f"the upstream cannot count tokens: max_tokens set to {limits.context - bound}, what its "
-                             f"context of {limits.context} surely leaves after the prompt's {bound} bytes")
+        planned.notes.append("the upstream cannot count tokens: max_tokens set to "
+                             f"{limits.context - bound}, what its context of {limits.context} "
+                             f"surely leaves after the prompt's {bound} bytes")
         return limits.context - bound
-    planned.notes.append("the upstream cannot count tokens: no max_tokens is sent (the engine's own limit holds)")
+    planned.notes.append("the upstream cannot count tokens: no max_tokens is sent (the "
+                         "engine's own limit holds)")
     return None
 
 
@@ -189,8 +208,8 @@ def _sent_prompt(planned: Plan, limits: Limits) -> str:
     before every prompt (one BOS, not two, as the template meant)."""
     text = planned.prompt.text
     if limits.prefix and text.startswith(limits.prefix):
-        planned.notes.append(f"the prompt's leading {limits.prefix!r} is left to the upstream, which puts its own "
-                             "before every prompt (one, not two)")
+        planned.notes.append(f"the prompt's leading {limits.prefix!r} is left to the upstream, "
+                             "which puts its own before every prompt (one, not two)")
         return text[len(limits.prefix):]
     return text
 
@@ -205,12 +224,13 @@ async def _probe_length(upstream: Upstream, text: str, limits: Limits) -> None:
     cut = text.rfind("\n", size // 2, size) + 1 or size
     head_tokens = await upstream.count_tokens(text[:cut])
     if head_tokens is not None and head_tokens > limits.context + 64:
-        raise RequestError("messages", f"the prompt is {len(text)} characters, and its first {cut} alone are "
-                                       f"{head_tokens} tokens; the upstream's context is {limits.context}: no room "
-                                       "for an answer")
+        raise RequestError("messages", f"the prompt is {len(text)} characters, and its first {cut} "
+                                       f"alone are {head_tokens} tokens; the upstream's context is "
+                                       f"{limits.context}: no room for an answer")
 
 
-def _extra(planned: Plan, raw: str, message: dict, errors: list, dropped: list | None = None) -> dict:
+def _extra(planned: Plan, raw: str, message: dict, errors: list,
+           dropped: list | None = None) -> dict:
     """What OpenAI's shapes have no field for: how the prompt was made, the parser's errors,
     the validation's, the model's raw output (what the message was read from)."""
     extra = {"notes": planned.notes, "errors": message.get("errors") or [],
@@ -232,22 +252,25 @@ class _Reading:
                  record: TranscriptFolder | None = None, name: str = ""):
         self._upstream, self._completion = upstream, completion
         self._record, self._name = record, name
-        self.parser = planned.prompt.parser(planned.calls)
+        self.parser: StreamParser | Recorder = planned.prompt.parser(planned.calls)
+        self._recorder: Recorder | None = None
         if record is not None:
             spec = planned.prompt.spec
-            self.parser = Recorder(self.parser, Identity(spec.template_sha256, spec.template_name, spec.family,
-                                                         planned.upstream_model),
-                                   tools=planned.tools, generation_prompt=planned.prompt.generation_prompt,
-                                   writer="serve")
+            identity = Identity(spec.template_sha256, spec.template_name, spec.family,
+                                planned.upstream_model)
+            self.parser = self._recorder = Recorder(
+                self.parser, identity, tools=planned.tools,
+                generation_prompt=planned.prompt.generation_prompt, writer="serve")
         self.raw: list[str] = []
         self.finished: Finished | None = None
 
     def end(self, reason: str) -> list[dict]:
         deltas = self.parser.end(reason)
-        if self._record is not None:
+        if self._record is not None and self._recorder is not None:
             try:
-                self._record.write(self.parser.transcript(), self._name)
-            except OSError as e:  # the answer goes out all the same; the operator reads why in the log
+                self._record.write(self._recorder.transcript(), self._name)
+            except OSError as e:
+                # the answer goes out all the same; the operator reads why in the log
                 log.warning("cannot write a transcript into %s: %s", self._record.path, e)
         return deltas
 
@@ -283,7 +306,8 @@ async def _events(upstream: Upstream, model: str, planned: Plan, completion: Com
         yield responses.sse(responses.error_body(e.status, e.message))
         yield responses.sse("[DONE]")
         return
-    except Exception as e:  # a bug of the bridge's own: said as an event, and the stream ends as streams do
+    except Exception as e:
+        # a bug of the bridge's own: said as an event, and the stream ends as streams do
         log.exception("unexpected error in a stream")
         yield responses.sse(responses.error_body(500, f"internal error: {type(e).__name__}: {e}"))
         yield responses.sse("[DONE]")
@@ -299,16 +323,21 @@ async def _events(upstream: Upstream, model: str, planned: Plan, completion: Com
     yield responses.sse("[DONE]")
 
 
-async def _last_chunk(reading: "_Reading", planned: Plan, cid: str, model: str, created: int, dropped: list) -> list[bytes]:
+async def _last_chunk(reading: _Reading, planned: Plan, cid: str, model: str, created: int,
+                      dropped: list) -> list[bytes]:
     """What the parser held at the end, then the chunk with the finish reason, the usage and
     what OpenAI has no field for."""
     parser, finished = reading.parser, reading.finished
+    assert finished is not None  # (an upstream's generation ends with one, or raises)
     out = [_chunk_of(delta, cid, model, created, dropped) for delta in reading.end(finished.reason)]
     message = parser.message
-    errors = await run_in_threadpool(reply_errors, message, planned.tools, planned.schema, planned.choice)  # (regexes may be slow)
-    last = responses.chunk(cid, model, created, {}, responses.finish_reason(message, finished.reason),
+    errors = await run_in_threadpool(reply_errors, message, planned.tools, planned.schema,
+                                     planned.choice)  # (regexes may be slow)
+    last = responses.chunk(cid, model, created, {},
+                           responses.finish_reason(message, finished.reason),
                            _extra(planned, "".join(reading.raw), message, errors, dropped))
-    last["usage"] = responses.usage(planned.prompt_tokens or finished.prompt_tokens, finished.completion_tokens)
+    last["usage"] = responses.usage(planned.prompt_tokens or finished.prompt_tokens,
+                                    finished.completion_tokens)
     out.append(responses.sse(last))
     return out
 
@@ -320,23 +349,28 @@ def _chunk_of(delta: dict, cid: str, model: str, created: int, dropped: list) ->
     out, drop = responses.stream_delta(delta)
     if drop is not None:
         dropped.append(drop)
-        return responses.sse(responses.chunk(cid, model, created, {}, extra={"tool_call_error": drop}))
+        return responses.sse(responses.chunk(cid, model, created, {},
+                                             extra={"tool_call_error": drop}))
     return responses.sse(responses.chunk(cid, model, created, out))
 
 
-async def _generated(upstream: Upstream, planned: Plan, completion: Completion, record: TranscriptFolder | None = None,
+async def _generated(upstream: Upstream, planned: Plan, completion: Completion,
+                     record: TranscriptFolder | None = None,
                      name: str = "") -> tuple[str, dict, Finished]:
     """One whole generation, read by the family's parser as it streams."""
     reading = _Reading(upstream, planned, completion, record, name)
     async with aclosing(reading.deltas()) as deltas:
         async for _ in deltas:
             pass
-    reading.end(reading.finished.reason)
-    return "".join(reading.raw), reading.parser.message, reading.finished
+    finished = reading.finished
+    assert finished is not None  # (an upstream's generation ends with one, or raises)
+    reading.end(finished.reason)
+    return "".join(reading.raw), reading.parser.message, finished
 
 
-async def _answer(template: ChatTemplate, upstream: Upstream, model: str, chat: ChatRequest, planned: Plan,
-                  completion: Completion, record: TranscriptFolder | None = None) -> dict:
+async def _answer(template: ChatTemplate, upstream: Upstream, model: str, chat: ChatRequest,
+                  planned: Plan, completion: Completion,
+                  record: TranscriptFolder | None = None) -> dict:
     """A non-streamed completion: attempt -> parse -> validate, and, when the request allows
     more attempts, again with the errors fed back; the attempts come back when it gives up."""
     attempts: list[Attempt] = []
@@ -348,7 +382,8 @@ async def _answer(template: ChatTemplate, upstream: Upstream, model: str, chat: 
                                                   f"{cid}-{len(attempts) + 1}")
         completion_tokens += finished.completion_tokens
         prompt_tokens += planned.prompt_tokens or finished.prompt_tokens
-        errors = await run_in_threadpool(reply_errors, message, planned.tools, planned.schema, planned.choice)
+        errors = await run_in_threadpool(reply_errors, message, planned.tools, planned.schema,
+                                         planned.choice)
         attempts.append(Attempt(raw, message, errors))
         if not errors or len(attempts) >= chat.max_attempts:
             break
@@ -364,11 +399,15 @@ async def _answer(template: ChatTemplate, upstream: Upstream, model: str, chat: 
         extra["attempts"] = [{"raw": a.raw, "message": responses.assistant_message(a.message),
                               "errors": [e.describe() for e in a.errors]} for a in attempts]
         extra["gave_up"] = bool(errors)
-    return responses.completion(cid, model, message, responses.finish_reason(message, finished.reason),
+    return responses.completion(cid, model, message,
+                                responses.finish_reason(message, finished.reason),
                                 responses.usage(prompt_tokens, completion_tokens), extra)
 
 
-async def _cancelled_on_disconnect(request: Request, work):
+_T = TypeVar("_T")
+
+
+async def _cancelled_on_disconnect(request: Request, work: Awaitable[_T]) -> _T | None:
     """Run `work`; cancel it (and with it the upstream generation) if the client goes away
     (then None)."""
     task = asyncio.ensure_future(work)

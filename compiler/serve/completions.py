@@ -17,15 +17,24 @@ from the caller (`context`, the `--context` flag); token counts from the engine'
 
 from __future__ import annotations
 
+from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from dataclasses import dataclass, field
-from typing import AsyncIterator, NamedTuple
+from typing import NamedTuple
 
 import httpx
 
 from ..bridge.grammar import GrammarForm, RequestGrammar
-from .upstream import (Completion, EngineKind, Finished, HttpUpstream, Limits, UpstreamError, decoded_json,
-                       token_count)
+from .upstream import (
+    Completion,
+    EngineKind,
+    Finished,
+    HttpUpstream,
+    Limits,
+    UpstreamError,
+    decoded_json,
+    token_count,
+)
 
 
 @dataclass(frozen=True)
@@ -35,15 +44,16 @@ class Dialect:
     kind: EngineKind
     grammar_form: GrammarForm | None  # the grammar the engine reads; None: it is sent none
     grammar_path: tuple[str, ...] = ()  # where the grammar's text goes in the request body
-    extra: dict = field(default_factory=dict)  # body fields that keep the output as the model wrote it
+    # body fields that keep the output as the model wrote it
+    extra: dict = field(default_factory=dict)
     tokenize: bool = False  # the engine has vLLM's /tokenize and /detokenize
 
     def constraint(self, grammar: RequestGrammar | None) -> dict:
         """The body fields that carry `grammar` ({} when there is none to send)."""
         if grammar is None or not self.grammar_path:
             return {}
-        fields: dict = grammar.text
-        for key in reversed(self.grammar_path):
+        fields: dict = {self.grammar_path[-1]: grammar.text}
+        for key in reversed(self.grammar_path[:-1]):
             fields = {key: fields}
         return fields
 
@@ -53,7 +63,8 @@ class Dialect:
 _RAW_TEXT = {"skip_special_tokens": False, "spaces_between_special_tokens": False}
 
 DIALECTS = {
-    EngineKind.VLLM: Dialect(EngineKind.VLLM, GrammarForm.LARK, ("structured_outputs", "grammar"), _RAW_TEXT, True),
+    EngineKind.VLLM: Dialect(EngineKind.VLLM, GrammarForm.LARK, ("structured_outputs", "grammar"),
+                             _RAW_TEXT, True),
     EngineKind.SGLANG: Dialect(EngineKind.SGLANG, GrammarForm.GBNF, ("ebnf",), _RAW_TEXT, True),
     EngineKind.OPENAI_COMPLETIONS: Dialect(EngineKind.OPENAI_COMPLETIONS, None),
 }
@@ -66,8 +77,8 @@ class OpenAICompletions(HttpUpstream):
     """An engine's OpenAI `/v1/completions` (streamed, with `stream_options.include_usage`),
     spoken in `dialect`; `context` (tokens) where `/v1/models` does not say it."""
 
-    def __init__(self, url: str, dialect: Dialect, timeout: float = 120.0, context: int | None = None,
-                 client: httpx.AsyncClient | None = None):
+    def __init__(self, url: str, dialect: Dialect, timeout: float = 120.0,
+                 context: int | None = None, client: httpx.AsyncClient | None = None):
         super().__init__(url, timeout, client)
         self.dialect, self._context = dialect, context
         self.grammar_form = dialect.grammar_form
@@ -78,8 +89,9 @@ class OpenAICompletions(HttpUpstream):
             model, context = await self._served_model()
             context = self._context or context
             if context is None:
-                raise UpstreamError(502, f"the upstream's /v1/models does not say its context size (max_model_len) for "
-                                         f"{model!r}: start tplparse serve with --context TOKENS")
+                raise UpstreamError(502, "the upstream's /v1/models does not say its context "
+                                         f"size (max_model_len) for {model!r}: start tplparse "
+                                         "serve with --context TOKENS")
             self._limits = Limits(context, model, await self._prefix(model))
         return self._limits
 
@@ -91,7 +103,8 @@ class OpenAICompletions(HttpUpstream):
                 or not isinstance(data[0].get("id"), str):
             raise UpstreamError(502, "the upstream's /v1/models lists no model")
         length = data[0].get("max_model_len")
-        return data[0]["id"], length if isinstance(length, int) and not isinstance(length, bool) and length > 0 else None
+        usable = isinstance(length, int) and not isinstance(length, bool) and length > 0
+        return data[0]["id"], length if usable else None
 
     async def _prefix(self, model: str) -> str:
         """What the engine puts before every prompt (its tokenizer's BOS), as text: the tokens
@@ -115,12 +128,16 @@ class OpenAICompletions(HttpUpstream):
         if not self._can_tokenize:
             return None
         try:
-            response = await self._client.post("/tokenize", json={"model": model, "prompt": text, "add_special_tokens": True})
+            response = await self._client.post("/tokenize",
+                                               json={"model": model, "prompt": text,
+                                                     "add_special_tokens": True})
         except httpx.TimeoutException as e:
-            raise UpstreamError(504, f"the upstream {self.url} did not answer /tokenize in time ({type(e).__name__})") from e
+            raise UpstreamError(504, f"the upstream {self.url} did not answer /tokenize in "
+                                     f"time ({type(e).__name__})") from e
         except httpx.HTTPError as e:
             raise UpstreamError(502, f"the upstream {self.url} cannot be reached: {e}") from e
-        if response.status_code == 404:  # an engine without the route: counted by nobody, said in the notes
+        if response.status_code == 404:
+            # an engine without the route: counted by nobody, said in the notes
             self._can_tokenize = False
             return None
         tokens = decoded_json(response, "/tokenize", self.url).get("tokens")
@@ -133,11 +150,12 @@ class OpenAICompletions(HttpUpstream):
 
     def body(self, completion: Completion, model: str) -> dict:
         """The request body for `completion`."""
-        return {"model": model, "prompt": completion.prompt, "max_tokens": completion.max_tokens, "stream": True,
-                "stream_options": {"include_usage": True}, "stop": completion.stop, **self.dialect.extra,
+        return {"model": model, "prompt": completion.prompt, "max_tokens": completion.max_tokens,
+                "stream": True, "stream_options": {"include_usage": True}, "stop": completion.stop,
+                **self.dialect.extra,
                 **self.dialect.constraint(completion.grammar), **completion.sampling}
 
-    async def generate(self, completion: Completion) -> AsyncIterator[str | Finished]:
+    async def generate(self, completion: Completion) -> AsyncGenerator[str | Finished, None]:
         body = self.body(completion, (await self.limits()).model)
         reason, usage = None, {}
         async with aclosing(self._events("/v1/completions", body)) as events:
@@ -151,7 +169,8 @@ class OpenAICompletions(HttpUpstream):
                         reason = piece.finish
         if reason is None:
             raise UpstreamError(502, "the upstream's stream ended before it said why it stopped")
-        yield Finished(reason, token_count(usage, "prompt_tokens"), token_count(usage, "completion_tokens"))
+        yield Finished(reason, token_count(usage, "prompt_tokens"),
+                       token_count(usage, "completion_tokens"))
 
 
 class Piece(NamedTuple):
@@ -169,12 +188,14 @@ def _pieces(event: dict) -> list[Piece]:
     out = []
     for choice in choices:
         if not isinstance(choice, dict) or choice.get("index", 0) != 0:
-            raise UpstreamError(502, "the upstream sent a choice tplparse did not ask for (one completion is asked)")
+            raise UpstreamError(502, "the upstream sent a choice tplparse did not ask for "
+                                     "(one completion is asked)")
         text = choice.get("text") or ""
         if not isinstance(text, str):
             raise UpstreamError(502, "the upstream sent a choice whose text is not text")
         finish = choice.get("finish_reason")
         if finish is not None and finish not in FINISH_REASONS:
-            raise UpstreamError(502, f"the upstream stopped for a reason tplparse does not know: {finish!r}")
+            raise UpstreamError(502, "the upstream stopped for a reason tplparse "
+                                     f"does not know: {finish!r}")
         out.append(Piece(text, FINISH_REASONS.get(finish) if finish is not None else None))
     return out

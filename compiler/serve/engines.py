@@ -8,7 +8,8 @@ from .llama_server import LlamaServer
 from .upstream import EngineKind, Upstream
 
 
-def upstream_for(kind: EngineKind | str, url: str, timeout: float = 120.0, context: int | None = None) -> Upstream:
+def upstream_for(kind: EngineKind | str, url: str, timeout: float = 120.0,
+                 context: int | None = None) -> Upstream:
     """The upstream of engine `kind` at `url`; `context` (tokens) where the engine does not
     say its own (llama-server always does: its /props)."""
     kind = EngineKind(kind)

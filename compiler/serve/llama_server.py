@@ -4,8 +4,8 @@ the grammar as llama-server's own request fields (GBNF, lazy with its triggers f
 
 from __future__ import annotations
 
+from collections.abc import AsyncGenerator
 from contextlib import aclosing
-from typing import AsyncIterator
 
 from ..bridge.grammar import GrammarForm
 from .upstream import Completion, Finished, HttpUpstream, Limits, UpstreamError, token_count
@@ -25,7 +25,8 @@ class LlamaServer(HttpUpstream):
             props = await self._json("GET", "/props")
             try:
                 context = int(props["default_generation_settings"]["n_ctx"])
-                model = str(props.get("model_alias") or props.get("model_path") or "llama-server").rsplit("/", 1)[-1]
+                model = str(props.get("model_alias") or props.get("model_path")
+                            or "llama-server").rsplit("/", 1)[-1]
             except (KeyError, TypeError, ValueError) as e:
                 raise UpstreamError(502, f"the upstream's /props has no context size ({e})") from e
             self._limits = Limits(context, model, await self._prefix())
@@ -49,7 +50,9 @@ class LlamaServer(HttpUpstream):
     async def _tokens(self, text: str) -> list:
         # As /completion tokenizes a prompt: special tokens parsed, the model's BOS added
         # when its vocabulary asks for one.
-        answer = await self._json("POST", "/tokenize", json={"content": text, "add_special": True, "parse_special": True})
+        answer = await self._json("POST", "/tokenize",
+                                  json={"content": text, "add_special": True,
+                                        "parse_special": True})
         tokens = answer.get("tokens")
         if not isinstance(tokens, list):
             raise UpstreamError(502, "the upstream's /tokenize answered no token list")
@@ -58,10 +61,12 @@ class LlamaServer(HttpUpstream):
     async def healthy(self) -> bool:
         return await self._healthy("/health")
 
-    async def generate(self, completion: Completion) -> AsyncIterator[str | Finished]:
+    async def generate(self, completion: Completion) -> AsyncGenerator[str | Finished, None]:
         constraint = completion.grammar.fields if completion.grammar is not None else {}
-        body = {"prompt": completion.prompt, "n_predict": -1 if completion.max_tokens is None else completion.max_tokens,
-                "stream": True, "cache_prompt": True, "stop": completion.stop, **constraint, **completion.sampling}
+        n_predict = -1 if completion.max_tokens is None else completion.max_tokens
+        body = {"prompt": completion.prompt, "n_predict": n_predict, "stream": True,
+                "cache_prompt": True, "stop": completion.stop, **constraint,
+                **completion.sampling}
         async with aclosing(self._events("/completion", body)) as events:
             async for event in events:
                 text = event.get("content", "")
@@ -70,9 +75,12 @@ class LlamaServer(HttpUpstream):
                 if text:
                     yield text
                 if event.get("stop") is True:
-                    reason = STOP_TYPES.get(event.get("stop_type"))
+                    stop_type = event.get("stop_type")
+                    reason = STOP_TYPES.get(stop_type) if isinstance(stop_type, str) else None
                     if reason is None:
-                        raise UpstreamError(502, f"the upstream stopped for an unknown reason {event.get('stop_type')!r}")
-                    yield Finished(reason, token_count(event, "tokens_evaluated"), token_count(event, "tokens_predicted"))
+                        raise UpstreamError(502, "the upstream stopped for an unknown reason "
+                                                 f"{event.get('stop_type')!r}")
+                    yield Finished(reason, token_count(event, "tokens_evaluated"),
+                                   token_count(event, "tokens_predicted"))
                     return
         raise UpstreamError(502, "the upstream's stream ended before it said why it stopped")

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..bridge import Prompt, prompt_for
-from ..bridge.grammar import GrammarForm, RequestGrammar, grammar_for
-from ..grammar import GrammarOptions, ToolChoice
+from ..bridge.grammar import GrammarForm, GrammarRequest, RequestGrammar, grammar_for
+from ..grammar import ToolChoice
 from ..source import ChatTemplate
 from .requests import ChatRequest, RequestError
 
@@ -21,16 +21,22 @@ from .requests import ChatRequest, RequestError
 @dataclass
 class Plan:
     prompt: Prompt
-    grammar: RequestGrammar | None  # in the upstream's form (None when nothing constrains the output)
+    # in the upstream's form (None when nothing constrains the output)
+    grammar: RequestGrammar | None
     stop: list[str]
     tools: list[dict] | None
     schema: dict | None
-    choice: ToolChoice  # the request's tool_choice (checked after generation; the grammar enforces it where there is one)
+    # the request's tool_choice (checked after generation; the grammar enforces it where there is
+    # one)
+    choice: ToolChoice
     calls: str = "deltas"  # the parser's stream of calls (the request's `calls`)
     notes: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)  # schema keywords the grammar does not enforce
-    prompt_tokens: int = 0  # counted by the upstream before generating (set by the app; 0 where the prompt surely fits)
-    upstream_model: str | None = None  # the upstream's name for its model (set by the app, for transcripts)
+    # schema keywords the grammar does not enforce
+    warnings: list[str] = field(default_factory=list)
+    # counted by the upstream before generating (set by the app; 0 where the prompt surely fits)
+    prompt_tokens: int = 0
+    # the upstream's name for its model (set by the app, for transcripts)
+    upstream_model: str | None = None
 
 
 def plan(template: ChatTemplate, request: ChatRequest, messages: list[dict] | None = None,
@@ -40,26 +46,34 @@ def plan(template: ChatTemplate, request: ChatRequest, messages: list[dict] | No
     notes, and checked after generation as always)."""
     # The tools are in the prompt whenever they are offered (with tool_choice "none" too: the
     # grammar, not the prompt, keeps the model from calling them).
-    prompt = prompt_for(template, messages or request.messages, tools=request.tools, thinking=request.thinking)
+    prompt = prompt_for(template, messages or request.messages, tools=request.tools,
+                        thinking=request.thinking)
     spec = prompt.spec
     if request.tools and request.tool_choice.mode != "none" and spec.tool_calls is None:
-        raise RequestError("tools", f"the model's template ({spec.family}) has no tool-call format: it cannot call tools")
+        raise RequestError("tools", f"the model's template ({spec.family}) has no tool-call "
+                                    "format: it cannot call tools")
     notes = list(prompt.notes)
-    options = GrammarOptions(tools=request.tools, tool_choice=request.tool_choice, parallel=request.parallel_tool_calls,
-                             mode=prompt.mode, start=prompt.start, content_schema=request.schema,
-                             reasoning_closed=prompt.reasoning_closed)
     grammar = None
     if spec.tool_calls is not None and request.tools or request.schema is not None:
         if form is None:
-            notes.append("no grammar: the upstream takes none, so tool_choice and response_format are not enforced "
-                         "while generating (the answer is still parsed and validated)")
+            notes.append("no grammar: the upstream takes none, so tool_choice and "
+                         "response_format are not enforced while generating (the answer is "
+                         "still parsed and validated)")
         else:
             try:
-                grammar = grammar_for(template, spec, options, form, check=False)
+                wanted = GrammarRequest(form, tools=request.tools, tool_choice=request.tool_choice,
+                                        parallel=request.parallel_tool_calls, mode=prompt.mode,
+                                        start=prompt.start, content_schema=request.schema,
+                                        reasoning_closed=prompt.reasoning_closed)
+                grammar = grammar_for(template, spec, wanted, check=False)
             except (ValueError, TypeError) as e:  # a schema the grammar cannot take
-                raise RequestError("response_format" if request.schema is not None else "tools", str(e)) from e
-            notes.append("lazy grammar: free text until the call opener" if grammar.fields.get("grammar_lazy")
-                         else "grammar from the first token" + ("" if form == GrammarForm.LLAMA_REQUEST else f" ({form.value})"))
+                raise RequestError("response_format" if request.schema is not None else "tools",
+                                   str(e)) from e
+            if grammar.fields.get("grammar_lazy"):
+                notes.append("lazy grammar: free text until the call opener")
+            else:
+                notes.append("grammar from the first token"
+                             + ("" if form == GrammarForm.LLAMA_REQUEST else f" ({form.value})"))
     stop = list(dict.fromkeys(prompt.stop + request.stop))
-    return Plan(prompt, grammar, stop, request.tools, request.schema, request.tool_choice, request.calls, notes,
-                list(options.warnings))
+    return Plan(prompt, grammar, stop, request.tools, request.schema, request.tool_choice,
+                request.calls, notes, list(grammar.warnings) if grammar is not None else [])

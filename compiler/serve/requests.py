@@ -4,7 +4,7 @@ Everything a client sends is untrusted input: a field of the wrong type or value
 `RequestError` naming the field (HTTP 400 in OpenAI's error shape), never a guess and never
 dropped silently. Fields this bridge does not implement are refused by name, so a client
 never believes it got a behaviour it did not get. A request is held to `LIMITS` (each named
-in the README), so that no request makes the bridge or its upstream work without bound.
+in docs/serving.md), so that no request makes the bridge or its upstream work without bound.
 """
 
 from __future__ import annotations
@@ -22,11 +22,13 @@ from ..grammar.json_schema import SchemaError, add_schema, check_refs
 
 # Accepted and ignored, because they do not change what is generated here (metadata, or
 # options whose only value this bridge implements), each of OpenAI's type.
-IGNORED = {"user": str, "metadata": dict, "store": bool, "service_tier": str, "n": int, "logit_bias": dict,
-           "stream_options": dict, "prompt_cache_key": str, "safety_identifier": str}
+IGNORED = {"user": str, "metadata": dict, "store": bool, "service_tier": str, "n": int,
+           "logit_bias": dict, "stream_options": dict, "prompt_cache_key": str,
+           "safety_identifier": str}
 EXTENSIONS = {"thinking", "chat_template_kwargs", "max_attempts", "calls"}
-KNOWN = {"model", "messages", "tools", "tool_choice", "parallel_tool_calls", "response_format", "max_tokens",
-         "max_completion_tokens", "stream", "temperature", "top_p", "seed", "stop", "frequency_penalty",
+KNOWN = {"model", "messages", "tools", "tool_choice", "parallel_tool_calls", "response_format",
+         "max_tokens", "max_completion_tokens", "stream", "temperature", "top_p", "seed", "stop",
+         "frequency_penalty",
          "presence_penalty"} | set(IGNORED) | EXTENSIONS
 ROLES = {"system", "developer", "user", "assistant", "tool"}
 MODES = ("auto", "required", "none")
@@ -37,14 +39,16 @@ TOOL_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 @dataclass(frozen=True)
 class RequestLimits:
-    """What one request may hold (README: tplparse serve, limits)."""
+    """What one request may hold (docs/serving.md: the limits a request is held to)."""
 
     body_bytes: int = 2 * 1024 * 1024  # the body, as sent (a larger one is a 413)
     depth: int = 64  # how deeply the body's JSON nests
     messages: int = 4096
     tools: int = 128  # OpenAI's
-    enum_values: int = 1000  # in one schema, all its enums together (OpenAI's, for structured outputs)
-    max_tokens: int = 2**31 - 1  # what an engine's token count holds (llama.cpp's n_predict is 32-bit)
+    # in one schema, all its enums together (OpenAI's, for structured outputs)
+    enum_values: int = 1000
+    # what an engine's token count holds (llama.cpp's n_predict is 32-bit)
+    max_tokens: int = 2**31 - 1
     stops: int = 4  # OpenAI's
 
 
@@ -99,7 +103,9 @@ def _int(text: str):
 
 def _float(text: str):
     value = float(text)
-    return value if value not in (float("inf"), float("-inf")) else _BadNumber(text, f"{text[:20]} is too large a number")
+    if value in (float("inf"), float("-inf")):
+        return _BadNumber(text, f"{text[:20]} is too large a number")
+    return value
 
 
 def _constant(text: str):
@@ -127,10 +133,12 @@ def _check_values(value, where: str, depth: int, limit: int) -> None:
         raise RequestError(where, f"{where or 'the request body'}: {value.why}")
     elif isinstance(value, (dict, list)):
         if depth >= limit:
-            raise RequestError(where, f"{where}: the request body nests more than {limit} levels deep")
+            raise RequestError(where, f"{where}: the request body nests more "
+                                      f"than {limit} levels deep")
         items = value.items() if isinstance(value, dict) else enumerate(value)
         for key, item in items:
-            inner = f"{where}[{key}]" if isinstance(value, list) else f"{where}.{key}" if where else str(key)
+            inner = f"{where}[{key}]" if isinstance(value, list) \
+                else f"{where}.{key}" if where else str(key)
             if isinstance(key, str):
                 _check_text(key, inner)
             _check_values(item, inner, depth + 1, limit)
@@ -140,8 +148,9 @@ def _check_text(text: str, where: str) -> None:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as e:
-        raise RequestError(where, f"{where or 'the request body'}: a lone surrogate (\\u{ord(text[e.start]):04x}) "
-                                  f"at character {e.start} is not text") from None
+        raise RequestError(where, f"{where or 'the request body'}: a lone surrogate "
+                                  f"(\\u{ord(text[e.start]):04x}) at character "
+                                  f"{e.start} is not text") from None
 
 
 # --- the fields -------------------------------------------------------------------------
@@ -164,7 +173,8 @@ def parse_request(body, limits: RequestLimits = LIMITS) -> ChatRequest:
     request.parallel_tool_calls = _optional(body, "parallel_tool_calls", bool, True)
     request.schema = _response_format(body.get("response_format"), limits)
     if request.schema is not None and tool_choice.mode not in ("auto", "none"):
-        raise RequestError("response_format", "a json_schema response and a required tool call cannot both be asked for")
+        raise RequestError("response_format", "a json_schema response and a required tool call "
+                                              "cannot both be asked for")
     request.max_tokens = _max_tokens(body, limits)
     request.stream = _optional(body, "stream", bool, False)
     for name, low, high in (("temperature", 0, 2), ("top_p", 0, 1), ("frequency_penalty", -2, 2),
@@ -185,12 +195,14 @@ def parse_request(body, limits: RequestLimits = LIMITS) -> ChatRequest:
     if not 1 <= attempts <= 10:
         raise RequestError("max_attempts", "max_attempts must be between 1 and 10")
     if attempts > 1 and request.stream:
-        raise RequestError("max_attempts", "retries are for non-streaming requests: a streamed attempt cannot be taken back")
+        raise RequestError("max_attempts", "retries are for non-streaming requests: a streamed "
+                                           "attempt cannot be taken back")
     request.max_attempts = attempts
     request.calls = _optional(body, "calls", str, "deltas")
     if request.calls not in ("deltas", "complete"):
-        raise RequestError("calls", "calls must be 'deltas' (a call's arguments as they are generated) or 'complete' "
-                                    "(each call once, when complete and valid against its tool's schema)")
+        raise RequestError("calls", "calls must be 'deltas' (a call's arguments as they are "
+                                    "generated) or 'complete' (each call once, when complete and "
+                                    "valid against its tool's schema)")
     return request
 
 
@@ -201,8 +213,9 @@ def _optional(body, name, kind, default=None, where: str | None = None):
     where = where or name
     # (bool is an int in Python: an int field does not take true / false)
     if isinstance(value, bool) and kind is not bool or not isinstance(value, kind):
-        wanted = {str: "a string", bool: "true or false", int: "an integer", dict: "an object", list: "a list"}.get(
-            kind, "a number")
+        names = {str: "a string", bool: "true or false", int: "an integer", dict: "an object",
+                 list: "a list"}
+        wanted = names.get(kind, "a number")
         raise RequestError(where, f"{where} must be {wanted}")
     return value
 
@@ -214,9 +227,10 @@ def _ignored(body) -> None:
     if body.get("n", 1) != 1:
         raise RequestError("n", "only n=1 is served")
     if body.get("logit_bias"):
-        raise RequestError("logit_bias", "logit_bias is not served (it would change what is generated)")
+        raise RequestError("logit_bias", "logit_bias is not served (it would "
+                                         "change what is generated)")
     metadata = body.get("metadata") or {}
-    for key, value in metadata.items():
+    for key in metadata:
         _optional(metadata, key, str, where=f"metadata.{key}")
     options = body.get("stream_options") or {}
     for key in options:
@@ -241,12 +255,14 @@ def _messages(messages, limits: RequestLimits) -> list[dict]:
     if not isinstance(messages, list) or not messages:
         raise RequestError("messages", "messages must be a non-empty list")
     if len(messages) > limits.messages:
-        raise RequestError("messages", f"messages holds {len(messages)} messages; the limit is {limits.messages}")
+        raise RequestError("messages", f"messages holds {len(messages)} messages; the "
+                                       f"limit is {limits.messages}")
     for i, message in enumerate(messages):
         _message(message, f"messages[{i}]")
     # Text parts are one text, as OpenAI reads them (templates that expect a string would
     # print the list, or drop it).
-    return [{**m, "content": "".join(part["text"] for part in m["content"])} if isinstance(m.get("content"), list) else m
+    return [{**m, "content": "".join(part["text"] for part in m["content"])}
+            if isinstance(m.get("content"), list) else m
             for m in messages]
 
 
@@ -255,14 +271,18 @@ def _message(message, where: str) -> None:
         raise RequestError(where, f"{where} must be an object")
     role = message.get("role")
     if not isinstance(role, str) or role not in ROLES:
-        raise RequestError(f"{where}.role", f"{where}.role must be one of " + ", ".join(sorted(ROLES)))
+        raise RequestError(f"{where}.role", f"{where}.role must be one of "
+                           + ", ".join(sorted(ROLES)))
     content = message.get("content")
     if isinstance(content, list):  # content parts: text only
         for j, part in enumerate(content):
-            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
-                raise RequestError(f"{where}.content[{j}]", f"{where}.content[{j}]: only text parts are served")
+            if not isinstance(part, dict) or part.get("type") != "text" \
+                    or not isinstance(part.get("text"), str):
+                raise RequestError(f"{where}.content[{j}]",
+                                   f"{where}.content[{j}]: only text parts are served")
     elif content is not None and not isinstance(content, str):
-        raise RequestError(f"{where}.content", f"{where}.content must be a string or a list of text parts")
+        raise RequestError(f"{where}.content", f"{where}.content must be a string "
+                                               "or a list of text parts")
     for key in ("name", "tool_call_id", "reasoning_content"):
         _optional(message, key, str, where=f"{where}.{key}")
     calls = message.get("tool_calls")
@@ -285,7 +305,8 @@ def _past_call(call, where: str) -> None:
         raise RequestError(where, f"{where} must have a function name")
     if not isinstance(function.get("arguments"), str):
         raise RequestError(f"{where}.function.arguments",
-                           f"{where}.function.arguments must be a string (the call's arguments as JSON text)")
+                           f"{where}.function.arguments must be a string (the call's "
+                           "arguments as JSON text)")
 
 
 def _tools(tools, limits: RequestLimits) -> list[dict] | None:
@@ -297,13 +318,15 @@ def _tools(tools, limits: RequestLimits) -> list[dict] | None:
         raise RequestError("tools", f"tools holds {len(tools)} tools; the limit is {limits.tools}")
     names = set()
     for i, tool in enumerate(tools):
-        function = tool.get("function") if isinstance(tool, dict) and tool.get("type", "function") == "function" else None
-        if not isinstance(function, dict) or not isinstance(function.get("name"), str) or not function["name"]:
+        function = tool.get("function") \
+            if isinstance(tool, dict) and tool.get("type", "function") == "function" else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str) \
+                or not function["name"]:
             raise RequestError(f"tools[{i}]", f"tools[{i}] must be a function with a name")
         where = f"tools[{i}].function"
         if not TOOL_NAME.fullmatch(function["name"]):
-            raise RequestError(f"{where}.name", f"{where}.name must be 1 to 64 letters, digits, '_', '-' or '.', "
-                                                f"not {function['name']!r}")
+            raise RequestError(f"{where}.name", f"{where}.name must be 1 to 64 letters, digits, "
+                                                f"'_', '-' or '.', not {function['name']!r}")
         _optional(function, "description", str, where=f"{where}.description")
         _optional(function, "strict", bool, where=f"{where}.strict")
         if function.get("parameters") is not None:
@@ -321,16 +344,19 @@ def _tool_choice(choice, tools) -> ToolChoice:
         return ToolChoice("auto" if tools else "none")
     if isinstance(choice, str):
         if choice not in MODES:
-            raise RequestError("tool_choice", "tool_choice must be auto, required, none or a named function")
+            raise RequestError("tool_choice", "tool_choice must be auto, required, "
+                                              "none or a named function")
         if choice != "none" and not tools:
             raise RequestError("tool_choice", f"tool_choice {choice!r} needs tools")
         return ToolChoice(choice)
     function = choice.get("function") if isinstance(choice, dict) else None
     name = function.get("name") if isinstance(function, dict) else None
     if not isinstance(name, str) or choice.get("type", "function") != "function":
-        raise RequestError("tool_choice", "a named tool_choice is {\"type\": \"function\", \"function\": {\"name\": ...}}")
+        raise RequestError("tool_choice", "a named tool_choice is {\"type\": \"function\", "
+                                          "\"function\": {\"name\": ...}}")
     if name not in {t["function"]["name"] for t in tools or []}:
-        raise RequestError("tool_choice", f"tool_choice names {name!r}, which is not among the tools")
+        raise RequestError("tool_choice", f"tool_choice names {name!r}, which "
+                                          "is not among the tools")
     return ToolChoice("function", name)
 
 
@@ -350,7 +376,8 @@ def _response_format(value, limits: RequestLimits) -> dict | None:
         for key, kind in (("name", str), ("description", str), ("strict", bool)):
             _optional(inner, key, kind, where=f"{where}.{key}")
         return _schema(inner.get("schema"), f"{where}.schema", limits)
-    raise RequestError("response_format", "response_format.type must be text, json_object or json_schema")
+    raise RequestError("response_format", "response_format.type must be text, "
+                                          "json_object or json_schema")
 
 
 def _schema(schema, param: str, limits: RequestLimits) -> dict:
@@ -363,10 +390,12 @@ def _schema(schema, param: str, limits: RequestLimits) -> dict:
         check_refs(schema)
         _enum_count(schema, param, limits)
         grammar = Grammar(root="value")
-        add_schema(grammar, schema, "value", [])  # (what the plan builds again, with the turn around it)
+        # (what the plan builds again, with the turn around it)
+        add_schema(grammar, schema, "value", [])
     except jsonschema.SchemaError as e:
         where = "/".join(str(p) for p in e.absolute_path)
-        raise RequestError(param, f"{param} is not a valid JSON Schema: {e.message}" + (f" (at {where})" if where else "")) from e
+        raise RequestError(param, f"{param} is not a valid JSON Schema: {e.message}"
+                           + (f" (at {where})" if where else "")) from e
     except SchemaError as e:
         raise RequestError(param, f"{param}: {e.reason} (at {e.path})") from e
     except RecursionError as e:
@@ -379,11 +408,13 @@ def _enum_count(schema: dict, param: str, limits: RequestLimits) -> None:
     every value open while their prefixes agree (10,000 took two minutes for 12 tokens)."""
     count = sum(len(values) for values in _enums(schema) if isinstance(values, list))
     if count > limits.enum_values:
-        raise RequestError(param, f"{param} holds {count} enum values; the limit is {limits.enum_values} in one schema")
+        raise RequestError(param, f"{param} holds {count} enum values; the limit is "
+                                  f"{limits.enum_values} in one schema")
 
 
 def _enums(value):
-    """Every `enum` list in a schema (found by walking it whole: values too, an over-count at worst)."""
+    """Every `enum` list in a schema (found by walking it whole: values too, an over-count at
+    worst)."""
     if isinstance(value, dict):
         for key, item in value.items():
             if key == "enum":
@@ -399,8 +430,10 @@ def _stop(stop, limits: RequestLimits) -> list[str]:
     if stop is None:
         return []
     stops = [stop] if isinstance(stop, str) else stop
-    if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops) or len(stops) > limits.stops:
-        raise RequestError("stop", f"stop must be a non-empty string or a list of up to {limits.stops} of them")
+    if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops) \
+            or len(stops) > limits.stops:
+        raise RequestError("stop", "stop must be a non-empty string or a list of up to "
+                                   f"{limits.stops} of them")
     return stops
 
 
@@ -411,11 +444,14 @@ def _thinking(body) -> bool | None:
     kwargs = body.get("chat_template_kwargs")
     if kwargs is not None:
         if not isinstance(kwargs, dict) or set(kwargs) - {"enable_thinking"}:
-            raise RequestError("chat_template_kwargs", "chat_template_kwargs takes only enable_thinking here")
+            raise RequestError("chat_template_kwargs",
+                               "chat_template_kwargs takes only enable_thinking here")
         enable = kwargs.get("enable_thinking")
         if enable is not None and not isinstance(enable, bool):
-            raise RequestError("chat_template_kwargs.enable_thinking", "enable_thinking must be true or false")
+            raise RequestError("chat_template_kwargs.enable_thinking",
+                               "enable_thinking must be true or false")
         if thinking is not None and enable is not None and thinking != enable:
-            raise RequestError("thinking", "thinking and chat_template_kwargs.enable_thinking disagree")
+            raise RequestError("thinking", "thinking and "
+                                           "chat_template_kwargs.enable_thinking disagree")
         thinking = enable if thinking is None else thinking
     return thinking

@@ -25,7 +25,8 @@ def finish_reason(message: dict, upstream_reason: str) -> str:
     return "tool_calls" if message.get("tool_calls") else "stop"
 
 
-def chunk(cid: str, model: str, created: int, delta: dict, finish: str | None = None, extra: dict | None = None) -> dict:
+def chunk(cid: str, model: str, created: int, delta: dict, finish: str | None = None,
+          extra: dict | None = None) -> dict:
     body = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
             "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
     if extra:
@@ -53,7 +54,8 @@ def assistant_message(message: dict) -> dict:
 
 def completion(cid: str, model: str, message: dict, finish: str, usage: dict, extra: dict) -> dict:
     return {"id": cid, "object": "chat.completion", "created": int(time.time()), "model": model,
-            "choices": [{"index": 0, "message": assistant_message(message), "finish_reason": finish}],
+            "choices": [{"index": 0, "message": assistant_message(message),
+                         "finish_reason": finish}],
             "usage": usage, "tplparse": extra}
 
 
@@ -70,8 +72,10 @@ def error_body(status: int, message: str, param: str | None = None) -> dict:
 
 
 def sse(data: dict | str) -> bytes:
-    text = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    text = data if isinstance(data, str) \
+        else json.dumps(data, ensure_ascii=False, separators=(",", ":"))
     # JSON may hold U+2028 / U+2029 / U+0085 raw; readers that split lines at every Unicode
     # line break would cut the event there, so they go escaped (the same JSON value).
-    text = text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029").replace("\u0085", "\\u0085")
+    text = text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029") \
+        .replace("\u0085", "\\u0085")
     return f"data: {text}\n\n".encode()

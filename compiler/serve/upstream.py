@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import AsyncIterator
 
 import httpx
 
@@ -48,10 +48,13 @@ class Completion:
     """One generation: the prompt as the template rendered it, and what constrains it."""
 
     prompt: str
-    max_tokens: int | None  # None: as many as the context leaves (an upstream that cannot count tokens)
+    # None: as many as the context leaves (an upstream that cannot count tokens)
+    max_tokens: int | None
     stop: list[str] = field(default_factory=list)
-    grammar: RequestGrammar | None = None  # in the upstream's grammar_form; None: nothing constrains
-    sampling: dict = field(default_factory=dict)  # temperature, top_p, seed, frequency/presence_penalty
+    # in the upstream's grammar_form; None: nothing constrains
+    grammar: RequestGrammar | None = None
+    # temperature, top_p, seed, frequency/presence_penalty
+    sampling: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -85,7 +88,7 @@ class Upstream(ABC):
         upstream puts before it); None when the upstream has no way to count them."""
 
     @abstractmethod
-    def generate(self, completion: Completion) -> AsyncIterator[str | Finished]:
+    def generate(self, completion: Completion) -> AsyncGenerator[str | Finished, None]:
         """Text pieces as they are generated, then one Finished. Closing the iterator early
         (the client went away) cancels the generation upstream."""
 
@@ -104,19 +107,21 @@ class HttpUpstream(Upstream):
         self.url = url.rstrip("/")
         # connect: the upstream is down; read: no token for `timeout` seconds (a long prompt
         # evaluates before the first one comes).
-        self._client = client or httpx.AsyncClient(base_url=self.url, timeout=httpx.Timeout(timeout, connect=5.0))
+        self._client = client or httpx.AsyncClient(base_url=self.url,
+                                                   timeout=httpx.Timeout(timeout, connect=5.0))
         self._limits: Limits | None = None
 
     async def _json(self, method: str, path: str, **kwargs) -> dict:
         try:
             response = await self._client.request(method, path, **kwargs)
         except httpx.TimeoutException as e:
-            raise UpstreamError(504, f"the upstream {self.url} did not answer {path} in time ({type(e).__name__})") from e
+            raise UpstreamError(504, f"the upstream {self.url} did not answer {path} in "
+                                     f"time ({type(e).__name__})") from e
         except httpx.HTTPError as e:
             raise UpstreamError(502, f"the upstream {self.url} cannot be reached: {e}") from e
         return decoded_json(response, path, self.url)
 
-    async def _events(self, path: str, body: dict) -> AsyncIterator[dict]:
+    async def _events(self, path: str, body: dict) -> AsyncGenerator[dict, None]:
         """The JSON events of a streamed POST (SSE `data:` lines), up to `data: [DONE]`."""
         try:
             async with self._client.stream("POST", path, json=body) as response:
@@ -124,18 +129,22 @@ class HttpUpstream(Upstream):
                     await response.aread()
                     decoded_json(response, path, self.url)  # raises with the upstream's message
                 async for line in _lines(response):
-                    if line.startswith("error:"):  # llama-server before late 2025 sent its errors so
-                        raise UpstreamError(502, f"the upstream failed: {_error_message(_event(line[6:]))}")
+                    if line.startswith("error:"):
+                        # llama-server before late 2025 sent its errors so
+                        raise UpstreamError(502, "the upstream failed: "
+                                                 f"{_error_message(_event(line[6:]))}")
                     if not line.strip() or not line.startswith("data:"):
                         continue  # SSE comments and the blank lines between events
                     if line[5:].strip() == "[DONE]":
                         return
                     event = _event(line[5:])
                     if isinstance(event.get("error"), dict):
-                        raise UpstreamError(502, f"the upstream failed: {event['error'].get('message')}")
+                        raise UpstreamError(502, "the upstream failed: "
+                                                 f"{event['error'].get('message')}")
                     yield event
         except httpx.TimeoutException as e:
-            raise UpstreamError(504, f"the upstream {self.url} stopped sending tokens ({type(e).__name__})") from e
+            raise UpstreamError(504, f"the upstream {self.url} stopped sending "
+                                     f"tokens ({type(e).__name__})") from e
         except httpx.HTTPError as e:
             raise UpstreamError(502, f"the upstream {self.url} failed mid-answer: {e}") from e
 
@@ -170,10 +179,12 @@ def decoded_json(response: httpx.Response, path: str, url: str) -> dict:
         body = None
     if response.status_code != 200:
         message = _message_of(body)
-        raise UpstreamError(502, f"the upstream {url} answered {path} with HTTP {response.status_code}"
+        raise UpstreamError(502, f"the upstream {url} answered {path} with HTTP "
+                                 f"{response.status_code}"
                                  + (f": {message}" if message else ""))
     if not isinstance(body, dict):
-        raise UpstreamError(502, f"the upstream {url} answered {path} with something that is not a JSON object")
+        raise UpstreamError(502, f"the upstream {url} answered {path} with something "
+                                 "that is not a JSON object")
     return body
 
 
@@ -182,7 +193,9 @@ def _message_of(body) -> str | None:
     {"message": ...} or {"detail": ...} (FastAPI)."""
     if not isinstance(body, dict):
         return None
-    error = body.get("error") if isinstance(body.get("error"), dict) else body
+    error = body.get("error")
+    if not isinstance(error, dict):
+        error = body
     message = error.get("message", error.get("detail"))
     return message if isinstance(message, str) else None
 

@@ -69,7 +69,8 @@ class GGUFMetadata:
     values: dict[str, object] = field(default_factory=dict)  # scalars and small arrays, by key
     role_tokens: dict[str, str] = field(default_factory=dict)  # "bos" -> "<s>", ...
     special_tokens: list[str] = field(default_factory=list)  # control + user-defined, by id
-    control_tokens: list[str] = field(default_factory=list)  # the control ones (never text: llama.cpp's "special")
+    # the control ones (never text: llama.cpp's "special")
+    control_tokens: list[str] = field(default_factory=list)
     vocab_size: int = 0
 
     @property
@@ -122,8 +123,9 @@ class _Cursor:
         try:
             return raw.decode("utf-8")
         except UnicodeDecodeError as e:
-            raise LoadError(f"{self.path}: {what} ({self.context}) is not valid UTF-8 (byte {e.start} of it is "
-                            f"{raw[e.start]:#04x}): it cannot be read as it was written") from None
+            raise LoadError(f"{self.path}: {what} ({self.context}) is not valid UTF-8 "
+                            f"(byte {e.start} of it is {raw[e.start]:#04x}): it cannot be "
+                            "read as it was written") from None
 
     def string_bytes(self) -> bytes:
         length = self.scalar("Q")
@@ -142,11 +144,13 @@ def _value_type(cursor: _Cursor, raw: int) -> GGUFValueType:
     try:
         return GGUFValueType(raw)
     except ValueError:
-        raise LoadError(f"{cursor.path}: corrupt GGUF file: unknown value type {raw} in {cursor.context}") from None
+        raise LoadError(f"{cursor.path}: corrupt GGUF file: unknown value type "
+                        f"{raw} in {cursor.context}") from None
 
 
 def read_gguf_metadata(path: str | os.PathLike) -> GGUFMetadata:
-    """Read the key/value metadata of the GGUF file at `path` (memory-mapped, tensor data untouched)."""
+    """Read the key/value metadata of the GGUF file at `path` (memory-mapped, tensor data
+    untouched)."""
     path = os.fspath(path)
     try:
         with open(path, "rb") as f:
@@ -176,7 +180,8 @@ def _read(buf: mmap.mmap, path: str) -> GGUFMetadata:
     cursor.offset = 4
     version = cursor.scalar("I")
     if version < 2:
-        raise LoadError(f"{path}: GGUF version {version} is not supported (only version 2 and later)")
+        raise LoadError(f"{path}: GGUF version {version} is not supported "
+                        "(only version 2 and later)")
     tensor_count = cursor.scalar("Q")
     kv_count = cursor.scalar("Q")
     meta = GGUFMetadata(path=path, version=version, tensor_count=tensor_count)
@@ -199,7 +204,8 @@ def _read(buf: mmap.mmap, path: str) -> GGUFMetadata:
         if key == Keys.Tokenizer.LIST and item_type == GGUFValueType.STRING:
             tokens_at = (cursor.offset, count)
             _skip_array(cursor, item_type, count)
-        elif key == Keys.Tokenizer.TOKEN_TYPE and item_type in (GGUFValueType.INT32, GGUFValueType.UINT32):
+        elif key == Keys.Tokenizer.TOKEN_TYPE \
+                and item_type in (GGUFValueType.INT32, GGUFValueType.UINT32):
             token_types = _read_int_array(cursor, item_type, count)
         elif count <= _SMALL_ARRAY:
             meta.values[key] = [_read_item(cursor, item_type) for _ in range(count)]
@@ -254,7 +260,8 @@ def _read_int_array(cursor: _Cursor, item_type: GGUFValueType, count: int) -> ar
     return values
 
 
-def _read_tokens(cursor: _Cursor, meta: GGUFMetadata, tokens_at: tuple[int, int], token_types) -> None:
+def _read_tokens(cursor: _Cursor, meta: GGUFMetadata, tokens_at: tuple[int, int],
+                 token_types) -> None:
     """Decode only the tokens that matter: role tokens (bos, eos, ...) and special tokens."""
     start, count = tokens_at
     meta.vocab_size = count

@@ -32,15 +32,16 @@ import signal
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, TypeVar
+from typing import TypeVar
 
 from ..errors import TemplateError, TplparseError
 
 try:
     import resource
 except ImportError:  # pragma: no cover - not on Windows
-    resource = None
+    resource = None  # type: ignore[assignment]
 
 T = TypeVar("T")
 
@@ -61,17 +62,20 @@ GRACE_SECONDS = 1.0
 
 
 def _time_budget(seconds: float):
-    """render.time_budget (imported here when a job runs: importing the isolation costs no jinja2)."""
+    """render.time_budget (imported here when a job runs: importing the isolation costs no
+    jinja2)."""
     from .render import time_budget
 
     return time_budget(seconds)
 
 
 class ChildTraceback(Exception):
-    """The traceback of an exception raised in the child (the cause of the one raised again here)."""
+    """The traceback of an exception raised in the child (the cause of the one raised again
+    here)."""
 
 
-def run_isolated(job: Callable[[], T], limits: WorkLimits = DEFAULT_WORK_LIMITS, name: str = "template") -> T:
+def run_isolated(job: Callable[[], T], limits: WorkLimits = DEFAULT_WORK_LIMITS,
+                 name: str = "template") -> T:
     """`job()`, run in a forked child under `limits`; its value, or its error raised here.
 
     Running out of time or memory is a limit `TemplateError` naming `name` and the limit
@@ -79,7 +83,8 @@ def run_isolated(job: Callable[[], T], limits: WorkLimits = DEFAULT_WORK_LIMITS,
     if not hasattr(os, "fork"):  # pragma: no cover - Windows
         with _time_budget(limits.seconds):
             return job()
-    for stream in (sys.stdout, sys.stderr):  # (what the parent buffered is written once, by the parent)
+    for stream in (sys.stdout, sys.stderr):
+        # (what the parent buffered is written once, by the parent)
         stream.flush()
     read_end, write_end = os.pipe()
     pid = _fork()
@@ -193,7 +198,8 @@ def _lower_limit(which: int, soft: int, hard: int) -> bool:
 
 
 def _error_state(error: TplparseError) -> tuple:
-    """A TplparseError as (class, args, attributes): rebuilt as it was, whatever its __init__ takes."""
+    """A TplparseError as (class, args, attributes): rebuilt as it was, whatever its __init__
+    takes."""
     return type(error), error.args, dict(error.__dict__)
 
 
@@ -202,9 +208,11 @@ def _pickled(outcome: tuple) -> bytes:
         return pickle.dumps(outcome)
     except MemoryError:
         return pickle.dumps(("memory", None))
-    except Exception as e:  # noqa: BLE001 - a value or an exception that does not pickle: a tplparse bug
+    except Exception as e:  # noqa: BLE001
+        # (a value or an exception that does not pickle: a tplparse bug)
         detail = outcome[1][1] if outcome[0] == "exception" else ""
-        return pickle.dumps(("exception", (RuntimeError(f"the child's {outcome[0]} does not pickle: {e}"), detail)))
+        error = RuntimeError(f"the child's {outcome[0]} does not pickle: {e}")
+        return pickle.dumps(("exception", (error, detail)))
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -218,7 +226,7 @@ def _write_all(fd: int, data: bytes) -> None:
 
 def _read_until(fd: int, deadline: float) -> tuple[bytes, bool]:
     """What the child writes until it closes its end (True), or what came by `deadline` (False)."""
-    chunks = []
+    chunks: list[bytes] = []
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
@@ -251,11 +259,13 @@ def _wait(pid: int) -> int:
 
 
 def _budget_error(limits: WorkLimits, name: str) -> TemplateError:
-    return _limit_error(f"the render budget of {limits.seconds:g} s is used up (the template's work was stopped)", name)
+    return _limit_error(f"the render budget of {limits.seconds:g} s is used up (the "
+                        "template's work was stopped)", name)
 
 
 def _memory_error(limits: WorkLimits, name: str) -> TemplateError:
-    return _limit_error(f"the template's work needs more than the memory limit of {limits.memory_bytes >> 20} MB", name)
+    return _limit_error("the template's work needs more than the memory limit of "
+                        f"{limits.memory_bytes >> 20} MB", name)
 
 
 def _limit_error(message: str, name: str) -> TemplateError:
@@ -293,7 +303,8 @@ def _abnormal_end(status: int, limits: WorkLimits, name: str) -> TplparseError:
             return _budget_error(limits, name)
         if number == signal.SIGINT:
             raise KeyboardInterrupt
-        return _limit_error(f"the template's work ended abnormally (killed by {signal.Signals(number).name})", name)
+        return _limit_error("the template's work ended abnormally (killed by "
+                            f"{signal.Signals(number).name})", name)
     code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else status
     if code == 130:
         raise KeyboardInterrupt

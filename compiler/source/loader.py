@@ -25,7 +25,8 @@ from .template import ChatTemplate, family_slug, slugify
 _GGUF_MAGIC = b"GGUF"
 
 # The named special tokens transformers passes to templates, in its order.
-NAMED_TOKENS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
+NAMED_TOKENS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token",
+                "mask_token")
 
 
 @dataclass
@@ -70,7 +71,8 @@ def load(source: str | os.PathLike, *, variant: str | None = None, family: str |
 
     if not found.templates:
         raise LoadError(f"{found.origin}: holds no chat template")
-    variant = variant or ("default" if "default" in found.templates else next(iter(found.templates)))
+    variant = variant or ("default" if "default" in found.templates
+                          else next(iter(found.templates)))
     if variant not in found.templates:
         known = ", ".join(found.templates)
         raise LoadError(f"{found.origin}: no chat template named {variant!r} (it has: {known})")
@@ -104,7 +106,8 @@ def _read_stream(path: Path) -> bytes:
     except OSError as e:
         raise LoadError(f"{path}: cannot read: {e.strerror}") from None
     if len(data) > MAX_STREAM_BYTES:
-        raise LoadError(f"{path}: more than {MAX_STREAM_BYTES >> 20} MiB from a pipe; save it to a file first")
+        raise LoadError(f"{path}: more than {MAX_STREAM_BYTES >> 20} MiB from a pipe; "
+                        "save it to a file first")
     return data
 
 
@@ -118,7 +121,8 @@ def _from_stream(path: Path, data: bytes) -> _Found:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise LoadError(f"{path}: not UTF-8 text (byte {e.start} is {data[e.start]:#04x}); is it a template?") from None
+        raise LoadError(f"{path}: not UTF-8 text (byte {e.start} is "
+                        f"{data[e.start]:#04x}); is it a template?") from None
     if text.lstrip().startswith("{"):
         try:
             config = json.loads(text)
@@ -126,7 +130,8 @@ def _from_stream(path: Path, data: bytes) -> _Found:
             config = None
         if isinstance(config, dict):
             return _from_tokenizer_config(path, config)
-    return _Found(templates={"default": text}, name="template", model_slug="template", origin=str(path))
+    return _Found(templates={"default": text}, name="template", model_slug="template",
+                  origin=str(path))
 
 
 def _unique(items):
@@ -153,7 +158,8 @@ def _read_text(path: Path) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise LoadError(f"{path}: not UTF-8 text (byte {e.start} is {data[e.start]:#04x}); is it a template?") from None
+        raise LoadError(f"{path}: not UTF-8 text (byte {e.start} is "
+                        f"{data[e.start]:#04x}); is it a template?") from None
 
 
 def _read_json(path: Path):
@@ -161,7 +167,8 @@ def _read_json(path: Path):
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
-        raise LoadError(f"{path}: invalid JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None
+        raise LoadError(f"{path}: invalid JSON at line {e.lineno}, column {e.colno}: "
+                        f"{e.msg}") from None
 
 
 # --- GGUF ---------------------------------------------------------------------------
@@ -171,12 +178,15 @@ def _from_gguf(path: Path) -> _Found:
     meta = read_gguf_metadata(path)
     values = meta.values
     name = str(values.get("general.name") or "") or path.stem
-    label = _usable_label(values.get("general.basename")) or _usable_label(values.get("general.name")) or path.stem
-    named = {f"{role}_token": text for role, text in meta.role_tokens.items() if f"{role}_token" in NAMED_TOKENS}
+    label = _usable_label(values.get("general.basename")) \
+        or _usable_label(values.get("general.name")) or path.stem
+    named = {f"{role}_token": text for role, text in meta.role_tokens.items()
+             if f"{role}_token" in NAMED_TOKENS}
     end_of_turn = [meta.role_tokens[r] for r in ("eot", "eom") if r in meta.role_tokens]
     templates = meta.chat_templates
     if not templates:
-        raise LoadError(f"{path}: this GGUF file has no chat template (no tokenizer.chat_template key)")
+        raise LoadError(f"{path}: this GGUF file has no chat template (no "
+                        "tokenizer.chat_template key)")
     return _Found(
         templates=templates,
         name=name,
@@ -203,7 +213,8 @@ def _usable_label(value) -> str:
 
 
 def _from_jinja_file(path: Path) -> _Found:
-    found = _Found(templates={"default": _read_text(path)}, name=path.stem, model_slug=slugify(path.stem), origin=str(path))
+    found = _Found(templates={"default": _read_text(path)}, name=path.stem,
+                   model_slug=slugify(path.stem), origin=str(path))
     # A bare .jinja names no special tokens; a tokenizer_config.json beside it (a model
     # folder holding its template as a file) does: its tokens, and the end-of-turn tokens of
     # a generation_config.json there.
@@ -237,8 +248,10 @@ def _from_tokenizer_config(path: Path, config) -> _Found:
         templates["default"] = chat_template
     elif isinstance(chat_template, list):
         for entry in chat_template:
-            if not (isinstance(entry, dict) and isinstance(entry.get("name"), str) and isinstance(entry.get("template"), str)):
-                raise LoadError(f"{path}: chat_template list entries must be {{\"name\": ..., \"template\": ...}}")
+            if not (isinstance(entry, dict) and isinstance(entry.get("name"), str)
+                    and isinstance(entry.get("template"), str)):
+                raise LoadError(f"{path}: chat_template list entries must be {{\"name\": "
+                                "..., \"template\": ...}")
             templates[entry["name"]] = entry["template"]
     elif chat_template is not None:
         raise LoadError(f"{path}: chat_template must be a string or a list of named templates")
@@ -252,19 +265,21 @@ def _from_tokenizer_config(path: Path, config) -> _Found:
     decoder = config.get("added_tokens_decoder")
     if isinstance(decoder, dict):
         for token_id, token in decoder.items():
-            if isinstance(token, dict) and token.get("special") and isinstance(token.get("content"), str):
+            if isinstance(token, dict) and token.get("special") \
+                    and isinstance(token.get("content"), str):
                 try:
                     special.append((int(token_id), token["content"]))
                 except ValueError:
                     pass
     special.sort()
-    extra = []
+    extra: list[str] = []
     for key in ("additional_special_tokens", "extra_special_tokens"):
         listed = config.get(key)
         if isinstance(listed, list):
             extra.extend(t for t in map(_token_text, listed) if t)
     name_or_path = config.get("name_or_path")
-    label = name_or_path.rstrip("/").split("/")[-1] if isinstance(name_or_path, str) and name_or_path.strip() else ""
+    label = name_or_path.rstrip("/").split("/")[-1] \
+        if isinstance(name_or_path, str) and name_or_path.strip() else ""
     if not label:
         label = path.parent.name if path.name == "tokenizer_config.json" else path.stem
     return _Found(
@@ -282,17 +297,20 @@ def _from_directory(path: Path) -> _Found:
     config_path = path / "tokenizer_config.json"
     jinja_path = path / "chat_template.jinja"
     if not config_path.is_file() and not jinja_path.is_file():
-        raise LoadError(f"{path}: a model directory must hold tokenizer_config.json or chat_template.jinja")
+        raise LoadError(f"{path}: a model directory must hold tokenizer_config.json "
+                        "or chat_template.jinja")
     if config_path.is_file():
         found = _from_tokenizer_config(config_path, _read_json(config_path))
     else:
-        found = _Found(templates={}, name=path.name, model_slug=slugify(path.name), origin=str(path))
+        found = _Found(templates={}, name=path.name, model_slug=slugify(path.name),
+                       origin=str(path))
     found.origin = str(path)
     if not found.name or found.name == "tokenizer_config":
         found.name = path.name
     # Newer checkpoints keep the template beside the config; transformers prefers that file.
     if jinja_path.is_file():
-        found.templates = {"default": _read_text(jinja_path), **{k: v for k, v in found.templates.items() if k != "default"}}
+        found.templates = {"default": _read_text(jinja_path),
+                           **{k: v for k, v in found.templates.items() if k != "default"}}
     named_dir = path / "chat_templates"
     if named_dir.is_dir():
         for file in sorted(named_dir.glob("*.jinja")):
@@ -302,7 +320,8 @@ def _from_directory(path: Path) -> _Found:
 
 
 def _generation_config_stops(path: Path, found: _Found) -> list[str]:
-    """End-of-turn tokens: generation_config.json's eos_token_id (one id or a list), by id -> text."""
+    """End-of-turn tokens: generation_config.json's eos_token_id (one id or a list), by id ->
+    text."""
     gen_path = path / "generation_config.json"
     config_path = path / "tokenizer_config.json"
     if not gen_path.is_file() or not config_path.is_file():

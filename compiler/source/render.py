@@ -35,20 +35,24 @@ import os
 import string
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
-from typing import Any, Mapping
+from typing import Any
 
 import jinja2
 import jinja2.ext
 import jinja2.nodes
 import jinja2.utils
 from jinja2.exceptions import SecurityError
-from jinja2.sandbox import ImmutableSandboxedEnvironment, SandboxedEnvironment, modifies_known_mutable
+from jinja2.sandbox import (
+    ImmutableSandboxedEnvironment,
+    SandboxedEnvironment,
+    modifies_known_mutable,
+)
 
 from ..errors import TemplateError
 
@@ -132,7 +136,8 @@ class _GenerationBlock(jinja2.ext.Extension):
     def parse(self, parser: jinja2.parser.Parser) -> jinja2.nodes.Node:
         lineno = next(parser.stream).lineno
         body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
-        return jinja2.nodes.CallBlock(self.call_method("_render_body"), [], [], body).set_lineno(lineno)
+        return jinja2.nodes.CallBlock(self.call_method("_render_body"), [], [],
+                                      body).set_lineno(lineno)
 
     def _render_body(self, caller) -> str:
         return caller()
@@ -148,20 +153,23 @@ def _raise_exception(message):
 
 # Why the transformers-parity render refused a template that the own-containers sandbox
 # renders (None: it did not), for the render in progress.
-_NEEDS_OWN_CONTAINERS: ContextVar[str | None] = ContextVar("tplparse_needs_own_containers", default=None)
+_NEEDS_OWN_CONTAINERS: ContextVar[str | None] = ContextVar("tplparse_needs_own_containers",
+                                                           default=None)
 # The ids of the containers a render was given (the only ones it may not mutate there).
-_INPUT_CONTAINERS: ContextVar[frozenset] = ContextVar("tplparse_input_containers", default=frozenset())
+_INPUT_CONTAINERS: ContextVar[frozenset] = ContextVar("tplparse_input_containers",
+                                                      default=frozenset())
 
 
 def _not_serializable(value):
     if isinstance(value, Iterator):
-        _NEEDS_OWN_CONTAINERS.set("it prints a filter's result (an iterator, not a list) with tojson")
+        _NEEDS_OWN_CONTAINERS.set("it prints a filter's result (an iterator, "
+                                  "not a list) with tojson")
     raise TypeError(f"Object of type {value.__class__.__name__} is not JSON serializable")
 
 
 def _tojson(value, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
-    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys,
-                      default=_not_serializable)
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                      sort_keys=sort_keys, default=_not_serializable)
 
 
 def _as_list(value):
@@ -171,9 +179,10 @@ def _as_list(value):
 
 
 def _tojson_lists(value, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
-    """tojson that writes a filter's result (map, select, ...) as the list it yields, as llama.cpp does."""
-    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys,
-                      default=_as_list)
+    """tojson that writes a filter's result (map, select, ...) as the list it yields, as
+    llama.cpp does."""
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                      sort_keys=sort_keys, default=_as_list)
 
 
 # The clock templates read through strftime_now: the real one, unless a caller pins it (the
@@ -206,7 +215,8 @@ class _DictConstructor:
 
 
 class _Namespace(jinja2.utils.Namespace):
-    """`namespace(...)` that refuses underscore-prefixed attribute names (no reach into internals)."""
+    """`namespace(...)` that refuses underscore-prefixed attribute names (no reach into
+    internals)."""
 
     def __init__(*args, **kwargs):  # same signature trick as Jinja's, so namespace(self=1) works
         self, args = args[0], args[1:]
@@ -222,7 +232,8 @@ class _Namespace(jinja2.utils.Namespace):
     @staticmethod
     def _check_name(name):
         if isinstance(name, str) and name.startswith("_"):
-            raise SecurityError(f"templates cannot store underscore-prefixed attributes on a namespace ({name!r})")
+            raise SecurityError("templates cannot store underscore-prefixed attributes on "
+                                f"a namespace ({name!r})")
 
 
 class _TooBig(SecurityError):
@@ -256,7 +267,8 @@ class _ChatTemplateEnvironment(ImmutableSandboxedEnvironment):
 
     def _too_big(self, what: str, size: int) -> None:
         if size > self.max_result_chars:
-            raise _TooBig(f"{what} would build a value of about {size} items (limit {self.max_result_chars})")
+            raise _TooBig(f"{what} would build a value of about {size} items (limit "
+                          f"{self.max_result_chars})")
 
     def _checked_filter(self, filter_func, argument: str):
         def checked(value, *args, **kwargs):
@@ -312,8 +324,10 @@ class _ChatTemplateEnvironment(ImmutableSandboxedEnvironment):
                 self._too_big("a power", right * abs(left).bit_length() // 8)
         elif operator == "%" and isinstance(left, str):
             self._check_percent_widths(left, right)
-        elif operator == "+" and isinstance(left, (str, list, tuple)) and isinstance(right, (str, list, tuple)):
-            self._too_big("joining two sequences", len(left) + len(right))  # (doubling a list in a loop)
+        elif operator == "+" and isinstance(left, (str, list, tuple)) \
+                and isinstance(right, (str, list, tuple)):
+            # (doubling a list in a loop)
+            self._too_big("joining two sequences", len(left) + len(right))
         return super().call_binop(context, operator, left, right)
 
     def call(__self, __context, __obj, *args, **kwargs):  # noqa: N805 (Jinja's own signature)
@@ -324,7 +338,8 @@ class _ChatTemplateEnvironment(ImmutableSandboxedEnvironment):
                     if isinstance(value, int):
                         __self._too_big(f"str.{name}()", value)
                         if name == "expandtabs":  # (each tab becomes up to that many spaces)
-                            __self._too_big("str.expandtabs()", len(__obj.__self__) + __obj.__self__.count("\t") * value)
+                            spaces = __obj.__self__.count("\t") * value
+                            __self._too_big("str.expandtabs()", len(__obj.__self__) + spaces)
         return super().call(__context, __obj, *args, **kwargs)
 
     def is_safe_attribute(self, obj, attr, value):
@@ -383,7 +398,8 @@ def _container_ids(value, found: set) -> set:
 def _has_nested_format_field(text: str) -> bool:
     """Whether a replacement field of the str.format string `text` has a field in its spec."""
     try:
-        return any(spec and "{" in spec for _, field_name, spec, _ in string.Formatter().parse(text) if field_name is not None)
+        return any(spec and "{" in spec for _, field_name, spec, _ in string.Formatter().parse(text)
+                   if field_name is not None)
     except ValueError:  # (not a valid format string: format() refuses it)
         return False
 
@@ -401,7 +417,8 @@ def _digit_runs(text: str):
 
 @lru_cache(maxsize=8)
 def _environment(max_result_chars: int, own_containers: bool = False) -> _ChatTemplateEnvironment:
-    return (_OwnContainersEnvironment if own_containers else _ChatTemplateEnvironment)(max_result_chars)
+    environment = _OwnContainersEnvironment if own_containers else _ChatTemplateEnvironment
+    return environment(max_result_chars)
 
 
 @lru_cache(maxsize=128)
@@ -417,7 +434,8 @@ def compile_template(source: str, name: str, limits: RenderLimits = DEFAULT_LIMI
     try:
         return _compile(source, limits.max_output_chars, own_containers)
     except jinja2.TemplateSyntaxError as e:
-        raise TemplateError(f"Jinja syntax error: {e.message}", template=name, line=e.lineno) from None
+        raise TemplateError(f"Jinja syntax error: {e.message}", template=name,
+                            line=e.lineno) from None
     except (RecursionError, SyntaxError, MemoryError) as e:
         raise _compile_limit(e, name) from None
 
@@ -434,11 +452,11 @@ def parse_template(source: str, limits: RenderLimits = DEFAULT_LIMITS) -> jinja2
 
 def _check_template_size(source: str, name: str, limits: RenderLimits) -> None:
     if len(source) > limits.max_template_chars:
-        raise _limit(f"the template is {len(source)} characters long; the limit is {limits.max_template_chars} "
-                     "(RenderLimits.max_template_chars)", name)
+        raise _limit(f"the template is {len(source)} characters long; the limit is "
+                     f"{limits.max_template_chars} (RenderLimits.max_template_chars)", name)
 
 
-def _compile_limit(error: BaseException, name: str) -> TemplateError:
+def _compile_limit(error: RecursionError | SyntaxError | MemoryError, name: str) -> TemplateError:
     """The limit `TemplateError` for a template Jinja or Python cannot compile within its limits:
     nesting deeper than Python's recursion limit (parentheses, lists, ifs, filter chains), more
     nested loops than Python's compiler takes, or no memory left."""
@@ -447,7 +465,8 @@ def _compile_limit(error: BaseException, name: str) -> TemplateError:
     if isinstance(error, MemoryError):
         return _limit(f"compiling the template ran out of memory{_memory_limit_note()}", name)
     # (a SyntaxError from compiling Jinja's generated code: the template's own syntax is Jinja's)
-    return _limit(f"the template nests too deeply to compile (Python's compiler: {error.msg})", name)
+    return _limit(f"the template nests too deeply to compile (Python's compiler: {error.msg})",
+                  name)
 
 
 # ---------------------------------------------------------------------------
@@ -482,13 +501,17 @@ def prepare_messages(messages: list) -> list[dict]:
     both `reasoning_content` and `thinking`.
     """
     if not isinstance(messages, (list, tuple)):
-        raise TypeError(f"messages must be a list of message objects, not {type(messages).__name__}")
+        raise TypeError("messages must be a list of message objects, not "
+                        f"{type(messages).__name__}")
     prepared = []
     for index, message in enumerate(messages):
         if not isinstance(message, Mapping):
-            raise TypeError(f"message {index} must be an object with a 'role', not {type(message).__name__}")
-        message = {k: v for k, v in plain_data(message, f"message {index}").items() if v is not None}
-        reasoning = next((message[k] for k in _REASONING_FIELDS if message.get(k) is not None), None)
+            raise TypeError(f"message {index} must be an object with a 'role', not "
+                            f"{type(message).__name__}")
+        message = {k: v for k, v in plain_data(message, f"message {index}").items()
+                   if v is not None}
+        reasoning = next((message[k] for k in _REASONING_FIELDS if message.get(k) is not None),
+                         None)
         if reasoning is not None:
             message = {"thinking": reasoning, **message, "reasoning_content": reasoning}
         prepared.append(message)
@@ -500,7 +523,8 @@ def prepare_messages(messages: list) -> list[dict]:
 
 
 class _RenderInterrupted(BaseException):
-    """Raised inside the rendering thread by the watchdog (a BaseException, so nothing catches it)."""
+    """Raised inside the rendering thread by the watchdog (a BaseException, so nothing catches
+    it)."""
 
 
 def _resident_bytes() -> int | None:
@@ -556,13 +580,15 @@ class _Watchdog:
 
     @contextmanager
     def watch(self, limits: RenderLimits):
-        watch = _Watch(threading.get_ident(), time.monotonic() + limits.seconds, _resident_bytes(), limits)
+        watch = _Watch(threading.get_ident(), time.monotonic() + limits.seconds, _resident_bytes(),
+                       limits)
         key = id(watch)
         with self._lock:
             if self._pid != os.getpid():
                 self._pid = os.getpid()
                 self._wake = threading.Event()
-                threading.Thread(target=self._run, name="tplparse-render-watchdog", daemon=True).start()
+                threading.Thread(target=self._run, name="tplparse-render-watchdog",
+                                 daemon=True).start()
             self._active[key] = watch
         # Woken while the watch is not armed yet: Event.set takes a Python-level lock, and an
         # interrupt must not land while this thread holds it.
@@ -623,7 +649,8 @@ def _breach(watch: _Watch, now: float, rss: int | None) -> str | None:
 
 
 def _async_raise(thread_id: int, exception) -> None:
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), ctypes.py_object(exception) if exception else None)
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id),
+                                               ctypes.py_object(exception) if exception else None)
 
 
 _WATCHDOG = _Watchdog()
@@ -644,7 +671,9 @@ def note_memory_limit(limit_bytes: int | None) -> None:
 
 
 def _memory_limit_note() -> str:
-    return "" if _MEMORY_LIMIT_BYTES is None else f" (the memory limit of {_MEMORY_LIMIT_BYTES >> 20} MB)"
+    if _MEMORY_LIMIT_BYTES is None:
+        return ""
+    return f" (the memory limit of {_MEMORY_LIMIT_BYTES >> 20} MB)"
 
 
 def _template_line(tb) -> int | None:
@@ -679,9 +708,11 @@ def render_template(
             raise error
         if left < limits.seconds:
             limits = RenderLimits(seconds=left, max_output_chars=limits.max_output_chars,
-                                  max_memory_growth_bytes=limits.max_memory_growth_bytes, budget_seconds=budget[1])
+                                  max_memory_growth_bytes=limits.max_memory_growth_bytes,
+                                  budget_seconds=budget[1])
     needs = _NEEDS_OWN_CONTAINERS.set(None)
-    inputs = _INPUT_CONTAINERS.set(frozenset(_container_ids(variables, set())) if own_containers else frozenset())
+    inputs = _INPUT_CONTAINERS.set(frozenset(_container_ids(variables, set())) if own_containers
+                                   else frozenset())
     try:
         return _render(template, name, variables, limits)
     except TemplateError as e:
@@ -712,7 +743,8 @@ def _limit(message: str, name: str, line: int | None = None) -> TemplateError:
     return error
 
 
-def _render(template: jinja2.Template, name: str, variables: dict[str, Any], limits: RenderLimits) -> str:
+def _render(template: jinja2.Template, name: str, variables: dict[str, Any],
+            limits: RenderLimits) -> str:
     pieces: list[str] = []
     size = 0
     try:
@@ -721,23 +753,28 @@ def _render(template: jinja2.Template, name: str, variables: dict[str, Any], lim
                 for piece in template.generate(**variables):
                     size += len(piece)
                     if size > limits.max_output_chars:
-                        raise _limit(f"rendered output exceeds {limits.max_output_chars} characters", name)
+                        raise _limit("rendered output exceeds "
+                                     f"{limits.max_output_chars} characters", name)
                     pieces.append(piece)
         except _RenderInterrupted:
             raise _limit(watch.breach or "rendering was interrupted", name) from None
     except TemplateError:
         raise
     except _TooBig as e:
-        raise _limit(f"blocked by the sandbox: {e}", name, _template_line(e.__traceback__)) from None
+        raise _limit(f"blocked by the sandbox: {e}", name,
+                     _template_line(e.__traceback__)) from None
     except _TemplateRaised as e:
         raise TemplateError(f"the template raised an exception: {escaped(str(e))}", template=name,
                             line=_template_line(e.__traceback__)) from None
     except SecurityError as e:
-        raise TemplateError(f"blocked by the sandbox: {e}", template=name, line=_template_line(e.__traceback__)) from None
+        raise TemplateError(f"blocked by the sandbox: {e}", template=name,
+                            line=_template_line(e.__traceback__)) from None
     except RecursionError as e:
-        raise TemplateError("recursion too deep", template=name, line=_template_line(e.__traceback__)) from None
+        raise TemplateError("recursion too deep", template=name,
+                            line=_template_line(e.__traceback__)) from None
     except MemoryError as e:
-        raise _limit(f"ran out of memory{_memory_limit_note()}", name, _template_line(e.__traceback__)) from None
+        raise _limit(f"ran out of memory{_memory_limit_note()}", name,
+                     _template_line(e.__traceback__)) from None
     except Exception as e:  # any error raised while evaluating untrusted template code
         message = f"{type(e).__name__}: {e}"
         raise TemplateError(message, template=name, line=_template_line(e.__traceback__)) from None

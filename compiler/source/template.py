@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
 from ..errors import InputError, TemplateError
-from .render import DEFAULT_LIMITS, RenderLimits, compile_template, plain_data, prepare_messages, render_template
+from .render import (
+    DEFAULT_LIMITS,
+    RenderLimits,
+    compile_template,
+    plain_data,
+    prepare_messages,
+    render_template,
+)
+
 
 @dataclass(frozen=True)
 class ChatTemplate:
@@ -83,7 +92,7 @@ class ChatTemplate:
         """Compile the template; a syntax error raises `TemplateError` with its line."""
         compile_template(self.source, self.name, self.limits)
 
-    def with_variant(self, variant: str) -> "ChatTemplate":
+    def with_variant(self, variant: str) -> ChatTemplate:
         """The source's template named `variant` (e.g. "tool_use"), with the same model facts."""
         if variant == self.variant:
             return self
@@ -102,7 +111,7 @@ class ChatTemplate:
         chosen.check()
         return chosen
 
-    def with_tokens(self, **named_tokens: str) -> "ChatTemplate":
+    def with_tokens(self, **named_tokens: str) -> ChatTemplate:
         """The same template with named special tokens set (bos_token="<s>", ...)."""
         return replace(self, named_tokens={**self.named_tokens, **named_tokens})
 
@@ -126,7 +135,8 @@ class ChatTemplate:
         try:
             prepared = prepare_messages(messages)
             if tools is not None and not isinstance(tools, (list, tuple)):
-                raise TypeError(f"tools must be a list of tool definitions, not {type(tools).__name__}")
+                raise TypeError("tools must be a list of tool definitions, not "
+                                f"{type(tools).__name__}")
             if tools is not None and not all(isinstance(t, Mapping) for t in tools):
                 raise TypeError("each tool must be an object (a JSON schema in OpenAI format)")
             variables = {
@@ -146,7 +156,8 @@ class ChatTemplate:
                 raise
             # transformers' sandbox refuses it; llama.cpp renders it: the containers it
             # mutates are its own, so render it where that is allowed (and say so).
-            text = render_template(self.source, self.name, variables, self.limits, own_containers=True)
+            text = render_template(self.source, self.name, variables, self.limits,
+                                   own_containers=True)
             self.compat_notes.add(e.own_containers)
             return text
 
@@ -162,7 +173,8 @@ slugify = _slug
 
 
 def family_slug(model_slug: str, variant: str) -> str:
-    """The family name of a model's template variant: `command-r` + `tool_use` -> `command-r-tool-use`."""
+    """The family name of a model's template variant: `command-r` + `tool_use` ->
+    `command-r-tool-use`."""
     return model_slug if variant == "default" else f"{model_slug}-{_slug(variant)}"
 
 __all__ = ["ChatTemplate", "TemplateError", "slugify"]

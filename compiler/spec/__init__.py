@@ -4,6 +4,7 @@ The probe derives it; every later stage (grammar, reading tables, emitters, chec
 bridge) reads it. `encodings` names the ways a template writes one argument value.
 """
 
+from .encodings import json_type
 from .model import (
     SPEC_VERSION,
     TURN_KINDS,
@@ -23,9 +24,9 @@ from .model import (
     slot,
     turn_kind,
 )
-from .encodings import json_type
 
 __all__ = [
-    "SPEC_VERSION", "TURN_KINDS", "ArgumentFormat", "ArgumentStyle", "Parallel", "Piece", "PromptMode", "ProtocolSpec",
-    "Reasoning", "SpecError", "Start", "ToolCallFormat", "fill", "json_type", "kv_after", "kv_parts", "slot", "turn_kind",
+    "SPEC_VERSION", "TURN_KINDS", "ArgumentFormat", "ArgumentStyle", "Parallel", "Piece",
+    "PromptMode", "ProtocolSpec", "Reasoning", "SpecError", "Start", "ToolCallFormat", "fill",
+    "json_type", "kv_after", "kv_parts", "slot", "turn_kind",
 ]

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 from .model import ProtocolSpec
 
-NOT_PROTOCOL = frozenset({"template_name", "template_sha256", "family", "evidence", "overrides", "warnings",
-                          "unproved", "version"})
+NOT_PROTOCOL = frozenset({"template_name", "template_sha256", "family", "evidence", "overrides",
+                          "warnings", "unproved", "version"})
 # Fields of a mode that are the protocol (the rest says how the probe found it).
 MODE_FIELDS = ("start", "tail", "variables", "system_flag")
 
@@ -38,7 +38,8 @@ def _is_slot(value) -> bool:
 def protocol_data(spec: ProtocolSpec) -> dict:
     """The spec's protocol as plain data."""
     data = {k: v for k, v in spec.to_dict().items() if k not in NOT_PROTOCOL}
-    data["modes"] = {name: {k: mode[k] for k in MODE_FIELDS} for name, mode in data["modes"].items()}
+    data["modes"] = {name: {k: mode[k] for k in MODE_FIELDS}
+                     for name, mode in data["modes"].items()}
     return data
 
 

@@ -7,7 +7,8 @@ keeps the encoder whose output is what the template printed; the spec stores the
 from __future__ import annotations
 
 import json
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 JSON_TYPES = ("string", "integer", "number", "boolean", "null", "object", "array")
 

@@ -7,8 +7,9 @@ does, which is how the probe proves that the spec describes the template.
 Layouts are lists of pieces: a literal string, or a slot `{"slot": NAME}` that a value
 fills. Turn layouts (one per kind of turn: content only, reasoning + content, calls, ...)
 have slots `reasoning`, `content` and `calls` (the calls section) or `call_list` (the
-calls without the section markers, for turns that put other text inside the section); the call layout has `name`, `arguments`,
-`id`, `index` (0-based) and `index1` (1-based); an argument layout has `key` and `value`.
+calls without the section markers, for turns that put other text inside the section); the
+call layout has `name`, `arguments`, `id`, `index` (0-based) and `index1` (1-based); an
+argument layout has `key` and `value`.
 """
 
 from __future__ import annotations
@@ -16,14 +17,15 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from enum import Enum
-from typing import Any, Union
+from typing import Any
 
-from .encodings import encode, json_type
 from ..errors import TplparseError
+from ..runtime import Slot
+from .encodings import encode, json_type
 
 SPEC_VERSION = 1
 
-Piece = Union[str, dict]  # "literal" or {"slot": "name"}
+Piece = str | Slot  # "literal" or {"slot": "name"} (the runtime reads layouts of these)
 
 
 class SpecError(TplparseError):
@@ -64,7 +66,7 @@ class ArgumentStyle(_Word):
     KV = "kv"
 
 
-def slot(name: str) -> dict:
+def slot(name: str) -> Slot:
     return {"slot": name}
 
 
@@ -90,7 +92,8 @@ def kv_parts(layout: list[Piece]) -> tuple[str, str, str]:
 
 
 def kv_after(layout: list[Piece], key: str) -> str:
-    """What an argument layout writes after the value of `key` (some write the key again: </key>)."""
+    """What an argument layout writes after the value of `key` (some write the key again:
+    </key>)."""
     v = layout.index(slot("value"))
     return "".join(p if isinstance(p, str) else key for p in layout[v + 1:])
 
@@ -115,8 +118,10 @@ class ArgumentFormat:
     value_encoders: dict[str, str] = field(default_factory=dict)
     separator: str = ""
     quotes: list[str] = field(default_factory=lambda: ["", ""])  # encoder "quoted": around a string
-    brackets: dict[str, list[str]] = field(default_factory=dict)  # encoder "native": {"object": ["{", "}"], ...}
-    quote_when: str = ""  # encoder "raw-or-quoted": the characters that make the template quote a string
+    # encoder "native": {"object": ["{", "}"], ...}
+    brackets: dict[str, list[str]] = field(default_factory=dict)
+    # encoder "raw-or-quoted": the characters that make the template quote a string
+    quote_when: str = ""
     line_indent: str = ""  # style object: added after each line break (the object sits indented)
 
     def __post_init__(self):
@@ -141,7 +146,8 @@ class ArgumentFormat:
         if encoder in ("raw", "quoted", "raw-or-quoted"):
             if not isinstance(value, str):
                 raise SpecError(f"{encoder} encoding holds strings only")
-            quoted = encoder == "quoted" or (encoder == "raw-or-quoted" and any(c in value for c in self.quote_when))
+            quoted = encoder == "quoted" or (encoder == "raw-or-quoted"
+                                             and any(c in value for c in self.quote_when))
             return self.quotes[0] + value + self.quotes[1] if quoted else value
         if encoder == "native":
             # The format's own notation, recursively: objects as argument lists, arrays as
@@ -152,7 +158,8 @@ class ArgumentFormat:
             open_, close = self.brackets[kind]
             if kind == "object":
                 return open_ + self.format(value) + close
-            items = [self.encode_value(self.value_encoders.get(json_type(v), "json"), v) for v in value]
+            items = [self.encode_value(self.value_encoders.get(json_type(v), "json"), v)
+                     for v in value]
             return open_ + self.separator.join(items) + close
         return encode(encoder, value)
 
@@ -224,7 +231,8 @@ class PromptMode:
         self.start = Start(self.start)
 
 
-TURN_KINDS = ("content", "reasoning+content", "calls", "content+calls", "reasoning+calls", "reasoning+content+calls")
+TURN_KINDS = ("content", "reasoning+content", "calls", "content+calls", "reasoning+calls",
+              "reasoning+content+calls")
 
 
 def turn_kind(message: dict) -> str:
@@ -257,7 +265,8 @@ class ProtocolSpec:
     evidence: dict[str, str] = field(default_factory=dict)  # why each marker is believed
     overrides: list[str] = field(default_factory=list)  # declarative patches applied, with reasons
     warnings: list[str] = field(default_factory=list)
-    unproved: list[str] = field(default_factory=list)  # turns the parser did not read back (compile --allow-partial)
+    # turns the parser did not read back (compile --allow-partial)
+    unproved: list[str] = field(default_factory=list)
     version: int = SPEC_VERSION
 
     # --- writing a turn ------------------------------------------------------------
@@ -299,9 +308,10 @@ class ProtocolSpec:
         return json.dumps(self.to_dict(), ensure_ascii=False, indent=2, sort_keys=False) + "\n"
 
     @classmethod
-    def from_dict(cls, data: dict) -> "ProtocolSpec":
+    def from_dict(cls, data: dict) -> ProtocolSpec:
         if data.get("version") != SPEC_VERSION:
-            raise SpecError(f"spec version {data.get('version')!r} is not supported (expected {SPEC_VERSION})")
+            raise SpecError(f"spec version {data.get('version')!r} is not supported "
+                            f"(expected {SPEC_VERSION})")
         data = dict(data)
         data["modes"] = {k: PromptMode(**v) for k, v in data["modes"].items()}
         if data.get("reasoning"):
@@ -313,7 +323,7 @@ class ProtocolSpec:
         return cls(**data)
 
     @classmethod
-    def from_json(cls, text: str) -> "ProtocolSpec":
+    def from_json(cls, text: str) -> ProtocolSpec:
         return cls.from_dict(json.loads(text))
 
 
