@@ -1,4 +1,6 @@
-"""Shared test helpers: where the real inputs live, and how to run the CLI.
+"""Shared test helpers: where the real inputs live, how to run the CLI, and the compiles of the
+templates every module reads, made once a session (`compiled`, `corpus_compiled` and the
+`compiled_corpus` fixture, below).
 
 Real inputs, each optional (tests that need one skip with the reason when it is absent):
 - the shared chat-template corpus: ../shared/corpus/templates/ beside the repository
@@ -21,6 +23,7 @@ import os
 import tempfile
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -155,6 +158,147 @@ def run_cli(*args: str, stdin: str | bytes | None = None, cwd: Path = REPO,
 
 def corpus_ids(paths):
     return [p.stem for p in paths]
+
+
+# --- compiles shared by the session -------------------------------------------------------
+# The corpus modules read the same compiles of the same templates: the probe's spec, its
+# reading tables, the template's standard turns as a model writes them, the family's parser,
+# the proof. Each is made once a session, the first time a test (or a module's parameters)
+# asks for it, one template at a time (a `-k` selection pays for the templates it selects),
+# and handed out shared. A test that compiles otherwise (an override, other tokens, a variant,
+# another mode) makes its own.
+
+
+class Compiled:
+    """One template's compile, shared by every module of the session: the template, the spec
+    the probe derives and its reading tables as a runtime.Protocol (tplparse.bridge.
+    compile_in_memory), and, each made on first use, its model outputs, parser and proof.
+
+    Shared, not copied: a test must not change what it is handed (one that means to takes a
+    copy.deepcopy of it). One that does fails (_shared_compiles_are_unchanged)."""
+
+    def __init__(self, path: Path):
+        import tplparse
+        from tplparse.bridge import compile_in_memory
+
+        self.path = path
+        self.template = tplparse.load(path)
+        self.spec, self.protocol = compile_in_memory(self.template)
+        self._made: dict = {}
+        self.seen = {name: repr(part) for name, part in self._parts().items()}  # each part as made
+        self.changed_by = ""  # the test that changed it (_shared_compiles_are_unchanged)
+
+    def _parts(self) -> dict:
+        """What a test could change: the spec, its reading tables, the outputs and the proof
+        (once made; the parser module is functions over the tables)."""
+        made = {name: self._made[name] for name in ("outputs", "proof") if name in self._made}
+        return {"spec": self.spec, "tables": self.protocol.tables, **made}
+
+    def _once(self, name: str, make):
+        if name not in self._made:
+            self._made[name] = made = make()
+            self.seen[name] = repr(made)
+        return self._made[name]
+
+    def changed(self) -> list[str]:
+        """The parts that are not as they were made."""
+        return [name for name, part in self._parts().items() if repr(part) != self.seen[name]]
+
+    @property
+    def outputs(self) -> list:
+        """model_outputs(template, spec) (tplparse.check.outputs): the standard turns after the
+        default generation prompt. A new list each time; the outputs in it are shared."""
+        from tplparse.check.outputs import model_outputs
+
+        return list(self._once("outputs", lambda: tuple(model_outputs(self.template, self.spec))))
+
+    @property
+    def module(self):
+        """parser_module(spec, special_tokens) (tests/corpus_outputs.py): the family's parser in process."""
+        from corpus_outputs import parser_module
+
+        return self._once("module", lambda: parser_module(self.spec, self.template.special_tokens))
+
+    @property
+    def proof(self):
+        """prove(template, spec) (tplparse.check.proof): the compile's proof, grammars checked."""
+        from tplparse.check.proof import prove
+
+        return self._once("proof", lambda: prove(self.template, self.spec))
+
+    def __repr__(self) -> str:
+        return f"<compiled {self.path.name}>"
+
+
+_COMPILES: dict[Path, Compiled] = {}
+_HANDED_OUT: dict[Path, Compiled] = {}  # since the last test ended
+
+
+def compiled(path) -> Compiled:
+    """The session's compile of the template at `path` (a corpus template or an example)."""
+    path = Path(path).resolve()
+    if path not in _COMPILES:
+        _COMPILES[path] = Compiled(path)
+    entry = _HANDED_OUT[path] = _COMPILES[path]
+    if entry.changed_by:
+        pytest.fail(f"the session's compile of {path.name} was changed by {entry.changed_by}")
+    return entry
+
+
+def corpus_compiled(stem: str) -> Compiled:
+    """The session's compile of the corpus template `stem`; the test is skipped if it is not in the corpus."""
+    path = CORPUS / f"{stem}.jinja"
+    if not path.is_file():
+        pytest.skip(f"{stem} is not in the corpus")
+    return compiled(path)
+
+
+class CompiledCorpus(Mapping):
+    """stem -> the session's compile of each corpus template (or `view` of it), compiled as
+    each is read: iterating or testing a stem compiles nothing."""
+
+    def __init__(self, view=lambda entry: entry):
+        self._paths = {path.stem: path for path in corpus_templates()}
+        self._view = view
+
+    def view(self, view) -> "CompiledCorpus":
+        """The same templates, each as `view(compile)`."""
+        return CompiledCorpus(view)
+
+    def __getitem__(self, stem: str):
+        return self._view(compiled(self._paths[stem]))
+
+    def __contains__(self, stem) -> bool:
+        return stem in self._paths
+
+    def __iter__(self):
+        return iter(self._paths)
+
+    def __len__(self) -> int:
+        return len(self._paths)
+
+    def __repr__(self) -> str:  # (shown in reports: briefly)
+        return f"<{len(self)} corpus templates, compiled as read>"
+
+
+@pytest.fixture(scope="session")
+def compiled_corpus() -> CompiledCorpus:
+    """stem -> Compiled, for every corpus template (compiled on first read, once a session)."""
+    return CompiledCorpus()
+
+
+@pytest.fixture(autouse=True)
+def _shared_compiles_are_unchanged(request):
+    """A test that changed a compile it was handed (its spec, tables, outputs or proof) errors
+    here, and a later test handed that compile fails, naming it."""
+    yield
+    changed = {}
+    for entry in _HANDED_OUT.values():
+        parts = [] if entry.changed_by else entry.changed()
+        if parts:
+            entry.changed_by, changed[entry.path.name] = request.node.nodeid, parts
+    _HANDED_OUT.clear()
+    assert not changed, f"this test changed the session's shared compiles (take a copy.deepcopy): {changed}"
 
 
 # --- real servers (tests/servers.py) ---------------------------------------------------

@@ -12,13 +12,11 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-import tplparse
 from tplparse import runtime
-from tplparse.bridge import compile_in_memory
-from tplparse.check.outputs import STANDARD_TOOLS, model_outputs
+from tplparse.check.outputs import STANDARD_TOOLS
 from tplparse.spec import ArgumentStyle
 
-from conftest import ARGUMENTS, CORPUS, KV_FOLLOWS, EXAMPLES, corpus_ids, corpus_stems, corpus_templates, examples, needs_corpus
+from conftest import ARGUMENTS, CORPUS, KV_FOLLOWS, EXAMPLES, compiled, corpus_compiled, corpus_ids, corpus_stems, corpus_templates, examples, needs_corpus
 from test_stream import check_deltas_add_up, joined
 
 CHATML = EXAMPLES / "chatml-think-tools.gguf"
@@ -27,20 +25,13 @@ TEMPLATES = corpus_templates()
 
 @pytest.fixture(scope="module")
 def chatml():
-    return compile_in_memory(tplparse.load(CHATML))[1]
-
-
-_COMPILED = {}
+    return compiled(CHATML).protocol
 
 
 def family(stem):
-    if stem not in _COMPILED:
-        path = CORPUS / f"{stem}.jinja"
-        if not path.is_file():
-            pytest.skip(f"{stem} is not in the corpus")
-        template = tplparse.load(path)
-        _COMPILED[stem] = (template, *compile_in_memory(template))
-    return _COMPILED[stem]
+    """(template, spec, protocol): the session's compile of a corpus template (tests/conftest.py)."""
+    entry = corpus_compiled(stem)
+    return entry.template, entry.spec, entry.protocol
 
 
 def fed(protocol, chunks, finish_reason="stop", **kwargs):
@@ -64,7 +55,7 @@ def argument_pieces(deltas_per_chunk):
 @pytest.mark.parametrize("stem", corpus_stems(ARGUMENTS))
 def test_arguments_stream_before_the_call_is_complete(stem):
     template, spec, protocol = family(stem)
-    turns = [o for o in model_outputs(template, spec) if o.expected["tool_calls"]]
+    turns = [o for o in corpus_compiled(stem).outputs if o.expected["tool_calls"]]
     if not turns:
         pytest.skip(f"{stem}: its template renders no tool calls")
     slots = [p["slot"] for p in spec.tool_calls.call if isinstance(p, dict)]
@@ -155,7 +146,7 @@ def check_arguments_stream(encoding, arguments, name, drawn_cuts):
     cut, the same streamed."""
     stem = ENCODINGS[encoding]
     if stem is None:
-        spec, protocol = compile_in_memory(tplparse.load(CHATML))
+        spec, protocol = compiled(CHATML).spec, compiled(CHATML).protocol
     else:
         if not (CORPUS / f"{stem}.jinja").is_file():
             return  # (the corpus is not here: the JSON example still runs)
@@ -567,7 +558,7 @@ def test_what_follows_a_key_value_argument_reads_the_same_in_every_chunking(stem
     writes there instead, or wherever it ends, every chunking reads as the whole output does."""
     template, spec, protocol = family(stem)
     if spec.tool_calls is None or spec.tool_calls.arguments.style == ArgumentStyle.OBJECT or not any(
-            o.expected["tool_calls"] for o in model_outputs(template, spec)):
+            o.expected["tool_calls"] for o in corpus_compiled(stem).outputs):
         pytest.skip(f"{stem}: no key/value calls")
     for label, text in _kv_outputs(spec).items():
         one_shot = runtime.parse(protocol, text, tools=KV_TOOLS, start="content")

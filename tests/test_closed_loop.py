@@ -68,7 +68,7 @@ TOOLS = [
 ]
 QUESTION = [{"role": "user", "content": "What is the weather in Paris? Then book a table for 2 at Chez Nous."}]
 CHOICES = ("required", "auto")
-SEEDS = (11,)  # one sample per family and choice (README: the loop takes about 3 minutes)
+SEEDS = (11,)  # one sample per family and choice (docs/grammars.md: the loop takes about 3 min)
 N_PREDICT = 64
 TEMPERATURE = 0.8  # a sampled answer, fixed by the seed: more of what a model may write than greedy's
 SERVERS = 2  # llama-servers of one slot and one thread each, one per core: each answers one request at a time

@@ -11,8 +11,8 @@ each position, one-shot and streamed, under both finish reasons:
   closing word inside a value may be the start of more of it: until the value closes, the
   call is not complete).
 - `"stop"`: the output ended by itself, and each cut is a whole output of its own. A call is
-  as written, or (the README's "a value's closing tag missing") its value was never closed
-  and the call's closing word inside it settles it: the value is what comes before that
+  as written, or (docs/tolerance.md's "a value's closing tag missing") its value was never
+  closed and the call's closing word inside it settles it: the value is what comes before that
   word. So at a stop a call may be in the message at a shorter cut (the value left open,
   closed by the word) and not at a longer one (the value closed, holding the word, and the
   call's own closing word not written yet): two different outputs, two messages.
@@ -111,7 +111,8 @@ def _check_calls(spec, calls, text, cut, finish, message):
             if finish == "length":
                 assert cut >= ends[i], (cut, finish, name, text[:cut])
             continue
-        # (only at a stop: f's value settled by the closing word, as the README's rule reads it)
+        # (only at a stop: f's value settled by the closing word, as docs/tolerance.md's rule
+        # reads it)
         assert finish == "stop" and name == "f" and word, (cut, finish, arguments, text[:cut])
         assert list(arguments) == ["a"], (cut, arguments)
         kept = arguments["a"]

@@ -16,11 +16,8 @@ import time
 
 import pytest
 
-import tplparse
-
 import fuzz_stream
-from conftest import HYPOTHESIS_PROFILE, corpus_ids, corpus_templates, examples, needs_corpus
-from test_tolerance import compiled
+from conftest import HYPOTHESIS_PROFILE, corpus_compiled, corpus_ids, corpus_templates, examples, needs_corpus
 
 TEMPLATES = corpus_templates()
 RUNS = 24  # per family, and as many again on a format made from it that the corpus does not have
@@ -33,9 +30,8 @@ def _seed(stem):
 @needs_corpus
 @pytest.mark.parametrize("stem", [p.stem for p in TEMPLATES], ids=corpus_ids(TEMPLATES))
 def test_mutated_outputs_read_the_same_whole_and_in_pieces(stem):
-    spec, protocol, outputs = compiled(stem)
-    path = next(p for p in TEMPLATES if p.stem == stem)
-    family = fuzz_stream.family_from(stem, spec, protocol, outputs, tplparse.load(path).special_tokens)
+    entry = corpus_compiled(stem)  # (the session's compile: tests/conftest.py)
+    family = fuzz_stream.family_from(stem, entry.spec, entry.protocol, entry.outputs, entry.template.special_tokens)
     if not family.seeds:
         pytest.skip(f"{stem}: no renders to start from")
     seed = _seed(stem)

@@ -19,7 +19,7 @@ from tplparse.probe import probe
 from tplparse.source import ChatTemplate
 from tplparse.spec import Start
 
-from conftest import CORPUS, EXAMPLES, corpus_templates, needs_corpus
+from conftest import CORPUS, EXAMPLES, corpus_compiled, corpus_templates, needs_corpus
 
 CHATML = ("{%- for m in messages %}<|im_start|>{{ m.role + '\\n' }}"
           "{%- if m.role == 'assistant' and m.reasoning_content %}<think>\n{{ m.reasoning_content }}\n</think>\n\n{% endif %}"
@@ -127,7 +127,7 @@ def test_a_switch_whose_prompt_rewrites_the_headers_last_marker_in_a_built_templ
 def test_a_switch_that_writes_another_role_header_is_no_mode():
     """Granite 3.3's `controls` write the role header otherwise (`assistant {"citations"}`):
     not a prompt after the assistant header, so no mode."""
-    spec = probe(corpus("IBM-Granite-3.3-2B-Instruct"))
+    spec = corpus_compiled("IBM-Granite-3.3-2B-Instruct").spec  # (the session's compile: tests/conftest.py)
     assert not [name for name in spec.modes if name.startswith("controls")]
 
 
@@ -162,8 +162,8 @@ def test_a_system_prompt_that_names_the_end_marker_does_not_decide_the_start():
 def test_the_proof_reads_each_mode_after_its_own_prompt(stem):
     """Thinking off by default (the prompt closes the block) or on: the reasoning turns are
     read after the prompt of the mode that opens the block, with its newline after `<think>`."""
-    template = corpus(stem)
-    spec = probe(template)
+    entry = corpus_compiled(stem)  # (the session's compile: tests/conftest.py)
+    template, spec = entry.template, entry.spec
     proof = prove(template, spec, grammars=False)
     assert proof.ok, proof.table()
     modes = {t.turn.partition(" (")[2].rstrip(")") or "default" for t in proof.turns}
@@ -315,7 +315,7 @@ def test_the_instructed_format_is_read_from_the_templates_instructions():
     to respond with the bare object; its JSON revision renders calls back to back and tells it
     to separate them by `; `. Templates whose instructions spell the call inside the section's
     markers (Qwen 2.5, Nemotron, Apriel) are told nothing else."""
-    told = {stem: probe(corpus(stem)).tool_calls for stem in (
+    told = {stem: corpus_compiled(stem).spec.tool_calls for stem in (
         "Meta-Llama-4-Instruct", "Meta-Llama-4-json-vllm-tool", "Qwen-Qwen2.5-7B-Instruct",
         "NVIDIA-Nemotron-Nano-9B-v2", "ServiceNow-Apriel-1.6-15b-Thinker-rev2")}
     assert {stem: (tc.instructed_bare, tc.instructed_separators) for stem, tc in told.items()} == {

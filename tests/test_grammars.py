@@ -25,7 +25,7 @@ from tplparse.check.reference import ReferenceParser
 from tplparse.emit.peg import emit_peg
 from tplparse.probe import probe
 
-from conftest import EXAMPLES, GRAMMAR, corpus_ids, corpus_stems, corpus_templates, examples, needs_corpus
+from conftest import EXAMPLES, GRAMMAR, corpus_compiled, corpus_ids, corpus_stems, corpus_templates, examples, needs_corpus
 from corpus_outputs import FRESH_TOOLS, outputs, readable
 
 TEMPLATES = corpus_templates()
@@ -55,8 +55,9 @@ def valid(gbnf: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def corpus():
-    return {p.stem: (tplparse.load(p), probe(tplparse.load(p))) for p in TEMPLATES}
+def corpus(compiled_corpus):
+    """stem -> (template, spec): the session's compiles (tests/conftest.py)."""
+    return compiled_corpus.view(lambda entry: (entry.template, entry.spec))
 
 
 @needs_corpus
@@ -71,7 +72,7 @@ def test_corpus_grammars_read_back_the_templates_renders(corpus, stem, accepts, 
     valid(gbnf)
     parsers = {}
     grammars = {}
-    for output in outputs(template, spec):
+    for output in corpus_compiled(stem).outputs:
         if output.start not in parsers:
             parsers[output.start] = ReferenceParser(spec, FRESH_TOOLS, start=output.start,
                                                     special_tokens=template.special_tokens)
@@ -134,7 +135,7 @@ def test_lazy_grammar_accepts_from_the_trigger_on(corpus, stem, accepts):
         return
     assert request["grammar_lazy"] is True
     trigger, *others = request["grammar_triggers"]
-    for output in outputs(template, spec):
+    for output in corpus_compiled(stem).outputs:
         if not output.expected["tool_calls"] or output.start == "reasoning" and output.turn.startswith("reasoning"):
             continue
         at = _trigger_at(trigger, output.text)

@@ -19,13 +19,12 @@ from hypothesis import strategies as st
 
 import tplparse
 from tplparse import runtime
-from tplparse.bridge import compile_in_memory
-from tplparse.check.outputs import STANDARD_TOOLS, model_outputs
+from tplparse.check.outputs import STANDARD_TOOLS
 from tplparse.check.reference import ReferenceParser
 from tplparse.errors import InputError
 from tplparse.pipeline import write_text_atomically
 
-from conftest import CUT, EXAMPLES, TPLPARSE, UNKNOWN_TOOLS, corpus_ids, corpus_stems, corpus_templates, examples, needs_corpus, run_cli
+from conftest import CUT, EXAMPLES, TPLPARSE, UNKNOWN_TOOLS, compiled as compiled_example, corpus_compiled, corpus_ids, corpus_stems, examples, needs_corpus, run_cli
 
 CHATML_GGUF = EXAMPLES / "chatml-think-tools.gguf"
 CHATML_JINJA = EXAMPLES / "templates" / "chatml-think-tools.jinja"
@@ -37,7 +36,8 @@ WEATHER_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Pari
 
 @pytest.fixture(scope="module")
 def chatml():
-    return compile_in_memory(tplparse.load(CHATML_GGUF))
+    entry = compiled_example(CHATML_GGUF)
+    return entry.spec, entry.protocol
 
 
 def streamed(protocol, text, size=1, **kwargs):
@@ -101,19 +101,14 @@ def test_the_reference_parser_refuses_unknown_tools_too(chatml):
 
 OTHER_TOOL = [{"type": "function", "function": {"name": "a_tool_the_model_did_not_call", "parameters": {
     "type": "object", "properties": {}}}}]
-TEMPLATES = corpus_templates()
 
 
 @pytest.fixture(scope="module")
 def compiled():
-    cache = {}
-
+    """stem -> (template, spec, protocol): the session's compile of a corpus template (tests/conftest.py)."""
     def get(stem):
-        if stem not in cache:
-            template = tplparse.load(next(p for p in TEMPLATES if p.stem == stem))
-            spec, protocol = compile_in_memory(template)
-            cache[stem] = (template, spec, protocol)
-        return cache[stem]
+        entry = corpus_compiled(stem)
+        return entry.template, entry.spec, entry.protocol
     return get
 
 
@@ -124,11 +119,12 @@ class CallTurn:
         self.turn, self.text, self.start, self.names = turn, text, start, names
 
 
-def call_turns(template, spec) -> list[CallTurn]:
-    """The family's turns with calls, as the template renders them; where it renders none and
-    the calls' format comes from an override, as the spec writes them."""
+def call_turns(spec, outputs) -> list[CallTurn]:
+    """The family's turns with calls, as the template renders them (`outputs`, its model
+    outputs); where it renders none and the calls' format comes from an override, as the spec
+    writes them."""
     turns = [CallTurn(o.turn, o.text, o.start, [c[0] for c in o.expected["tool_calls"]])
-             for o in model_outputs(template, spec) if o.expected["tool_calls"]]
+             for o in outputs if o.expected["tool_calls"]]
     if not turns and spec.tool_calls is not None:
         calls = [{"name": "convert_currency", "arguments": {"amount": "EUR 12", "count": 3}},
                  {"name": "get_rate", "arguments": {"target": "USD", "exact": True}}]
@@ -141,7 +137,7 @@ def call_turns(template, spec) -> list[CallTurn]:
 @pytest.mark.parametrize("stem", corpus_stems(UNKNOWN_TOOLS))
 def test_every_family_refuses_calls_of_tools_not_offered(compiled, stem):
     template, spec, protocol = compiled(stem)
-    turns = call_turns(template, spec)
+    turns = call_turns(spec, corpus_compiled(stem).outputs)
     if not turns:
         pytest.skip(f"{stem}: the family has no tool-call format")
     for turn in turns:
@@ -163,7 +159,7 @@ def test_a_stream_cut_inside_a_call_is_truncated(compiled, stem):
     valid turn, so "not enough input yet" is the only thing wrong with it; no cut may read as
     invalid, and no call may come back that the whole turn does not hold."""
     template, spec, protocol = compiled(stem)
-    turns = call_turns(template, spec)
+    turns = call_turns(spec, corpus_compiled(stem).outputs)
     if not turns:
         pytest.skip(f"{stem}: the family has no tool-call format")
     wrong = []

@@ -25,7 +25,7 @@ from tplparse.grammar.json_schema import add_schema
 from tplparse.probe import probe
 from tplparse.probe.conversations import Call, Turn
 
-from conftest import EXAMPLES, GRAMMAR, corpus_ids, corpus_stems, corpus_templates, examples, needs_corpus
+from conftest import EXAMPLES, GRAMMAR, corpus_compiled, corpus_ids, corpus_stems, corpus_templates, examples, needs_corpus
 from corpus_outputs import outputs
 from test_grammars import CALLS, SCHEMA_TABLE, TOOL
 
@@ -34,8 +34,9 @@ pytestmark = pytest.mark.skipif(not llguidance_check.available(), reason="llguid
 TEMPLATES = corpus_templates()
 
 @pytest.fixture(scope="module")
-def corpus():
-    return {p.stem: (tplparse.load(p), probe(tplparse.load(p))) for p in TEMPLATES}
+def corpus(compiled_corpus):
+    """stem -> (template, spec): the session's compiles (tests/conftest.py)."""
+    return compiled_corpus.view(lambda entry: (entry.template, entry.spec))
 
 
 @needs_corpus
@@ -44,7 +45,7 @@ def test_corpus_lark_grammars_read_back_the_templates_renders(corpus, stem):
     template, spec = corpus[stem]
     checker = llguidance_check.LarkChecker(template.control_tokens)
     grammars = {}
-    for output in outputs(template, spec):
+    for output in corpus_compiled(stem).outputs:
         if output.start not in grammars:
             grammars[output.start] = emit_lark(build(spec, GrammarOptions(start=output.start), template.special_tokens),
                                                template.control_tokens)
@@ -334,7 +335,7 @@ def test_written_content_reads_as_the_gbnf_grammar_reads_it(corpus, stem):
     if stem not in corpus:
         pytest.skip(f"{stem} is not in the corpus")
     template, spec = corpus[stem]
-    content = next(o for o in outputs(template, spec) if o.turn == "content")
+    content = next(o for o in corpus_compiled(stem).outputs if o.turn == "content")
     original = "Twelve euros is about thirteen dollars."
     assert original in content.text
     grammar = build(spec, GrammarOptions(start=content.start), template.special_tokens)

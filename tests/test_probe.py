@@ -33,8 +33,9 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {
 
 
 @pytest.fixture(scope="module")
-def specs():
-    return {path.stem: (tplparse.load(path), probe(tplparse.load(path))) for path in TEMPLATES}
+def specs(compiled_corpus):
+    """stem -> (template, spec): the session's compiles (tests/conftest.py)."""
+    return compiled_corpus.view(lambda entry: (entry.template, entry.spec))
 
 
 def corpus_spec(specs, stem) -> ProtocolSpec:

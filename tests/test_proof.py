@@ -18,14 +18,15 @@ from tplparse.probe import PROBE_SECONDS, probe
 from tplparse.probe.overrides import OVERRIDES_DIR
 from tplparse.spec import slot
 
-from conftest import CORPUS, EXAMPLES, PROOF, TOLERATED, corpus_templates, needs_corpus, not_yet_proved, run_cli
+from conftest import EXAMPLES, PROOF, TOLERATED, corpus_compiled, corpus_templates, needs_corpus, not_yet_proved, run_cli
 
 TEMPLATES = corpus_templates()
 
 
 @pytest.fixture(scope="module")
-def proofs():
-    return {path.stem: prove(tplparse.load(path), probe(tplparse.load(path))) for path in TEMPLATES}
+def proofs(compiled_corpus):
+    """stem -> the proof of the session's compile (tests/conftest.py)."""
+    return compiled_corpus.view(lambda entry: entry.proof)
 
 
 @needs_corpus
@@ -57,12 +58,9 @@ def test_the_proof_reads_back_the_tolerated_forms_of_its_turns(proofs):
 
 
 def corpus_outputs(stem):
-    path = CORPUS / f"{stem}.jinja"
-    if not path.is_file():
-        pytest.skip(f"{stem} is not in the corpus")
-    template = tplparse.load(path)
-    spec = probe(template)
-    return template, spec, {o.turn: o for o in model_outputs(template, spec)}
+    """(template, spec, turn -> model output) of the session's compile (tests/conftest.py)."""
+    entry = corpus_compiled(stem)
+    return entry.template, entry.spec, {o.turn: o for o in entry.outputs}
 
 
 # --- Lossy renders are read from the render, not listed by name ---------------------------

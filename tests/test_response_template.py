@@ -23,20 +23,19 @@ from importlib import metadata
 
 import pytest
 
-import tplparse
 from tplparse.check.proof import prove
 from tplparse.export import CannotExport, response_template
 from tplparse.export.response_template import (AFTER_END_OF_TURN, TRANSFORMERS_SINCE, transformers_features,
                                                transformers_needed)
-from tplparse.probe import PLACEHOLDER_TOKENS, probe, standard_turns
+from tplparse.probe import PLACEHOLDER_TOKENS, standard_turns
 from tplparse.probe.conversations import FRESH, ShapedRenderer, tool_definition
 from tplparse.spec import ProtocolSpec, Start
 
 from tplparse.grammar.reading import cut_at_end
 from tplparse.runtime import json_call_object
 
-from conftest import CORPUS, EXAMPLES, PROMPT_START, RESPONSE_TEMPLATE, corpus_templates, marked_sources, needs_corpus, run_cli
-from corpus_outputs import FRESH_TOOLS, outputs, parser_module, readable
+from conftest import CORPUS, EXAMPLES, PROMPT_START, RESPONSE_TEMPLATE, compiled, corpus_templates, marked_sources, needs_corpus, run_cli
+from corpus_outputs import FRESH_TOOLS, parser_module, readable
 
 transformers = pytest.importorskip("transformers")
 from tokenizers import Tokenizer, models  # noqa: E402  (installed with transformers)
@@ -90,11 +89,12 @@ class Refused:
 
 @lru_cache(maxsize=None)
 def family(path):
-    """(template, spec, the export or the Refused saying why not). As the CLI: a family whose
-    parser does not read its renders back is not exported (the CLI's proof also checks the
-    grammars, which say nothing of reading an output: left out here, for time)."""
-    template = tplparse.load(path)
-    spec = probe(template)
+    """(template, spec, the export or the Refused saying why not), of the session's compile
+    (tests/conftest.py). As the CLI: a family whose parser does not read its renders back is
+    not exported (the CLI's proof also checks the grammars, which say nothing of reading an
+    output: left out here, for time)."""
+    entry = compiled(path)
+    template, spec = entry.template, entry.spec
     proof = prove(template, spec, grammars=False)
     if not proof.ok:
         said = f"the parser does not read back the {proof.unproved[0].turn!r} turn" if proof.turns else proof.error
@@ -185,10 +185,10 @@ def test_transformers_reads_the_renders_as_tplparse_does(path):
         assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr, result.stderr
         assert exported.said in result.stderr, result.stderr
         return
-    found = outputs(template, spec)
+    found = compiled(path).outputs
     assert found, f"{path.stem}: the template renders no standard turn"
     tok = tokenizer(exported)
-    parser = parser_module(spec, template.special_tokens)
+    parser = compiled(path).module
     prompts = generation_prompts(template, spec)
     # Key/value arguments are typed by the tool's schema in both parsers (transformers: tools=).
     for output in found:
@@ -240,10 +240,10 @@ def test_the_end_of_turn_ends_the_message_with_or_without_its_marker(path):
     not read), and transformers reads each as tplparse does. The text after the marker streams
     under the field that takes it, whole, and no field of the message holds any of it."""
     template, spec, exported = family(path)
-    tok, parser = tokenizer(exported), parser_module(spec, template.special_tokens)
+    tok, parser = tokenizer(exported), compiled(path).module
     prompts, following = generation_prompts(template, spec), next_turn(template, spec)
     assert following.strip(), f"{path.stem}: the template writes nothing after an assistant turn"
-    for output in outputs(template, spec):
+    for output in compiled(path).outputs:
         prefix = prefix_for(spec, prompts, output.start)
         variants = around_the_end(spec, output.text, following)
         read = {how: parser.parse(text, tools=FRESH_TOOLS, start=output.start) for how, text in variants.items()}
@@ -270,7 +270,7 @@ def test_the_output_starts_where_the_prompt_leaves_it(path):
     template, spec, exported = family(path)
     if isinstance(exported, Refused):
         pytest.skip(f"not exported: {exported}")
-    tok, parser = tokenizer(exported), parser_module(spec, template.special_tokens)
+    tok, parser = tokenizer(exported), compiled(path).module
     ends = [m for m in spec.end_of_turn if m.strip()]
     answer = spec.content_start + "The answer." + spec.content_end + (ends[0] if ends else "")
     prompts = generation_prompts(template, spec)
@@ -339,7 +339,7 @@ def test_the_cli_prints_the_export_and_tokenizer_config_carries_it(tmp_path):
     config_path.write_text(json.dumps(config), encoding="utf-8")
     loaded = transformers.AutoTokenizer.from_pretrained(tmp_path / "model")
     assert loaded.response_template == exported
-    call = next(o for o in outputs(template, spec) if o.turn == "reasoning+call")
+    call = next(o for o in compiled(source).outputs if o.turn == "reasoning+call")
     expected = tplparse_message(parser_module(spec).parse(call.text, tools=FRESH_TOOLS, start=call.start))
     assert expected["tool_calls"] and expected["reasoning_content"]
     assert read_with_transformers(loaded, call.text, "", None) == expected
@@ -512,9 +512,10 @@ def end_of_turn(spec: ProtocolSpec) -> str:
 def assert_read_alike(path, text: str, prefix: str = "", chunks=(None, *CHUNKS), content_words=False) -> dict:
     """transformers reads `text` (after `prefix`) as tplparse's parser does; tplparse's message.
     `content_words`: the content's words the same, its whitespace between regions may differ
-    (the README's one difference: transformers joins content regions by a blank line)."""
+    (docs/response-template.md's one difference: transformers joins content regions by a blank
+    line)."""
     template, spec, exported = family(path)
-    tok, parser = tokenizer(exported), parser_module(spec, template.special_tokens)
+    tok, parser = tokenizer(exported), compiled(path).module
     how = {"generation_prompt": prefix} if prefix else {"start": Start.CONTENT}
     expected = tplparse_message(parser.parse(text, tools=FRESH_TOOLS, **how))
     for chunk in chunks:
@@ -604,7 +605,7 @@ def test_content_before_and_after_a_call(path):
     """Content on both sides of a call, a newline each side: transformers used to glue the two
     (`Sure.After.`); it reads `Sure.\\n\\nAfter.`, as tplparse does where the call's layout
     writes no newline of its own around it (where it does, tplparse reads `Sure.\\nAfter.`:
-    the README's one difference, whitespace only)."""
+    docs/response-template.md's one difference, whitespace only)."""
     _, spec, _ = family(path)
     text = content(spec, "Sure.") + "\n" + calls_section(spec).strip() + "\n" + content(spec, "After.") + end_of_turn(spec)
     message = assert_read_alike(path, text, content_words=True)

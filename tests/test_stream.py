@@ -20,7 +20,7 @@ from tplparse.grammar.reading import reading_tables
 from tplparse.probe import probe
 from tplparse.spec import ProtocolSpec
 
-from conftest import CORPUS, EXAMPLES, REPO, ROUND_TRIP, corpus_ids, corpus_stems, corpus_templates, examples, needs_corpus, run_cli
+from conftest import CORPUS, EXAMPLES, REPO, ROUND_TRIP, corpus_compiled, corpus_ids, corpus_stems, corpus_templates, examples, needs_corpus, run_cli
 from corpus_outputs import FRESH_TOOLS, outputs, parser_module, readable
 
 TEMPLATES = corpus_templates()
@@ -99,24 +99,11 @@ def marker_cuts(spec: ProtocolSpec, text: str) -> list[int]:
     return sorted(c for c in cuts if 0 < c < len(text))
 
 
-class _Corpus(dict):
-    """stem -> (template, spec, generated module); built once, shown briefly in reports."""
-
-    def __repr__(self):
-        return f"<{len(self)} corpus families>"
-
-
-_CORPUS = _Corpus()
-
-
 @pytest.fixture(scope="module")
-def corpus():
-    if not _CORPUS:
-        for path in TEMPLATES:
-            template = tplparse.load(path)
-            spec = probe(template)
-            _CORPUS[path.stem] = (template, spec, module_for(spec, template.special_tokens))
-    return _CORPUS
+def corpus(compiled_corpus):
+    """stem -> (template, spec, the family's parser in process): the session's compiles
+    (tests/conftest.py; each the first time it is read), shown briefly in reports."""
+    return compiled_corpus.view(lambda entry: (entry.template, entry.spec, entry.module))
 
 
 @needs_corpus
@@ -124,7 +111,7 @@ def corpus():
 def test_round_trip_on_every_chunking(corpus, stem):
     template, spec, module = corpus[stem]
     reference = {}
-    for output in outputs(template, spec):
+    for output in corpus_compiled(stem).outputs:
         text, kwargs = output.text, {"tools": FRESH_TOOLS, "start": output.start}
         one_shot = module.parse(text, **kwargs)
         assert one_shot["errors"] == [], (output.turn, text, one_shot["errors"])
@@ -174,7 +161,7 @@ def test_what_follows_the_reasoning_reads_alone(corpus, stem):
     started "after_reasoning" on the output from there reads the content and calls the whole
     parse reads."""
     template, spec, module = corpus[stem]
-    for output in outputs(template, spec):
+    for output in corpus_compiled(stem).outputs:
         text, kwargs = output.text, {"tools": FRESH_TOOLS, "start": output.start}
         message = module.parse(text, **kwargs)
         offsets = {_ended_at(module, text, cuts, **kwargs)
@@ -203,7 +190,7 @@ def test_what_follows_the_reasoning_reads_alone(corpus, stem):
 def test_random_chunkings(corpus, data):
     stem = data.draw(st.sampled_from(sorted(corpus)))
     template, spec, module = corpus[stem]
-    found = outputs(template, spec)
+    found = corpus_compiled(stem).outputs
     if not found:
         return
     output = data.draw(st.sampled_from(found))
@@ -228,7 +215,7 @@ def test_edited_outputs_read_the_same_streamed_and_one_shot(corpus, data):
     (waiting readers), errors and offsets included."""
     stem = data.draw(st.sampled_from(sorted(corpus)))
     template, spec, module = corpus[stem]
-    found = [o for o in outputs(template, spec) if o.expected["tool_calls"]]
+    found = [o for o in corpus_compiled(stem).outputs if o.expected["tool_calls"]]
     if not found:
         return
     output = data.draw(st.sampled_from(found))

@@ -1,6 +1,6 @@
 """The parser reads what models and engines emit, not only what templates render.
 
-Each tolerance rule (README, "Models emit more than templates render") is exercised on the
+Each tolerance rule (docs/tolerance.md) is exercised on the
 corpus by the deviation generator (tplparse.check.deviations): every family, every standard
 turn, every deviated form the rule makes of the template's own render must read back as the
 render does — one-shot and in every chunking — while the grammar stays canonical. Real
@@ -30,23 +30,17 @@ from tplparse.check.deviations import (CALL_ID_LEFT_OUT, CALL_OBJECT_BY_KEY, CAL
 from tplparse.check.outputs import STANDARD_TOOLS, model_outputs, readable
 from tplparse.spec import ArgumentStyle, SpecError, kv_parts
 
-from conftest import DEVIATIONS, NOT_YET_PROVED, corpus_ids, corpus_stems, corpus_templates, examples, needs_corpus
+from conftest import DEVIATIONS, NOT_YET_PROVED, corpus_compiled, corpus_ids, corpus_stems, corpus_templates, examples, needs_corpus
 
 TEMPLATES = corpus_templates()
 REAL_OUTPUTS = json.loads((Path(__file__).parent / "fixtures" / "real_outputs.json").read_text(encoding="utf-8"))
-_COMPILED = {}
 
 
 def compiled(stem):
-    """(spec, protocol, the family's model outputs) of a corpus template, compiled once."""
-    if stem not in _COMPILED:
-        paths = [p for p in TEMPLATES if p.stem == stem]
-        if not paths:
-            pytest.skip(f"{stem} is not in the corpus")
-        template = tplparse.load(paths[0])
-        spec, protocol = compile_in_memory(template)
-        _COMPILED[stem] = (spec, protocol, model_outputs(template, spec))
-    return _COMPILED[stem]
+    """(spec, protocol, the family's model outputs) of a corpus template: the session's compile
+    (tests/conftest.py; skipped if it is not in the corpus)."""
+    entry = corpus_compiled(stem)
+    return entry.spec, entry.protocol, entry.outputs
 
 
 def parsed(protocol, text, start, finish_reason="stop", cuts=None):
