@@ -3423,9 +3423,11 @@ class Input(Output):
     def _here(self, literal: str, ws_follows: bool = False) -> bool:
         """Consume `literal` if it comes next as rendered (its end whitespace: any)."""
         parts = LITERALS.get(literal)
-        if parts is not None and not parts[2] and self._text.startswith(literal, self._pos):
-            self._pos += len(literal)  # (the common case, without a call)
-            return True
+        if parts is not None:
+            _core, _lead, trail = parts
+            if not trail and self._text.startswith(literal, self._pos):
+                self._pos += len(literal)  # (the common case, without a call)
+                return True
         end = literal_here(self._text, self._pos, literal, self._eof or ws_follows)
         if end < 0:
             return False
@@ -3487,42 +3489,50 @@ class Input(Output):
                 yield from self._need(len(core))
             if self._text.startswith(core, at):
                 self._pos = at + len(core)
-            else:
-                # Word by word; whitespace the literal does not write may come where a marker
-                # in it ends or begins, and before it when it starts with a marker (`:0
-                # <|tool_call_argument_begin|>`): models write it, templates do not.
-                pieces = marker_pieces(core)
-                for word, loose, rest, after in pieces:
-                    if word.isspace():
-                        yield from self._skip_ws()
-                        continue
-                    if loose:
-                        yield from self._skip_ws()
-                    yield from self._need(len(word))
-                    if self._text.startswith(word, self._pos):
-                        self._pos += len(word)
-                        continue
-                    if self._available() < len(word) and word.startswith(self._text[self._pos:]):
-                        # (the rest of the layout is markers the engine stopped on: read, unless
-                        # the output ended inside one of them, which is a cut)
-                        if (eats and self._eof and self._finish in NATURAL_STOPS
-                                and stopped_in(rest, self._text[self._pos:])
-                                and all(stoppable_word(w) for w in after)):
-                            self._pos = len(self._text)
-                            return True
-                        # (the output ended inside the word: not enough input, not a wrong one)
-                        self._pos = start
-                        if required:
-                            raise TruncatedOutput(f"the output ended inside {core!r}")
-                        return False
-                    seen = self._text[max(start, self._pos + len(word) - 40):self._pos + len(word)]
-                    self._pos = start
-                    # (the message quotes only text read so far: the same on every chunking)
-                    if required:
-                        raise InvalidOutput(f"expected {core!r} at {seen!r}")
-                    return False
+            elif not (yield from self._match_words(core, start, required, eats)):
+                return False
         if trail and not self._ws_here() and not ws_follows:
             yield from self._skip_ws()
+        return True
+
+    def _match_words(self, core: str, start: int, required: bool,
+                     eats: bool) -> Generator[None, None, bool]:
+        """A literal's core (stripped) word by word, where it is not written as rendered (see
+        _match, which started at `start`): True once read, False (or the error, `required`)
+        where it is not there."""
+        # Word by word; whitespace the literal does not write may come where a marker
+        # in it ends or begins, and before it when it starts with a marker (`:0
+        # <|tool_call_argument_begin|>`): models write it, templates do not.
+        pieces = marker_pieces(core)
+        for word, loose, rest, after in pieces:
+            if word.isspace():
+                yield from self._skip_ws()
+                continue
+            if loose:
+                yield from self._skip_ws()
+            yield from self._need(len(word))
+            if self._text.startswith(word, self._pos):
+                self._pos += len(word)
+                continue
+            if self._available() < len(word) and word.startswith(self._text[self._pos:]):
+                # (the rest of the layout is markers the engine stopped on: read, unless
+                # the output ended inside one of them, which is a cut)
+                if (eats and self._eof and self._finish in NATURAL_STOPS
+                        and stopped_in(rest, self._text[self._pos:])
+                        and all(stoppable_word(w) for w in after)):
+                    self._pos = len(self._text)
+                    return True
+                # (the output ended inside the word: not enough input, not a wrong one)
+                self._pos = start
+                if required:
+                    raise TruncatedOutput(f"the output ended inside {core!r}")
+                return False
+            seen = self._text[max(start, self._pos + len(word) - 40):self._pos + len(word)]
+            self._pos = start
+            # (the message quotes only text read so far: the same on every chunking)
+            if required:
+                raise InvalidOutput(f"expected {core!r} at {seen!r}")
+            return False
         return True
 
     def _peek(self, text: str) -> Generator[None, None, bool]:
@@ -4385,10 +4395,11 @@ class Rules(Input):
         inner = p.section_inner
         if inner and not (yield from self._match(p.section_start, required=False)):
             # The section holds content first: <start>content<end>, then the calls.
-            yield from self._match(inner[0])
-            stop = yield from self._text_until([inner[1]], self._content_text)
+            content_start, content_end = inner
+            yield from self._match(content_start)
+            stop = yield from self._text_until([content_end], self._content_text)
             if stop is None:
-                raise TruncatedOutput(f"the output ended before {inner[1]!r}")
+                raise TruncatedOutput(f"the output ended before {content_end!r}")
             self._pos += len(stop)
         elif not inner:
             yield from self._match(p.section_start)
@@ -5302,8 +5313,9 @@ class Rules(Input):
                 st.unclosed = True
                 value = self._text[start:self._pos]
                 assert spaces is not None  # (given with `settling`: see _raw_stops)
-                space = (spaces[1] if st.closing_word and found.group() == st.closing_word
-                         else spaces[0])
+                before_next, before_closing = spaces
+                space = (before_closing if st.closing_word and found.group() == st.closing_word
+                         else before_next)
                 cut = next(i for i in range(len(space) + 1) if value.endswith(space[i:]))
                 return value[: len(value) - (len(space) - cut)]
             searched = max(start, len(self._text) - len(stop) + 1)
@@ -5323,7 +5335,7 @@ class Rules(Input):
     def _read_native(self, fmt: ArgumentsTable) -> Generator[None, None, str]:
         """A value in the format's own notation: its quotes and brackets balanced."""
         quote_open, quote_close = fmt["quotes"]
-        opens = {b[0]: b[1] for b in fmt.get("brackets", {}).values()}
+        opens = {opening: closing for opening, closing in fmt.get("brackets", {}).values()}
         start = self._pos
         stack: list[str] = []
         while True:
@@ -5411,19 +5423,7 @@ class Messages(Rules):
             self._state = REASONING if kind == REASONING else CONTENT
             if kind != REASONING and self._reasoning_ended_at is None:
                 self._reasoning_ended_at = message_at  # (the first message that is not reasoning)
-            if kind == _CALL:
-                assert name is not None  # (a call's header names it: see _header_fields)
-                stop = yield from self._message_call(m, name, builtin)
-            elif kind == _SKIPPED:
-                stop = yield from self._skipped_body(m)
-            else:
-                field = self._reasoning_text if kind == REASONING else self._content_text
-                written = len(field.parts)
-                stop = yield from self._text_until(m.body_stops, field)
-                space = p.space_before.get("" if stop is None else stop.strip())
-                if kind == CONTENT and space is not None and len(field.parts) > written:
-                    # (as in a layout's content: see Rules._content)
-                    self._keep_trailing_space(field, space)
+            stop = yield from self._message_body(m, kind, name, builtin)
             if stop is None:
                 return
             if stop in p.end_of_turn:
@@ -5445,6 +5445,24 @@ class Messages(Rules):
             elif self._available():
                 yield from self._after_end("")  # (a message end, then text that starts no message)
             return
+
+    def _message_body(self, m: MessageFormat, kind: str, name: str | None,
+                      builtin: bool) -> Generator[None, None, str | None]:
+        """message body: a call's arguments, a left-out body, or reasoning or content text;
+        what ended it (None: the output's end)."""
+        if kind == _CALL:
+            assert name is not None  # (a call's header names it: see _header_fields)
+            return (yield from self._message_call(m, name, builtin))
+        if kind == _SKIPPED:
+            return (yield from self._skipped_body(m))
+        field = self._reasoning_text if kind == REASONING else self._content_text
+        written = len(field.parts)
+        stop = yield from self._text_until(m.body_stops, field)
+        space = self._p.space_before.get("" if stop is None else stop.strip())
+        if kind == CONTENT and space is not None and len(field.parts) > written:
+            # (as in a layout's content: see Rules._content)
+            self._keep_trailing_space(field, space)
+        return stop
 
     def _header(self, m: MessageFormat
                 ) -> Generator[None, None, tuple[str | None, str | None, bool]]:

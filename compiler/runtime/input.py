@@ -376,9 +376,11 @@ class Input(Output):
     def _here(self, literal: str, ws_follows: bool = False) -> bool:
         """Consume `literal` if it comes next as rendered (its end whitespace: any)."""
         parts = LITERALS.get(literal)
-        if parts is not None and not parts[2] and self._text.startswith(literal, self._pos):
-            self._pos += len(literal)  # (the common case, without a call)
-            return True
+        if parts is not None:
+            _core, _lead, trail = parts
+            if not trail and self._text.startswith(literal, self._pos):
+                self._pos += len(literal)  # (the common case, without a call)
+                return True
         end = literal_here(self._text, self._pos, literal, self._eof or ws_follows)
         if end < 0:
             return False
@@ -440,42 +442,50 @@ class Input(Output):
                 yield from self._need(len(core))
             if self._text.startswith(core, at):
                 self._pos = at + len(core)
-            else:
-                # Word by word; whitespace the literal does not write may come where a marker
-                # in it ends or begins, and before it when it starts with a marker (`:0
-                # <|tool_call_argument_begin|>`): models write it, templates do not.
-                pieces = marker_pieces(core)
-                for word, loose, rest, after in pieces:
-                    if word.isspace():
-                        yield from self._skip_ws()
-                        continue
-                    if loose:
-                        yield from self._skip_ws()
-                    yield from self._need(len(word))
-                    if self._text.startswith(word, self._pos):
-                        self._pos += len(word)
-                        continue
-                    if self._available() < len(word) and word.startswith(self._text[self._pos:]):
-                        # (the rest of the layout is markers the engine stopped on: read, unless
-                        # the output ended inside one of them, which is a cut)
-                        if (eats and self._eof and self._finish in NATURAL_STOPS
-                                and stopped_in(rest, self._text[self._pos:])
-                                and all(stoppable_word(w) for w in after)):
-                            self._pos = len(self._text)
-                            return True
-                        # (the output ended inside the word: not enough input, not a wrong one)
-                        self._pos = start
-                        if required:
-                            raise TruncatedOutput(f"the output ended inside {core!r}")
-                        return False
-                    seen = self._text[max(start, self._pos + len(word) - 40):self._pos + len(word)]
-                    self._pos = start
-                    # (the message quotes only text read so far: the same on every chunking)
-                    if required:
-                        raise InvalidOutput(f"expected {core!r} at {seen!r}")
-                    return False
+            elif not (yield from self._match_words(core, start, required, eats)):
+                return False
         if trail and not self._ws_here() and not ws_follows:
             yield from self._skip_ws()
+        return True
+
+    def _match_words(self, core: str, start: int, required: bool,
+                     eats: bool) -> Generator[None, None, bool]:
+        """A literal's core (stripped) word by word, where it is not written as rendered (see
+        _match, which started at `start`): True once read, False (or the error, `required`)
+        where it is not there."""
+        # Word by word; whitespace the literal does not write may come where a marker
+        # in it ends or begins, and before it when it starts with a marker (`:0
+        # <|tool_call_argument_begin|>`): models write it, templates do not.
+        pieces = marker_pieces(core)
+        for word, loose, rest, after in pieces:
+            if word.isspace():
+                yield from self._skip_ws()
+                continue
+            if loose:
+                yield from self._skip_ws()
+            yield from self._need(len(word))
+            if self._text.startswith(word, self._pos):
+                self._pos += len(word)
+                continue
+            if self._available() < len(word) and word.startswith(self._text[self._pos:]):
+                # (the rest of the layout is markers the engine stopped on: read, unless
+                # the output ended inside one of them, which is a cut)
+                if (eats and self._eof and self._finish in NATURAL_STOPS
+                        and stopped_in(rest, self._text[self._pos:])
+                        and all(stoppable_word(w) for w in after)):
+                    self._pos = len(self._text)
+                    return True
+                # (the output ended inside the word: not enough input, not a wrong one)
+                self._pos = start
+                if required:
+                    raise TruncatedOutput(f"the output ended inside {core!r}")
+                return False
+            seen = self._text[max(start, self._pos + len(word) - 40):self._pos + len(word)]
+            self._pos = start
+            # (the message quotes only text read so far: the same on every chunking)
+            if required:
+                raise InvalidOutput(f"expected {core!r} at {seen!r}")
+            return False
         return True
 
     def _peek(self, text: str) -> Generator[None, None, bool]:

@@ -81,19 +81,7 @@ class Messages(Rules):
             self._state = REASONING if kind == REASONING else CONTENT
             if kind != REASONING and self._reasoning_ended_at is None:
                 self._reasoning_ended_at = message_at  # (the first message that is not reasoning)
-            if kind == _CALL:
-                assert name is not None  # (a call's header names it: see _header_fields)
-                stop = yield from self._message_call(m, name, builtin)
-            elif kind == _SKIPPED:
-                stop = yield from self._skipped_body(m)
-            else:
-                field = self._reasoning_text if kind == REASONING else self._content_text
-                written = len(field.parts)
-                stop = yield from self._text_until(m.body_stops, field)
-                space = p.space_before.get("" if stop is None else stop.strip())
-                if kind == CONTENT and space is not None and len(field.parts) > written:
-                    # (as in a layout's content: see Rules._content)
-                    self._keep_trailing_space(field, space)
+            stop = yield from self._message_body(m, kind, name, builtin)
             if stop is None:
                 return
             if stop in p.end_of_turn:
@@ -115,6 +103,24 @@ class Messages(Rules):
             elif self._available():
                 yield from self._after_end("")  # (a message end, then text that starts no message)
             return
+
+    def _message_body(self, m: MessageFormat, kind: str, name: str | None,
+                      builtin: bool) -> Generator[None, None, str | None]:
+        """message body: a call's arguments, a left-out body, or reasoning or content text;
+        what ended it (None: the output's end)."""
+        if kind == _CALL:
+            assert name is not None  # (a call's header names it: see _header_fields)
+            return (yield from self._message_call(m, name, builtin))
+        if kind == _SKIPPED:
+            return (yield from self._skipped_body(m))
+        field = self._reasoning_text if kind == REASONING else self._content_text
+        written = len(field.parts)
+        stop = yield from self._text_until(m.body_stops, field)
+        space = self._p.space_before.get("" if stop is None else stop.strip())
+        if kind == CONTENT and space is not None and len(field.parts) > written:
+            # (as in a layout's content: see Rules._content)
+            self._keep_trailing_space(field, space)
+        return stop
 
     def _header(self, m: MessageFormat
                 ) -> Generator[None, None, tuple[str | None, str | None, bool]]:

@@ -786,10 +786,11 @@ class Rules(Input):
         inner = p.section_inner
         if inner and not (yield from self._match(p.section_start, required=False)):
             # The section holds content first: <start>content<end>, then the calls.
-            yield from self._match(inner[0])
-            stop = yield from self._text_until([inner[1]], self._content_text)
+            content_start, content_end = inner
+            yield from self._match(content_start)
+            stop = yield from self._text_until([content_end], self._content_text)
             if stop is None:
-                raise TruncatedOutput(f"the output ended before {inner[1]!r}")
+                raise TruncatedOutput(f"the output ended before {content_end!r}")
             self._pos += len(stop)
         elif not inner:
             yield from self._match(p.section_start)
@@ -1703,8 +1704,9 @@ class Rules(Input):
                 st.unclosed = True
                 value = self._text[start:self._pos]
                 assert spaces is not None  # (given with `settling`: see _raw_stops)
-                space = (spaces[1] if st.closing_word and found.group() == st.closing_word
-                         else spaces[0])
+                before_next, before_closing = spaces
+                space = (before_closing if st.closing_word and found.group() == st.closing_word
+                         else before_next)
                 cut = next(i for i in range(len(space) + 1) if value.endswith(space[i:]))
                 return value[: len(value) - (len(space) - cut)]
             searched = max(start, len(self._text) - len(stop) + 1)
@@ -1724,7 +1726,7 @@ class Rules(Input):
     def _read_native(self, fmt: ArgumentsTable) -> Generator[None, None, str]:
         """A value in the format's own notation: its quotes and brackets balanced."""
         quote_open, quote_close = fmt["quotes"]
-        opens = {b[0]: b[1] for b in fmt.get("brackets", {}).values()}
+        opens = {opening: closing for opening, closing in fmt.get("brackets", {}).values()}
         start = self._pos
         stack: list[str] = []
         while True:
