@@ -18,7 +18,8 @@ import typing
 import warnings
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from json.encoder import encode_basestring as _encode_basestring
-from typing import Any, NamedTuple, TypeGuard, TypedDict
+from re import Match
+from typing import Any, TypeGuard, TypedDict
 
 
 # --- errors (tplparse/runtime/errors.py) ----------------------------------------------
@@ -1673,13 +1674,22 @@ def _scalar(token: str, python: bool) -> str:
     return encode_json(json.loads(token))  # (1E5 -> 100000.0, -0 -> 0; 1e999 cannot be JSON)
 
 
-class StopSearch(NamedTuple):
+class StopSearch:
     """What tells where a raw string value's closing text (one of its stops) is."""
+
+    __slots__ = ("firsts", "starts", "partial", "first_stop")
 
     firsts: frozenset[str]  # the stops' first characters
     starts: frozenset[str]  # their starts, whole ones too
     partial: frozenset[str]  # the starts that are no whole stop
     first_stop: Search  # a search for the first whole stop
+
+    def __init__(self, firsts: frozenset[str], starts: frozenset[str], partial: frozenset[str],
+                 first_stop: Search) -> None:
+        self.firsts = firsts
+        self.starts = starts
+        self.partial = partial
+        self.first_stop = first_stop
 
 
 _STOP_SEARCH: dict[tuple[str, ...], StopSearch] = {}
@@ -1717,9 +1727,11 @@ def _raw_special(stops: tuple[str, ...]) -> tuple[Search, Search]:
     return found, marker_starts(stops)
 
 
-class RawSearches(NamedTuple):
+class RawSearches:
     """What KeyValueStream searches a raw string value's text with (see _raw_special and
     StopSearch)."""
+
+    __slots__ = ("longest", "special", "stop_starts", "firsts", "starts", "partial", "stop_at")
 
     longest: int  # the longest stop's length
     special: Search  # a character that may begin a stop, or that JSON escapes
@@ -1728,6 +1740,16 @@ class RawSearches(NamedTuple):
     starts: frozenset[str]
     partial: frozenset[str]
     stop_at: Search  # the first whole stop
+
+    def __init__(self, longest: int, special: Search, stop_starts: Search, firsts: frozenset[str],
+                 starts: frozenset[str], partial: frozenset[str], stop_at: Search) -> None:
+        self.longest = longest
+        self.special = special
+        self.stop_starts = stop_starts
+        self.firsts = firsts
+        self.starts = starts
+        self.partial = partial
+        self.stop_at = stop_at
 
 
 _RAW_SEARCHES: dict[tuple[str, ...], RawSearches] = {}
@@ -2138,15 +2160,25 @@ ARGUMENTS_ALIASES = {"arguments": "parameters", "parameters": "arguments"}
 UNWRITTEN_SEPARATORS = (";", ",")
 
 
-class JsonCallLayout(NamedTuple):
+class JsonCallLayout:
     """A call layout that writes the call as a JSON object around its slots ({"name": NAME,
     "arguments": ARGUMENTS}, with or without an id)."""
+
+    __slots__ = ("first", "before", "last", "after", "keys")
 
     first: int  # the step (a literal) the object starts in
     before: str  # that literal's text before the object
     last: int  # the step (a literal) the object ends in
     after: str  # that literal's text after the object
     keys: dict[str, str]  # slot (name, arguments, id) -> the object's key that holds it
+
+    def __init__(self, first: int, before: str, last: int, after: str,
+                 keys: dict[str, str]) -> None:
+        self.first = first
+        self.before = before
+        self.last = last
+        self.after = after
+        self.keys = keys
 
 
 def json_call_object(layout: Layout) -> JsonCallLayout | None:
@@ -2188,16 +2220,26 @@ def _key_holding(value: dict[str, Any], slot: str, fill: str) -> str | None:
     return next((key for key, held in value.items() if held == filled), None)
 
 
-class ArgumentsEnd(NamedTuple):
+class ArgumentsEnd:
     """Where a call's arguments end: the layout's next literal with a word."""
+
+    __slots__ = ("literal", "word", "lead")
 
     literal: str  # that literal, stripped ("" when the layout writes none)
     word: str  # its first word: enough to end the arguments (the literal is matched after)
     lead: str  # the whitespace the layout writes before it
 
+    def __init__(self, literal: str, word: str, lead: str) -> None:
+        self.literal = literal
+        self.word = word
+        self.lead = lead
 
-class CallStep(NamedTuple):
+
+class CallStep:
     """One piece of a call layout, as the call reader runs it."""
+
+    __slots__ = ("kind", "literal", "chars", "run", "arguments_end", "ws_follows", "exact", "then",
+                 "eats")
 
     kind: int  # LITERAL, NAME, CALL_ID, INDEX, ARGUMENTS or UNREAD
     literal: str  # a LITERAL's text ("" for a slot)
@@ -2213,6 +2255,20 @@ class CallStep(NamedTuple):
     # all of the layout after this step is stoppable: at a natural stop, this literal's
     # unread words and the rest of the layout may be missing (the engine stopped on them)
     eats: bool
+
+    def __init__(self, kind: int, literal: str, chars: CharSet,
+                 run: Callable[[str, int], re.Match[str] | None] | None,
+                 arguments_end: ArgumentsEnd | None, ws_follows: bool, exact: bool, then: int,
+                 eats: bool) -> None:
+        self.kind = kind
+        self.literal = literal
+        self.chars = chars
+        self.run = run
+        self.arguments_end = arguments_end
+        self.ws_follows = ws_follows
+        self.exact = exact
+        self.then = then
+        self.eats = eats
 
 
 def call_steps(layout: Layout) -> tuple[CallStep, ...]:
@@ -3143,20 +3199,51 @@ class Input(Output):
         """Read the next chunk of output (str, or bytes that may split UTF-8 sequences); return
         the deltas it settles. ValueError after end()."""
         text = chunk if chunk.__class__ is str else self._decode(chunk)
-        # Fast paths: most chunks cannot move the parse past what it waits in. (After end()
-        # none is open: it clears what they test.)
+        # The two paths most chunks of a stream take, inline (a call would cost a tenth of a
+        # chunk's time); every other chunk, or one these cannot settle, goes on to _feed_on.
         fast = self._fast
         if fast is not None and text:
-            # (the common chunk inside a string argument, one with no character that may end
-            # it: as _feed_string, inline; this path runs once per chunk of a streamed string)
+            # Inside a string argument that streams with all of it before this chunk given
+            # out: a chunk that cannot end it is its next characters, given out without a step
+            # of the reader and kept aside (`_ahead`) until the parse needs the text
+            # (`_catch_up`; a long value's chunks join the text now and then).
             ahead = self._ahead
-            if len(ahead) <= 1024 and fast.special(text) is None:  # type: ignore[misc]
+            if len(ahead) > 1024 and not fast.held:
+                self._catch_up()
+                ahead = self._ahead
+            if fast.special(text) is None or fast.as_is(text) is not None:  # type: ignore[misc]
                 ahead.append(text)
                 return [{"tool_calls": [{"index": fast.index, "function": {"arguments": text}}]}]
-            deltas = self._feed_string(fast, text)
-            if deltas is not None:
-                return deltas
-        elif self._ahead:
+            piece = fast.escaped(text)  # (escapes the canonical text writes the same, ...)
+            if piece is not None:
+                ahead.append(text)
+                return ([{"tool_calls": [{"index": fast.index, "function": {"arguments": piece}}]}]
+                        if piece else [])
+            self._catch_up()  # (this chunk may end the string: the paths below read it)
+            self._fast = None
+        field = self._plain
+        if field is not None and not self._ahead:
+            # In plain content or reasoning, nothing held back before the chunk and no marker's
+            # head in it: it goes straight out (as _feed_plain and _emit_text, inline). (The
+            # parse waits in one thing at a time: `_plain` is set alone; see _push.)
+            quiet = self._quiet
+            assert quiet is not None  # (set with _plain)
+            found = quiet(text)
+            if found is not None or self._pos < len(self._text) or not field.started:
+                return self._feed_plain(quiet, field, text, found)
+            self._offset_base += len(text)
+            body = text.rstrip()
+            if body is not text or field.pending:  # whitespace at its end, or held before it
+                return self._emit_chunk(field, text, body)
+            if not text:
+                return []
+            field.parts.append(text)
+            return [{field.key: text}]
+        return self._feed_on(text)
+
+    def _feed_on(self, text: str) -> list[Delta]:
+        """feed, for a chunk its inline paths do not settle: by what the parse waits in."""
+        if self._ahead:
             self._catch_up()
         if self._drive is not None:
             return self._feed_driven(self._drive, text)
@@ -3176,7 +3263,7 @@ class Input(Output):
                 self._append(text)  # still fewer characters than the parse needs to decide
                 return []
         elif self._plain is not None:
-            return self._feed_plain(quiet, self._plain, text)
+            return self._feed_plain(quiet, self._plain, text, quiet(text))
         elif quiet(text) is None or len(self._text) + len(text) < self._wait_for:
             # Inside a value that only a `quiet` character can end: keep it (as _append),
             # and give out what an argument stream settles of it.
@@ -3189,29 +3276,6 @@ class Input(Output):
         if self._finish is not None:
             raise ValueError("feed() after end(): the stream is closed")
         return self._push(text)
-
-    def _feed_string(self, fast: ObjectStream | KeyValueStream, text: str) -> list[Delta] | None:
-        """feed, inside a string argument that streams with all of it before this chunk given
-        out: a chunk that cannot end it is its next characters, given out without a step of the
-        reader and kept aside (`_ahead`) until the parse needs the text (`_catch_up`). None:
-        this chunk may end the string (the other paths read it)."""
-        ahead = self._ahead
-        # (a long value: its chunks join the text now and then)
-        if len(ahead) > 1024 and not fast.held:
-            self._catch_up()
-            ahead = self._ahead
-        # (`special` is set here: _fast_path gives a stream only while it is; its type says None)
-        if fast.special(text) is None or fast.as_is(text) is not None:  # type: ignore[misc]
-            ahead.append(text)
-            return [{"tool_calls": [{"index": fast.index, "function": {"arguments": text}}]}]
-        piece = fast.escaped(text)  # (escapes the canonical text writes the same, ...)
-        if piece is not None:
-            ahead.append(text)
-            return ([{"tool_calls": [{"index": fast.index, "function": {"arguments": piece}}]}]
-                    if piece else [])
-        self._catch_up()
-        self._fast = None
-        return None
 
     def _feed_driven(self, drive: ObjectStream, text: str) -> list[Delta]:
         """feed, inside a JSON (or Python) value that its argument stream reads as it arrives:
@@ -3255,14 +3319,17 @@ class Input(Output):
             return []
         return [] if _begins_one_of(came, expect) else self._push("")
 
-    def _feed_plain(self, quiet: Search, field: TextField, text: str) -> list[Delta]:
+    def _feed_plain(self, quiet: Search, field: TextField, text: str,
+                    found: Match[str] | None) -> list[Delta]:
         """feed, in plain content or reasoning (with what was held back before it, the start of
-        what may be a marker): what cannot begin a marker goes straight out; the first
-        characters of a marker at its end are held back (the next chunk tells); only a
-        marker's head inside it (its first three characters) wakes the parse."""
+        what may be a marker; `found`: `quiet` on the chunk): what cannot begin a marker goes
+        straight out; the first characters of a marker at its end are held back (the next
+        chunk tells); only a marker's head inside it (its first three characters) wakes the
+        parse."""
         held = len(self._text) - self._pos
         whole = self._text[self._pos:] + text if held else text
-        found = quiet(whole)
+        if held:
+            found = quiet(whole)
         # (what goes out leaves the text, and the offsets after it count it; the text is
         # then only what is held now: the parse waits in the text's scan, which reads on
         # from `_pos`, so what is before it may go)
@@ -3278,24 +3345,29 @@ class Input(Output):
             self._text, self._pos = "", 0
         else:
             self._offset_base += len(text)
-        if field.started:  # (_emit_text, inlined: most chunks of a stream come here)
-            body = text.rstrip()
-            if body is text and not field.pending:  # no whitespace at the end, none held
-                if not text:
-                    return []
-                field.parts.append(text)
-                return [{field.key: text}]
-            if not body:
-                if text:
-                    field.pending.append(text)
+        if not field.started:
+            self._emit_text(field, text)
+            deltas, self._deltas = self._deltas, []
+            return deltas
+        body = text.rstrip()
+        if body is text and not field.pending:  # no whitespace at the end, none held
+            if not text:
                 return []
-            out = "".join(field.pending) + body if field.pending else body
-            field.pending = [text[len(body):]] if len(body) < len(text) else []
-            field.parts.append(out)
-            return [{field.key: out}]
-        self._emit_text(field, text)
-        deltas, self._deltas = self._deltas, []
-        return deltas
+            field.parts.append(text)
+            return [{field.key: text}]
+        return self._emit_chunk(field, text, body)
+
+    def _emit_chunk(self, field: TextField, text: str, body: str) -> list[Delta]:
+        """A chunk of a started field (`body`: it without its end whitespace) as _emit_text
+        gives it out: the whitespace held before it goes with it, its own is held."""
+        if not body:
+            if text:
+                field.pending.append(text)
+            return []
+        out = "".join(field.pending) + body if field.pending else body
+        field.pending = [text[len(body):]] if len(body) < len(text) else []
+        field.parts.append(out)
+        return [{field.key: out}]
 
     def _feed_polled(self, scan: BalancedScan, text: str) -> list[Delta]:
         """feed, inside a value whose scan can tell by itself whether this chunk completes it."""
@@ -3800,20 +3872,13 @@ def _raw_stops(kv: KeyValueFormat, ending: Closing, settles: bool,
     return found
 
 
-class ValueHere(NamedTuple):
-    """A key/value argument's value read whole from what is here."""
-
-    value: str  # as written (a quoted one without its quotes)
-    end: int  # where what follows it starts
-    in_quotes: bool  # it was written in the format's quotes
-
-
 class _KeyValueRead:
     """Where the reading of a call's key/value arguments is: the step, and what it has read.
     (One per parser, started afresh for each call: a parser reads one call at a time.)"""
 
     __slots__ = ("kv", "properties", "closing", "closing_word", "closing_lead", "settling",
-                 "after_value", "unclosed", "step", "first", "key", "layout", "arguments", "bad")
+                 "after_value", "unclosed", "step", "first", "key", "layout", "arguments", "bad",
+                 "value", "quoted")
 
     kv: KeyValueFormat
     properties: dict[str, SchemaValue]
@@ -3829,6 +3894,8 @@ class _KeyValueRead:
     layout: ArgumentLayout | None  # (told from _KV_MIDDLE on)
     arguments: dict[str, JSONValue]
     bad: BadArguments | None
+    value: str  # the value read last by _kv_value_here, as written (without its quotes)
+    quoted: bool  # whether it was written in the format's quotes
 
     def __init__(self, kv: KeyValueFormat) -> None:
         self.kv = kv
@@ -4938,9 +5005,10 @@ class Rules(Input):
                 self._pos, st.first = pos, first
                 return True
             # else an argument
-            pos = self._kv_opening_here(st, pos, first)
-            if pos == _STOPPED:
-                return False
+            if st.kv.before or st.kv.separator and not first:
+                pos = self._kv_opening_here(st, pos, first)
+                if pos == _STOPPED:
+                    return False
             first = False
             pos = self._kv_argument_here(st, pos)
             if pos == _STOPPED:
@@ -4998,19 +5066,19 @@ class Rules(Input):
             pos += len(lead)
         ending = layout.static or layout.closing(key)  # what the layout writes after this value
         # (open: see _open_value)
-        found = None if kv.open_values else self._kv_value_here(kv, layout, ending, pos)
-        if found is None:
+        end = -1 if kv.open_values else self._kv_value_here(st, layout, ending, pos)
+        if end < 0:
             # anything but raw or quoted text that is here to its end: the waiting reader
             return self._kv_wait(st, pos, _KV_VALUE, key, layout, False)
         # the value, typed by the tool's schema and kept (and streamed), or the arguments are
         # bad (a key twice, a value its type refuses)
-        arguments, value = st.arguments, found.value
+        arguments, value = st.arguments, st.value
         schema = st.properties.get(key)
         if key in arguments:
             st.bad = st.bad or BadArguments(f"the key {key!r} appears twice")
         elif schema and schema.get("type") != "string":  # (a string stays as written)
             try:
-                arguments[key] = typed_raw(value, schema, kv.fillers, found.in_quotes)
+                arguments[key] = typed_raw(value, schema, kv.fillers, st.quoted)
             except BadArguments as e:
                 # the value was read; its closing text keeps the parse in step
                 st.bad = st.bad or e
@@ -5018,7 +5086,7 @@ class Rules(Input):
             arguments[key] = value
         if self._streaming is not None:
             self._stream_argument(st, key, arguments.get(key))
-        pos = found.end
+        pos = end
         after = ending.after_here
         if after:  # (the loop skips whitespace next)
             if text.startswith(after, pos):  # as rendered: its end whitespace takes all there is
@@ -5031,32 +5099,32 @@ class Rules(Input):
                 pos = end
         return pos
 
-    def _kv_value_here(self, kv: KeyValueFormat, layout: ArgumentLayout, ending: Closing,
-                       pos: int) -> ValueHere | None:
-        """value: raw or quoted text that is here to its end (ValueHere), else None."""
-        text = self._text
+    def _kv_value_here(self, st: _KeyValueRead, layout: ArgumentLayout, ending: Closing,
+                       pos: int) -> int:
+        """value: raw or quoted text that is here to its end: where what follows it starts
+        (the value in `st.value`, `st.quoted`), else -1."""
+        text, kv = self._text, st.kv
         quote_open, quote_close = kv.quote_open, kv.quote_close
-        if layout.raw and kv.maybe_quoted and text.startswith(quote_open, pos):
-            at = text.find(quote_close, pos + len(quote_open))
-            return None if at == -1 else ValueHere(text[pos + len(quote_open):at],
-                                                   at + len(quote_close), False)
-        if layout.raw:
+        if layout.raw and not (kv.maybe_quoted and text.startswith(quote_open, pos)):
             at = text.find(ending.raw_end, pos)
             if at == -1 or kv.next_argument_search is not None and ending.after_core and (
                     kv.next_argument_search(text, pos, at)):
                 # (not closed yet, or something that settles an open value comes first:
                 # the waiting reader decides, at the closing text or the end)
-                return None
+                return -1
             value = text[pos:at]
             lead = ending.after_lead
-            if lead and value.endswith(lead):
-                value = value[: len(value) - len(lead)]
-            return ValueHere(value, at, False)
-        if kv.quoted_strings and text.startswith(quote_open, pos):
-            at = text.find(quote_close, pos + len(quote_open))
-            return None if at == -1 else ValueHere(text[pos + len(quote_open):at],
-                                                   at + len(quote_close), True)
-        return None
+            st.value = value[: len(value) - len(lead)] if lead and value.endswith(lead) else value
+            st.quoted = False
+            return at
+        if not (layout.raw or kv.quoted_strings and text.startswith(quote_open, pos)):
+            return -1
+        # (quoted: a raw value in the quotes the format may put it in, or a quoted string)
+        at = text.find(quote_close, pos + len(quote_open))
+        if at == -1:
+            return -1
+        st.value, st.quoted = text[pos + len(quote_open):at], not layout.raw
+        return at + len(quote_close)
 
     def _kv_stop(self, st: _KeyValueRead, pos: int, step: int, key: str | None,
                  layout: ArgumentLayout | None, first: bool) -> bool:

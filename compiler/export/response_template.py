@@ -433,8 +433,9 @@ def _calls_list(spec: ProtocolSpec) -> dict | None:
             raise CannotExport("a JSON list of calls that are not {name, arguments} objects",
                                f"a call is written {_shown(tc.call)}; a transform takes a "
                                "call's name from a fixed key")
-        first, before, last, after, keys = found
-        if first != 0 or last != len(tc.call) - 1 or before.strip() or after.strip():
+        keys = found.keys
+        if (found.first != 0 or found.last != len(tc.call) - 1 or found.before.strip()
+                or found.after.strip()):
             return None
         _json_arguments(tc)
         _check_sample_list(tc, keys)
@@ -528,7 +529,8 @@ def _call_regions(spec: ProtocolSpec) -> dict:
                            f"the template writes {tc.separator!r} between calls")
     found = json_call_object(call)
     if found is not None:
-        first, before, last, after, keys = found
+        first, before, last, after, keys = (found.first, found.before, found.last, found.after,
+                                            found.keys)
         head = [p for p in call[:first] if isinstance(p, str)] + [before]
         if len(head) != first + 1 or not all(isinstance(p, str) for p in call[last + 1:]):
             raise CannotExport("a JSON call object with slots around it")

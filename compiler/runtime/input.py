@@ -40,6 +40,7 @@ from .text import (
 ###{standalone
 import codecs
 from collections.abc import Callable, Generator, Iterable, Sequence
+from re import Match
 from typing import Any
 
 # (SPACES and run_of(...) match runs of `*`: they always match, and their `.match(...).end()`
@@ -96,20 +97,51 @@ class Input(Output):
         """Read the next chunk of output (str, or bytes that may split UTF-8 sequences); return
         the deltas it settles. ValueError after end()."""
         text = chunk if chunk.__class__ is str else self._decode(chunk)
-        # Fast paths: most chunks cannot move the parse past what it waits in. (After end()
-        # none is open: it clears what they test.)
+        # The two paths most chunks of a stream take, inline (a call would cost a tenth of a
+        # chunk's time); every other chunk, or one these cannot settle, goes on to _feed_on.
         fast = self._fast
         if fast is not None and text:
-            # (the common chunk inside a string argument, one with no character that may end
-            # it: as _feed_string, inline; this path runs once per chunk of a streamed string)
+            # Inside a string argument that streams with all of it before this chunk given
+            # out: a chunk that cannot end it is its next characters, given out without a step
+            # of the reader and kept aside (`_ahead`) until the parse needs the text
+            # (`_catch_up`; a long value's chunks join the text now and then).
             ahead = self._ahead
-            if len(ahead) <= 1024 and fast.special(text) is None:  # type: ignore[misc]
+            if len(ahead) > 1024 and not fast.held:
+                self._catch_up()
+                ahead = self._ahead
+            if fast.special(text) is None or fast.as_is(text) is not None:  # type: ignore[misc]
                 ahead.append(text)
                 return [{"tool_calls": [{"index": fast.index, "function": {"arguments": text}}]}]
-            deltas = self._feed_string(fast, text)
-            if deltas is not None:
-                return deltas
-        elif self._ahead:
+            piece = fast.escaped(text)  # (escapes the canonical text writes the same, ...)
+            if piece is not None:
+                ahead.append(text)
+                return ([{"tool_calls": [{"index": fast.index, "function": {"arguments": piece}}]}]
+                        if piece else [])
+            self._catch_up()  # (this chunk may end the string: the paths below read it)
+            self._fast = None
+        field = self._plain
+        if field is not None and not self._ahead:
+            # In plain content or reasoning, nothing held back before the chunk and no marker's
+            # head in it: it goes straight out (as _feed_plain and _emit_text, inline). (The
+            # parse waits in one thing at a time: `_plain` is set alone; see _push.)
+            quiet = self._quiet
+            assert quiet is not None  # (set with _plain)
+            found = quiet(text)
+            if found is not None or self._pos < len(self._text) or not field.started:
+                return self._feed_plain(quiet, field, text, found)
+            self._offset_base += len(text)
+            body = text.rstrip()
+            if body is not text or field.pending:  # whitespace at its end, or held before it
+                return self._emit_chunk(field, text, body)
+            if not text:
+                return []
+            field.parts.append(text)
+            return [{field.key: text}]
+        return self._feed_on(text)
+
+    def _feed_on(self, text: str) -> list[Delta]:
+        """feed, for a chunk its inline paths do not settle: by what the parse waits in."""
+        if self._ahead:
             self._catch_up()
         if self._drive is not None:
             return self._feed_driven(self._drive, text)
@@ -129,7 +161,7 @@ class Input(Output):
                 self._append(text)  # still fewer characters than the parse needs to decide
                 return []
         elif self._plain is not None:
-            return self._feed_plain(quiet, self._plain, text)
+            return self._feed_plain(quiet, self._plain, text, quiet(text))
         elif quiet(text) is None or len(self._text) + len(text) < self._wait_for:
             # Inside a value that only a `quiet` character can end: keep it (as _append),
             # and give out what an argument stream settles of it.
@@ -142,29 +174,6 @@ class Input(Output):
         if self._finish is not None:
             raise ValueError("feed() after end(): the stream is closed")
         return self._push(text)
-
-    def _feed_string(self, fast: ObjectStream | KeyValueStream, text: str) -> list[Delta] | None:
-        """feed, inside a string argument that streams with all of it before this chunk given
-        out: a chunk that cannot end it is its next characters, given out without a step of the
-        reader and kept aside (`_ahead`) until the parse needs the text (`_catch_up`). None:
-        this chunk may end the string (the other paths read it)."""
-        ahead = self._ahead
-        # (a long value: its chunks join the text now and then)
-        if len(ahead) > 1024 and not fast.held:
-            self._catch_up()
-            ahead = self._ahead
-        # (`special` is set here: _fast_path gives a stream only while it is; its type says None)
-        if fast.special(text) is None or fast.as_is(text) is not None:  # type: ignore[misc]
-            ahead.append(text)
-            return [{"tool_calls": [{"index": fast.index, "function": {"arguments": text}}]}]
-        piece = fast.escaped(text)  # (escapes the canonical text writes the same, ...)
-        if piece is not None:
-            ahead.append(text)
-            return ([{"tool_calls": [{"index": fast.index, "function": {"arguments": piece}}]}]
-                    if piece else [])
-        self._catch_up()
-        self._fast = None
-        return None
 
     def _feed_driven(self, drive: ObjectStream, text: str) -> list[Delta]:
         """feed, inside a JSON (or Python) value that its argument stream reads as it arrives:
@@ -208,14 +217,17 @@ class Input(Output):
             return []
         return [] if _begins_one_of(came, expect) else self._push("")
 
-    def _feed_plain(self, quiet: Search, field: TextField, text: str) -> list[Delta]:
+    def _feed_plain(self, quiet: Search, field: TextField, text: str,
+                    found: Match[str] | None) -> list[Delta]:
         """feed, in plain content or reasoning (with what was held back before it, the start of
-        what may be a marker): what cannot begin a marker goes straight out; the first
-        characters of a marker at its end are held back (the next chunk tells); only a
-        marker's head inside it (its first three characters) wakes the parse."""
+        what may be a marker; `found`: `quiet` on the chunk): what cannot begin a marker goes
+        straight out; the first characters of a marker at its end are held back (the next
+        chunk tells); only a marker's head inside it (its first three characters) wakes the
+        parse."""
         held = len(self._text) - self._pos
         whole = self._text[self._pos:] + text if held else text
-        found = quiet(whole)
+        if held:
+            found = quiet(whole)
         # (what goes out leaves the text, and the offsets after it count it; the text is
         # then only what is held now: the parse waits in the text's scan, which reads on
         # from `_pos`, so what is before it may go)
@@ -231,24 +243,29 @@ class Input(Output):
             self._text, self._pos = "", 0
         else:
             self._offset_base += len(text)
-        if field.started:  # (_emit_text, inlined: most chunks of a stream come here)
-            body = text.rstrip()
-            if body is text and not field.pending:  # no whitespace at the end, none held
-                if not text:
-                    return []
-                field.parts.append(text)
-                return [{field.key: text}]
-            if not body:
-                if text:
-                    field.pending.append(text)
+        if not field.started:
+            self._emit_text(field, text)
+            deltas, self._deltas = self._deltas, []
+            return deltas
+        body = text.rstrip()
+        if body is text and not field.pending:  # no whitespace at the end, none held
+            if not text:
                 return []
-            out = "".join(field.pending) + body if field.pending else body
-            field.pending = [text[len(body):]] if len(body) < len(text) else []
-            field.parts.append(out)
-            return [{field.key: out}]
-        self._emit_text(field, text)
-        deltas, self._deltas = self._deltas, []
-        return deltas
+            field.parts.append(text)
+            return [{field.key: text}]
+        return self._emit_chunk(field, text, body)
+
+    def _emit_chunk(self, field: TextField, text: str, body: str) -> list[Delta]:
+        """A chunk of a started field (`body`: it without its end whitespace) as _emit_text
+        gives it out: the whitespace held before it goes with it, its own is held."""
+        if not body:
+            if text:
+                field.pending.append(text)
+            return []
+        out = "".join(field.pending) + body if field.pending else body
+        field.pending = [text[len(body):]] if len(body) < len(text) else []
+        field.parts.append(out)
+        return [{field.key: out}]
 
     def _feed_polled(self, scan: BalancedScan, text: str) -> list[Delta]:
         """feed, inside a value whose scan can tell by itself whether this chunk completes it."""

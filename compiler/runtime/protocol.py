@@ -27,7 +27,7 @@ from .values import JSON_DECODER, format_fillers
 ###{standalone
 import re
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 # The version of the tables' layout this runtime reads (written into every family module).
 TABLES_VERSION = 1
@@ -237,15 +237,25 @@ ARGUMENTS_ALIASES = {"arguments": "parameters", "parameters": "arguments"}
 UNWRITTEN_SEPARATORS = (";", ",")
 
 
-class JsonCallLayout(NamedTuple):
+class JsonCallLayout:
     """A call layout that writes the call as a JSON object around its slots ({"name": NAME,
     "arguments": ARGUMENTS}, with or without an id)."""
+
+    __slots__ = ("first", "before", "last", "after", "keys")
 
     first: int  # the step (a literal) the object starts in
     before: str  # that literal's text before the object
     last: int  # the step (a literal) the object ends in
     after: str  # that literal's text after the object
     keys: dict[str, str]  # slot (name, arguments, id) -> the object's key that holds it
+
+    def __init__(self, first: int, before: str, last: int, after: str,
+                 keys: dict[str, str]) -> None:
+        self.first = first
+        self.before = before
+        self.last = last
+        self.after = after
+        self.keys = keys
 
 
 def json_call_object(layout: Layout) -> JsonCallLayout | None:
@@ -287,16 +297,26 @@ def _key_holding(value: dict[str, Any], slot: str, fill: str) -> str | None:
     return next((key for key, held in value.items() if held == filled), None)
 
 
-class ArgumentsEnd(NamedTuple):
+class ArgumentsEnd:
     """Where a call's arguments end: the layout's next literal with a word."""
+
+    __slots__ = ("literal", "word", "lead")
 
     literal: str  # that literal, stripped ("" when the layout writes none)
     word: str  # its first word: enough to end the arguments (the literal is matched after)
     lead: str  # the whitespace the layout writes before it
 
+    def __init__(self, literal: str, word: str, lead: str) -> None:
+        self.literal = literal
+        self.word = word
+        self.lead = lead
 
-class CallStep(NamedTuple):
+
+class CallStep:
     """One piece of a call layout, as the call reader runs it."""
+
+    __slots__ = ("kind", "literal", "chars", "run", "arguments_end", "ws_follows", "exact", "then",
+                 "eats")
 
     kind: int  # LITERAL, NAME, CALL_ID, INDEX, ARGUMENTS or UNREAD
     literal: str  # a LITERAL's text ("" for a slot)
@@ -312,6 +332,20 @@ class CallStep(NamedTuple):
     # all of the layout after this step is stoppable: at a natural stop, this literal's
     # unread words and the rest of the layout may be missing (the engine stopped on them)
     eats: bool
+
+    def __init__(self, kind: int, literal: str, chars: CharSet,
+                 run: Callable[[str, int], re.Match[str] | None] | None,
+                 arguments_end: ArgumentsEnd | None, ws_follows: bool, exact: bool, then: int,
+                 eats: bool) -> None:
+        self.kind = kind
+        self.literal = literal
+        self.chars = chars
+        self.run = run
+        self.arguments_end = arguments_end
+        self.ws_follows = ws_follows
+        self.exact = exact
+        self.then = then
+        self.eats = eats
 
 
 def call_steps(layout: Layout) -> tuple[CallStep, ...]:

@@ -88,7 +88,6 @@ import ast
 import re
 import warnings
 from collections.abc import Generator, Sequence
-from typing import NamedTuple
 
 # (The rules are generators driven by `yield from`: each yields None while it waits for more
 # text, is resumed with None, and returns what it read: Generator[None, None, <what it read>].
@@ -191,20 +190,13 @@ def _raw_stops(kv: KeyValueFormat, ending: Closing, settles: bool,
     return found
 
 
-class ValueHere(NamedTuple):
-    """A key/value argument's value read whole from what is here."""
-
-    value: str  # as written (a quoted one without its quotes)
-    end: int  # where what follows it starts
-    in_quotes: bool  # it was written in the format's quotes
-
-
 class _KeyValueRead:
     """Where the reading of a call's key/value arguments is: the step, and what it has read.
     (One per parser, started afresh for each call: a parser reads one call at a time.)"""
 
     __slots__ = ("kv", "properties", "closing", "closing_word", "closing_lead", "settling",
-                 "after_value", "unclosed", "step", "first", "key", "layout", "arguments", "bad")
+                 "after_value", "unclosed", "step", "first", "key", "layout", "arguments", "bad",
+                 "value", "quoted")
 
     kv: KeyValueFormat
     properties: dict[str, SchemaValue]
@@ -220,6 +212,8 @@ class _KeyValueRead:
     layout: ArgumentLayout | None  # (told from _KV_MIDDLE on)
     arguments: dict[str, JSONValue]
     bad: BadArguments | None
+    value: str  # the value read last by _kv_value_here, as written (without its quotes)
+    quoted: bool  # whether it was written in the format's quotes
 
     def __init__(self, kv: KeyValueFormat) -> None:
         self.kv = kv
@@ -1329,9 +1323,10 @@ class Rules(Input):
                 self._pos, st.first = pos, first
                 return True
             # else an argument
-            pos = self._kv_opening_here(st, pos, first)
-            if pos == _STOPPED:
-                return False
+            if st.kv.before or st.kv.separator and not first:
+                pos = self._kv_opening_here(st, pos, first)
+                if pos == _STOPPED:
+                    return False
             first = False
             pos = self._kv_argument_here(st, pos)
             if pos == _STOPPED:
@@ -1389,19 +1384,19 @@ class Rules(Input):
             pos += len(lead)
         ending = layout.static or layout.closing(key)  # what the layout writes after this value
         # (open: see _open_value)
-        found = None if kv.open_values else self._kv_value_here(kv, layout, ending, pos)
-        if found is None:
+        end = -1 if kv.open_values else self._kv_value_here(st, layout, ending, pos)
+        if end < 0:
             # anything but raw or quoted text that is here to its end: the waiting reader
             return self._kv_wait(st, pos, _KV_VALUE, key, layout, False)
         # the value, typed by the tool's schema and kept (and streamed), or the arguments are
         # bad (a key twice, a value its type refuses)
-        arguments, value = st.arguments, found.value
+        arguments, value = st.arguments, st.value
         schema = st.properties.get(key)
         if key in arguments:
             st.bad = st.bad or BadArguments(f"the key {key!r} appears twice")
         elif schema and schema.get("type") != "string":  # (a string stays as written)
             try:
-                arguments[key] = typed_raw(value, schema, kv.fillers, found.in_quotes)
+                arguments[key] = typed_raw(value, schema, kv.fillers, st.quoted)
             except BadArguments as e:
                 # the value was read; its closing text keeps the parse in step
                 st.bad = st.bad or e
@@ -1409,7 +1404,7 @@ class Rules(Input):
             arguments[key] = value
         if self._streaming is not None:
             self._stream_argument(st, key, arguments.get(key))
-        pos = found.end
+        pos = end
         after = ending.after_here
         if after:  # (the loop skips whitespace next)
             if text.startswith(after, pos):  # as rendered: its end whitespace takes all there is
@@ -1422,32 +1417,32 @@ class Rules(Input):
                 pos = end
         return pos
 
-    def _kv_value_here(self, kv: KeyValueFormat, layout: ArgumentLayout, ending: Closing,
-                       pos: int) -> ValueHere | None:
-        """value: raw or quoted text that is here to its end (ValueHere), else None."""
-        text = self._text
+    def _kv_value_here(self, st: _KeyValueRead, layout: ArgumentLayout, ending: Closing,
+                       pos: int) -> int:
+        """value: raw or quoted text that is here to its end: where what follows it starts
+        (the value in `st.value`, `st.quoted`), else -1."""
+        text, kv = self._text, st.kv
         quote_open, quote_close = kv.quote_open, kv.quote_close
-        if layout.raw and kv.maybe_quoted and text.startswith(quote_open, pos):
-            at = text.find(quote_close, pos + len(quote_open))
-            return None if at == -1 else ValueHere(text[pos + len(quote_open):at],
-                                                   at + len(quote_close), False)
-        if layout.raw:
+        if layout.raw and not (kv.maybe_quoted and text.startswith(quote_open, pos)):
             at = text.find(ending.raw_end, pos)
             if at == -1 or kv.next_argument_search is not None and ending.after_core and (
                     kv.next_argument_search(text, pos, at)):
                 # (not closed yet, or something that settles an open value comes first:
                 # the waiting reader decides, at the closing text or the end)
-                return None
+                return -1
             value = text[pos:at]
             lead = ending.after_lead
-            if lead and value.endswith(lead):
-                value = value[: len(value) - len(lead)]
-            return ValueHere(value, at, False)
-        if kv.quoted_strings and text.startswith(quote_open, pos):
-            at = text.find(quote_close, pos + len(quote_open))
-            return None if at == -1 else ValueHere(text[pos + len(quote_open):at],
-                                                   at + len(quote_close), True)
-        return None
+            st.value = value[: len(value) - len(lead)] if lead and value.endswith(lead) else value
+            st.quoted = False
+            return at
+        if not (layout.raw or kv.quoted_strings and text.startswith(quote_open, pos)):
+            return -1
+        # (quoted: a raw value in the quotes the format may put it in, or a quoted string)
+        at = text.find(quote_close, pos + len(quote_open))
+        if at == -1:
+            return -1
+        st.value, st.quoted = text[pos + len(quote_open):at], not layout.raw
+        return at + len(quote_close)
 
     def _kv_stop(self, st: _KeyValueRead, pos: int, step: int, key: str | None,
                  layout: ArgumentLayout | None, first: bool) -> bool:

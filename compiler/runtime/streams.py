@@ -41,7 +41,6 @@ import json
 import re
 from collections.abc import Callable
 from json.encoder import encode_basestring as _encode_basestring
-from typing import NamedTuple
 
 # What runs unchanged from a Python string into the canonical text (no quote, backslash or
 # control character: those are escaped, or not allowed raw; for JSON, _JSON_AS_IS_TEXT below).
@@ -639,13 +638,22 @@ def _scalar(token: str, python: bool) -> str:
     return encode_json(json.loads(token))  # (1E5 -> 100000.0, -0 -> 0; 1e999 cannot be JSON)
 
 
-class StopSearch(NamedTuple):
+class StopSearch:
     """What tells where a raw string value's closing text (one of its stops) is."""
+
+    __slots__ = ("firsts", "starts", "partial", "first_stop")
 
     firsts: frozenset[str]  # the stops' first characters
     starts: frozenset[str]  # their starts, whole ones too
     partial: frozenset[str]  # the starts that are no whole stop
     first_stop: Search  # a search for the first whole stop
+
+    def __init__(self, firsts: frozenset[str], starts: frozenset[str], partial: frozenset[str],
+                 first_stop: Search) -> None:
+        self.firsts = firsts
+        self.starts = starts
+        self.partial = partial
+        self.first_stop = first_stop
 
 
 _STOP_SEARCH: dict[tuple[str, ...], StopSearch] = {}
@@ -683,9 +691,11 @@ def _raw_special(stops: tuple[str, ...]) -> tuple[Search, Search]:
     return found, marker_starts(stops)
 
 
-class RawSearches(NamedTuple):
+class RawSearches:
     """What KeyValueStream searches a raw string value's text with (see _raw_special and
     StopSearch)."""
+
+    __slots__ = ("longest", "special", "stop_starts", "firsts", "starts", "partial", "stop_at")
 
     longest: int  # the longest stop's length
     special: Search  # a character that may begin a stop, or that JSON escapes
@@ -694,6 +704,16 @@ class RawSearches(NamedTuple):
     starts: frozenset[str]
     partial: frozenset[str]
     stop_at: Search  # the first whole stop
+
+    def __init__(self, longest: int, special: Search, stop_starts: Search, firsts: frozenset[str],
+                 starts: frozenset[str], partial: frozenset[str], stop_at: Search) -> None:
+        self.longest = longest
+        self.special = special
+        self.stop_starts = stop_starts
+        self.firsts = firsts
+        self.starts = starts
+        self.partial = partial
+        self.stop_at = stop_at
 
 
 _RAW_SEARCHES: dict[tuple[str, ...], RawSearches] = {}
