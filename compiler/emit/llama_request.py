@@ -19,7 +19,7 @@ import re
 
 from ..grammar import GrammarOptions, build
 from ..grammar.build import calls_from_marker
-from ..grammar.ir import Alt, Lit, Ref, Seq, Visitor, alt, children, opt, seq
+from ..grammar.ir import Alt, Lit, Ref, Seq, Visitor, alt, children, covers, opt, seq
 from ..grammar.json_values import add_ws
 from ..grammar.reading import call_opener, calls_without_opener, content_may_follow_calls
 from ..probe.spans import Boundaries
@@ -62,7 +62,11 @@ def lazy_grammar(spec: ProtocolSpec, options: GrammarOptions, special_tokens: tu
         forms.append(seq(calls_from_marker(g, spec, options, marker), after, ending))
     forms += [seq(Lit(wrapper), ws, Ref("tool-calls"), after, ending)
               for wrapper in spec.tool_calls.wrappers]
-    g.add("root", alt(*forms), "from the trigger on")
+    kept: list = []
+    for form in forms:  # (each once: a form another covers only adds work to the sampler)
+        if not any(covers(g, other, form) for other in kept):
+            kept.append(form)
+    g.add("root", alt(*kept), "from the trigger on")
     return g
 
 

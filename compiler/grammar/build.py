@@ -55,6 +55,7 @@ from .ir import (
     TextUntil,
     alt,
     chars,
+    covers,
     opt,
     seq,
 )
@@ -262,9 +263,12 @@ def build(spec: ProtocolSpec, options: GrammarOptions | None = None,
             empty = seq(ws, Lit(r.end), ws, Ref("body"))
             turn = g.add("reasoning", alt(opened, empty, Ref("body")),
                          "optional reasoning (or its end alone), then the body")
-    # The turn forms: the generic one first, then each rendered turn layout the generic
-    # form may not cover (content inside the section's markers, a prefix before content,
-    # calls without an opener, ...). Each form runs to the end of the text.
+    # The turn forms: the generic one first, then each rendered turn layout the forms before
+    # it do not cover (content inside the section's markers, a prefix before content, calls
+    # without an opener, ...). Each form runs to the end of the text. A layout a form already
+    # covers is left out: an engine's sampler follows every alternative that matches so far,
+    # and a duplicate doubles the work for every token (Mistral Small 3.2's `required`
+    # grammar had the calls section four times over).
     forms = [turn]
     if options.content_schema is None and options.choice.mode != "none":
         # Layouts with more slots first: a content-only form would swallow a call as text.
@@ -283,7 +287,7 @@ def build(spec: ProtocolSpec, options: GrammarOptions | None = None,
                 continue  # the template renders two turns here; a model's turn ends at the marker
             form = _layout_form(g, spec, layout, number, start_state, options, content_stops,
                                 end_markers, calls, ws)
-            if form is not None:
+            if form is not None and not any(covers(g, kept, form) for kept in forms):
                 forms.append(g.add(f"form-{number}", form,
                                    f"a turn laid out as the template renders a {kind} turn"))
     if not opener and len(forms) > 1:

@@ -231,3 +231,68 @@ class Grammar:
         references = _References(self)
         references.visit(Ref(self.root))
         return references.order
+
+
+# --- language inclusion, where it shows in the shape ----------------------------------------
+
+_WHITESPACE = frozenset(" \t\n\r")
+
+
+def covers(grammar: Grammar, general: Node, specific: Node, depth: int = 8) -> bool:
+    """Whether every text `specific` matches, `general` matches too, as far as their shapes
+    show it (False when they do not: never a guess that they do). `general` covers a node
+    equal to it, a node one of its alternatives covers, and a sequence that is its own with
+    some of its optional whitespace left out; a reference is read as its rule's body, to
+    `depth` rules deep. (A PEG's greedy repetition is stricter: there the left-out
+    whitespace must not be what the next item needs for itself. The compile's proof reads
+    every render with the PEG, which catches a layout where it is.)"""
+    if general == specific:
+        return True
+    if depth == 0:
+        return False
+    if isinstance(specific, Ref) and grammar.has(specific.name) \
+            and covers(grammar, general, grammar.rules[specific.name].body, depth - 1):
+        return True
+    if isinstance(general, Ref) and grammar.has(general.name):
+        return covers(grammar, grammar.rules[general.name].body, specific, depth - 1)
+    if isinstance(general, Alt):
+        return any(covers(grammar, item, specific, depth) for item in general.items)
+    if isinstance(general, Seq):
+        wanted = specific.items if isinstance(specific, Seq) else (specific,)
+        return _covers_items(grammar, general.items, wanted, depth)
+    return False
+
+
+def _covers_items(grammar: Grammar, general: tuple, specific: tuple, depth: int) -> bool:
+    """Whether the sequence `general` covers the sequence `specific`, item by item, an
+    optional-whitespace item of `general` matched to nothing where `specific` has none."""
+    inner = _sequence_rule(grammar, specific[0]) if specific and depth > 0 else None
+    if inner is not None and _covers_items(grammar, general, inner.items + specific[1:], depth - 1):
+        return True  # (a rule that is a sequence, read in place)
+    if not general:
+        return not specific
+    first, rest = general[0], general[1:]
+    if _optional_whitespace(grammar, first, depth) \
+            and _covers_items(grammar, rest, specific, depth):
+        return True
+    return bool(specific) and covers(grammar, first, specific[0], depth) \
+        and _covers_items(grammar, rest, specific[1:], depth)
+
+
+def _sequence_rule(grammar: Grammar, node: Node) -> Seq | None:
+    """The body of the rule `node` refers to, when it is a sequence."""
+    if not (isinstance(node, Ref) and grammar.has(node.name)):
+        return None
+    body = grammar.rules[node.name].body
+    return body if isinstance(body, Seq) else None
+
+
+def _optional_whitespace(grammar: Grammar, node: Node, depth: int) -> bool:
+    """Whether `node` matches the empty text and nothing but whitespace."""
+    if isinstance(node, Ref) and grammar.has(node.name) and depth > 0:
+        return _optional_whitespace(grammar, grammar.rules[node.name].body, depth - 1)
+    if isinstance(node, Lit):
+        return node.text == ""
+    return isinstance(node, Rep) and node.min == 0 and isinstance(node.item, Chars) \
+        and not node.item.negate and all(first == last and first in _WHITESPACE
+                                         for first, last in node.item.ranges)
