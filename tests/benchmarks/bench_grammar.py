@@ -16,6 +16,13 @@ the two taking turns to go first, and the median of the rounds' ratios is the gr
 of the unconstrained speed (a single timing here spreads by about ±10%). A constrained answer
 the grammar ends in fewer than MIN_TOKENS tokens is not timed. Prints each family's speeds and
 shares, then the slowest grammars (issue #32: every family ≥ 90%).
+
+What a grammar costs depends on how often it refuses the model's own choice: llama.cpp's
+sampler (common/sampling.h) first samples without the grammar and checks only that token; when
+the grammar refuses it, the grammar is applied to the whole vocabulary and the token resampled.
+So each grammar is also decoded once, untimed, with the model's top token at each step
+(`n_probs`, from the raw logits): "refused" is the share of steps where the grammar took another
+token, and the summary fits the speed share against it.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import statistics
 import sys
 import tempfile
 from pathlib import Path
+from typing import NamedTuple
 
 TESTS = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TESTS))
@@ -34,6 +42,15 @@ import httpx  # noqa: E402
 from conftest import SMOLLM2, proved_corpus_stems  # noqa: E402
 from servers import llama_server_binary, start_llama_server  # noqa: E402
 from test_closed_loop import family_prompt, request_body  # noqa: E402
+
+
+class Timed(NamedTuple):
+    """One timed grammar."""
+
+    share: float  # of the unconstrained speed (median over the rounds)
+    stem: str
+    choice: str  # "required" or "auto"
+    refused: float  # share of its steps where the grammar refused the model's own top token
 
 
 MIN_TOKENS = 8  # a constrained answer shorter than this (the grammar ended it) is not timed
@@ -46,6 +63,16 @@ def speed(url: str, body: dict) -> tuple[float, int]:
         raise RuntimeError(answer["error"])
     timings = answer["timings"]
     return timings["predicted_per_second"], timings["predicted_n"]
+
+
+def refused(url: str, body: dict) -> float:
+    """The share of a greedy constrained answer's steps where the grammar refused the model's
+    own top token (the chosen token is not the raw logits' first)."""
+    answer = httpx.post(url + "/completion", json={**body, "temperature": 0, "stream": False, "n_probs": 1},
+                        timeout=600).json()
+    steps = answer.get("completion_probabilities") or []
+    other = sum(1 for step in steps if step["top_logprobs"] and step["top_logprobs"][0]["id"] != step["id"])
+    return other / len(steps) if steps else 0.0
 
 
 def share(url: str, constrained_body: dict, free_body: dict, rounds: int) -> tuple[float, float, int]:
@@ -85,8 +112,9 @@ def main() -> None:
     server = start_llama_server(binary, SMOLLM2, Path(tempfile.mkdtemp()) / "log", slots=1)
     shares = []
     try:
-        print(f"{'family':<46} {'required':>16} {'auto':>16}  (tokens/s under the grammar, median share of "
-              f"the unconstrained speed over {args.rounds} rounds)")
+        print(f"{'family':<46} {'required':>21} {'auto':>21}  (tokens/s under the grammar, median share of "
+              f"the unconstrained speed over {args.rounds} rounds, (tokens), steps where the grammar refused "
+              f"the model's own token)")
         for stem in stems:
             found = family_prompt(stem)
             if isinstance(found, str):
@@ -100,20 +128,36 @@ def main() -> None:
                 body = {**request_body(template, prompt, choice, 0), "n_predict": args.tokens}
                 rate, part, count = share(server.url, body, free_body, args.rounds)
                 if count < MIN_TOKENS:
-                    row.append(f"{'(' + str(count) + ' tokens)':>16}")
+                    row.append(f"{'(' + str(count) + ' tokens)':>21}")
                     continue
-                shares.append((part, stem, choice))
-                row.append(f"{rate:7.1f} {part:4.0%} ({count:2})")
-            print(f"{stem[:46]:<46} {row[0]:>16} {row[1]:>16}", flush=True)
+                refusals = refused(server.url, body)
+                shares.append(Timed(part, stem, choice, refusals))
+                row.append(f"{rate:5.1f} {part:4.0%} ({count:2}) {refusals:4.0%}")
+            print(f"{stem[:46]:<46} {row[0]:>21} {row[1]:>21}", flush=True)
     finally:
         server.stop()
     if not shares:
         raise SystemExit("no family with a tool-call format")
-    shares.sort()
-    below = [s for s in shares if s[0] < 0.9]
-    print(f"\n{len(shares)} grammars: median {statistics.median(s for s, _, _ in shares):.0%} of the unconstrained "
+    print()
+    summarize(sorted(shares))
+
+
+def summarize(timed: list[Timed]) -> None:
+    """The median share, the grammars below 90%, the slowest, and the fit of the share against
+    the refused steps."""
+    below = [t for t in timed if t.share < 0.9]
+    print(f"{len(timed)} grammars: median {statistics.median(t.share for t in timed):.0%} of the unconstrained "
           f"speed, {len(below)} below 90%; slowest: "
-          + ", ".join(f"{stem} {choice} {part:.0%}" for part, stem, choice in shares[:8]))
+          + ", ".join(f"{t.stem} {t.choice} {t.share:.0%}" for t in timed[:8]))
+    refusals, parts = [t.refused for t in timed], [t.share for t in timed]
+    if len(set(refusals)) < 2 or len(set(parts)) < 2:
+        return  # nothing to fit a line to
+    slope, intercept = statistics.linear_regression(refusals, parts)
+    never = [t.share for t in timed if t.refused == 0]
+    print(f"share against refused steps: r = {statistics.correlation(refusals, parts):.2f}; "
+          f"share ≈ {intercept:.1%} {slope:+.1%} × refused"
+          + (f"; {len(never)} grammars never refused the model's token: median {statistics.median(never):.0%}"
+             if never else ""))
 
 
 if __name__ == "__main__":
