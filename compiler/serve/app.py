@@ -1,15 +1,15 @@
 """`tplparse serve`: an OpenAI-compatible chat endpoint in front of an engine that only
 completes text (an ASGI app: Starlette, run by uvicorn).
 
-Per request: check the body (`requests`), plan the prompt, grammar and parser in a worker
-thread (`plan`), cap max_tokens to what the upstream's context leaves, generate (`upstream`),
-feed each piece to the family's streaming parser, and answer in OpenAI's shapes
-(`responses`): SSE chunks ending in `data: [DONE]`, or one completion, after validation (and
-retries with the errors fed back, when the request asks for them). A client that goes away
-cancels its upstream work (counting its prompt's tokens, or generating); an upstream that
-fails is a 502 / 504, or an error event in a stream that already started; a bug of the
-bridge's own is a 500 `server_error` (logged), and the connection stays open; the server goes
-on serving.
+Per request: check the body (`requests`), plan the prompt, grammar and parser (`plan`: on the
+event loop when that is quick, else in a worker thread), cap max_tokens to what the upstream's
+context leaves, generate (`upstream`), feed each piece to the family's streaming parser, and
+answer in OpenAI's shapes (`responses`): SSE chunks ending in `data: [DONE]`, or one
+completion, after validation (and retries with the errors fed back, when the request asks for
+them). A client that goes away cancels its upstream work (counting its prompt's tokens, or
+generating); an upstream that fails is a 502 / 504, or an error event in a stream that already
+started; a bug of the bridge's own is a 500 `server_error` (logged), and the connection stays
+open; the server goes on serving.
 """
 
 from __future__ import annotations
@@ -27,13 +27,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
-from ..bridge import Attempt, feedback_messages, reply_errors
+from ..bridge import Attempt, compile_in_memory, feedback_messages, reply_errors
 from ..bridge.transcripts import Identity, Recorder, TranscriptFolder
 from ..errors import TplparseError
 from ..runtime import StreamParser
 from ..source import ChatTemplate
 from . import responses
-from .plan import Plan, plan
+from .plan import Plan, Planner, quick
 from .requests import LIMITS, ChatRequest, RequestError, parse_body, parse_request
 from .upstream import Completion, Finished, Limits, Upstream, UpstreamError
 
@@ -49,11 +49,14 @@ PROBE_CHARS_PER_TOKEN = 8
 def create_app(template: ChatTemplate, upstream: Upstream, model_name: str,
                record: TranscriptFolder | None = None) -> Starlette:
     """The app serving `template`'s model through `upstream` under the name `model_name`;
-    with `record`, a transcript of every generation goes into that folder."""
+    with `record`, a transcript of every generation goes into that folder. The template is
+    probed here (a TplparseError when it cannot be), not on the first request."""
+    compile_in_memory(template)
+    planner = Planner(template, upstream.grammar_form)
 
     async def chat_completions(request: Request):
         try:
-            return await _chat_completions(request, template, upstream, model_name, record)
+            return await _chat_completions(request, planner, upstream, model_name, record)
         except RequestError as e:
             return _error(e.status, e.message, e.param)
         except UpstreamError as e:
@@ -84,7 +87,7 @@ def create_app(template: ChatTemplate, upstream: Upstream, model_name: str,
     return app
 
 
-async def _chat_completions(request: Request, template: ChatTemplate, upstream: Upstream,
+async def _chat_completions(request: Request, planner: Planner, upstream: Upstream,
                             model_name: str, record: TranscriptFolder | None):
     """One request: the body read and checked, then planned and generated while the client
     waits (a client that goes away cancels what is left)."""
@@ -94,14 +97,14 @@ async def _chat_completions(request: Request, template: ChatTemplate, upstream: 
                                     f"(this is {model_name!r})", 404)
     if chat.stream:
         prepared = await _cancelled_on_disconnect(
-            request, _prepared(template, upstream, chat, chat.messages))
+            request, _prepared(planner, upstream, chat, chat.messages))
         if prepared is None:
             return _error(499, "the client closed the request")
         return StreamingResponse(_events(upstream, model_name, *prepared, record),
                                  media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache"})
     answer = await _cancelled_on_disconnect(request,
-                                            _served(template, upstream, model_name, chat, record))
+                                            _served(planner, upstream, model_name, chat, record))
     if answer is None:  # the client went away: its work was cancelled, nobody reads this
         return _error(499, "the client closed the request")
     return JSONResponse(answer)
@@ -126,18 +129,18 @@ def _error(status: int, message: str, param: str | None = None) -> JSONResponse:
     return JSONResponse(responses.error_body(status, message, param), status_code=status)
 
 
-async def _served(template: ChatTemplate, upstream: Upstream, model: str, chat: ChatRequest,
+async def _served(planner: Planner, upstream: Upstream, model: str, chat: ChatRequest,
                   record: TranscriptFolder | None) -> dict:
-    planned, completion = await _prepared(template, upstream, chat, chat.messages)
-    return await _answer(template, upstream, model, chat, planned, completion, record)
+    planned, completion = await _prepared(planner, upstream, chat, chat.messages)
+    return await _answer(planner, upstream, model, chat, planned, completion, record)
 
 
-async def _prepared(template: ChatTemplate, upstream: Upstream, chat: ChatRequest,
+async def _prepared(planner: Planner, upstream: Upstream, chat: ChatRequest,
                     messages: list) -> tuple[Plan, Completion]:
-    """The plan (in a worker thread) and the upstream request, max_tokens capped to what the
-    context leaves after the prompt (a shorter answer beats an engine error)."""
+    """The plan and the upstream request, max_tokens capped to what the context leaves after
+    the prompt (a shorter answer beats an engine error)."""
     try:
-        planned = await run_in_threadpool(plan, template, chat, messages, upstream.grammar_form)
+        planned = await _plan(planner, chat, messages)
     except TplparseError as e:  # the template refused the conversation (roles, content, ...)
         raise RequestError("messages",
                            f"the chat template cannot render this conversation: {e}") from e
@@ -166,6 +169,22 @@ async def _prepared(template: ChatTemplate, upstream: Upstream, chat: ChatReques
                              f"prompt takes {prompt_tokens}")
     planned.prompt_tokens = prompt_tokens
     return planned, Completion(text, max_tokens, planned.stop, planned.grammar, chat.sampling)
+
+
+async def _plan(planner: Planner, chat: ChatRequest, messages: list) -> Plan:
+    """The plan, made on the event loop when that is quick (a short conversation whose
+    grammar, if it needs one, is built already), else in a worker thread. A thread's hand-off
+    costs more than a quick plan: it spread 16 concurrent requests' arrival at llama-server
+    over milliseconds, and llama-server started them in different decoding steps, the first
+    token later for most (docs/benchmarks.md, the bridge)."""
+    if not quick(messages):
+        return await run_in_threadpool(planner.plan, chat, messages)
+    prompt = planner.prompt(chat, messages)
+    wanted = planner.wanted(chat, prompt)
+    grammar = None
+    if wanted is not None:
+        grammar = planner.remembered(wanted) or await run_in_threadpool(planner.build, wanted)
+    return planner.finish(chat, prompt, grammar)
 
 
 # Tokens a tokenizer may make beyond one per byte of the text: SentencePiece's space before
@@ -368,7 +387,7 @@ async def _generated(upstream: Upstream, planned: Plan, completion: Completion,
     return "".join(reading.raw), reading.parser.message, finished
 
 
-async def _answer(template: ChatTemplate, upstream: Upstream, model: str, chat: ChatRequest,
+async def _answer(planner: Planner, upstream: Upstream, model: str, chat: ChatRequest,
                   planned: Plan, completion: Completion,
                   record: TranscriptFolder | None = None) -> dict:
     """A non-streamed completion: attempt -> parse -> validate, and, when the request allows
@@ -389,7 +408,7 @@ async def _answer(template: ChatTemplate, upstream: Upstream, model: str, chat: 
             break
         conversation = conversation + feedback_messages(message, errors)
         try:
-            next_plan = await _prepared(template, upstream, chat, conversation)
+            next_plan = await _prepared(planner, upstream, chat, conversation)
         except RequestError as e:  # the feedback leaves no room: give up with what there is
             planned.notes.append(f"no further attempt: {e.message}")
             break
