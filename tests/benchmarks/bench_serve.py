@@ -13,11 +13,14 @@ after the other, first one at a time, then 16 at a time:
 
 Greedy, `--tokens` at most (default 64), the same question each time (the server's prompt
 cache keeps it in every slot, filled by both ways first, so both decode, not evaluate); the
-ways take turns, ROUNDS rounds each, the better round kept. Prints, per way and concurrency: tokens/s
-over the whole batch (generated tokens, as the engine counts them, over wall time), the
-median time to the first token, and the bridge's CPU time per token (the serve process's
-user+system time from /proc over the tokens it passed on); then the bridge's share of the
-direct tokens/s and what it adds to the time to the first token (issue #32: ≥ 95 % and
+ways take turns, `--rounds` rounds each (default ROUNDS). Prints, per way and concurrency:
+tokens/s over the whole batch (generated tokens, as the engine counts them, over wall time;
+the best round: a slow spell only lowers it), the time to the first token (the median of the
+rounds' medians: at 16 streams it moves by tens of milliseconds from round to round, as
+requests land in one decoding step of llama-server or across two), and the bridge's CPU time
+per token (the serve process's user+system time from /proc over the tokens it passed on);
+then the bridge's share of the direct tokens/s and what it adds to the time to the first
+token: the median of the rounds' differences, each round's listed (issue #32: ≥ 95 % and
 ≤ 20 ms at 16 streams).
 """
 
@@ -46,7 +49,7 @@ from tplparse.serve.plan import plan  # noqa: E402
 from tplparse.serve.requests import parse_request  # noqa: E402
 
 QUESTION = [{"role": "user", "content": "Write a short story about a lighthouse keeper."}]
-ROUNDS = 2
+ROUNDS = 5
 
 
 @dataclass
@@ -92,6 +95,26 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+@dataclass
+class Way:
+    """One way's batch in one round."""
+    rate: float  # generated tokens per second of wall time
+    first_token: float  # the median time to the first text, seconds
+    cpu_per_token: float  # the bridge's CPU seconds per generated token
+
+
+def measure_round(ways, bridge_pid: int, concurrent: int, requests: int) -> dict[str, Way]:
+    """One round: each way's batch, one after the other."""
+    measured = {}
+    for name, way, url, body in ways:
+        cpu_before = cpu_seconds(bridge_pid)
+        wall, answers = asyncio.run(batch(way, url, body, concurrent, requests))
+        tokens = sum(a.tokens for a in answers)
+        measured[name] = Way(tokens / wall, statistics.median(a.first_token for a in answers),
+                             (cpu_seconds(bridge_pid) - cpu_before) / tokens)
+    return measured
+
+
 async def batch(way, url: str, body: dict, concurrent: int, requests: int) -> tuple[float, list[Answer]]:
     """(wall seconds, answers) for `requests` requests, `concurrent` at a time."""
     # (a new connection per request: llama-server closes a stream's connection when the stream ends)
@@ -112,6 +135,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--requests", type=int, default=32, help="requests per way and concurrency (default 32)")
     parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=ROUNDS, help=f"rounds per concurrency (default {ROUNDS})")
     args = parser.parse_args()
     binary = llama_server_binary()
     if binary is None or not SMOLLM2.is_file():
@@ -130,27 +154,23 @@ def main() -> None:
         for _, way, url, body in ways:  # (the prompt into every slot's cache, both ways)
             asyncio.run(batch(way, url, body, 16, 16))
         print(f"{'way':<10} {'streams':>7} {'tokens/s':>9} {'first token':>12} {'bridge CPU/token':>17}  "
-              f"(the better of {ROUNDS} rounds, the ways taking turns)")
-        results = {}
-        for concurrent in (1, 16):
-            rounds: dict[str, list] = {"direct": [], "bridged": []}
-            for _ in range(ROUNDS):
-                for name, way, url, body in ways:
-                    cpu_before = cpu_seconds(bridge.process.pid)
-                    wall, answers = asyncio.run(batch(way, url, body, concurrent, args.requests))
-                    cpu = cpu_seconds(bridge.process.pid) - cpu_before
-                    tokens = sum(a.tokens for a in answers)
-                    rounds[name].append((tokens / wall, statistics.median(a.first_token for a in answers), cpu / tokens))
-            for name in rounds:
-                rate, first, cpu_per_token = max(rounds[name])
-                results[name, concurrent] = (rate, first)
-                per_token = f"{cpu_per_token * 1e3:.2f} ms" if name == "bridged" else ""
+              f"(tokens/s: the best of {args.rounds} rounds; first token: the median of the rounds' medians; "
+              "the ways taking turns)")
+        rounds = {concurrent: [measure_round(ways, bridge.process.pid, concurrent, args.requests)
+                               for _ in range(args.rounds)] for concurrent in (1, 16)}
+        for concurrent, measured in rounds.items():
+            for name in ("direct", "bridged"):
+                rate = max(r[name].rate for r in measured)
+                first = statistics.median(r[name].first_token for r in measured)
+                per_token = (f"{statistics.median(r[name].cpu_per_token for r in measured) * 1e3:.2f} ms"
+                             if name == "bridged" else "")
                 print(f"{name:<10} {concurrent:>7} {rate:9.1f} {first * 1e3:9.0f} ms {per_token:>17}", flush=True)
-        for concurrent in (1, 16):
-            (direct_rate, direct_first), (bridged_rate, bridged_first) = results["direct", concurrent], \
-                results["bridged", concurrent]
-            print(f"{concurrent} stream(s): the bridge keeps {bridged_rate / direct_rate:.1%} of the direct tokens/s and "
-                  f"adds {(bridged_first - direct_first) * 1e3:+.0f} ms to the first token")
+        for concurrent, measured in rounds.items():
+            share = max(r["bridged"].rate for r in measured) / max(r["direct"].rate for r in measured)
+            added = sorted((r["bridged"].first_token - r["direct"].first_token) * 1e3 for r in measured)
+            print(f"{concurrent} stream(s): the bridge keeps {share:.1%} of the direct tokens/s and adds "
+                  f"{statistics.median(added):+.0f} ms to the first token (round by round: "
+                  + ", ".join(f"{a:+.0f}" for a in added) + " ms)")
     finally:
         bridge.stop()
         engine.stop()
