@@ -123,6 +123,68 @@ def test_a_switch_whose_prompt_rewrites_the_headers_last_marker_in_a_built_templ
     assert read(protocol, "Hello.<|im_end|>", rendered_prompt(template))["content"] == "Hello."
 
 
+def test_a_prompt_that_writes_a_note_tag_after_the_opener_leaves_reasoning_open():
+    """A thinking budget of 0 whose prompt opens the block and a budget note in it
+    (`<think><budget>`, Seed-OSS's `<seed:think><seed:cot_budget_reflect>`): the model goes on
+    inside the block, closes the note and the block, then answers; the proof reads every turn
+    after that prompt, and its deviations."""
+    source = (CHATML + "{%- if add_generation_prompt %}<|im_start|>assistant\n"
+              "{% if budget == 0 %}<think><budget>{% endif %}{% endif %}")
+    template = inline(source)
+    spec, protocol = compile_in_memory(template)
+    zero = next(m for m in spec.modes.values() if m.variables == {"budget": 0})
+    assert (zero.tail, zero.start) == ("<think><budget>", Start.REASONING)
+    noted = read(protocol, "Budget 0: answer now.</budget>\n</think>\n\nHello.<|im_end|>",
+                 rendered_prompt(template, budget=0))
+    assert (noted["reasoning_content"], noted["content"]) == ("Budget 0: answer now.</budget>", "Hello.")
+    direct = read(protocol, "Hello.<|im_end|>", rendered_prompt(template))
+    assert (direct["reasoning_content"], direct["content"]) == (None, "Hello.")
+    proof = prove(template, spec, grammars=False)
+    assert proof.ok, proof.table()
+    assert any(t.turn.endswith(")") for t in proof.turns)  # (the budget mode's turns were read)
+
+
+def test_a_prompt_that_writes_a_turn_before_its_opener_names_only_the_opener():
+    """A prompt that opens reasoning after more than the header (DeepSeek V3.2 in llama.cpp's
+    templates: the user turn writes `<|Assistant|><think>`, the prompt an empty user turn and
+    `<|Assistant|><think>` again), when no render shows the opener: the opener is the end
+    marker's pair, so a model that writes it again is read, not filed as reasoning."""
+    source = ("{%- set think = think | default(true) -%}"
+              "{%- set last = namespace(user=-1) %}{% for m in messages %}{% if m.role == 'user' %}"
+              "{% set last.user = loop.index0 %}{% endif %}{% endfor -%}"
+              "{%- for m in messages %}{% if m.role == 'user' %}<|User|>{{ m.content }}<|Assistant|>"
+              "{% if loop.index0 == last.user and think %}<think>{% else %}</think>{% endif %}"
+              "{% elif m.role == 'assistant' %}{% if m.reasoning_content %}{{ m.reasoning_content }}</think>"
+              "{% endif %}{{ m.content }}<|end|>{% endif %}{% endfor %}"
+              "{% if add_generation_prompt %}<|User|>\n<|Assistant|>{% if think %}<think>{% else %}</think>"
+              "{% endif %}{% endif %}")
+    template = inline(source)
+    spec, protocol = compile_in_memory(template)
+    assert (spec.reasoning.start, spec.reasoning.end) == ("<think>", "</think>")
+    prompt = rendered_prompt(template)
+    for output in ("Hm.</think>Hello.<|end|>", "<think>Hm.</think>Hello.<|end|>"):
+        message = read(protocol, output, prompt)
+        assert (message["reasoning_content"], message["content"]) == ("Hm.", "Hello."), output
+    direct = read(protocol, "Hello.<|end|>", rendered_prompt(template, think=False))
+    assert (direct["reasoning_content"], direct["content"]) == (None, "Hello.")
+
+
+def test_an_empty_block_with_a_channel_name_keeps_the_name_in_its_opener():
+    """Thinking off writes `<|channel>thought\n<channel|>` and no render shows a block (Gemma 4
+    in llama.cpp's templates): the opener is `<|channel>thought`, so the channel's name is not
+    read as the first word of the reasoning."""
+    source = ("{%- for m in messages %}<|turn>{{ 'model' if m.role == 'assistant' else m.role }}\n"
+              "{{ m.content }}<turn|>\n{% endfor -%}"
+              "{%- if add_generation_prompt %}<|turn>model\n{% if not enable_thinking %}"
+              "<|channel>thought\n<channel|>{% endif %}{% endif %}")
+    template = inline(source)
+    spec, protocol = compile_in_memory(template)
+    assert (spec.reasoning.start, spec.reasoning.end) == ("<|channel>thought", "<channel|>")
+    message = read(protocol, "<|channel>thought\nPlan.<channel|>Hello.<turn|>",
+                   rendered_prompt(template, enable_thinking=True))
+    assert (message["reasoning_content"], message["content"]) == ("Plan.", "Hello.")
+
+
 @needs_corpus
 def test_a_switch_that_writes_another_role_header_is_no_mode():
     """Granite 3.3's `controls` write the role header otherwise (`assistant {"citations"}`):

@@ -195,6 +195,8 @@ def _after_the_prompt(span: str, tail: str, start: Start, reasoning, thought: st
     - The span starts with the tail: the rest (whitespace at the header's edge may differ).
     - The prompt ends with the reasoning's end marker and the span starts with it (history
       writes `</think>` alone where the prompt wrote `<think></think>`): the rest.
+    - The prompt leaves reasoning open and the span starts with the block's opener (the
+      prompt wrote more after the opener than history does): the rest after the opener.
     - The prompt closed the reasoning block and the render writes a block of its own (its
       opener, or the turn's reasoning `thought`): the turn cannot follow this prompt.
     - A turn without reasoning after a prompt that leaves reasoning open: see
@@ -210,6 +212,11 @@ def _after_the_prompt(span: str, tail: str, start: Start, reasoning, thought: st
         return text, start, []
     if end and tail.rstrip().endswith(end) and span.lstrip().startswith(end):
         return span.lstrip()[len(end):], start, []
+    opener = reasoning.start if reasoning else ""
+    if start == Start.REASONING and opener and opener in tail and span.lstrip().startswith(opener):
+        # (the prompt opened the block and wrote more into it than history does, a budget
+        # note's opening tag: the model goes on inside the block the prompt opened)
+        return span.lstrip()[len(opener):], start, []
     if start == Start.CONTENT and end and end in tail and (
             (reasoning.start and reasoning.start in span) or (thought and thought in span)):
         return None  # (the prompt wrote an empty reasoning block: no reasoning block follows it)

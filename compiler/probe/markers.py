@@ -42,12 +42,21 @@ def first_marker(text: str, boundaries: Boundaries) -> str:
     return text.strip()
 
 
+# A channel's name after an opening marker: a word, then the end of its line.
+_CHANNEL_NAME = re.compile(r"[A-Za-z_]\w*(?=[ \t]*\n)")
+
+
 def split_empty_block(text: str, boundaries: Boundaries) -> tuple[str, str] | None:
-    """An empty reasoning block "<start>   <end>" split into its two markers."""
+    """An empty reasoning block "<start>   <end>" split into its two markers. A word written
+    right after the first marker, alone on its line, is the block's channel name and part of
+    the opener (`<|channel>thought\n<channel|>`: the model writes `<|channel>thought`)."""
     text = text.strip()
     if not text:
         return None
     start = first_marker(text, boundaries)
+    channel = _CHANNEL_NAME.match(text, len(start))
+    if channel is not None and start[-1:] in "<>[]|":
+        start += channel.group()
     rest = text[len(start):].strip()
     if not rest or not start:
         return None
@@ -352,10 +361,19 @@ def end_of_turn_markers(turns: dict[str, list[Piece]], tool_calls: ToolCallForma
 
 def _leaves_open(prompt: str, reasoning: Reasoning) -> bool:
     """Whether `prompt` ends inside a reasoning block: its last opener comes after its last
-    end marker, and only whitespace follows the opener."""
+    end marker (whatever the prompt wrote into the block after it, a budget note's opening
+    tag, the model goes on inside the block)."""
     opened = prompt.rfind(reasoning.start)
-    return opened != -1 and opened > prompt.rfind(reasoning.end) \
-        and not prompt[opened + len(reasoning.start):].strip()
+    return opened != -1 and opened > prompt.rfind(reasoning.end)
+
+
+def _opener_written(tail: str, end: str) -> str:
+    """What a generation prompt that opens reasoning wrote to open it, when no render shows
+    the opener: the end marker's pair (`</think>` -> `<think>`) when the prompt ends with it
+    (a prompt that writes more before it: DeepSeek V3.2's `<｜User｜>\n<｜Assistant｜><think>`),
+    else the whole tail."""
+    pair = end.replace("/", "", 1)
+    return pair if "/" in end and pair != end and tail.endswith(pair) else tail
 
 
 def start_states(modes: dict[str, PromptMode], reasoning: Reasoning | None,
@@ -387,6 +405,6 @@ def start_states(modes: dict[str, PromptMode], reasoning: Reasoning | None,
         elif opened_by_prompt(layouts):
             mode.start = Start.REASONING
             if tail and not reasoning.start:
-                reasoning.start = tail  # what the prompt wrote to open it
+                reasoning.start = _opener_written(tail, reasoning.end)
         else:
             mode.start = Start.CONTENT
