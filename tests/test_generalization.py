@@ -185,6 +185,34 @@ def test_an_empty_block_with_a_channel_name_keeps_the_name_in_its_opener():
     assert (message["reasoning_content"], message["content"]) == ("Plan.", "Hello.")
 
 
+PREFILL = ("{%- if messages[-1].role == 'assistant' %}{% set last = messages[-1].content %}"
+           "{% set messages = messages[:-1] %}{% endif -%}"
+           "{%- for m in messages %}<|{{ m.role }}|>\n{{ m.content }}{% if m.tool_calls %}<calls>["
+           "{% for c in m.tool_calls %}{\"name\": \"{{ c.function.name }}\", \"arguments\": "
+           "{{ c.function.arguments | tojson }}}{% if not loop.last %}, {% endif %}{% endfor %}]</calls>"
+           "{% endif %}<|end|>\n{% endfor -%}"
+           "{%- if add_generation_prompt or last is defined %}<|assistant|>\n{{ last or '' }}{% endif %}")
+
+
+def test_a_template_that_renders_a_last_assistant_message_as_a_prefill_has_its_calls_read():
+    """A last assistant message rendered as a prefill (the prompt, then its content; its calls
+    dropped: vLLM's Nemotron JSON template): the calls show only when another message follows
+    the turn, and are laid out from that render, cut where the next user turn opens."""
+    template = inline(PREFILL)
+    spec, protocol = compile_in_memory(template)
+    assert spec.tool_calls is not None
+    assert spec.tool_calls.section_start == "<calls>["
+    assert spec.tool_calls.section_end.startswith("]</calls>")  # (and the turn's end, written after it)
+    prompt = rendered_prompt(template)
+    message = read(protocol, 'Checking.<calls>[{"name": "get_weather", "arguments": {"city": "Paris"}}]'
+                             "</calls><|end|>", prompt)
+    assert message["content"] == "Checking."
+    assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in message["tool_calls"]] \
+        == [("get_weather", {"city": "Paris"})]
+    proof = prove(template, spec, grammars=False)
+    assert proof.ok, proof.table()
+
+
 @needs_corpus
 def test_a_switch_that_writes_another_role_header_is_no_mode():
     """Granite 3.3's `controls` write the role header otherwise (`assistant {"citations"}`):

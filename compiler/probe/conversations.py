@@ -190,6 +190,11 @@ def _turn_message(turn: Turn, shape: Shape, reasoning_blocks: bool = False,
     return message
 
 
+# The user message that follows a turn whose template writes its calls only when another
+# message follows it (ShapedRenderer._calls_written_when_followed).
+FOLLOW_UP = "And what comes next?"
+
+
 @dataclass
 class Rendered:
     """The three renders a probe compares for one assistant turn."""
@@ -250,6 +255,26 @@ class ShapedRenderer:
                 raise
             return None
 
+    def _calls_written_when_followed(self, shape: Shape, history: list[dict], message: dict,
+                                     variables: dict, user: str, bare: str,
+                                     names: list[str]) -> str | None:
+        """A template that renders a last assistant message as a prefill (what the model is to
+        continue: its calls dropped) writes the turn's calls only when another message follows
+        it (vLLM's Nemotron JSON template): that render, cut where the next user turn opens
+        (what comes before the user's text in history). None when that does not show them."""
+        followed = self._render(shape, history + [message, {"role": "user", "content": FOLLOW_UP}],
+                                False, variables)
+        at, mine = followed.rfind(FOLLOW_UP), bare.rfind(user)
+        if at == -1 or mine == -1 or not followed.startswith(bare[: mine + len(user)]):
+            return None
+        before, opener = followed[:at], bare[:mine]
+        shared = 0
+        while shared < min(len(before), len(opener)) and before[-1 - shared] == opener[-1 - shared]:
+            shared += 1
+        turn = before[: len(before) - shared]
+        written = turn[mine + len(user):]  # (the names are in the tools the prompt declares)
+        return turn if all(name in written for name in names) else None
+
     def render_turn(self, user: str, turn: Turn, variables: dict | None = None,
                     system: str | None = None) -> Rendered | None:
         """Render [system?, user] + turn; None when no shape renders it."""
@@ -271,6 +296,11 @@ class ShapedRenderer:
                 continue
             if self.shape is None:
                 self.shape = shape  # the first shape that renders is kept for every later render
+            if turn.calls and user in full and not any(
+                    c.name in full[full.rindex(user):] for c in turn.calls):
+                names = [c.name for c in turn.calls]
+                full = self._calls_written_when_followed(shape, history, message, variables,
+                                                         user, bare, names) or full
             if turn.reasoning and self.reasoning_blocks is None:
                 self.reasoning_blocks = False
                 if turn.reasoning not in full:
