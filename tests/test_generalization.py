@@ -213,6 +213,31 @@ def test_a_template_that_renders_a_last_assistant_message_as_a_prefill_has_its_c
     assert proof.ok, proof.table()
 
 
+TOOLS_IN_THE_LAST_USER_TURN = (
+    "{{ bos_token }}{%- for m in messages %}{% if m.role == 'user' %}"
+    "{% if loop.last and tools %}[TOOLS]{{ tools | tojson }}[/TOOLS]{% endif %}[INST] {{ m.content }}[/INST]"
+    "{% elif m.role == 'assistant' %}{% if m.tool_calls %}[CALLS][{% for c in m.tool_calls %}"
+    "{\"name\": \"{{ c.function.name }}\", \"arguments\": {{ c.function.arguments | tojson }}}"
+    "{% if not loop.last %}, {% endif %}{% endfor %}]{% else %} {{ m.content }}{% endif %}{{ eos_token }}"
+    "{% endif %}{% endfor %}")
+
+
+def test_a_template_that_writes_the_tools_in_the_last_user_turn_only_is_read():
+    """The tools (or the system prompt) written in the last user turn only (vLLM's Mistral
+    parallel template, Mistral's own): history is not a prefix of the conversation with the
+    turn, and the turn is what follows the user's turn as history closes it."""
+    template = inline(TOOLS_IN_THE_LAST_USER_TURN)
+    spec, protocol = compile_in_memory(template)
+    assert spec.tool_calls is not None and spec.tool_calls.section_start.strip() == "[CALLS]["
+    prompt = rendered_prompt(template)
+    assert read(protocol, " Sunny.<|im_end|>", prompt)["content"] == "Sunny."
+    message = read(protocol, '[CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}]<|im_end|>', prompt)
+    assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in message["tool_calls"]] \
+        == [("get_weather", {"city": "Paris"})]
+    proof = prove(template, spec, grammars=False)
+    assert proof.ok, proof.table()
+
+
 @needs_corpus
 def test_a_switch_that_writes_another_role_header_is_no_mode():
     """Granite 3.3's `controls` write the role header otherwise (`assistant {"citations"}`):

@@ -14,14 +14,21 @@ from .conversations import Rendered, ShapedRenderer, Turn
 from .spans import Boundaries, common_prefix_length
 
 
-def _turn_text(history: str, full: str, header_hint: str, boundaries: Boundaries) -> str:
+def _turn_text(history: str, full: str, header_hint: str, boundaries: Boundaries,
+               user: str = "") -> str:
     """What rendering one more turn added to `history`.
 
     Usually `full` extends `history`. Some templates append a trailer after the last turn
     (a closing system instruction) and the new turn goes in before it; where the inserted
     text could be read at several offsets (it repeats what surrounds it), the reading that
-    starts most like the generation prompt's addition (`header_hint`) is the turn.
+    starts most like the generation prompt's addition (`header_hint`) is the turn. Some write
+    the last message otherwise than an earlier one (the system prompt and the tools in the
+    last user turn: Mistral's templates), so history is not a prefix of the conversation
+    with the turn: the turn is then what follows the user's turn as history closes it.
     """
+    after_user = _after_the_user_turn(history, full, user)
+    if after_user is not None:
+        return after_user
     p = boundaries.split_common_prefix(history, full)
     q = boundaries.split_common_suffix(history[p:], full[p:])
     end = len(full) - q
@@ -34,6 +41,18 @@ def _turn_text(history: str, full: str, header_hint: str, boundaries: Boundaries
             best, best_score = candidate, score
         k += 1
     return best
+
+
+def _after_the_user_turn(history: str, full: str, user: str) -> str | None:
+    """What `full` writes after the user's turn, closed as history closes it, when history is
+    not a prefix of `full` because the user's turn is written otherwise there; else None."""
+    if not user or full.startswith(history) or user not in history or user not in full:
+        return None
+    closer = history[history.rindex(user) + len(user):]
+    at = full.rindex(user) + len(user)
+    if not closer.strip() or not full.startswith(closer, at):
+        return None
+    return full[at + len(closer):]
 
 
 def _readings(history: str, full: str, boundaries: Boundaries) -> list[tuple[str, str, str]]:
@@ -93,7 +112,8 @@ def assistant_spans(renderer: ShapedRenderer, user: str, turns: dict[str, Turn],
         return None
     first = next(iter(renders.values()))
     added = _prompt_addition(first.history, first.prompt, boundaries)
-    texts = {kind: _turn_text(r.history, r.full, added, boundaries) for kind, r in renders.items()}
+    texts = {kind: _turn_text(r.history, r.full, added, boundaries, user)
+             for kind, r in renders.items()}
     if not added and all(r.prompt == r.history for r in renders.values()):
         # The template ignores add_generation_prompt: what it writes after the last message
         # anyway, if anything, is its generation prompt (the trailer every reading agrees on).
