@@ -213,6 +213,20 @@ def test_a_template_that_renders_a_last_assistant_message_as_a_prefill_has_its_c
     assert proof.ok, proof.table()
 
 
+def test_a_template_that_refuses_a_message_after_the_turn_compiles_without_calls():
+    """The render that looks for calls written only when a message follows the turn is a
+    probe's try: a template that refuses that conversation (one question only) still
+    compiles, without a call format, and says so."""
+    source = ("{%- for m in messages %}{% if m.role == 'user' and not loop.first %}"
+              "{{ raise_exception('one question only') }}{% endif %}"
+              "<|{{ m.role }}|>\n{{ m.content }}<|end|>\n{% endfor -%}"
+              "{%- if add_generation_prompt %}<|assistant|>\n{% endif %}")
+    spec, protocol = compile_in_memory(inline(source))
+    assert spec.tool_calls is None
+    assert any("does not render tool calls" in warning for warning in spec.warnings)
+    assert read(protocol, "Hello.<|end|>", "<|user|>\nHi<|end|>\n<|assistant|>\n")["content"] == "Hello."
+
+
 TOOLS_IN_THE_LAST_USER_TURN = (
     "{{ bos_token }}{%- for m in messages %}{% if m.role == 'user' %}"
     "{% if loop.last and tools %}[TOOLS]{{ tools | tojson }}[/TOOLS]{% endif %}[INST] {{ m.content }}[/INST]"

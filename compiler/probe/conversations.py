@@ -15,6 +15,7 @@ from typing import Any
 
 from ..errors import TemplateError
 from ..source.template import ChatTemplate
+from .spans import common_suffix_length
 
 
 @dataclass(frozen=True)
@@ -262,16 +263,19 @@ class ShapedRenderer:
         continue: its calls dropped) writes the turn's calls only when another message follows
         it (vLLM's Nemotron JSON template): that render, cut where the next user turn opens
         (what comes before the user's text in history). None when that does not show them."""
-        followed = self._render(shape, history + [message, {"role": "user", "content": FOLLOW_UP}],
-                                False, variables)
+        try:
+            followed = self._render(
+                shape, history + [message, {"role": "user", "content": FOLLOW_UP}], False,
+                variables)
+        except TemplateError as e:
+            if e.limit:
+                raise
+            return None  # (a template that refuses a user message after calls)
         at, mine = followed.rfind(FOLLOW_UP), bare.rfind(user)
         if at == -1 or mine == -1 or not followed.startswith(bare[: mine + len(user)]):
             return None
-        before, opener = followed[:at], bare[:mine]
-        shared = 0
-        while shared < min(len(before), len(opener)) and before[-1 - shared] == opener[-1 - shared]:
-            shared += 1
-        turn = before[: len(before) - shared]
+        before = followed[:at]
+        turn = before[: len(before) - common_suffix_length(before, bare[:mine])]
         written = turn[mine + len(user):]  # (the names are in the tools the prompt declares)
         return turn if all(name in written for name in names) else None
 
