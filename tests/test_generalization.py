@@ -49,6 +49,11 @@ def read(protocol, text: str, prompt: str) -> dict:
     return one_shot
 
 
+def calls(message: dict) -> list[tuple[str, dict]]:
+    """The message's calls: (name, arguments decoded)."""
+    return [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in message["tool_calls"]]
+
+
 def rendered_prompt(template: ChatTemplate, **variables) -> str:
     return template.render([{"role": "user", "content": "Hi"}], add_generation_prompt=True, **variables)
 
@@ -207,8 +212,7 @@ def test_a_template_that_renders_a_last_assistant_message_as_a_prefill_has_its_c
     message = read(protocol, 'Checking.<calls>[{"name": "get_weather", "arguments": {"city": "Paris"}}]'
                              "</calls><|end|>", prompt)
     assert message["content"] == "Checking."
-    assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in message["tool_calls"]] \
-        == [("get_weather", {"city": "Paris"})]
+    assert calls(message) == [("get_weather", {"city": "Paris"})]
     proof = prove(template, spec, grammars=False)
     assert proof.ok, proof.table()
 
@@ -246,8 +250,7 @@ def test_a_template_that_writes_the_tools_in_the_last_user_turn_only_is_read():
     prompt = rendered_prompt(template)
     assert read(protocol, " Sunny.<|im_end|>", prompt)["content"] == "Sunny."
     message = read(protocol, '[CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}]<|im_end|>', prompt)
-    assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in message["tool_calls"]] \
-        == [("get_weather", {"city": "Paris"})]
+    assert calls(message) == [("get_weather", {"city": "Paris"})]
     proof = prove(template, spec, grammars=False)
     assert proof.ok, proof.table()
 

@@ -55,7 +55,7 @@ def split_empty_block(text: str, boundaries: Boundaries) -> tuple[str, str] | No
         return None
     start = first_marker(text, boundaries)
     channel = _CHANNEL_NAME.match(text, len(start))
-    if channel is not None and start[-1:] in "<>[]|":
+    if channel is not None and start.endswith((">", "]", "|")):
         start += channel.group()
     rest = text[len(start):].strip()
     if not rest or not start:
