@@ -300,9 +300,8 @@ class ShapedRenderer:
                 continue
             if self.shape is None:
                 self.shape = shape  # the first shape that renders is kept for every later render
-            if turn.calls and user in full and not any(
-                    c.name in full[full.rindex(user):] for c in turn.calls):
-                names = [c.name for c in turn.calls]
+            names = [c.name for c in turn.calls]
+            if names and user in full and not any(n in full[full.rindex(user):] for n in names):
                 full = self._calls_written_when_followed(shape, history, message, variables,
                                                          user, bare, names) or full
             if turn.reasoning and self.reasoning_blocks is None:
