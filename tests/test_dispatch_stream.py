@@ -30,7 +30,7 @@ import tplparse
 from conftest import EXAMPLES, corpus_ids, corpus_templates, needs_corpus
 from test_tolerance import compiled
 from tplparse import runtime
-from tplparse.bridge import dispatch_check, parser_for
+from tplparse.bridge import compile_in_memory, dispatch_check, parser_for
 from tplparse.check.outputs import STANDARD_TOOLS
 
 TEMPLATES = corpus_templates()
@@ -150,7 +150,7 @@ TWO = ('Let me check.<tool_call>\n{"name": "get_weather", "arguments": {"city": 
 
 @pytest.mark.parametrize("size", [0, 1, 4, 9])
 def test_a_call_that_does_not_validate_is_never_sent_and_the_next_keeps_its_id(size):
-    protocol = parser_for(TEMPLATE)._p
+    protocol = compile_in_memory(TEMPLATE)[1]
     message = check_dispatch(protocol, TWO, "content", "stop", size, TOOLS)
     assert [c["id"] for c in message["tool_calls"]] == ["call_1"]  # (the UI stream's id for it)
     assert "'kelvin' is not one of" in message["errors"][0]["message"]
@@ -161,7 +161,7 @@ def test_the_bridge_checks_with_jsonschema_every_keyword_and_the_runtime_refuses
     tools = [{"type": "function", "function": {"name": "pick", "parameters": {
         "type": "object", "properties": {"xs": {"type": "array", "contains": {"const": 3}}}}}}]
     with pytest.raises(runtime.SchemaError, match="'contains' is not one the dispatch stream's own check knows"):
-        runtime.StreamParser(parser_for(TEMPLATE)._p, tools=tools, calls="complete")
+        runtime.StreamParser(compile_in_memory(TEMPLATE)[1], tools=tools, calls="complete")
     parser = parser_for(TEMPLATE, tools, calls="complete")  # (the library's: jsonschema)
     parser.feed('<tool_call>\n{"name": "pick", "arguments": {"xs": [1, 2]}}\n</tool_call>')
     assert parser.end("stop") == [] and parser.message["tool_calls"] == []
@@ -175,7 +175,7 @@ def test_calls_is_checked_at_the_door():
     with pytest.raises(ValueError, match="calls must be 'deltas' or 'complete'"):
         parser_for(TEMPLATE, TOOLS, calls="eventually")
     with pytest.raises(TypeError, match="validate must be a function"):
-        runtime.StreamParser(parser_for(TEMPLATE)._p, calls="complete", validate="yes")
+        runtime.StreamParser(compile_in_memory(TEMPLATE)[1], calls="complete", validate="yes")
 
 
 # --- the runtime's own check against jsonschema ----------------------------------------------

@@ -623,15 +623,19 @@ def test_long_outputs_stream_like_one_shot(corpus, stem):
 def read_counting_waits(module, text, **kwargs):
     """One-shot parse that records which calls had steps the waiting readers (`_call_steps_waiting`) read."""
     parser = module.StreamParser(**kwargs)
-    waited, waiting_steps = [], parser._call_steps_waiting
+    rules = type(parser._rules)  # (the rules layer's class: the method is counted there, then restored)
+    waited, waiting_steps = [], rules._call_steps_waiting
 
-    def counting(index, call, k):
+    def counting(self, index, call, k):
         waited.append(index)
-        return waiting_steps(index, call, k)
+        return waiting_steps(self, index, call, k)
 
-    parser._call_steps_waiting = counting
-    parser.feed(text)
-    parser.end()
+    rules._call_steps_waiting = counting
+    try:
+        parser.feed(text)
+        parser.end()
+    finally:
+        rules._call_steps_waiting = waiting_steps
     return parser.message, waited
 
 

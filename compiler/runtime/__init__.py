@@ -12,10 +12,10 @@ in the order of `MODULES`). Layers, one module each:
     protocol   the tables, prepared once per family: `Protocol`
     schema     the dispatch stream's JSON Schema check (the keywords tool schemas use)
     output     fields, deltas, the message, the two streams (UI deltas, complete calls)
-    input      the buffer, feed()'s fast paths, the readers
-    rules      the grammar of a turn, as a coroutine
+    input      the buffer, feed()'s fast paths, the readers (writes text to an Output)
+    rules      the grammar of a turn, as a coroutine (reads an Input, writes an Output)
     messages   the grammar of a turn written as messages with headers (harmony)
-    parser     StreamParser and parse()
+    parser     StreamParser (the three layers, wired) and parse()
 
 Code outside the runtime imports only the names below.
 """

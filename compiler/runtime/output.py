@@ -85,25 +85,28 @@ def dispatch_only(deltas: list[Delta]) -> list[Delta]:
 
 
 class Output:
-    """Deltas and the message, written by the rules: the parser's first layer."""
+    """Deltas and the message, written by the rules (and by the input's fast paths, which
+    give out text that cannot move the parse without a step of the rules)."""
 
-    def _start_output(self, validate: Validator | None) -> None:
+    __slots__ = ("deltas", "content", "reasoning", "calls", "invalid_calls", "errors",
+                 "_validate")
+
+    def __init__(self, validate: Validator | None) -> None:
         """The state this layer owns: the deltas not yet returned, the fields, the calls and
         errors of the message; `validate`: the dispatch stream's check (None: the UI stream)."""
-        self._deltas: list[Delta] = []
-        self._content_text = TextField("content")
-        self._reasoning_text = TextField("reasoning_content")
-        self._calls: list[ToolCall] = []
+        self.deltas: list[Delta] = []
+        self.content = TextField("content")
+        self.reasoning = TextField("reasoning_content")
+        self.calls: list[ToolCall] = []
         # complete calls dropped for their arguments (they keep their index)
-        self._invalid_calls = 0
-        self._errors: list[ErrorEntry] = []
+        self.invalid_calls = 0
+        self.errors: list[ErrorEntry] = []
         self._validate = validate
-        self._finish: str | None = None  # the finish reason, once the output ended (end())
 
-    def _emit_text(self, field: TextField, text: str) -> None:
+    def emit_text(self, field: TextField, text: str) -> None:
         """Emit reasoning or content, without the whitespace at its very start; whitespace at
         its end is held until more of the field follows (or what ends the field shows it is
-        the field's own: _keep_trailing_space)."""
+        the field's own: keep_trailing_space)."""
         if not text:
             return
         if not field.started:
@@ -118,9 +121,9 @@ class Output:
         out = "".join(field.pending) + body if field.pending else body
         field.pending = [text[len(body):]] if len(body) < len(text) else []
         field.parts.append(out)
-        self._deltas.append({field.key: out})
+        self.deltas.append({field.key: out})
 
-    def _keep_trailing_space(self, field: TextField, written: str) -> None:
+    def keep_trailing_space(self, field: TextField, written: str) -> None:
         """The whitespace the field ends with is its own, less its last run of the characters
         in `written` (the whitespace the template writes before what ends it here: "\n" and
         "\n\n" are its newlines, a space before them is the model's). That goes out; the
@@ -132,18 +135,18 @@ class Output:
             space = own
             if space:
                 field.parts.append(space)
-                self._deltas.append({field.key: space})
+                self.deltas.append({field.key: space})
 
-    def _announce(self, index: int, call: OpenCall) -> None:
+    def announce(self, index: int, call: OpenCall) -> None:
         """A call's header: its id and name (the arguments follow in later deltas)."""
-        self._deltas.append({"tool_calls": [{"index": index, "id": call.id or f"call_{index}",
+        self.deltas.append({"tool_calls": [{"index": index, "id": call.id or f"call_{index}",
                                              "type": "function",
                                              "function": {"name": call.name, "arguments": ""}}]})
 
-    def _arguments_delta(self, index: int, piece: str) -> None:
-        self._deltas.append({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
+    def arguments_delta(self, index: int, piece: str) -> None:
+        self.deltas.append({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
 
-    def _complete_call(self, index: int, call: OpenCall, offset: int, streamed: str = "") -> None:
+    def complete_call(self, index: int, call: OpenCall, offset: int, streamed: str = "") -> None:
         """The call is complete and its arguments (now JSON text) read: its last delta (what
         the argument deltas so far, `streamed`, did not give), and the call (`offset`: where
         the output is, for an error)."""
@@ -151,13 +154,13 @@ class Output:
         assert arguments is not None, "a complete call has its arguments read"
         rest = arguments[len(streamed):] if streamed else arguments
         if rest:
-            self._arguments_delta(index, rest)
+            self.arguments_delta(index, rest)
         entry = {"id": call.id or f"call_{index}", "type": "function",
                  "function": {"name": call.name, "arguments": arguments}}
         validate = self._validate
         if validate is not None and not self._dispatched(validate, index, entry, offset):
             return
-        self._calls.append(entry)
+        self.calls.append(entry)
 
     def _dispatched(self, validate: Validator, index: int, entry: ToolCall, offset: int) -> bool:
         """The dispatch stream: a complete call whose arguments validate against its tool's
@@ -167,36 +170,36 @@ class Output:
         function = entry["function"]
         problem = validate(function["name"], json.loads(function["arguments"]))
         if problem is not None:
-            self._error("invalid_arguments",
+            self.error("invalid_arguments",
                         f"call {index} ({function['name']}): the arguments do not validate "
                         f"against the tool's schema: {problem}", offset)
-            self._invalid_calls += 1
+            self.invalid_calls += 1
             return False
-        self._deltas.append(Dispatched({"tool_calls": [{"index": len(self._calls), **entry}]}))
+        self.deltas.append(Dispatched({"tool_calls": [{"index": len(self.calls), **entry}]}))
         return True
 
-    def _drop_call(self, index: int, kind: str, message: str) -> None:
+    def drop_call(self, index: int, kind: str, message: str) -> None:
         """A call whose header went out is not a call after all: a delta says so (its
         argument deltas, if any, are void), with the error of the message."""
-        self._deltas.append({"tool_call_error": {"index": index, "kind": kind, "message": message}})
+        self.deltas.append({"tool_call_error": {"index": index, "kind": kind, "message": message}})
 
-    def _error(self, kind: str, message: str, offset: int) -> None:
-        self._errors.append(error_entry(kind, message, offset))
+    def error(self, kind: str, message: str, offset: int) -> None:
+        self.errors.append(error_entry(kind, message, offset))
 
-    @property
-    def message(self) -> Message:
-        """The assistant message (after end()): content, reasoning, the calls, the errors."""
-        if self._finish is None:
+    def message(self, finish: str | None) -> Message:
+        """The assistant message (once the input ended, for `finish`): content, reasoning,
+        the calls, the errors."""
+        if finish is None:
             raise ValueError("the message is complete only after end()")
-        content = "".join(self._content_text.parts)
-        reasoning = "".join(self._reasoning_text.parts)
+        content = "".join(self.content.parts)
+        reasoning = "".join(self.reasoning.parts)
         return {
             "role": "assistant",
             "content": content or None,
             "reasoning_content": reasoning or None,
-            "tool_calls": [dict(c) for c in self._calls],
-            "errors": list(self._errors),
-            "finish_reason": self._finish,
+            "tool_calls": [dict(c) for c in self.calls],
+            "errors": list(self.errors),
+            "finish_reason": finish,
         }
 
 

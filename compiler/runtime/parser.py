@@ -1,4 +1,4 @@
-"""StreamParser: the input, rules and output layers over one family's Protocol.
+"""StreamParser: the input, rules and output layers over one family's Protocol, wired.
 
     parser = StreamParser(protocol, tools=tools, generation_prompt=prompt)
     for chunk in stream: deltas = parser.feed(chunk)   # OpenAI-style deltas
@@ -9,8 +9,9 @@ or parse(protocol, text, ...) for a whole output at once (the same result).
 
 from __future__ import annotations
 
+from .input import Input
 from .messages import Messages
-from .output import COMPLETE, DELTAS, Delta, Dispatched, Message, Validator, dispatch_only
+from .output import COMPLETE, DELTAS, Delta, Dispatched, Message, Output, Validator, dispatch_only
 from .protocol import AFTER_REASONING, CONTENT, REASONING, Protocol
 from .schema import schema_validator
 from .tables import ReadingTables
@@ -24,7 +25,7 @@ Tool = dict[str, Any]
 Chunk = str | bytes | bytearray
 
 
-class StreamParser(Messages):
+class StreamParser:
     """Feed a model's output in chunks (str or bytes); get OpenAI-style deltas back.
 
     `protocol`: the family's Protocol (or its tables); `tools`: the offered tools (their
@@ -49,11 +50,9 @@ class StreamParser(Messages):
         if not isinstance(protocol, (Protocol, dict)):
             raise TypeError("protocol must be a Protocol or its tables (a dict), not "
                             f"{type(protocol).__name__}")
-        self._p = protocol if isinstance(protocol, Protocol) else Protocol(protocol)
+        p = protocol if isinstance(protocol, Protocol) else Protocol(protocol)
         # (a dict that is not the tables: Protocol says which version it has, if any)
-        self._tools = _offered_tools(tools)  # name -> parameters (a JSON Schema)
-        self._properties = {name: schema.get("properties") or {}
-                            for name, schema in self._tools.items()}
+        offered = _offered_tools(tools)  # name -> parameters (a JSON Schema)
         if generation_prompt is not None and not isinstance(generation_prompt, str):
             raise TypeError("generation_prompt must be a str or None, not "
                             f"{type(generation_prompt).__name__}")
@@ -65,24 +64,40 @@ class StreamParser(Messages):
         if validate is not None and not callable(validate):
             raise TypeError("validate must be a function (name, arguments) -> None or a problem, "
                             f"not {type(validate).__name__}")
-        self._state = self._p.start_state(generation_prompt, start)
-        self._started = AFTER_REASONING if start == AFTER_REASONING else self._state
-        # where the text after the output's reasoning begins (an offset in characters), once the
-        # parse has left the reasoning it started in or found none (see `reasoning_ended_at`)
-        self._reasoning_ended_at = 0 if start == AFTER_REASONING else None
-        self._start_input()
-        self._start_output((validate or schema_validator(tools)) if calls == COMPLETE else None)
+        state = p.start_state(generation_prompt, start)
+        self._started = AFTER_REASONING if start == AFTER_REASONING else state
+        # The layers: the output (fields, deltas, the message), the input (the buffer, feed's
+        # fast paths, the readers) writing to it, and the rules reading the one and writing the
+        # other (Messages: the rules, with a turn of messages where the family writes them).
+        self._out = Output((validate or schema_validator(tools)) if calls == COMPLETE else None)
+        self._in = Input(self._out)
+        self._rules = Messages(p, offered, self._in, self._out, state,
+                               0 if start == AFTER_REASONING else None)
+        # (set on the instance: a chunk costs no call on the way to the input's feed)
+        self.feed, self.end = self._in.feed, self._in.end  # type: ignore[method-assign]
         if calls == COMPLETE:
-            # (the class's: what the UI stream gives)
-            self._ui_feed, self._ui_end = self.feed, self.end
-            # (set on the instance: the UI stream's feed and end pay nothing for the other stream)
             self.feed, self.end = self._feed_complete, self._end_complete  # type: ignore[method-assign]
-        self._start_rules()
+
+    def feed(self, chunk: Chunk) -> list[Delta]:
+        """Read the next chunk of output (str, or bytes that may split UTF-8 sequences); return
+        the deltas it settles. ValueError after end(). (Replaced on the instance by the input's
+        own feed, or the dispatch stream's.)"""
+        return self._in.feed(chunk)
+
+    def end(self, finish_reason: str = "stop") -> list[Delta]:
+        """The output is complete ("stop") or was cut ("length", or the engine's other reason):
+        the last deltas. A second end() returns []. (Replaced on the instance as feed is.)"""
+        return self._in.end(finish_reason)
+
+    @property
+    def message(self) -> Message:
+        """The assistant message (after end()): content, reasoning, the calls, the errors."""
+        return self._out.message(self._in.finish)
 
     def _feed_complete(self, chunk: Chunk) -> list[Delta]:
         """feed() of the dispatch stream (set on the instance: the UI stream's feed is
         untouched)."""
-        deltas = self._ui_feed(chunk)
+        deltas = self._in.feed(chunk)
         if len(deltas) == 1:  # (most chunks: one delta, or none)
             delta = deltas[0]
             if type(delta) is Dispatched:
@@ -92,7 +107,7 @@ class StreamParser(Messages):
 
     def _end_complete(self, finish_reason: str = "stop") -> list[Delta]:
         """end() of the dispatch stream."""
-        return dispatch_only(self._ui_end(finish_reason))
+        return dispatch_only(self._in.end(finish_reason))
 
     @property
     def start_state(self) -> str:
@@ -108,7 +123,7 @@ class StreamParser(Messages):
         tell yet. A parser started "after_reasoning" on the output from there reads what this
         one reads after its reasoning (vLLM's reasoning-then-tools split:
         `tplparse export vllm`)."""
-        return self._reasoning_ended_at
+        return self._rules.reasoning_ended_at
 
 
 def _offered_tools(tools: object) -> dict[str, dict[str, Any]]:

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from .errors import BadArguments, InvalidOutput, InvalidWhole, TruncatedOutput
 from .input import Input
-from .output import OpenCall, TextField
+from .output import OpenCall, Output, TextField
 from .protocol import (
     ARGUMENTS,
     ARGUMENTS_ALIASES,
@@ -47,6 +47,7 @@ from .protocol import (
     Closing,
     JsonCallLayout,
     KeyValueFormat,
+    Protocol,
     stopped_in,
 )
 from .streams import KeyValueStream, ObjectStream
@@ -88,6 +89,7 @@ import ast
 import re
 import warnings
 from collections.abc import Generator, Sequence
+from typing import Any
 
 # (The rules are generators driven by `yield from`: each yields None while it waits for more
 # text, is resumed with None, and returns what it read: Generator[None, None, <what it read>].
@@ -237,12 +239,31 @@ class _KeyValueRead:
         return self
 
 
-class Rules(Input):
-    """The grammar of a turn, as a coroutine over the input: the layer over Input."""
+class Rules:
+    """The grammar of a turn, as a coroutine over the input (`Input`'s readers) that writes
+    the output (`Output`'s fields, calls and errors). Its own state is set here, all of it."""
 
-    def _start_rules(self) -> None:
-        """The state this layer owns: the call being read, and the parse, primed to wait for
-        the first chunk."""
+    __slots__ = ("_p", "_tools", "_properties", "_in", "_out", "state", "reasoning_ended_at",
+                 "_kv_read_state", "_open_call", "_steps", "_json_call", "_self_closing",
+                 "_after_arguments", "_run")
+
+    def __init__(self, protocol: Protocol, tools: dict[str, dict[str, Any]], inp: Input,
+                 out: Output, state: str, reasoning_ended_at: int | None) -> None:
+        """`tools`: the offered tools, name -> parameters (a JSON Schema); `state`: where the
+        output starts (REASONING or CONTENT); `reasoning_ended_at`: 0 when it starts after
+        another reader's reasoning, else None."""
+        self._p = protocol
+        self._tools = tools
+        # name -> the properties of its parameters (they type key/value arguments)
+        self._properties = {name: schema.get("properties") or {}
+                            for name, schema in tools.items()}
+        self._in = inp  # the buffer and its readers: the only way the rules read text
+        self._out = out  # the fields, calls and errors the rules write
+        # REASONING or CONTENT: what the text being read is
+        self.state = state
+        # where the text after the output's reasoning begins (see
+        # StreamParser.reasoning_ended_at), once the parse has left its reasoning
+        self.reasoning_ended_at = reasoning_ended_at
         # where a call's key/value arguments are (made on first use)
         self._kv_read_state: _KeyValueRead | None = None
         # the call being read (its header may have gone out)
@@ -254,16 +275,16 @@ class Rules(Input):
         self._self_closing: SelfClosingTable | None = None
         # (and the text the template writes after its arguments: Protocol.after_arguments)
         self._after_arguments = ""
-        # or: the argument stream of that call (see streams), once it had to wait
-        self._streaming = None
+        # the parse, primed to wait for the first chunk: the input resumes it (`Input.resume`)
         self._run = self._turn()
         next(self._run)
-        self._resume = self._run.send
+        inp.resume = self._run.send
 
     # --- the turn ---------------------------------------------------------------------
 
     def _turn(self) -> Generator[None, None, None]:
         """root: reasoning? content (tool-calls content?)* end-of-turn?"""
+        inp = self._in
         yield  # primed; wait for the first chunk
         try:
             yield from self._turn_body()
@@ -273,20 +294,23 @@ class Rules(Input):
             # Wrong, or cut short: only the end of the stream tells (and so every chunking of
             # one output tells the same): an output that ends inside one of the format's
             # literals stopped, "not enough input yet", it did not go wrong.
-            self._streaming = None  # (nothing more of a call that went wrong goes out)
-            at, offset = self._pos, self._offset()
-            while not self._eof:
-                self._pos = len(self._text)
+            inp.streaming = None  # (nothing more of a call that went wrong goes out)
+            at, offset = inp.pos, inp.offset()
+            while not inp.eof:
+                inp.pos = len(inp.text)
                 yield
-            self._pos = at
+            inp.pos = at
             if not isinstance(e, InvalidWhole) and self._ends_inside_a_marker():
                 self._call_failed("truncated_tool_call", f"the output ended inside a call ({e})",
                                   offset)
             else:
                 self._call_failed("invalid_tool_call", str(e), offset)
         while True:  # whatever still comes is past the parse
-            self._pos = len(self._text)
-            if self._eof:
+            inp.pos = len(inp.text)
+            if inp.eof:
+                if inp.finish == "length" and self.state == REASONING:
+                    self._out.error("reasoning_truncated", "the output ended inside reasoning",
+                                    inp.offset())
                 return
             yield
 
@@ -296,48 +320,49 @@ class Rules(Input):
 
     def _turn_by_layout(self) -> Generator[None, None, None]:
         """root, in the generic form: an optional reasoning block, then content and calls."""
+        inp = self._in
         p = self._p
-        if p.repeated_headers and self._reasoning_ended_at is None:
+        if p.repeated_headers and self.reasoning_ended_at is None:
             yield from self._repeated_header()
-        if (self._state == CONTENT and self._reasoning_ended_at is None and p.reasoning_start
+        if (self.state == CONTENT and self.reasoning_ended_at is None and p.reasoning_start
                 and p.reasoning_end):
             # An optional reasoning block first (the model opens it itself), or its end alone:
             # an empty block (a template that asks for reasoning by instruction writes the end
             # marker before an answer without it).
-            yield from self._skip_ws()
-            yield from self._need(max(len(p.reasoning_start), len(p.reasoning_end)))
-            if self._text.startswith(p.reasoning_start, self._pos):
-                self._pos += len(p.reasoning_start)
-                self._state = REASONING
-            elif self._text.startswith(p.reasoning_end, self._pos):
-                self._pos += len(p.reasoning_end)
-        elif self._state == REASONING and p.reasoning_start:
+            yield from inp.skip_ws()
+            yield from inp.need(max(len(p.reasoning_start), len(p.reasoning_end)))
+            if inp.text.startswith(p.reasoning_start, inp.pos):
+                inp.pos += len(p.reasoning_start)
+                self.state = REASONING
+            elif inp.text.startswith(p.reasoning_end, inp.pos):
+                inp.pos += len(p.reasoning_end)
+        elif self.state == REASONING and p.reasoning_start:
             # The prompt opened the block and the model opens it again: its opener is
             # absorbed, not reasoning (a tolerance: the template never writes it twice).
-            yield from self._skip_ws()
-            if (yield from self._peek(p.reasoning_start)):
-                self._pos += len(p.reasoning_start)
-        if self._state == REASONING and p.end_opens_content and self._reasoning_ended_at is None:
+            yield from inp.skip_ws()
+            if (yield from inp.peek(p.reasoning_start)):
+                inp.pos += len(p.reasoning_start)
+        if self.state == REASONING and p.end_opens_content and self.reasoning_ended_at is None:
             # The prompt opened the block and the output starts by opening the content block,
             # the compound end's closing part left out: an empty block.
-            yield from self._skip_ws()
-            if (yield from self._peek(p.end_opens_content)):
-                self._pos += len(p.end_opens_content)
-                self._state = CONTENT
-        while self._state == REASONING:
+            yield from inp.skip_ws()
+            if (yield from inp.peek(p.end_opens_content)):
+                inp.pos += len(p.end_opens_content)
+                self.state = CONTENT
+        while self.state == REASONING:
             stop = yield from self._reasoning_block()
             if stop is None or stop in p.end_of_turn:
                 yield from self._after_end(stop)
                 return
             if stop == p.opener or stop == p.bare_opener:
-                self._reasoning_ended_at = self._offset()  # (at the call that ended it)
+                self.reasoning_ended_at = inp.offset()  # (at the call that ended it)
                 yield from self._tool_calls(bare=stop == p.bare_opener)
             elif (yield from self._reasoning_again()):
                 # (another block, or segment, of reasoning: read on into it)
-                self._state = REASONING
-        if self._reasoning_ended_at is None:
-            self._reasoning_ended_at = self._offset()
-        self._state = CONTENT
+                self.state = REASONING
+        if self.reasoning_ended_at is None:
+            self.reasoning_ended_at = inp.offset()
+        self.state = CONTENT
         if p.tool_calls and not p.opener:
             yield from self._turn_without_opener()
         else:
@@ -346,32 +371,35 @@ class Rules(Input):
     def _repeated_header(self) -> Generator[None, None, None]:
         """At the output's start, the assistant header (or its role token) the generation
         prompt already wrote, written again: absorbed (a tolerance: `<|CHATBOT_TOKEN|>Hello`)."""
+        inp = self._in
         p = self._p
-        at = self._pos
-        header = yield from self._which_after_ws(p.repeated_headers)
-        self._pos = at if header is None else self._pos + len(header)
+        at = inp.pos
+        header = yield from inp.which_after_ws(p.repeated_headers)
+        inp.pos = at if header is None else inp.pos + len(header)
 
     def _reasoning_again(self) -> Generator[None, None, bool]:
         """After a reasoning block's end: whether another block opens right after it (a
         repeated or empty reasoning channel, a second reasoning segment with its own header);
         its opener and the whitespace after it are consumed, else nothing is."""
+        inp = self._in
         p = self._p
-        at = self._pos
-        if p.reasoning_start and (yield from self._peek_after_ws(p.reasoning_start)):
-            self._pos += len(p.reasoning_start)
-            yield from self._skip_ws()  # (the opener's own whitespace, as the template writes it)
+        at = inp.pos
+        if p.reasoning_start and (yield from inp.peek_after_ws(p.reasoning_start)):
+            inp.pos += len(p.reasoning_start)
+            yield from inp.skip_ws()  # (the opener's own whitespace, as the template writes it)
             return True
-        self._pos = at
+        inp.pos = at
         return False
 
     def _segment_follows(self) -> Generator[None, None, bool]:
         """At a segment's end marker (p.segment_end): whether the next segment's header
         follows it (after whitespace), so the turn goes on. Nothing is consumed."""
+        inp = self._in
         p = self._p
-        at = self._pos
-        self._pos += len(p.segment_end)
-        follows = yield from self._peek_after_ws(p.segment_header)
-        self._pos = at
+        at = inp.pos
+        inp.pos += len(p.segment_end)
+        follows = yield from inp.peek_after_ws(p.segment_header)
+        inp.pos = at
         return follows
 
     def _next_segment(self) -> Generator[None, None, bool | str]:
@@ -381,16 +409,17 @@ class Rules(Input):
         opens, by what follows it: reasoning (its opener), content (its start, or any other
         text), a call (the call opener). "ended": the turn ended inside that segment; else
         the content goes on."""
+        inp = self._in
         p = self._p
         if p.segment_is_calls:
             yield from self._tool_calls()
             return True
-        self._pos += len(p.segment_end)
-        yield from self._skip_ws()
-        self._pos += len(p.segment_header)
-        while p.reasoning_start and (yield from self._peek_after_ws(p.reasoning_start)):
-            self._pos += len(p.reasoning_start)
-            yield from self._skip_ws()
+        inp.pos += len(p.segment_end)
+        yield from inp.skip_ws()
+        inp.pos += len(p.segment_header)
+        while p.reasoning_start and (yield from inp.peek_after_ws(p.reasoning_start)):
+            inp.pos += len(p.reasoning_start)
+            yield from inp.skip_ws()
             stop = yield from self._reasoning_block()
             if stop is None or stop in p.end_of_turn:
                 yield from self._after_end(stop)
@@ -399,9 +428,9 @@ class Rules(Input):
                 yield from self._tool_calls(bare=stop == p.bare_opener)
                 return True
         heads = [h for h in (p.content_start, p.opener, p.bare_opener) if h]
-        head = (yield from self._which_after_ws(heads)) if heads else None
+        head = (yield from inp.which_after_ws(heads)) if heads else None
         if head is not None and head == p.content_start:
-            self._pos += len(head)
+            inp.pos += len(head)
         elif head is not None:
             yield from self._tool_calls(bare=head == p.bare_opener)
         return True
@@ -409,15 +438,18 @@ class Rules(Input):
     def _call_failed(self, kind: str, message: str, offset: int | None = None) -> None:
         """The parse stops at an error; a call whose header went out is dropped, and a delta
         says so."""
-        self._error(kind, message, self._offset() if offset is None else offset)
-        call, self._open_call, self._streaming = self._open_call, None, None
+        inp = self._in
+        out = self._out
+        out.error(kind, message, inp.offset() if offset is None else offset)
+        call, self._open_call, inp.streaming = self._open_call, None, None
         if call is not None and call.announced:
-            self._drop_call(call.index, kind, message)
+            out.drop_call(call.index, kind, message)
 
     def _ends_inside_a_marker(self) -> bool:
         """Whether the output ends with the start of one of the format's literals, from near where
         a reader stopped: what looked invalid is a literal the stream did not finish."""
-        text, pos = self._text, self._pos
+        inp = self._in
+        text, pos = inp.text, inp.pos
         if not text[pos:].strip():
             # (only whitespace after where the reader stopped: what it expected never came)
             return True
@@ -432,43 +464,48 @@ class Rules(Input):
     def _reasoning_block(self) -> Generator[None, None, str | None]:
         """reasoning-text, up to its end marker (or a call opener, by policy: a call inside
         open reasoning ends it, unless the reasoning closes after it, when it was quoted)."""
+        inp = self._in
+        out = self._out
         p = self._p
         stops = [p.reasoning_end] + list(p.end_of_turn)
         if p.opener and p.call_ends_reasoning:
             stops.append(p.opener)
             if p.bare_opener:
                 stops.append(p.bare_opener)
-        stop = yield from self._text_until(stops, self._reasoning_text)
+        stop = yield from self._text_until(stops, out.reasoning)
         while stop is not None and stop in (p.opener, p.bare_opener) and (
-                yield from self._closes_later(self._pos)):
-            self._emit_text(self._reasoning_text, stop)  # (a call the reasoning quotes: reasoning)
-            self._pos += len(stop)
-            stop = yield from self._text_until(stops, self._reasoning_text)
+                yield from self._closes_later(inp.pos)):
+            out.emit_text(out.reasoning, stop)  # (a call the reasoning quotes: reasoning)
+            inp.pos += len(stop)
+            stop = yield from self._text_until(stops, out.reasoning)
         if stop == p.reasoning_end:
-            self._pos += len(stop)
-            self._state = CONTENT
+            inp.pos += len(stop)
+            self.state = CONTENT
         return stop
 
     def _closes_later(self, start: int) -> Generator[None, None, bool]:
         """Whether the reasoning block closes after `start` (where a call opens inside it): its
         end marker comes before the turn ends. Decided only when the output tells, by that
         marker, the turn's end or the output's; until then nothing from `start` on goes out."""
+        inp = self._in
         p = self._p
         stops = [p.reasoning_end] + [m for m in p.end_of_turn if m]
         find = first_of(stops)
         searched = start
         while True:
-            found = find(self._text, searched)
+            found = find(inp.text, searched)
             if found is not None:
                 return found.group() == p.reasoning_end
-            if self._eof:
+            if inp.eof:
                 return False
-            searched = max(start, len(self._text) - max(len(s) for s in stops) + 1)
-            self._quiet = waker("".join(sorted({s[-1] for s in stops})))
+            searched = max(start, len(inp.text) - max(len(s) for s in stops) + 1)
+            inp.quiet = waker("".join(sorted({s[-1] for s in stops})))
             yield
 
     def _content(self) -> Generator[None, None, None]:
         """content-text (tool-calls content-text?)* end-of-turn?"""
+        inp = self._in
+        out = self._out
         p = self._p
         stops = list(p.end_of_turn) + ([p.opener] if p.opener else []) + (
             [p.content_end] if p.content_end else [])
@@ -482,11 +519,11 @@ class Rules(Input):
             # instructions say, without the section's markers)
             stops += p.call_heads_by_key
         if p.content_start:
-            yield from self._skip_ws()
-            yield from self._need(len(p.content_start))
-            if self._text.startswith(p.content_start, self._pos):
-                self._pos += len(p.content_start)
-        field = self._content_text
+            yield from inp.skip_ws()
+            yield from inp.need(len(p.content_start))
+            if inp.text.startswith(p.content_start, inp.pos):
+                inp.pos += len(p.content_start)
+        field = out.content
         if p.bare_list is not None and self._tools and (yield from self._list_without_wrapper()):
             stops = list(p.end_of_turn)  # (a list of calls on its own: only the turn's end follows)
         while True:
@@ -499,21 +536,21 @@ class Rules(Input):
                     follows and not p.segment_is_calls):
                 # (text of its own, then whitespace: the model's; before a segment's end and the
                 # next header, it stays held, as before any markup between content and a call)
-                self._keep_trailing_space(field, space)
+                out.keep_trailing_space(field, space)
             if follows:
                 if (yield from self._next_segment()) == "ended":
                     return
                 continue
             if stop is not None and stop == p.segment_end:
                 if stop not in p.end_of_turn and stop != p.opener:
-                    self._emit_text(field, stop)  # (the marker with no header after it: text)
-                    self._pos += len(stop)
+                    out.emit_text(field, stop)  # (the marker with no header after it: text)
+                    inp.pos += len(stop)
                     continue
             if stop is None or stop in p.end_of_turn:
                 yield from self._after_end(stop)
                 return
             if stop == p.content_end:
-                self._pos += len(stop)
+                inp.pos += len(stop)
                 continue
             if stop in p.wrappers:
                 yield from self._after_wrapper(stop)
@@ -528,13 +565,14 @@ class Rules(Input):
         """A marker the template writes in front of another kind of call (`<|python_tag|>`):
         a call of this format after it is read as without it; anything else after it is a
         call of a kind this format does not read, an error (not content, not a guess)."""
+        inp = self._in
         p = self._p
-        self._pos += len(wrapper)
+        inp.pos += len(wrapper)
         heads = [h for h in (p.opener.strip(), p.bare_opener, *p.call_heads_by_key) if h]
-        if (yield from self._peek_any_after_ws(heads)):
+        if (yield from inp.peek_any_after_ws(heads)):
             yield from self._tool_calls(
-                bare=self._text.startswith(p.bare_opener, self._pos) if p.bare_opener else False)
-        elif self._available():
+                bare=inp.text.startswith(p.bare_opener, inp.pos) if p.bare_opener else False)
+        elif inp.available():
             raise InvalidOutput(f"after {wrapper!r}, a call of a kind this format does not read")
         else:
             raise TruncatedOutput(f"the output ended after {wrapper!r}")
@@ -546,59 +584,62 @@ class Rules(Input):
         turn's end), and as Python it is a list of calls of offered tools with keyword
         arguments; else it is content (nothing of it went out while it could be either). True
         when it was read as calls."""
+        inp = self._in
+        out = self._out
         p = self._p
         bare_list, list_head = p.bare_list, p.bare_list_head
         assert bare_list is not None and list_head is not None  # (the caller tests bare_list)
         opening, call_open = bare_list["open"], bare_list["call"]
-        yield from self._skip_ws()
-        start = self._pos
-        if not (yield from self._peek(opening)):
+        yield from inp.skip_ws()
+        start = inp.pos
+        if not (yield from inp.peek(opening)):
             return False
         while True:  # the first call's name, up to what follows it
-            head = list_head(self._text, start)
+            head = list_head(inp.text, start)
             assert head is not None  # (the list's opening is here: its head matches)
-            if head.end() < len(self._text) or self._eof:
+            if head.end() < len(inp.text) or inp.eof:
                 break
-            self._wait_for = len(self._text) + 1
+            inp.wait_for = len(inp.text) + 1
             yield
-        if head.group(1) not in self._tools or not self._text.startswith(call_open, head.end()):
+        if head.group(1) not in self._tools or not inp.text.startswith(call_open, head.end()):
             return False
         scan = BalancedScan("'\"", start)
-        while not scan.scan(self._text, self._eof):
-            if self._eof:
+        while not scan.scan(inp.text, inp.eof):
+            if inp.eof:
                 return False  # (never closed: text, kept as it is)
-            self._quiet = scan.quiet(len(self._text))
-            if self._quiet is not None:
-                self._poll = scan
+            inp.quiet = scan.quiet(len(inp.text))
+            if inp.quiet is not None:
+                inp.poll = scan
             yield
         if scan.unbalanced:
             return False
         end = scan.end
         assert end is not None  # (scanned to its end)
-        self._pos = end
-        alone = bool(p.end_of_turn) and (yield from self._peek_any_after_ws(p.end_of_turn))
+        inp.pos = end
+        alone = bool(p.end_of_turn) and (yield from inp.peek_any_after_ws(p.end_of_turn))
         alone = alone or (yield from self._at_end_after_ws())
-        self._pos = start
-        calls = self._calls_of_offered_tools(self._text[scan.start:scan.end]) if alone else None
+        inp.pos = start
+        calls = self._calls_of_offered_tools(inp.text[scan.start:scan.end]) if alone else None
         if calls is None:
             return False
         # (read as Python, the notation it is written in: each call complete at once)
         for name, arguments in calls:
-            index = len(self._calls) + self._invalid_calls
+            index = len(out.calls) + out.invalid_calls
             call = OpenCall(index)
             call.name, call.arguments, call.announced = name, arguments, True
-            self._announce(index, call)
-            self._complete_call(index, call, self._offset())
-        self._pos = end
+            out.announce(index, call)
+            out.complete_call(index, call, inp.offset())
+        inp.pos = end
         return True
 
     def _at_end_after_ws(self) -> Generator[None, None, bool]:
         """Whether only whitespace is left (waits for the end of the stream to tell)."""
+        inp = self._in
         while True:
-            self._pos = SPACES.match(self._text, self._pos).end()  # type: ignore[union-attr]
-            if self._pos < len(self._text):
+            inp.pos = SPACES.match(inp.text, inp.pos).end()  # type: ignore[union-attr]
+            if inp.pos < len(inp.text):
                 return False
-            if self._eof:
+            if inp.eof:
                 return True
             yield
 
@@ -633,84 +674,90 @@ class Rules(Input):
 
     def _turn_without_opener(self) -> Generator[None, None, None]:
         """No marker opens a call: a content turn starts with its prefix, anything else is calls."""
+        inp = self._in
+        out = self._out
         p = self._p
-        yield from self._skip_ws()
-        if p.content_prefix and (yield from self._peek(p.content_prefix)):
-            self._pos += len(p.content_prefix)
+        yield from inp.skip_ws()
+        if p.content_prefix and (yield from inp.peek(p.content_prefix)):
+            inp.pos += len(p.content_prefix)
             stops = list(p.end_of_turn) + ([p.inline_opener] if p.inline_opener else [])
-            stop = yield from self._text_until(stops, self._content_text)
+            stop = yield from self._text_until(stops, out.content)
             if stop is None or stop in p.end_of_turn:
                 yield from self._after_end(stop)
                 return
-            self._pos += len(stop)
-        if self._available() or not self._eof:
+            inp.pos += len(stop)
+        if inp.available() or not inp.eof:
             yield from self._tool_calls()
-        yield from self._skip_ws()
+        yield from inp.skip_ws()
         longest = max([len(m) for m in p.end_of_turn] + [1])
-        yield from self._need(longest)  # enough text to tell an end-of-turn marker
-        stop = next((m for m in p.end_of_turn if self._text.startswith(m, self._pos)), None)
-        if stop is None and self._available():
+        yield from inp.need(longest)  # enough text to tell an end-of-turn marker
+        stop = next((m for m in p.end_of_turn if inp.text.startswith(m, inp.pos)), None)
+        if stop is None and inp.available():
             raise InvalidOutput(f"unexpected text after the calls: "
-                                f"{self._text[self._pos:self._pos + longest]!r}")
+                                f"{inp.text[inp.pos:inp.pos + longest]!r}")
         yield from self._after_end(stop)
 
     def _after_end(self, stop: str | None) -> Generator[None, None, None]:
         """end-of-turn: the message ends; text after it is reported, not parsed."""
+        inp = self._in
+        out = self._out
         if stop is None:
             return
-        self._pos += len(stop)
-        start = self._offset()
+        inp.pos += len(stop)
+        start = inp.offset()
         rest: list[str] = []
         while True:
-            rest.append(self._text[self._pos:])
-            self._pos = len(self._text)
-            if self._eof:
+            rest.append(inp.text[inp.pos:])
+            inp.pos = len(inp.text)
+            if inp.eof:
                 break
             yield
         text = "".join(rest)
         if text.strip():
-            self._error("text_after_end_of_turn", f"ignored: {text[:80]!r}", start)
+            out.error("text_after_end_of_turn", f"ignored: {text[:80]!r}", start)
 
     def _text_until(self, stops: Sequence[str],
                     field: TextField) -> Generator[None, None, str | None]:
         """reasoning-text / content-text: emit text up to the first stop; return the stop (or
         None at the end)."""
+        inp = self._in
+        out = self._out
         stops = [s for s in stops if s]
         first_stop = first_of(stops)  # one scan from the position: never past the first stop
         quiet = marker_starts(stops)
         partials = marker_partials(stops)
         longest = max(len(s) for s in stops)
         while True:
-            text, pos = self._text, self._pos
+            text, pos = inp.text, inp.pos
             found = first_stop(text, pos)
-            if found is not None and not self._eof:
+            if found is not None and not inp.eof:
                 # A longer stop that starts the same way may still be arriving: wait for it.
                 at, stop = found.start(), found.group()
                 rest = len(text) - at
                 if rest < longest and any(len(s) > rest and s.startswith(text[at:])
                                           for s in stops if s.startswith(stop)):
-                    self._emit_text(field, text[pos:at])
-                    self._pos = at
-                    self._trim_ok = True
+                    out.emit_text(field, text[pos:at])
+                    inp.pos = at
+                    inp.trim_ok = True
                     yield
-                    self._trim_ok = False
+                    inp.trim_ok = False
                     continue
             if found is not None:
-                self._emit_text(field, text[pos:found.start()])
-                self._pos = found.start()
+                out.emit_text(field, text[pos:found.start()])
+                inp.pos = found.start()
                 return found.group()
-            if self._eof:
-                self._emit_text(field, text[pos:])
-                self._pos = len(text)
+            if inp.eof:
+                out.emit_text(field, text[pos:])
+                inp.pos = len(text)
                 return None
             keep = held_back(text[max(pos, len(text) - longest):], stops)
-            self._emit_text(field, text[pos:len(text) - keep])
-            self._pos = len(text) - keep
+            out.emit_text(field, text[pos:len(text) - keep])
+            inp.pos = len(text) - keep
             # (feed gives out the chunks that cannot move this scan: with what is kept, if any)
-            self._plain, self._quiet, self._partials = field, quiet, partials
-            self._trim_ok = True
+            inp.plain, inp.quiet, inp.partials = field, quiet, partials
+            inp.trim_ok = True
             yield
-            self._trim_ok = False
+            inp.trim_ok = False
 
     def _tool_calls(self, bare: bool = False,
                     unopened: bool = False) -> Generator[None, None, None]:
@@ -719,6 +766,8 @@ class Rules(Input):
         tolerance: the call layout from that marker, its opener's pair read if it comes).
         `unopened`: written without the section's markers, as the template's instructions
         tell the model (the call layout as it is; the section's end read if it comes)."""
+        inp = self._in
+        out = self._out
         p = self._p
         if bare:
             assert p.bare_steps is not None  # (a format that reads bare calls has their steps)
@@ -734,7 +783,7 @@ class Rules(Input):
         # the one before it: its first literal, as rendered)
         lead = self._steps[0].kind == LITERAL and self._steps[0].literal[:1].isspace()
         while True:
-            index = len(self._calls) + self._invalid_calls
+            index = len(out.calls) + out.invalid_calls
             call = OpenCall(index)
             self._open_call = call
             k = self._call_steps_here(index, call, 0)
@@ -742,7 +791,7 @@ class Rules(Input):
                 yield from self._call_steps_waiting(index, call, k)
             self._end_call(index, call)
             if bare and p.bare_closer and not (
-                    yield from self._match(p.bare_closer, required=False, eats=True)):
+                    yield from inp.match(p.bare_closer, required=False, eats=True)):
                 self._cut_inside(p.bare_closer)
             if not p.parallel_all:
                 break
@@ -751,7 +800,7 @@ class Rules(Input):
                 break
         # (the section's end, its own words: as the call steps'; without an opener, if it comes)
         if p.section_end.strip():
-            if not (yield from self._match(p.section_end, required=not (bare or unopened),
+            if not (yield from inp.match(p.section_end, required=not (bare or unopened),
                                            eats=True)):
                 self._cut_inside(p.section_end)
 
@@ -759,39 +808,42 @@ class Rules(Input):
         """separator: whether another call follows, told by what is here alone (the common
         case of a one-shot parse: the separator, or the next call's opener after whitespace);
         False leaves it to _another_call (nothing consumed then)."""
+        inp = self._in
         p = self._p
         if p.separator_core:
-            return self._here(p.separator)
+            return inp.here(p.separator)
         head = p.bare_opener if bare else p.call_head
         if not head or (not bare and p.name_then) or head[0] in p.unwritten_separator_starts:
             return False
-        start = self._pos
-        if self._ws_here() and self._text.startswith(head, self._pos):
+        start = inp.pos
+        if inp.ws_here() and inp.text.startswith(head, inp.pos):
             if lead:
-                self._pos = start
+                inp.pos = start
             return True
-        self._pos = start
+        inp.pos = start
         return False
 
     def _section_start(self) -> Generator[None, None, bool]:
         """The calls section's start (its opener is here); False when the section is empty
         (read whole: no call)."""
+        inp = self._in
+        out = self._out
         p = self._p
         inner = p.section_inner
-        if inner and not (yield from self._match(p.section_start, required=False)):
+        if inner and not (yield from inp.match(p.section_start, required=False)):
             # The section holds content first: <start>content<end>, then the calls.
             content_start, content_end = inner
-            yield from self._match(content_start)
-            stop = yield from self._text_until([content_end], self._content_text)
+            yield from inp.match(content_start)
+            stop = yield from self._text_until([content_end], out.content)
             if stop is None:
                 raise TruncatedOutput(f"the output ended before {content_end!r}")
-            self._pos += len(stop)
+            inp.pos += len(stop)
         elif not inner:
-            yield from self._match(p.section_start)
+            yield from inp.match(p.section_start)
             end = p.section_end.strip()
-            if end and p.section_start.strip() and (yield from self._peek_after_ws(end)):
+            if end and p.section_start.strip() and (yield from inp.peek_after_ws(end)):
                 # an empty section: no call (a tolerance: the template never writes one)
-                self._pos += len(end)
+                inp.pos += len(end)
                 return False
             if not p.section_start.strip() and p.bare_closer.strip() and (
                     yield from self._empty_wrapper()):
@@ -801,84 +853,90 @@ class Rules(Input):
     def _another_call(self, bare: bool, lead: bool) -> Generator[None, None, bool]:
         """separator: whether another call follows the one just read (its separator read;
         nothing else consumed, except before a call whose layout starts with whitespace)."""
+        inp = self._in
         p = self._p
         if p.separator_core:
-            return self._here(p.separator) or (yield from self._match(p.separator, required=False))
+            return inp.here(p.separator) or (yield from inp.match(p.separator, required=False))
         if self._separator_may_come() and (yield from self._unwritten_separator()):
             return True
         # Calls separated by whitespace only: another call starts with the call's opener.
-        start = self._pos
+        start = inp.pos
         head = p.bare_opener if bare else p.call_head
         if not bare and p.name_then:
             if (yield from self._name_then_after_ws(p.name_then)):
                 return True  # (a call that starts with its name: a name, then what follows it)
-        elif head and (self._ws_here() and self._text.startswith(head, self._pos)
-                       or (yield from self._peek_after_ws(head))):
+        elif head and (inp.ws_here() and inp.text.startswith(head, inp.pos)
+                       or (yield from inp.peek_after_ws(head))):
             if lead:
-                self._pos = start
+                inp.pos = start
             return True
-        if p.call_heads_by_key and (yield from self._peek_any_after_ws(p.call_heads_by_key)):
+        if p.call_heads_by_key and (yield from inp.peek_any_after_ws(p.call_heads_by_key)):
             return True  # (a call object in another key order)
-        self._pos = start
+        inp.pos = start
         return False
 
     def _separator_may_come(self) -> bool:
         """Whether an unwritten separator may come next (after whitespace): its character is
         there, or nothing is yet (the fast way past the usual case, a call or text)."""
-        at = SPACES.match(self._text, self._pos).end()  # type: ignore[union-attr]
-        return at >= len(self._text) or self._text[at] in self._p.unwritten_separator_starts
+        inp = self._in
+        at = SPACES.match(inp.text, inp.pos).end()  # type: ignore[union-attr]
+        return at >= len(inp.text) or inp.text[at] in self._p.unwritten_separator_starts
 
     def _unwritten_separator(self) -> Generator[None, None, bool]:
         """A separator between calls that the layout writes back to back: one the template's
         instructions name (`; `), or one models write unasked (`;`, `,`). Read when another
         call follows it (the separator and the whitespace around it consumed); else nothing is."""
+        inp = self._in
         p = self._p
-        start = self._pos
+        start = inp.pos
         heads = [h for h in (p.call_head.strip(), p.opener.strip(), *p.call_heads_by_key) if h]
-        if heads and (yield from self._peek_any_after_ws(p.unwritten_separators)):
-            self._pos += next(len(s) for s in p.unwritten_separators
-                              if self._text.startswith(s, self._pos))
-            if (yield from self._peek_any_after_ws(heads)):
+        if heads and (yield from inp.peek_any_after_ws(p.unwritten_separators)):
+            inp.pos += next(len(s) for s in p.unwritten_separators
+                              if inp.text.startswith(s, inp.pos))
+            if (yield from inp.peek_any_after_ws(heads)):
                 return True
-        self._pos = start
+        inp.pos = start
         return False
 
     def _empty_wrapper(self) -> Generator[None, None, bool]:
         """Whether the calls' opener comes with its pair right after it, whitespace between
         (`<tool_call>\n</tool_call>`: the wrapper of a call, holding none); consumed if so."""
+        inp = self._in
         p = self._p
-        start = self._pos
-        if not self._text.startswith(p.opener, start):
+        start = inp.pos
+        if not inp.text.startswith(p.opener, start):
             return False
-        self._pos += len(p.opener)
+        inp.pos += len(p.opener)
         closer = p.bare_closer.strip()
-        if (yield from self._peek_after_ws(closer)):
-            self._pos += len(closer)
+        if (yield from inp.peek_after_ws(closer)):
+            inp.pos += len(closer)
             return True
-        self._pos = start
+        inp.pos = start
         return False
 
     def _name_then_after_ws(self, then: str) -> Generator[None, None, bool]:
         """Whether a call that starts with its name comes next after whitespace: a name, then
         `then` (the literal after the name). The whitespace is consumed, nothing else."""
+        inp = self._in
         while True:
-            pos = self._pos = SPACES.match(self._text, self._pos).end()  # type: ignore[union-attr]
-            end = _NAME_RUN(self._text, pos).end()  # type: ignore[union-attr]
-            here = self._text[end:end + len(then)]
-            if end < len(self._text) or self._eof:
-                if end == pos or len(here) == len(then) or self._eof:
+            pos = inp.pos = SPACES.match(inp.text, inp.pos).end()  # type: ignore[union-attr]
+            end = _NAME_RUN(inp.text, pos).end()  # type: ignore[union-attr]
+            here = inp.text[end:end + len(then)]
+            if end < len(inp.text) or inp.eof:
+                if end == pos or len(here) == len(then) or inp.eof:
                     return end > pos and here == then
                 if not then.startswith(here):
                     return False
-            self._wait_for = end + len(then)
+            inp.wait_for = end + len(then)
             yield
 
     def _cut_inside(self, marker: str) -> None:
         """An optional marker the output ended inside of (after whitespace) is read: it is not
         content."""
-        rest = self._text[self._pos:].strip()
-        if self._eof and rest and marker.strip().startswith(rest):
-            self._pos = len(self._text)
+        inp = self._in
+        rest = inp.text[inp.pos:].strip()
+        if inp.eof and rest and marker.strip().startswith(rest):
+            inp.pos = len(inp.text)
 
     # --- tool-call: one loop over the call layout's steps ------------------------------
 
@@ -886,8 +944,9 @@ class Rules(Input):
         """Read the call's steps from step `start` for as long as each is already here (the
         plain readers' rules, inline); return the index of the first step that must wait (all
         read: their count)."""
+        inp = self._in
         steps = self._steps
-        text, pos = self._text, self._pos
+        text, pos = inp.text, inp.pos
         json_call = self._json_call
         for k in range(start, len(steps)):
             step = steps[k]
@@ -899,30 +958,30 @@ class Rules(Input):
                 if step.exact and text.startswith(literal, pos):  # as rendered
                     pos += len(literal)
                 else:
-                    end = literal_here(text, pos, literal, self._eof or step.ws_follows)
+                    end = literal_here(text, pos, literal, inp.eof or step.ws_follows)
                     if end < 0:
-                        self._pos = pos
+                        inp.pos = pos
                         return k
                     pos = end
             elif kind == ARGUMENTS:
-                self._pos = pos
+                inp.pos = pos
                 arguments_end = step.arguments_end
                 assert arguments_end is not None  # (an ARGUMENTS step has its end)
                 if not self._arguments_here(call, arguments_end):
                     return k
-                pos = self._pos
+                pos = inp.pos
             elif kind != UNREAD:
                 # (a slot's step has its run, of `*`: it always matches)
                 end = step.run(text, pos).end()  # type: ignore[misc, union-attr]
                 if not pos < end < len(text):  # (a run ends at another character, already here)
-                    self._pos = pos
+                    inp.pos = pos
                     return k
                 if kind == NAME or kind == CALL_ID:
                     run = text[pos:end]
                     read = call.name if kind == NAME else call.id
                     if read is not None and read != run:
                         # (a layout that writes the name twice: the waiting step says so)
-                        self._pos = pos
+                        inp.pos = pos
                         return k
                     if kind == NAME:
                         call.name = run
@@ -930,20 +989,21 @@ class Rules(Input):
                         call.id = run
                     self._announce_when_settled(index, call)
                 pos = end
-        self._pos = pos
+        inp.pos = pos
         return len(steps)
 
     def _call_steps_waiting(self, index: int, call: OpenCall,
                             k: int) -> Generator[None, None, None]:
         """The call's steps from step k: this one waited for, the next ones read from what is
         here again when they can."""
+        inp = self._in
         steps = self._steps
         json_call = self._json_call
         while k < len(steps):
             step = steps[k]
             kind = step.kind
             if json_call is not None and k == json_call.first:
-                call.object_at = self._pos
+                call.object_at = inp.pos
             try:
                 if kind == LITERAL and self._id_may_be_absent(k):
                     k = yield from self._literal_before_id(index, call, k)
@@ -951,17 +1011,17 @@ class Rules(Input):
                         and k == self._self_closing["at"]:
                     k = yield from self._opening_tag_or_self_closed(index, call, step)
                 elif kind == LITERAL:
-                    yield from self._match(step.literal, ws_follows=step.ws_follows, eats=step.eats)
+                    yield from inp.match(step.literal, ws_follows=step.ws_follows, eats=step.eats)
                 elif kind == ARGUMENTS:
                     arguments_end = step.arguments_end
                     assert arguments_end is not None  # (an ARGUMENTS step has its end)
                     yield from self._arguments_waiting(call, arguments_end, self._after_arguments)
                 elif kind == NAME or kind == CALL_ID:
                     what = "tool name" if kind == NAME else "call id"
-                    run = yield from self._read_while(step.chars, what, step.then)
+                    run = yield from inp.read_while(step.chars, what, step.then)
                     self._name_or_id_read(index, call, kind, run)
                 elif kind != UNREAD:
-                    yield from self._read_while(step.chars, "call index")
+                    yield from inp.read_while(step.chars, "call index")
             except InvalidOutput as error:
                 # Not in the layout's byte order: the call is a JSON object all the same?
                 k = yield from self._call_object_instead(index, call, k, error)
@@ -982,12 +1042,13 @@ class Rules(Input):
     def _literal_before_id(self, index: int, call: OpenCall, k: int) -> Generator[None, None, int]:
         """The literal before an id (step k): the id may be left out, its literals with it
         ([TOOL_CALLS]name[ARGS]{…} where the layout writes [CALL_ID]id). The step read last."""
+        inp = self._in
         steps = self._steps
         step = steps[k]
-        if (yield from self._match(step.literal, required=False, ws_follows=step.ws_follows)):
+        if (yield from inp.match(step.literal, required=False, ws_follows=step.ws_follows)):
             return k
         following = steps[k + 2]
-        yield from self._match(following.literal, ws_follows=following.ws_follows,
+        yield from inp.match(following.literal, ws_follows=following.ws_follows,
                                eats=following.eats)
         call.id_absent = True
         self._announce_when_settled(index, call)
@@ -1007,18 +1068,19 @@ class Rules(Input):
                                     step: CallStep) -> Generator[None, None, int]:
         """The element's opening tag, or the element self-closed with no arguments
         (`<invoke name="f"/>`): then its closing tag is not written either. The step read last."""
+        inp = self._in
         closed = self._self_closing
         assert closed is not None  # (the caller's test: the layout has a self-closed form)
         k = closed["at"]
-        if (yield from self._match(step.literal, required=False, ws_follows=step.ws_follows)):
+        if (yield from inp.match(step.literal, required=False, ws_follows=step.ws_follows)):
             return k
-        if (yield from self._match(closed["written"], required=False)):
+        if (yield from inp.match(closed["written"], required=False)):
             self._arguments_read(call, {})
             if closed["rest"].strip():
-                yield from self._match(closed["rest"], eats=self._steps[closed["resume"]].eats)
+                yield from inp.match(closed["rest"], eats=self._steps[closed["resume"]].eats)
             return closed["resume"]
         # (its error)
-        yield from self._match(step.literal, ws_follows=step.ws_follows, eats=step.eats)
+        yield from inp.match(step.literal, ws_follows=step.ws_follows, eats=step.eats)
         return k
 
     def _call_object_instead(self, index: int, call: OpenCall, k: int,
@@ -1027,19 +1089,20 @@ class Rules(Input):
         in another order, "parameters" for "arguments", extra keys, no id, arguments as a JSON
         string): read by its keys, then the rest of its layout; the step read last. Else the
         reader's `error` stands."""
+        inp = self._in
         json_call, steps = self._json_call, self._steps
         at = call.object_at
         if json_call is None or not json_call.first <= k <= json_call.last or at is None:
             raise error
         # (the object starts after that literal's text before it: is it here?)
         if json_call.before.strip():
-            at = literal_here(self._text, at, json_call.before, True)
+            at = literal_here(inp.text, at, json_call.before, True)
             if at < 0:
                 raise error
         yield from self._call_object_by_key(index, call, json_call.keys, at)
         if json_call.after:
             last = steps[json_call.last]
-            yield from self._match(json_call.after, ws_follows=last.ws_follows, eats=last.eats)
+            yield from inp.match(json_call.after, ws_follows=last.ws_follows, eats=last.eats)
         return json_call.last
 
     def _call_object_by_key(self, index: int, call: OpenCall, keys: dict[str, str],
@@ -1048,13 +1111,14 @@ class Rules(Input):
         object from where it starts, decoded, its keys mapped to the call's slots (`keys`: the
         layout's; "parameters" and "arguments" both name the arguments, other keys are not
         the call's). What the layout's reader read of it stands if the object says the same."""
-        stream = self._streaming
+        inp = self._in
+        stream = inp.streaming
         if stream is not None:
             # (what it gave out stays given; the rest goes out when the call is complete)
             stream.pause()
-        self._pos = at
+        inp.pos = at
         python = self._p.python_objects
-        text = yield from self._read_balanced("\"'" if python else '"', "call object")
+        text = yield from inp.read_balanced("\"'" if python else '"', "call object")
         try:
             value = python_value(text) if python else JSON_DECODER.decode(text)
         except RecursionError:
@@ -1100,21 +1164,24 @@ class Rules(Input):
     def _announce_when_settled(self, index: int, call: OpenCall) -> None:
         """The header goes out once the name (and the id, when the layout has one) is read, and
         is a name of an offered tool (when tools were offered: another name is never announced)."""
+        out = self._out
         if not call.announced and call.name and (
                 call.id or not self._p.call_has_id or call.id_absent) and (
                 not self._tools or call.name in self._tools):
             call.announced = True
-            self._announce(index, call)
+            out.announce(index, call)
 
     def _end_call(self, index: int, call: OpenCall) -> None:
         """The call's layout is read: the call, or (an unknown tool, arguments that do not read)
         an error."""
-        stream, self._streaming, self._open_call = self._streaming, None, None
+        inp = self._in
+        out = self._out
+        stream, inp.streaming, self._open_call = inp.streaming, None, None
         if self._tools and call.name not in self._tools:
             # Parsing is not authorization, but a call of a tool nobody offered is not a call.
-            self._error("unknown_tool",
+            out.error("unknown_tool",
                         f"call {index} names {call.name!r}, which is not an offered tool",
-                        self._offset())
+                        inp.offset())
             return  # (its header never went out: it takes no index)
         streamed = "".join(stream.out) if stream is not None else ""
         bad = call.bad
@@ -1128,31 +1195,34 @@ class Rules(Input):
                        "tplparse bug, please report it")
         if bad is not None:
             message = f"call {index} ({call.name}): {bad}"
-            self._error("invalid_arguments", message, self._offset())
+            out.error("invalid_arguments", message, inp.offset())
             if call.announced:
-                self._drop_call(index, "invalid_arguments", message)
-                self._invalid_calls += 1  # (its header went out: its index stays taken)
+                out.drop_call(index, "invalid_arguments", message)
+                out.invalid_calls += 1  # (its header went out: its index stays taken)
             return
         if not call.announced:
             call.announced = True
-            self._announce(index, call)
-        self._complete_call(index, call, self._offset(), streamed)
+            out.announce(index, call)
+        out.complete_call(index, call, inp.offset(), streamed)
 
     def _stream_argument(self, st: _KeyValueRead, key: str, value: JSONValue) -> None:
         """A key/value argument is read: it goes out (the rest of it, if its string ran
         ahead), unless the arguments went wrong (then nothing more goes out)."""
-        stream = self._streaming
+        inp = self._in
+        stream = inp.streaming
         assert isinstance(stream, KeyValueStream)  # (the callers': key/value arguments stream)
         if st.bad is None:
-            self._stream_piece(stream.argument(key, value, self._text))
+            self._stream_piece(stream.argument(key, value, inp.text))
         else:
             stream.pause()
 
     def _stream_piece(self, piece: str) -> None:
+        inp = self._in
+        out = self._out
         if piece:
-            stream = self._streaming
+            stream = inp.streaming
             assert stream is not None  # (the callers': a piece of the open call's stream)
-            self._arguments_delta(stream.index, piece)
+            out.arguments_delta(stream.index, piece)
 
     # --- arguments ----------------------------------------------------------------------
 
@@ -1160,12 +1230,13 @@ class Rules(Input):
         """arguments, when they can be read from what is here: a JSON object that is all here
         (decoded in one C call), or key/value arguments whose reader did not have to wait.
         False (nothing consumed, or a key/value reader left waiting in `call.pending`)."""
+        inp = self._in
         p = self._p
         if p.object_arguments:
             if p.python_objects:
                 return False
-            text = self._text
-            pos = SPACES.match(text, self._pos).end()  # type: ignore[union-attr]
+            text = inp.text
+            pos = SPACES.match(text, inp.pos).end()  # type: ignore[union-attr]
             # (not tried before a "}" is here: a failed decode counts the lines of what it is
             # given)
             if not text.startswith("{", pos) or text.rfind("}") < pos:
@@ -1189,7 +1260,7 @@ class Rules(Input):
                 call.arguments = arguments_json(value)
             except BadArguments:
                 return False
-            self._pos = end
+            inp.pos = end
             return True
         properties = self._properties.get(call.name) if call.name is not None else None
         read = (self._kv_read_state or self._new_kv_read()).start(properties or {}, closing,
@@ -1214,16 +1285,17 @@ class Rules(Input):
         """arguments, waiting for them as they arrive (`then`: the text the template writes after
         them, Protocol.after_arguments, which feed() may wait for as well before the parse reads
         on)."""
+        inp = self._in
         p = self._p
         if p.object_arguments:
             if self._json_call is not None:
-                yield from self._skip_ws()
-                if self._text.startswith('"', self._pos):
+                yield from inp.skip_ws()
+                if inp.text.startswith('"', inp.pos):
                     # (the call object is read by its keys)
                     raise InvalidOutput("the arguments are a JSON string")
             stream: ObjectStream | None = None
             if call.announced:  # the arguments go out as they arrive (the reader runs the stream)
-                stream = self._streaming = ObjectStream(call.index, self._pos, p.python_objects)
+                stream = inp.streaming = ObjectStream(call.index, inp.pos, p.python_objects)
             try:
                 value = yield from self._object_arguments(then, stream)
                 if value is None:
@@ -1239,10 +1311,10 @@ class Rules(Input):
         read: _KeyValueRead | None
         read, call.pending = call.pending, None
         if call.announced:  # each argument goes out once read (a raw string as it arrives)
-            kv_stream = self._streaming = KeyValueStream(call.index)
+            kv_stream = inp.streaming = KeyValueStream(call.index)
             if read is not None:
                 for key, value in read.arguments.items():
-                    self._stream_piece(kv_stream.argument(key, value, self._text))
+                    self._stream_piece(kv_stream.argument(key, value, inp.text))
                 if read.bad is not None:
                     kv_stream.pause()
         if read is None:  # (not tried on what is here yet)
@@ -1270,9 +1342,10 @@ class Rules(Input):
         """arguments: one object, a JSON object or a Python dict, brackets balanced; None when
         `stream`, the JSON object's argument stream, read it to its end (its text is the
         object's canonical text: nothing to decode)."""
+        inp = self._in
         python = self._p.python_objects
-        self._ws_here()  # (whitespace still to come is skipped by the object's reader)
-        text = yield from self._read_balanced("'\"" if python else '"', "arguments object", then)
+        inp.ws_here()  # (whitespace still to come is skipped by the object's reader)
+        text = yield from inp.read_balanced("'\"" if python else '"', "arguments object", then)
         if stream is not None and not python and stream.ended and not stream.paused:
             return None
         try:
@@ -1298,7 +1371,8 @@ class Rules(Input):
         """Read arguments from an argument's start on what is here; True once the arguments
         are read, False at the first step that must wait (recorded in `st`, with the key and
         layout read so far)."""
-        text, pos, first, eof = self._text, self._pos, st.first, self._eof
+        inp = self._in
+        text, pos, first, eof = inp.text, inp.pos, st.first, inp.eof
         closing, closing_word = st.closing, st.closing_word
         while True:
             pos = SPACES.match(text, pos).end()  # type: ignore[union-attr]
@@ -1307,20 +1381,20 @@ class Rules(Input):
                 return self._kv_stop(st, pos, _KV_WS, None, None, first)
             if closing:
                 if text.startswith(closing_word, pos):
-                    self._pos, st.first = pos, first
+                    inp.pos, st.first = pos, first
                     return True
-                if eof and self._finish in NATURAL_STOPS and pos < len(text) and stopped_in(
+                if eof and inp.finish in NATURAL_STOPS and pos < len(text) and stopped_in(
                         closing_word, text[pos:]):
                     # (`}` of `}<tool_call|>` here, the rest the engine's stop; nothing at all
                     # is not enough: the next argument might have come)
-                    self._pos, st.first = pos, first  # (the call's literal reads the rest)
+                    inp.pos, st.first = pos, first  # (the call's literal reads the rest)
                     return True
                 if not eof and len(text) - pos < len(closing_word) and closing_word.startswith(
                         text[pos:]):
                     # (it may still be the end)
                     return self._kv_stop(st, pos, _KV_WS, None, None, first)
             elif eof and pos >= len(text):
-                self._pos, st.first = pos, first
+                inp.pos, st.first = pos, first
                 return True
             # else an argument
             if st.kv.before or st.kv.separator and not first:
@@ -1335,7 +1409,8 @@ class Rules(Input):
     def _kv_opening_here(self, st: _KeyValueRead, pos: int, first: bool) -> int:
         """separator (not before the first argument), then the text before a key, on what is
         here: where the key starts, or _STOPPED (the step that must wait recorded)."""
-        kv, text, eof = st.kv, self._text, self._eof
+        inp = self._in
+        kv, text, eof = st.kv, inp.text, inp.eof
         separator, before = kv.separator, kv.before
         if separator and not first:
             # As rendered, and what follows is not whitespace: literal_here's answer, without
@@ -1364,7 +1439,8 @@ class Rules(Input):
     def _kv_argument_here(self, st: _KeyValueRead, pos: int) -> int:
         """argument: key, middle, value and the text after it, on what is here: where the
         argument ends, or _STOPPED (the step that must wait recorded)."""
-        kv, text = st.kv, self._text
+        inp = self._in
+        kv, text = st.kv, inp.text
         end = kv.key_run(text, pos).end()  # type: ignore[union-attr]
         if not pos < end < len(text):
             return self._kv_wait(st, pos, _KV_KEY, None, None, False)
@@ -1402,7 +1478,7 @@ class Rules(Input):
                 st.bad = st.bad or e
         else:
             arguments[key] = value
-        if self._streaming is not None:
+        if inp.streaming is not None:
             self._stream_argument(st, key, arguments.get(key))
         pos = end
         after = ending.after_here
@@ -1421,7 +1497,8 @@ class Rules(Input):
                        pos: int) -> int:
         """value: raw or quoted text that is here to its end: where what follows it starts
         (the value in `st.value`, `st.quoted`), else -1."""
-        text, kv = self._text, st.kv
+        inp = self._in
+        text, kv = inp.text, st.kv
         quote_open, quote_close = kv.quote_open, kv.quote_close
         if layout.raw and not (kv.maybe_quoted and text.startswith(quote_open, pos)):
             at = text.find(ending.raw_end, pos)
@@ -1454,7 +1531,8 @@ class Rules(Input):
                  layout: ArgumentLayout | None, first: bool) -> int:
         """Where a reader of what is here stopped: the step that must wait, and what its
         argument has read; _STOPPED."""
-        self._pos = pos
+        inp = self._in
+        inp.pos = pos
         st.step, st.key, st.layout, st.first = step, key, layout, first
         return _STOPPED
 
@@ -1468,6 +1546,7 @@ class Rules(Input):
 
     def _kv_argument_rest(self, st: _KeyValueRead) -> Generator[None, None, None]:
         """One argument's steps from `st.step` on, with the waiting readers."""
+        inp = self._in
         kv = st.kv
         step = st.step
         if step == _KV_WS:  # whitespace, and enough text to tell the call's next literal
@@ -1475,38 +1554,38 @@ class Rules(Input):
                 # After a value: the next argument's start or the arguments' end (and the rest
                 # of the call, the next call's start) come next as the template writes them;
                 # feed() waits for all of one of them in one go.
-                yield from self._expect_one_of(st.after_value)
-            yield from self._skip_ws()
+                yield from inp.expect_one_of(st.after_value)
+            yield from inp.skip_ws()
             if st.closing:
                 # (decided as soon as what is here is not its start)
-                yield from self._peek(st.closing_word)
+                yield from inp.peek(st.closing_word)
             return
-        if step <= _KV_SEPARATOR and kv.separator and not self._here(kv.separator):
-            yield from self._match(kv.separator)
+        if step <= _KV_SEPARATOR and kv.separator and not inp.here(kv.separator):
+            yield from inp.match(kv.separator)
         if step <= _KV_BEFORE:
-            if kv.before and not self._here(kv.before):
-                yield from self._match(kv.before)
+            if kv.before and not inp.here(kv.before):
+                yield from inp.match(kv.before)
             st.first = False
         if step <= _KV_KEY:
-            st.key = self._run_here(NAME_CHARS) or (
-                yield from self._read_while(NAME_CHARS, "argument name", kv.key_then))
+            st.key = inp.run_here(NAME_CHARS) or (
+                yield from inp.read_while(NAME_CHARS, "argument name", kv.key_then))
         if step <= _KV_LAYOUT:
             st.layout = kv.single or (yield from self._argument_layout(kv))
         key, layout = st.key, st.layout
         assert key is not None and layout is not None  # (read above, or before the step waited)
-        if step <= _KV_MIDDLE and not self._here(layout.middle):
-            yield from self._match(layout.middle)
+        if step <= _KV_MIDDLE and not inp.here(layout.middle):
+            yield from inp.match(layout.middle)
         lead = layout.middle_lead
         # (exactly this whitespace, once: a raw value may start with whitespace of its own)
-        if step <= _KV_LEAD and lead and (self._text.startswith(lead, self._pos)
-                                          or (yield from self._peek(lead))):
-            self._pos += len(lead)
+        if step <= _KV_LEAD and lead and (inp.text.startswith(lead, inp.pos)
+                                          or (yield from inp.peek(lead))):
+            inp.pos += len(lead)
         ending = layout.closing(key)
         if step <= _KV_VALUE:
             # (a key read twice is the error, whatever its value: as _kv_steps_here says it)
             twice = BadArguments(f"the key {key!r} appears twice") if key in st.arguments else None
-            if twice is not None and self._streaming is not None:
-                self._streaming.pause()  # (its value is not streamed: the call will not read)
+            if twice is not None and inp.streaming is not None:
+                inp.streaming.pause()  # (its value is not streamed: the call will not read)
             try:
                 value = yield from self._argument_value(kv, layout, ending, st, key)
                 if twice is not None:
@@ -1515,32 +1594,33 @@ class Rules(Input):
             except BadArguments as e:
                 # the value was read; its closing text keeps the parse in step
                 st.bad = st.bad or twice or e
-            if self._streaming is not None:
+            if inp.streaming is not None:
                 self._stream_argument(st, key, st.arguments.get(key))
         if st.unclosed:
             st.unclosed = False  # (its closing text never came: what settled it comes next)
-        elif ending.after_core and not self._here(ending.after, True):
+        elif ending.after_core and not inp.here(ending.after, True):
             # (the loop skips whitespace next)
-            yield from self._match(ending.after, ws_follows=True)
+            yield from inp.match(ending.after, ws_follows=True)
         st.step = _KV_WS
 
     def _argument_layout(self, kv: KeyValueFormat) -> Generator[None, None, ArgumentLayout]:
         """Which layout this argument uses: the one whose middle text comes next, read as
-        `_match` reads it (whitespace runs of the template's text match any whitespace or none,
+        `Input.match` reads it (whitespace runs of the template's text match any whitespace or none,
         as the grammar's do); the longest first, and not before what has come could only be
         the start of a longer one. Ended inside a middle: a cut, not a wrong layout."""
+        inp = self._in
         longest = max(len(a.middle.strip()) for a in kv.layouts)
         # (and so the message below quotes the same text on every chunking)
-        yield from self._need(longest + 8)
+        yield from inp.need(longest + 8)
         layouts = sorted(kv.layouts, key=lambda a: -len(a.middle_full))
         while True:
-            found = [literal_prefix_here(self._text, self._pos, a.middle) for a in layouts]
-            if self._eof or CUT not in found:
+            found = [literal_prefix_here(inp.text, inp.pos, a.middle) for a in layouts]
+            if inp.eof or CUT not in found:
                 break
-            yield from self._need(self._available() + 1)
+            yield from inp.need(inp.available() + 1)
         if WHOLE in found:
             return layouts[found.index(WHOLE)]
-        seen = self._text[self._pos:self._pos + longest + 8]
+        seen = inp.text[inp.pos:inp.pos + longest + 8]
         if CUT in found:
             raise TruncatedOutput(f"the output ended inside an argument's layout at {seen!r}")
         raise InvalidOutput(f"an argument's layout is not recognised at {seen!r}")
@@ -1549,11 +1629,12 @@ class Rules(Input):
                         st: _KeyValueRead, key: str) -> Generator[None, None, JSONValue]:
         """argument-value: raw text, quoted text, JSON, a Python literal or the format's
         notation."""
+        inp = self._in
         schema = st.properties.get(key)
-        if self._available() < kv.value_min:
-            yield from self._need(kv.value_min)
+        if inp.available() < kv.value_min:
+            yield from inp.need(kv.value_min)
         string_layout = len(kv.layouts) == 1 or layout.kind == "string"
-        if kv.maybe_quoted and string_layout and (yield from self._peek(kv.quote_open)):
+        if kv.maybe_quoted and string_layout and (yield from inp.peek(kv.quote_open)):
             # a raw string in the format's quotes (CDATA): to the closing quote, then as raw text
             return typed_raw((yield from self._quoted_value(kv, key, schema)), schema, quoted=True)
         if kv.open_values:
@@ -1561,7 +1642,7 @@ class Rules(Input):
         if kv.raw_strings and string_layout:
             return typed_raw((yield from self._raw_value(kv, ending, st, key, schema)), schema,
                              kv.fillers)
-        if kv.quoted_strings and self._text.startswith(kv.quote_open, self._pos):
+        if kv.quoted_strings and inp.text.startswith(kv.quote_open, inp.pos):
             return typed_raw((yield from self._quoted_value(kv, key, schema)), schema, quoted=True)
         if kv.native:
             text = yield from self._read_native(kv.fmt)
@@ -1571,31 +1652,33 @@ class Rules(Input):
     def _quoted_value(self, kv: KeyValueFormat, key: str,
                       schema: SchemaValue) -> Generator[None, None, str]:
         """argument-value, in the format's quotes: the text between them (the quote is here)."""
-        self._pos += len(kv.quote_open)
-        text = self._until_here(kv.quote_close)
+        inp = self._in
+        inp.pos += len(kv.quote_open)
+        text = inp.until_here(kv.quote_close)
         if text is None:
             self._open_raw_string(key, schema, (kv.quote_close,))
-            text = yield from self._read_until(kv.quote_close, "argument value")
-        self._pos += len(kv.quote_close)
+            text = yield from inp.read_until(kv.quote_close, "argument value")
+        inp.pos += len(kv.quote_close)
         return text
 
     def _raw_value(self, kv: KeyValueFormat, ending: Closing, st: _KeyValueRead, key: str,
                    schema: SchemaValue) -> Generator[None, None, str]:
         """argument-value, raw: the text up to its closing text (or, that missing, to what
         settles it), less the whitespace the layout writes before that."""
+        inp = self._in
         stop = ending.raw_end
         settling = st.settling if ending.after_core else None
-        text = self._until_here(stop)
+        text = inp.until_here(stop)
         if text is not None and settling is not None and kv.next_argument_search and (
                 kv.next_argument_search(text)):
-            self._pos -= len(text)  # (something that settles an open value comes first)
+            inp.pos -= len(text)  # (something that settles an open value comes first)
             text = None
         if text is None:
             stops, spaces = _raw_stops(kv, ending, settling is not None, st)
             self._open_raw_string(key, schema, stops)
             text = yield from (self._read_raw_value(st, key, stop, settling, spaces)
                                if settling is not None
-                               else self._read_until(stop, "argument value"))
+                               else inp.read_until(stop, "argument value"))
         lead = ending.after_lead
         if lead and text.endswith(lead) and not st.unclosed:
             text = text[: len(text) - len(lead)]
@@ -1605,24 +1688,25 @@ class Rules(Input):
                        schema: SchemaValue) -> Generator[None, None, JSONValue]:
         """argument-value, encoded: JSON or a Python literal (streamed as it arrives when its
         schema takes it as written), or a typed value up to its layout's closing text."""
+        inp = self._in
         python = any(kv.encoders.get(k) in ("python", "jinja") for k in (layout.kind, "string"))
         if ending.after_core and layout.kind != "string":
             # A typed value runs to its layout's closing text (DSML: string="false">3</parameter>).
-            text = (yield from self._read_until(ending.after_core, "argument value")).strip()
+            text = (yield from inp.read_until(ending.after_core, "argument value")).strip()
         else:
-            stream = self._streaming
+            stream = inp.streaming
             if stream is None or not (yield from self._streams_as_written(schema)):
-                text = yield from self._read_balanced("'\"" if python else '"', "argument value")
+                text = yield from inp.read_balanced("'\"" if python else '"', "argument value")
             else:
                 # A JSON or Python value (pythonic calls): it goes out as it arrives, through
                 # a stream of its own while it is read.
                 assert isinstance(stream, KeyValueStream)  # (key/value arguments' stream)
-                piece, self._streaming = stream.open_value(key, self._pos, python)
-                if self._streaming is not None:
+                piece, inp.streaming = stream.open_value(key, inp.pos, python)
+                if inp.streaming is not None:
                     self._stream_piece(piece)
-                    self._stream_arguments()
-                text = yield from self._read_balanced("'\"" if python else '"', "argument value")
-                self._streaming = stream  # (an error above ends the call, and its streams)
+                    inp.stream_arguments()
+                text = yield from inp.read_balanced("'\"" if python else '"', "argument value")
+                inp.streaming = stream  # (an error above ends the call, and its streams)
         return schema_value(_decoded(text), schema)
 
     def _streams_as_written(self, schema: SchemaValue) -> Generator[None, None, bool]:
@@ -1630,11 +1714,12 @@ class Rules(Input):
         written, so that it may go out as it arrives: the schema types nothing, or its first
         character opens an object or array the schema allows (any other value may be read
         as another type, schema_value: it goes out once read)."""
+        inp = self._in
         kinds = _schema_kinds(schema)
         if not kinds:
             return True
-        yield from self._skip_ws()
-        first = self._text[self._pos:self._pos + 1]
+        yield from inp.skip_ws()
+        first = inp.text[inp.pos:inp.pos + 1]
         return first == "{" and "object" in kinds or first == "[" and "array" in kinds
 
     def _open_value(self, st: _KeyValueRead, key: str,
@@ -1644,23 +1729,24 @@ class Rules(Input):
         as its brackets balance and reads as JSON or a Python literal; any other value is the
         text up to the separator or the call's literal after the arguments, whichever comes
         first, typed by the schema (what cannot be read as its type: invalid_arguments)."""
-        if self._text.startswith(("{", "["), self._pos) and _may_be_container(schema):
-            text = yield from self._read_balanced("'\"", "argument value")
+        inp = self._in
+        if inp.text.startswith(("{", "["), inp.pos) and _may_be_container(schema):
+            text = yield from inp.read_balanced("'\"", "argument value")
             return typed_raw(text, schema) if _schema_kinds(schema) else _decoded(text)
         stops = tuple(s for s in (st.kv.separator_core, st.closing_word) if s)
         self._open_raw_string(key, schema, stops)
-        start = searched = self._pos
+        start = searched = inp.pos
         longest = max(map(len, stops), default=1)
         while True:
-            found = [at for at in (self._text.find(s, searched) for s in stops) if at != -1]
-            if found or self._eof and not stops:
-                self._pos = min(found) if found else len(self._text)
-                return typed_raw(self._text[start:self._pos], schema)
-            if self._eof:
+            found = [at for at in (inp.text.find(s, searched) for s in stops) if at != -1]
+            if found or inp.eof and not stops:
+                inp.pos = min(found) if found else len(inp.text)
+                return typed_raw(inp.text[start:inp.pos], schema)
+            if inp.eof:
                 raise TruncatedOutput("the output ended inside a argument value")
-            searched = max(start, len(self._text) - longest + 1)
-            if self._streaming is not None:
-                self._stream_arguments()
+            searched = max(start, len(inp.text) - longest + 1)
+            if inp.streaming is not None:
+                inp.stream_arguments()
             yield
 
     def _read_raw_value(self, st: _KeyValueRead, key: str, stop: str, settling: Search,
@@ -1676,11 +1762,12 @@ class Rules(Input):
         output decides only at its end), less the whitespace the layout writes between a
         value and that text (`spaces`: before the next argument, before the call's close);
         else cut."""
-        start = searched = self._pos
+        inp = self._in
+        start = searched = inp.pos
         while True:
-            at = self._text.find(stop, searched)
+            at = inp.text.find(stop, searched)
             if at != -1:
-                value, self._pos = self._text[start:at], at
+                value, inp.pos = inp.text[start:at], at
                 found = st.kv.next_argument_search(value) if st.kv.next_argument_search else None
                 if found is not None:
                     st.bad = st.bad or BadArguments(
@@ -1689,68 +1776,70 @@ class Rules(Input):
                         f"({value[:found.start()][:40]!r}) "
                         f"and {found.group()!r} after it; not guessed")
                 return value
-            if self._eof:
+            if inp.eof:
                 # (only an output that ended by itself is settled so: cut by the length limit,
                 # the settling text may be the start of more of the value)
-                found = settling(self._text, start) if self._finish in NATURAL_STOPS else None
+                found = settling(inp.text, start) if inp.finish in NATURAL_STOPS else None
                 if found is None:
                     raise TruncatedOutput("the output ended inside an argument value")
-                self._pos = found.start()
+                inp.pos = found.start()
                 st.unclosed = True
-                value = self._text[start:self._pos]
+                value = inp.text[start:inp.pos]
                 assert spaces is not None  # (given with `settling`: see _raw_stops)
                 before_next, before_closing = spaces
                 space = (before_closing if st.closing_word and found.group() == st.closing_word
                          else before_next)
                 cut = next(i for i in range(len(space) + 1) if value.endswith(space[i:]))
                 return value[: len(value) - (len(space) - cut)]
-            searched = max(start, len(self._text) - len(stop) + 1)
-            self._quiet = waker(stop[-1])
-            if self._streaming is not None:
-                self._stream_arguments()
+            searched = max(start, len(inp.text) - len(stop) + 1)
+            inp.quiet = waker(stop[-1])
+            if inp.streaming is not None:
+                inp.stream_arguments()
             yield
 
     def _open_raw_string(self, key: str, schema: SchemaValue, stops: tuple[str, ...]) -> None:
         """A string value as written (raw, or in the format's quotes) that is still arriving:
         it goes out as it arrives, all but what may be the start of its closing text."""
-        stream = self._streaming
+        inp = self._in
+        stream = inp.streaming
         if stream is not None and keeps_text(schema):
             assert isinstance(stream, KeyValueStream)  # (key/value arguments' stream)
-            self._stream_piece(stream.open_string(key, self._pos, stops))
+            self._stream_piece(stream.open_string(key, inp.pos, stops))
 
     def _read_native(self, fmt: ArgumentsTable) -> Generator[None, None, str]:
         """A value in the format's own notation: its quotes and brackets balanced."""
+        inp = self._in
         quote_open, quote_close = fmt["quotes"]
         opens = {opening: closing for opening, closing in fmt.get("brackets", {}).values()}
-        start = self._pos
+        start = inp.pos
         stack: list[str] = []
         while True:
-            while self._pos < len(self._text):
-                if quote_open and self._text.startswith(quote_open, self._pos):
-                    end = self._text.find(quote_close, self._pos + len(quote_open))
+            while inp.pos < len(inp.text):
+                if quote_open and inp.text.startswith(quote_open, inp.pos):
+                    end = inp.text.find(quote_close, inp.pos + len(quote_open))
                     if end == -1:
                         break
-                    self._pos = end + len(quote_close)
+                    inp.pos = end + len(quote_close)
                     if not stack:
-                        return self._text[start:self._pos]
+                        return inp.text[start:inp.pos]
                     continue
-                if (quote_open and not self._eof and len(self._text) - self._pos < len(quote_open)
-                        and quote_open.startswith(self._text[self._pos:])):
+                if (quote_open and not inp.eof and len(inp.text) - inp.pos < len(quote_open)
+                        and quote_open.startswith(inp.text[inp.pos:])):
                     break  # what is here may be the start of a quote: wait and see
-                ch = self._text[self._pos]
+                ch = inp.text[inp.pos]
                 if ch in opens:
                     stack.append(opens[ch])
                 elif stack and ch == stack[-1]:
                     stack.pop()
                     if not stack:
-                        self._pos += 1
-                        return self._text[start:self._pos]
+                        inp.pos += 1
+                        return inp.text[start:inp.pos]
                 elif not stack and (ch in fmt["separator"] or ch in "}])"):
-                    return self._text[start:self._pos]
-                self._pos += 1
-            if self._eof:
-                if not stack and self._pos > start:
-                    return self._text[start:self._pos]
+                    return inp.text[start:inp.pos]
+                inp.pos += 1
+            if inp.eof:
+                if not stack and inp.pos > start:
+                    return inp.text[start:inp.pos]
                 raise TruncatedOutput("the output ended inside an argument value")
             yield
 

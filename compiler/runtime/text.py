@@ -188,7 +188,7 @@ WHOLE, ABSENT, CUT = "whole", "absent", "cut"
 
 def literal_prefix_here(text: str, pos: int, literal: str) -> str:
     """Whether `literal` (its end whitespace aside) comes at `pos` as the waiting match reads
-    it (`_match`: whitespace before it, its whitespace runs matching any whitespace or none,
+    it (`Input.match`: whitespace before it, its whitespace runs matching any whitespace or none,
     whitespace it does not write where a marker in it ends or begins): WHOLE, ABSENT, or CUT
     (the text so far is its start: only more text tells)."""
     pos = SPACES.match(text, pos).end()  # type: ignore[union-attr]

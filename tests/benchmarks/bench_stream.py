@@ -272,14 +272,14 @@ def resumes(module, text, tools) -> int:
     """How many times feeding `text` 4 characters at a time resumes the parse (the rules'
     coroutine: what feed() cannot settle by itself)."""
     parser = module.StreamParser(tools=tools, start="content")
-    count, resume = 0, parser._resume
+    count, resume = 0, parser._in.resume
 
     def counting(value):
         nonlocal count
         count += 1
         return resume(value)
 
-    parser._resume = counting
+    parser._in.resume = counting
     for i in range(0, len(text), 4):
         parser.feed(text[i:i + 4])
     parser.end()
