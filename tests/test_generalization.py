@@ -12,7 +12,7 @@ import pytest
 import tplparse
 from tplparse import runtime
 from tplparse.bridge import compile_in_memory
-from tplparse.check.deviations import INSTRUCTED_FORM, deviations
+from tplparse.check.deviations import INSTRUCTED_FORM, STRING_LITERALS, deviations
 from tplparse.check.outputs import mode_outputs
 from tplparse.check.proof import prove
 from tplparse.probe import probe
@@ -931,16 +931,19 @@ UNQUOTED_BUILT = (
     "<|im_end|>\n{% endfor -%}{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 
 
+def unquoted(case: str) -> ChatTemplate:
+    if case not in VALUE_LAYOUTS:
+        return inline(UNQUOTED_BUILT)
+    if not corpus_templates():
+        pytest.skip("the shared template corpus is not here")
+    return corpus(case)
+
+
 @pytest.mark.parametrize("case", sorted(UNQUOTED))
 def test_unquoted_strings_beside_python_literals_end_at_the_separator_or_the_call(case):
     """An object or array value runs as its brackets balance (the `, ` inside it is its own);
     a string runs to the separator or the call's `)`; with the tools offered or not."""
-    if case in VALUE_LAYOUTS:
-        if not corpus_templates():
-            pytest.skip("the shared template corpus is not here")
-        template = corpus(case)
-    else:
-        template = inline(UNQUOTED_BUILT)
+    template = unquoted(case)
     spec, protocol = compile_in_memory(template)
     assert spec.tool_calls.arguments.value_encoders["string"] == "raw"
     proof = prove(template, spec)
@@ -953,6 +956,29 @@ def test_unquoted_strings_beside_python_literals_end_at_the_separator_or_the_cal
         assert message["errors"] == []
         assert [json.loads(c["function"]["arguments"]) for c in message["tool_calls"]] == [
             {"extra": {"at": "07:00", "snooze": 2}, "label": "Wake up", "days": ["mon", "tue"]}, {"label": "Tea"}]
+
+
+@pytest.mark.parametrize("case", sorted(UNQUOTED))
+def test_a_string_written_as_a_literal_where_the_template_writes_it_raw_is_the_string_it_holds(case):
+    """Models write the strings of these formats as the literals the other values are
+    (`label="Wake up, now"`, `label='Tea'`: vLLM's Llama 3.2 pythonic template writes `"%s"`,
+    its model Python): each is the string it holds, the separator inside one included. A
+    value that only starts with a quote is raw text. The compile proves these forms (rule
+    "strings as literals": every string of a call turn as a JSON, then a Python literal)."""
+    template = unquoted(case)
+    spec, protocol = compile_in_memory(template)
+    opening, closing = UNQUOTED[case]
+    text = (opening + 'set_alarm(label="Wake up, now"), set_alarm(label=\'Tea\', days=["mon"]), '
+            'set_alarm(label="Hi" she said)' + closing)
+    for tools in (ALARM, None):
+        message = read_in_every_chunking(protocol, text, rendered_prompt(template), tools=tools)
+        assert message["errors"] == []
+        assert [json.loads(c["function"]["arguments"]) for c in message["tool_calls"]] == [
+            {"label": "Wake up, now"}, {"label": "Tea", "days": ["mon"]}, {"label": '"Hi" she said'}]
+    proof = prove(template, spec, grammars=False)
+    assert proof.ok, proof.table()
+    forms = [d for output in mode_outputs(template, spec) for d in deviations(output, spec) if d.rule == STRING_LITERALS]
+    assert {d.eaten for d in forms} == {("json",), ("python",)}
 
 
 # Pythonic calls: values are Python literals; one of another type than its schema's is read

@@ -42,6 +42,10 @@ the parser does not read is a failing test, not a silent reading.
     the instructed form           a turn of calls written as the template's tool instructions
                                   tell the model (spec tool_calls.instructed_*): without the
                                   section's markers, and/or joined by the instructed separator
+    strings as literals           (key/value arguments whose strings the template writes raw,
+                                  in a literal notation: `f(a=1, b=[2], c=text)`) each string
+                                  value written as a string literal, in double quotes (JSON's
+                                  escapes) or single quotes (Python's)
     message header variants       (a turn written as messages with headers) a call's recipient
                                   moved from the role header to the channel header; its content
                                   type left out; the call on the reasoning channel; its message
@@ -67,7 +71,7 @@ from ..runtime import (
     json_call_object,
     stoppable_word,
 )
-from ..spec import ArgumentStyle, ProtocolSpec, SpecError, Start, kv_parts, slot
+from ..spec import ArgumentStyle, ProtocolSpec, SpecError, Start, ToolCallFormat, kv_parts, slot
 from .outputs import ModelOutput
 
 OPENER_REPEATED = "reasoning opener repeated"
@@ -82,9 +86,10 @@ CALLS_OPENER_LEFT_OUT = "calls opener left out"
 LIST_WITHOUT_WRAPPER = "calls list without wrapper"
 OTHER_KINDS_WRAPPER = "wrapper of another call kind"
 INSTRUCTED_FORM = "the instructed form"
+STRING_LITERALS = "strings as literals"
 RULES = (OPENER_REPEATED, CLOSING_EATEN, VALUE_CLOSERS_MISSING, CALL_OBJECT_BY_KEY,
          OTHER_KINDS_WRAPPER, CALL_ID_LEFT_OUT, EMPTY_SECTION, CALLS_OPENER_LEFT_OUT,
-         LIST_WITHOUT_WRAPPER, MESSAGE_HEADERS, WHITESPACE, INSTRUCTED_FORM)
+         LIST_WITHOUT_WRAPPER, MESSAGE_HEADERS, WHITESPACE, INSTRUCTED_FORM, STRING_LITERALS)
 # A marker: a tag or a bracketed token with a letter or digit in it.
 _MARKER = re.compile(r"[<\[][^\s]*[A-Za-z0-9]")
 # The visible text a preamble message deviation writes before a call.
@@ -268,6 +273,7 @@ def deviations(output: ModelOutput, spec: ProtocolSpec) -> list[Deviation]:
         found += _calls_opener_left_out(output, spec)
     found += _list_without_wrapper(output, spec)
     found += _instructed_form(output, spec)
+    found += _strings_as_literals(output, spec)
     calls = spec.tool_calls
     if calls is not None and calls.wrappers and output.expected["tool_calls"]:
         start = calls.section_start.strip() \
@@ -303,6 +309,42 @@ def _instructed_form(output: ModelOutput, spec: ProtocolSpec) -> list[Deviation]
         text = output.text[:at] + body + output.text[at + len(section):]
         found.append(Deviation(INSTRUCTED_FORM, text, output.start, "stop", expected, (separator,)))
     return found
+
+
+def _strings_as_literals(output: ModelOutput, spec: ProtocolSpec) -> list[Deviation]:
+    """A turn with calls whose key/value arguments write strings raw, with nothing after a
+    value, in a literal notation (objects, arrays or booleans as Python or JSON literals): its
+    calls with each string value written as a JSON string literal, then as a Python one."""
+    calls = spec.tool_calls
+    expected = output.expected
+    if calls is None or not expected["tool_calls"] or not _raw_in_a_literal_notation(calls):
+        return []
+    written = [{"name": name, "arguments": arguments} for name, arguments in expected["tool_calls"]]
+    if not any(isinstance(v, str) for call in written for v in call["arguments"].values()):
+        return []
+    section = calls.format(written)
+    at = output.text.find(section)
+    if at == -1:
+        return []
+    found = []
+    for encoder in ("json", "python"):
+        literal = replace(calls, arguments=replace(
+            calls.arguments, value_encoders={**calls.arguments.value_encoders, "string": encoder}))
+        text = output.text[:at] + literal.format(written) + output.text[at + len(section):]
+        found.append(Deviation(STRING_LITERALS, text, output.start, "stop", expected, (encoder,)))
+    return found
+
+
+def _raw_in_a_literal_notation(calls: ToolCallFormat) -> bool:
+    """Whether the calls' key/value arguments are one layout that ends with the value, its
+    strings raw, and its objects, arrays or booleans Python or JSON literals."""
+    arguments = calls.arguments
+    encoders = arguments.value_encoders
+    layouts = list(arguments.argument.values())
+    return (arguments.style == ArgumentStyle.KV and encoders.get("string") == "raw"
+            and len(layouts) == 1 and layouts[0][-1:] == [slot("value")]
+            and any(encoders.get(kind) in ("python", "json")
+                    for kind in ("object", "array", "boolean")))
 
 
 def _list_without_wrapper(output: ModelOutput, spec: ProtocolSpec) -> list[Deviation]:

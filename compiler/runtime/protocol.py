@@ -143,6 +143,12 @@ class KeyValueFormat:
         single = self.single
         self.open_values = bool(self.raw_strings and single is not None
                                 and single.static is not None and not single.static.after_core)
+        # Open values in a literal notation (the template writes objects, arrays or booleans
+        # as Python or JSON literals: `f(a=[1], b=True, c=text)`): a model writes its strings
+        # as string literals too (`c="text"`, `c='text, more'`), read as the string they hold
+        # (Rules._string_literal).
+        self.literal_strings = self.open_values and any(
+            encoders.get(kind) in ("python", "json") for kind in ("object", "array", "boolean"))
         # What begins the next argument, as the text writes it (its opener, a key, a layout's
         # middle): with the call's closing word, it settles a raw value whose closing text
         # never came (see settling). None where an argument's layout does not open with text

@@ -107,6 +107,11 @@ _CUT_NUMBER = re.compile(r"-|-?\d+(?:\.\d*)?(?:[eE][-+]?)?|-?\d+\.")
 _STOPPED = -1  # (a reader of what is here stopped at a step that must wait)
 
 
+# A whole string literal, by its opening quote (Python's escapes: a backslash takes the next
+# character, so an escaped quote does not end it).
+_STRING_LITERALS = {q: re.compile(q + r"(?:[^" + q + r"\\\n]|\\.)*" + q, re.S).match
+                    for q in ("'", '"')}
+
 _LITERAL_NAMES = {"True": True, "False": False, "None": None,
                   "true": True, "false": False, "null": None}
 _NOT_A_LITERAL = object()
@@ -1734,6 +1739,10 @@ class Rules:
             text = yield from inp.read_balanced("'\"", "argument value")
             return typed_raw(text, schema) if _schema_kinds(schema) else _decoded(text)
         stops = tuple(s for s in (st.kv.separator_core, st.closing_word) if s)
+        if st.kv.literal_strings and inp.text.startswith(("'", '"'), inp.pos):
+            literal = yield from self._string_literal(stops)
+            if literal is not None:
+                return typed_raw(literal, schema, quoted=True)
         self._open_raw_string(key, schema, stops)
         start = searched = inp.pos
         longest = max(map(len, stops), default=1)
@@ -1748,6 +1757,45 @@ class Rules:
             if inp.streaming is not None:
                 inp.stream_arguments()
             yield
+
+    def _string_literal(self, stops: tuple[str, ...]) -> Generator[None, None, str | None]:
+        """An open value written as a string literal where the template writes strings raw
+        (KeyValueFormat.literal_strings: `city="Paris, France"` for `city=Paris, France`): the
+        string it holds, when a whole literal (in Python's quotes and escapes, JSON's among
+        them) is followed, after whitespace, by one of `stops` (the separator, the call's
+        closing word) or by the output's end; it and that whitespace are consumed. Else None,
+        nothing consumed: the value is raw text that starts with a quote (`"Hi," she said`).
+        Nothing of it goes out before it is decided."""
+        inp = self._in
+        start = inp.pos
+        quote = inp.text[start]
+        whole = _STRING_LITERALS[quote]
+        while True:
+            found = whole(inp.text, start)
+            if found is not None:
+                break
+            if inp.eof or "\n" in inp.text[start:]:  # (a literal's quotes are on one line)
+                return None
+            inp.quiet = waker(quote + "\n")
+            yield
+        longest = max(map(len, stops), default=1)
+        while True:  # what follows the literal: enough of it to tell a stop
+            after = SPACES.match(inp.text, found.end()).end()  # type: ignore[union-attr]
+            rest = inp.text[after:after + longest]
+            if inp.eof or not any(len(rest) < len(s) and s.startswith(rest) for s in stops):
+                break
+            inp.wait_for = after + longest
+            yield
+        if rest and not rest.startswith(stops):
+            return None
+        try:
+            value = python_value(found.group())
+        except (ValueError, SyntaxError, RecursionError, MemoryError):
+            return None
+        if not isinstance(value, str):
+            return None
+        inp.pos = after
+        return value
 
     def _read_raw_value(self, st: _KeyValueRead, key: str, stop: str, settling: Search,
                         spaces: tuple[str, str] | None) -> Generator[None, None, str]:
