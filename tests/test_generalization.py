@@ -12,7 +12,7 @@ import pytest
 import tplparse
 from tplparse import runtime
 from tplparse.bridge import compile_in_memory
-from tplparse.check.deviations import INSTRUCTED_FORM, STRING_LITERALS, deviations
+from tplparse.check.deviations import INSTRUCTED_FORM, STRING_LITERALS, VALUES_UNQUOTED, deviations
 from tplparse.check.outputs import mode_outputs
 from tplparse.check.proof import prove
 from tplparse.probe import probe
@@ -979,6 +979,31 @@ def test_a_string_written_as_a_literal_where_the_template_writes_it_raw_is_the_s
     assert proof.ok, proof.table()
     forms = [d for output in mode_outputs(template, spec) for d in deviations(output, spec) if d.rule == STRING_LITERALS]
     assert {d.eaten for d in forms} == {("json",), ("python",)}
+
+
+# Every value in quotes, strings raw inside them (vLLM's Llama 4 pythonic template: `k="%s"`).
+QUOTED_BUILT = UNQUOTED_BUILT.replace("{{ k }}={{ v }}", "{{ k }}=\"{{ '%s' | format(v) }}\"")
+
+
+def test_a_value_written_without_the_quotes_the_layout_puts_around_every_value_is_the_literal_it_is():
+    """Where the template quotes every value (`loud="True"`, `days="['mon']"`), a model
+    writes each as the Python literal it is (`loud=True`, `label='Tea'`): read as the value
+    it is, typed by the schema, as the quoted form is. The compile proves these forms (rule
+    "values without quotes")."""
+    template = inline(QUOTED_BUILT)
+    spec, protocol = compile_in_memory(template)
+    assert spec.tool_calls.arguments.argument["string"][1] == '="'
+    text = ("<calls>set_alarm(label='Wake up, now', loud=True, days=[\"mon\"], extra={'at': '07:00'}), "
+            'set_alarm(label="Tea", loud="false")</calls><|im_end|>')
+    message = read_in_every_chunking(protocol, text, rendered_prompt(template), tools=ALARM)
+    assert message["errors"] == []
+    assert [json.loads(c["function"]["arguments"]) for c in message["tool_calls"]] == [
+        {"label": "Wake up, now", "loud": True, "days": ["mon"], "extra": {"at": "07:00"}},
+        {"label": "Tea", "loud": False}]
+    proof = prove(template, spec, grammars=False)
+    assert proof.ok, proof.table()
+    forms = [d for output in mode_outputs(template, spec) for d in deviations(output, spec) if d.rule == VALUES_UNQUOTED]
+    assert forms and all('="' not in d.text for d in forms)
 
 
 # Pythonic calls: values are Python literals; one of another type than its schema's is read

@@ -46,6 +46,9 @@ the parser does not read is a failing test, not a silent reading.
                                   in a literal notation: `f(a=1, b=[2], c=text)`) each string
                                   value written as a string literal, in double quotes (JSON's
                                   escapes) or single quotes (Python's)
+    values without quotes         (key/value arguments whose every value the layout quotes, in
+                                  a literal notation: `f(a="1", b="text")`) each value written
+                                  as the Python literal it is, without the layout's quotes
     message header variants       (a turn written as messages with headers) a call's recipient
                                   moved from the role header to the channel header; its content
                                   type left out; the call on the reasoning channel; its message
@@ -87,9 +90,11 @@ LIST_WITHOUT_WRAPPER = "calls list without wrapper"
 OTHER_KINDS_WRAPPER = "wrapper of another call kind"
 INSTRUCTED_FORM = "the instructed form"
 STRING_LITERALS = "strings as literals"
+VALUES_UNQUOTED = "values without quotes"
 RULES = (OPENER_REPEATED, CLOSING_EATEN, VALUE_CLOSERS_MISSING, CALL_OBJECT_BY_KEY,
          OTHER_KINDS_WRAPPER, CALL_ID_LEFT_OUT, EMPTY_SECTION, CALLS_OPENER_LEFT_OUT,
-         LIST_WITHOUT_WRAPPER, MESSAGE_HEADERS, WHITESPACE, INSTRUCTED_FORM, STRING_LITERALS)
+         LIST_WITHOUT_WRAPPER, MESSAGE_HEADERS, WHITESPACE, INSTRUCTED_FORM, STRING_LITERALS,
+         VALUES_UNQUOTED)
 # A marker: a tag or a bracketed token with a letter or digit in it.
 _MARKER = re.compile(r"[<\[][^\s]*[A-Za-z0-9]")
 # The visible text a preamble message deviation writes before a call.
@@ -273,7 +278,8 @@ def deviations(output: ModelOutput, spec: ProtocolSpec) -> list[Deviation]:
         found += _calls_opener_left_out(output, spec)
     found += _list_without_wrapper(output, spec)
     found += _instructed_form(output, spec)
-    found += _strings_as_literals(output, spec)
+    if output.expected["tool_calls"]:
+        found += _strings_as_literals(output, spec) + _values_without_quotes(output, spec)
     calls = spec.tool_calls
     if calls is not None and calls.wrappers and output.expected["tool_calls"]:
         start = calls.section_start.strip() \
@@ -313,38 +319,86 @@ def _instructed_form(output: ModelOutput, spec: ProtocolSpec) -> list[Deviation]
 
 def _strings_as_literals(output: ModelOutput, spec: ProtocolSpec) -> list[Deviation]:
     """A turn with calls whose key/value arguments write strings raw, with nothing after a
-    value, in a literal notation (objects, arrays or booleans as Python or JSON literals): its
-    calls with each string value written as a JSON string literal, then as a Python one."""
+    value, in a literal notation: its calls with each string value written as a JSON string
+    literal, then as a Python one."""
     calls = spec.tool_calls
-    expected = output.expected
-    if calls is None or not expected["tool_calls"] or not _raw_in_a_literal_notation(calls):
+    if calls is None or _layout_quote(calls) is not None or not _raw_in_a_literal_notation(calls):
         return []
-    written = [{"name": name, "arguments": arguments} for name, arguments in expected["tool_calls"]]
-    if not any(isinstance(v, str) for call in written for v in call["arguments"].values()):
+    found = [_rewritten_arguments(output, calls, STRING_LITERALS, encoder,
+                                  {**calls.arguments.value_encoders, "string": encoder})
+             for encoder in ("json", "python")]
+    return [d for d in found if d is not None]
+
+
+def _values_without_quotes(output: ModelOutput, spec: ProtocolSpec) -> list[Deviation]:
+    """A turn with calls whose key/value arguments put every value in the layout's quotes,
+    strings raw inside them, in a literal notation: its calls with each value written as the
+    Python literal it is (strings in Python's quotes), the layout's quotes left out."""
+    calls = spec.tool_calls
+    quote = _layout_quote(calls) if calls is not None else None
+    if calls is None or quote is None or not _raw_in_a_literal_notation(calls):
         return []
-    section = calls.format(written)
-    at = output.text.find(section)
+    layout = calls.arguments.argument["string"]
+    v = layout.index(slot("value"))
+    middle, after = layout[v - 1], layout[v + 1]
+    assert isinstance(middle, str) and isinstance(after, str)  # (_layout_quote: text around it)
+    unquoted = layout[:v - 1] + [middle[:-1], slot("value"), after[1:]] + layout[v + 2:]
+    encoders = {kind: "python" if encoder == "raw" else encoder
+                for kind, encoder in calls.arguments.value_encoders.items()}
+    found = _rewritten_arguments(output, calls, VALUES_UNQUOTED, quote, encoders,
+                                 [p for p in unquoted if p != ""])
+    return [found] if found is not None else []
+
+
+def _rewritten_arguments(output: ModelOutput, calls: ToolCallFormat, rule: str, way: str,
+                         encoders: dict[str, str],
+                         layout: list | None = None) -> Deviation | None:
+    """The output with its calls section written again with other value encoders (and
+    another argument layout): the deviation of `rule`, None where it changes nothing."""
+    written = [{"name": name, "arguments": arguments}
+               for name, arguments in output.expected["tool_calls"]]
+    section = calls.format(written) if written else ""
+    at = output.text.find(section) if section else -1
     if at == -1:
-        return []
-    found = []
-    for encoder in ("json", "python"):
-        literal = replace(calls, arguments=replace(
-            calls.arguments, value_encoders={**calls.arguments.value_encoders, "string": encoder}))
-        text = output.text[:at] + literal.format(written) + output.text[at + len(section):]
-        found.append(Deviation(STRING_LITERALS, text, output.start, "stop", expected, (encoder,)))
-    return found
+        return None
+    arguments = replace(calls.arguments, value_encoders=encoders,
+                        argument={"string": layout} if layout else calls.arguments.argument)
+    text = output.text[:at] + replace(calls, arguments=arguments).format(written) \
+        + output.text[at + len(section):]
+    if text == output.text:
+        return None
+    return Deviation(rule, text, output.start, "stop", output.expected, (way,))
 
 
 def _raw_in_a_literal_notation(calls: ToolCallFormat) -> bool:
-    """Whether the calls' key/value arguments are one layout that ends with the value, its
-    strings raw, and its objects, arrays or booleans Python or JSON literals."""
+    """Whether the calls' key/value arguments are one layout, strings raw, and objects,
+    arrays or booleans Python or JSON literals; (not quoted by the layout) that layout ends
+    with the value."""
     arguments = calls.arguments
     encoders = arguments.value_encoders
     layouts = list(arguments.argument.values())
     return (arguments.style == ArgumentStyle.KV and encoders.get("string") == "raw"
-            and len(layouts) == 1 and layouts[0][-1:] == [slot("value")]
+            and len(layouts) == 1
+            and (layouts[0][-1:] == [slot("value")] or _layout_quote(calls) is not None)
             and any(encoders.get(kind) in ("python", "json")
                     for kind in ("object", "array", "boolean")))
+
+
+def _layout_quote(calls: ToolCallFormat) -> str | None:
+    """The quote a one-layout key/value format writes around every value (`key="value"`):
+    the middle's last character and the after text's first; else None."""
+    layouts = list(calls.arguments.argument.values())
+    if calls.arguments.style != ArgumentStyle.KV or len(layouts) != 1:
+        return None
+    layout = layouts[0]
+    v = layout.index(slot("value")) if slot("value") in layout else -1
+    if v < 1 or v + 1 >= len(layout):
+        return None
+    middle, after = layout[v - 1], layout[v + 1]
+    if isinstance(middle, str) and isinstance(after, str) and middle[-1:] in ("'", '"') \
+            and after[:1] == middle[-1:]:
+        return middle[-1]
+    return None
 
 
 def _list_without_wrapper(output: ModelOutput, spec: ProtocolSpec) -> list[Deviation]:

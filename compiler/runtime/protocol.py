@@ -147,8 +147,18 @@ class KeyValueFormat:
         # as Python or JSON literals: `f(a=[1], b=True, c=text)`): a model writes its strings
         # as string literals too (`c="text"`, `c='text, more'`), read as the string they hold
         # (Rules._string_literal).
-        self.literal_strings = self.open_values and any(
-            encoders.get(kind) in ("python", "json") for kind in ("object", "array", "boolean"))
+        literal_notation = any(encoders.get(kind) in ("python", "json")
+                               for kind in ("object", "array", "boolean"))
+        self.literal_strings = self.open_values and literal_notation
+        # Or every value in the layout's quotes, strings raw inside them (`f(a="%s", b="%s")`,
+        # vLLM's Llama 4 pythonic template), in that notation: a model writes a value as the
+        # literal it is, without those quotes (`b=3`, `b='text'`), read as an open value
+        # (Rules._middle_without_quote). The quote, when the format is so; else "".
+        self.value_quote = ""
+        if self.raw_strings and literal_notation and single is not None \
+                and single.static is not None and single.middle[-1:] in ("'", '"') \
+                and single.static.after_core[:1] == single.middle[-1:] and not single.middle_lead:
+            self.value_quote = single.middle[-1]
         # What begins the next argument, as the text writes it (its opener, a key, a layout's
         # middle): with the call's closing word, it settles a raw value whose closing text
         # never came (see settling). None where an argument's layout does not open with text

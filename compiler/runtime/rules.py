@@ -1578,8 +1578,12 @@ class Rules:
             st.layout = kv.single or (yield from self._argument_layout(kv))
         key, layout = st.key, st.layout
         assert key is not None and layout is not None  # (read above, or before the step waited)
+        unquoted = False  # (the value without the layout's quotes: KeyValueFormat.value_quote)
         if step <= _KV_MIDDLE and not inp.here(layout.middle):
-            yield from inp.match(layout.middle)
+            if kv.value_quote:
+                unquoted = yield from self._middle_without_quote(layout.middle, kv.value_quote)
+            if not unquoted:
+                yield from inp.match(layout.middle)
         lead = layout.middle_lead
         # (exactly this whitespace, once: a raw value may start with whitespace of its own)
         if step <= _KV_LEAD and lead and (inp.text.startswith(lead, inp.pos)
@@ -1592,7 +1596,8 @@ class Rules:
             if twice is not None and inp.streaming is not None:
                 inp.streaming.pause()  # (its value is not streamed: the call will not read)
             try:
-                value = yield from self._argument_value(kv, layout, ending, st, key)
+                value = yield from (self._open_value(st, key, st.properties.get(key)) if unquoted
+                                    else self._argument_value(kv, layout, ending, st, key))
                 if twice is not None:
                     raise twice
                 st.arguments[key] = value
@@ -1603,7 +1608,7 @@ class Rules:
                 self._stream_argument(st, key, st.arguments.get(key))
         if st.unclosed:
             st.unclosed = False  # (its closing text never came: what settled it comes next)
-        elif ending.after_core and not inp.here(ending.after, True):
+        elif ending.after_core and not unquoted and not inp.here(ending.after, True):
             # (the loop skips whitespace next)
             yield from inp.match(ending.after, ws_follows=True)
         st.step = _KV_WS
@@ -1729,7 +1734,8 @@ class Rules:
 
     def _open_value(self, st: _KeyValueRead, key: str,
                     schema: SchemaValue) -> Generator[None, None, JSONValue]:
-        """A value the layout writes nothing after (`key=value, key=value)`, strings raw): an
+        """A value the layout writes nothing after (`key=value, key=value)`, strings raw; or one
+        written without the quotes the layout puts around every value): an
         object or array (`{` or `[` first, where the schema allows one or there is none) runs
         as its brackets balance and reads as JSON or a Python literal; any other value is the
         text up to the separator or the call's literal after the arguments, whichever comes
@@ -1739,7 +1745,8 @@ class Rules:
             text = yield from inp.read_balanced("'\"", "argument value")
             return typed_raw(text, schema) if _schema_kinds(schema) else _decoded(text)
         stops = tuple(s for s in (st.kv.separator_core, st.closing_word) if s)
-        if st.kv.literal_strings and inp.text.startswith(("'", '"'), inp.pos):
+        literals = st.kv.literal_strings or st.kv.value_quote
+        if literals and inp.text.startswith(("'", '"'), inp.pos):
             literal = yield from self._string_literal(stops)
             if literal is not None:
                 return typed_raw(literal, schema, quoted=True)
@@ -1757,6 +1764,23 @@ class Rules:
             if inp.streaming is not None:
                 inp.stream_arguments()
             yield
+
+    def _middle_without_quote(self, middle: str, quote: str) -> Generator[None, None, bool]:
+        """Whether an argument's middle (`="`) is written without its last character, the
+        quote the layout writes around every value (KeyValueFormat.value_quote), with the value
+        right after it (`days=3`, `city='LA'`): then that much is consumed. Else nothing is,
+        and the middle is read as written."""
+        inp = self._in
+        short = middle[:-len(quote)]
+        if not (yield from inp.peek(short)):
+            return False
+        if inp.available() <= len(short):
+            yield from inp.need(len(short) + 1)
+        at = inp.pos + len(short)
+        if at >= len(inp.text) or inp.text.startswith(quote, at) or inp.text[at].isspace():
+            return False
+        inp.pos = at
+        return True
 
     def _string_literal(self, stops: tuple[str, ...]) -> Generator[None, None, str | None]:
         """An open value written as a string literal where the template writes strings raw
