@@ -13,7 +13,10 @@ or parse(text, ...) for a whole output at once (the same result).
 #   mode         set                          prompt ends with                   starts in
 #   default      -                            -                                  content
 # Reasoning
-#   none found
+#   start          '<think>'
+#   end            '</think>'
+#   in history     no (the template drops it)
+#   a tool call ends open reasoning: yes
 # Content
 #   wrapper        - … -
 # Tool calls
@@ -45,7 +48,7 @@ TEMPLATE_SHA256 = 'f05bf4b967dc993bdc7a2fe6e43759ee218eb0eb340d68b063e1c4f8ad148
 TABLES = {
     'version': 1,
     'modes': {'default': {'tail': '', 'start': 'content', 'header': '<|im_start|>assistant\n'}},
-    'reasoning': None,
+    'reasoning': {'start': '<think>', 'end': '</think>', 'call_ends_reasoning': True, 'end_opens_content': ''},
     'content': {'start': '', 'end': '', 'space_before': {'<|im_end|>': '', '': ''}},
     'end_of_turn': ['<|im_end|>'],
     'tool_calls': {

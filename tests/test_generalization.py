@@ -255,6 +255,33 @@ def test_a_template_that_writes_the_tools_in_the_last_user_turn_only_is_read():
     assert proof.ok, proof.table()
 
 
+STRIPS_REASONING = CHATML.replace(
+    "{%- if m.role == 'assistant' and m.reasoning_content %}<think>\n{{ m.reasoning_content }}\n</think>\n\n{% endif %}"
+    "{{ m.content }}",
+    "{%- if m.role == 'assistant' and '</think>' in m.content %}{{ m.content.split('</think>')[-1] | trim }}"
+    "{% else %}{{ m.content }}{% endif %}") + "{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+
+
+def test_reasoning_that_history_strips_is_named_by_the_templates_code():
+    """No render shows a reasoning block and no prompt opens one, but the template keeps only
+    what follows `</think>` of an assistant message (DeepSeek R1's vLLM template, LFM 2.5):
+    the model writes `<think>…</think>` first, read as reasoning; an answer without it is
+    content. Without that cut in the code, the same output stays content (no guess)."""
+    template = inline(STRIPS_REASONING)
+    assert "split('</think>')[-1]" in template.source
+    spec, protocol = compile_in_memory(template)
+    assert (spec.reasoning.start, spec.reasoning.end, spec.reasoning.in_history) == ("<think>", "</think>", False)
+    prompt = rendered_prompt(template)
+    message = read(protocol, "<think>\nThe user greets me.\n</think>\n\nHello!<|im_end|>", prompt)
+    assert (message["reasoning_content"], message["content"]) == ("The user greets me.", "Hello!")
+    assert read(protocol, "Hello!<|im_end|>", prompt)["content"] == "Hello!"
+    assert prove(template, spec, grammars=False).ok
+    plain = inline(STRIPS_REASONING.replace(".split('</think>')[-1]", ".replace('</think>', '')"))
+    spec, protocol = compile_in_memory(plain)
+    assert spec.reasoning is None
+    assert read(protocol, "<think>\nHm.\n</think>\n\nHello!<|im_end|>", prompt)["reasoning_content"] is None
+
+
 @needs_corpus
 def test_a_switch_that_writes_another_role_header_is_no_mode():
     """Granite 3.3's `controls` write the role header otherwise (`assistant {"citations"}`):

@@ -278,6 +278,7 @@ def _probe(template: ChatTemplate, override: Override | None = None) -> Protocol
         or markers.reasoning_from_layouts(thinking_turns, evidence, note="with thinking on")
         or markers.reasoning_from_modes(modes, boundaries, evidence)
         or markers.reasoning_from_prompt(modes, evidence)
+        or markers.reasoning_from_source(template.source, evidence)
     )
     if first.header == second.header:
         markers.opener_in_header(first.header, reasoning, evidence)

@@ -200,6 +200,31 @@ def reasoning_from_prompt(modes: dict[str, PromptMode],
     return None
 
 
+# A template's code that cuts an assistant message's content at a closing tag and keeps what
+# follows it (`content.split('</think>')[-1]`): the tag ends reasoning the model wrote.
+_SPLIT_AT_A_CLOSING_TAG = re.compile(
+    r"""\.split\(\s*(['"])</([A-Za-z][\w:.-]*)>\1\s*\)\s*\[\s*-1\s*\]""")
+
+
+def reasoning_from_source(source: str, evidence: dict[str, str]) -> Reasoning | None:
+    """Reasoning that history strips and no prompt opens, named by the template's code: it
+    keeps only what follows one closing tag of an assistant message's content (DeepSeek R1's
+    `content.split('</think>')[-1]`), so the model writes its reasoning before that tag, and
+    the tag's own opening tag opens it. None when no such cut is written, or cuts at two
+    different tags (not guessed)."""
+    names = {found.group(2) for found in _SPLIT_AT_A_CLOSING_TAG.finditer(source)}
+    if len(names) != 1:
+        return None
+    name = names.pop()
+    start, end = f"<{name}>", f"</{name}>"
+    how = (f"no render shows the block and no prompt opens it; the template's code keeps only "
+           f"what follows {end!r} of an assistant message (`.split({end!r})[-1]`): the tag's "
+           "own opening tag opens it")
+    evidence["reasoning.start"] = f"{start!r} ({how})"
+    evidence["reasoning.end"] = f"{end!r} ({how})"
+    return Reasoning(start=start, end=end, in_history=False)
+
+
 def opener_in_header(header: str, reasoning: Reasoning | None, evidence: dict[str, str]) -> None:
     """A reasoning block whose opener no render shows apart from the assistant header: every
     assistant turn (and the generation prompt) starts with it, so it is part of the header
