@@ -282,6 +282,35 @@ def test_reasoning_that_history_strips_is_named_by_the_templates_code():
     assert read(protocol, "<think>\nHm.\n</think>\n\nHello!<|im_end|>", prompt)["reasoning_content"] is None
 
 
+THOUGHT_FIELD = (  # (vLLM's MiniCPM 3 template: reasoning from `message.thought`, arguments joined by `,`)
+    "{%- for m in messages %}<|im_start|>{{ m.role }}\n{% if m.thought %}<|thought_start|>\n{{ m.thought }}\n"
+    "<|thought_end|>\n{% endif %}{% if m.tool_calls %}<|tool_call_start|>\n{% for c in m.tool_calls %}"
+    "{{ c.function.name }}({% for k, v in c.function.arguments | items %}{{ k }}={{ v | tojson }}"
+    "{{ ',' if not loop.last }}{% endfor %})\n{% endfor %}<|tool_call_end|>\n{% endif %}{{ m.content }}<|im_end|>\n"
+    "{% endfor -%}{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def test_reasoning_read_from_a_thought_field_and_a_space_after_the_arguments_separator():
+    """A template that renders a turn's reasoning from `message.thought` shows it (the
+    reasoning is offered under that name too): its markers are found and read. Arguments it
+    joins with `,` read joined with `, `, as its instructions and its model write them (the
+    proof reads that form: rule "whitespace around markers")."""
+    template = inline(THOUGHT_FIELD)
+    spec, protocol = compile_in_memory(template)
+    assert (spec.reasoning.start.strip(), spec.reasoning.end.strip()) == ("<|thought_start|>", "<|thought_end|>")
+    assert spec.tool_calls.arguments.separator == ","
+    message = read(protocol, '<|thought_start|>\nI should check.\n<|thought_end|>\n<|tool_call_start|>\n'
+                             'get_weather(city="Paris", days=3)\n<|tool_call_end|>\nLet me see.<|im_end|>',
+                   rendered_prompt(template))
+    assert (message["reasoning_content"], message["content"], message["errors"]) == ("I should check.", "Let me see.", [])
+    assert calls(message) == [("get_weather", {"city": "Paris", "days": 3})]
+    proof = prove(template, spec, grammars=False)
+    assert proof.ok, proof.table()
+    spaced = [d for output in mode_outputs(template, spec) for d in deviations(output, spec)
+              if d.eaten == ("a space after the arguments' separator",)]
+    assert spaced and all('", ' in d.text for d in spaced)
+
+
 @needs_corpus
 def test_a_switch_that_writes_another_role_header_is_no_mode():
     """Granite 3.3's `controls` write the role header otherwise (`assistant {"citations"}`):

@@ -74,7 +74,16 @@ from ..runtime import (
     json_call_object,
     stoppable_word,
 )
-from ..spec import ArgumentStyle, ProtocolSpec, SpecError, Start, ToolCallFormat, kv_parts, slot
+from ..spec import (
+    ArgumentFormat,
+    ArgumentStyle,
+    ProtocolSpec,
+    SpecError,
+    Start,
+    ToolCallFormat,
+    kv_parts,
+    slot,
+)
 from .outputs import ModelOutput
 
 OPENER_REPEATED = "reasoning opener repeated"
@@ -324,8 +333,8 @@ def _strings_as_literals(output: ModelOutput, spec: ProtocolSpec) -> list[Deviat
     calls = spec.tool_calls
     if calls is None or _layout_quote(calls) is not None or not _raw_in_a_literal_notation(calls):
         return []
-    found = [_rewritten_arguments(output, calls, STRING_LITERALS, encoder,
-                                  {**calls.arguments.value_encoders, "string": encoder})
+    found = [_rewritten_arguments(output, calls, STRING_LITERALS, encoder, replace(
+        calls.arguments, value_encoders={**calls.arguments.value_encoders, "string": encoder}))
              for encoder in ("json", "python")]
     return [d for d in found if d is not None]
 
@@ -345,24 +354,21 @@ def _values_without_quotes(output: ModelOutput, spec: ProtocolSpec) -> list[Devi
     unquoted = layout[:v - 1] + [middle[:-1], slot("value"), after[1:]] + layout[v + 2:]
     encoders = {kind: "python" if encoder == "raw" else encoder
                 for kind, encoder in calls.arguments.value_encoders.items()}
-    found = _rewritten_arguments(output, calls, VALUES_UNQUOTED, quote, encoders,
-                                 [p for p in unquoted if p != ""])
+    found = _rewritten_arguments(output, calls, VALUES_UNQUOTED, quote, replace(
+        calls.arguments, value_encoders=encoders, argument={"string": [p for p in unquoted if p]}))
     return [found] if found is not None else []
 
 
 def _rewritten_arguments(output: ModelOutput, calls: ToolCallFormat, rule: str, way: str,
-                         encoders: dict[str, str],
-                         layout: list | None = None) -> Deviation | None:
-    """The output with its calls section written again with other value encoders (and
-    another argument layout): the deviation of `rule`, None where it changes nothing."""
+                         arguments: ArgumentFormat) -> Deviation | None:
+    """The output with its calls section written again with another argument format: the
+    deviation of `rule`, None where it changes nothing."""
     written = [{"name": name, "arguments": arguments}
                for name, arguments in output.expected["tool_calls"]]
     section = calls.format(written) if written else ""
     at = output.text.find(section) if section else -1
     if at == -1:
         return None
-    arguments = replace(calls.arguments, value_encoders=encoders,
-                        argument={"string": layout} if layout else calls.arguments.argument)
     text = output.text[:at] + replace(calls, arguments=arguments).format(written) \
         + output.text[at + len(section):]
     if text == output.text:
@@ -508,6 +514,16 @@ def _whitespace_around_markers(output: ModelOutput, spec: ProtocolSpec) -> list[
     if kept is not None and spaced != output.text:
         found.append(Deviation(WHITESPACE, spaced, output.start, "stop", output.expected,
                                ("spaces around the call's markers",)))
+    arguments = calls.arguments
+    if arguments.style == ArgumentStyle.KV and arguments.separator.strip() \
+            and not arguments.separator[-1:].isspace() \
+            and "native" not in arguments.value_encoders.values():
+        # (`a=1, b=2` where the template writes `a=1,b=2`; not inside a value in the format's
+        # own notation, whose separator is the same: docs/tolerance.md)
+        spaced_out = _rewritten_arguments(output, calls, WHITESPACE, "a space after the "
+                                          "arguments' separator",
+                                          replace(arguments, separator=arguments.separator + " "))
+        found += [spaced_out] if spaced_out is not None else []
     content = output.expected["content"]
     first = calls.section_start if calls.section_start.strip() \
         else next((p for p in layout if isinstance(p, str)), "")

@@ -1572,6 +1572,8 @@ class Rules:
                 yield from inp.match(kv.before)
             st.first = False
         if step <= _KV_KEY:
+            if not inp.ws_here():  # (whitespace before the key: `a=1, b=2` for `a=1,b=2`)
+                yield from inp.skip_ws()
             st.key = inp.run_here(NAME_CHARS) or (
                 yield from inp.read_while(NAME_CHARS, "argument name", kv.key_then))
         if step <= _KV_LAYOUT:

@@ -9,7 +9,7 @@ What "the way transformers does" means (its `apply_chat_template`, version 5):
 - globals `raise_exception(message)`, `strftime_now(format)`, a `dict` constructor and a
   `namespace` that refuses underscore-prefixed attributes;
 - the inputs it passes: top-level `None` values dropped from each message, a message's
-  reasoning offered under both `reasoning_content` and `thinking`, the named special
+  reasoning offered under `reasoning_content`, `thinking` and `thought`, the named special
   tokens (`bos_token`, `eos_token`, ...) as variables, and any extra keyword arguments.
 
 Some templates that ship in real GGUF files are refused by that immutable sandbox although
@@ -473,7 +473,7 @@ def _compile_limit(error: RecursionError | SyntaxError | MemoryError, name: str)
 # Inputs, as transformers prepares them
 
 
-_REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
+_REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning", "thought")
 
 
 def plain_data(value: Any, where: str = "input") -> Any:
@@ -498,7 +498,7 @@ def prepare_messages(messages: list) -> list[dict]:
 
     Top-level keys whose value is None are dropped (many templates print "None" or fail on
     them, and handle a missing key); reasoning given under any of its names is offered as
-    both `reasoning_content` and `thinking`.
+    `reasoning_content`, `thinking` and `thought` (MiniCPM 3 and Apriel 1.5 read the last).
     """
     if not isinstance(messages, (list, tuple)):
         raise TypeError("messages must be a list of message objects, not "
@@ -513,7 +513,8 @@ def prepare_messages(messages: list) -> list[dict]:
         reasoning = next((message[k] for k in _REASONING_FIELDS if message.get(k) is not None),
                          None)
         if reasoning is not None:
-            message = {"thinking": reasoning, **message, "reasoning_content": reasoning}
+            message = {"thinking": reasoning, "thought": reasoning, **message,
+                       "reasoning_content": reasoning}
         prepared.append(message)
     return prepared
 
