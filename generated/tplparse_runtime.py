@@ -2066,22 +2066,7 @@ class KeyValueFormat:
         single = self.single
         self.open_values = bool(self.raw_strings and single is not None
                                 and single.static is not None and not single.static.after_core)
-        # Open values in a literal notation (the template writes objects, arrays or booleans
-        # as Python or JSON literals: `f(a=[1], b=True, c=text)`): a model writes its strings
-        # as string literals too (`c="text"`, `c='text, more'`), read as the string they hold
-        # (Rules._string_literal).
-        literal_notation = any(encoders.get(kind) in ("python", "json")
-                               for kind in ("object", "array", "boolean"))
-        self.literal_strings = self.open_values and literal_notation
-        # Or every value in the layout's quotes, strings raw inside them (`f(a="%s", b="%s")`,
-        # vLLM's Llama 4 pythonic template), in that notation: a model writes a value as the
-        # literal it is, without those quotes (`b=3`, `b='text'`), read as an open value
-        # (Rules._middle_without_quote). The quote, when the format is so; else "".
-        self.value_quote = ""
-        if self.raw_strings and literal_notation and single is not None \
-                and single.static is not None and single.middle[-1:] in ("'", '"') \
-                and single.static.after_core[:1] == single.middle[-1:] and not single.middle_lead:
-            self.value_quote = single.middle[-1]
+        self.literal_strings, self.value_quote = self._literal_forms()
         # What begins the next argument, as the text writes it (its opener, a key, a layout's
         # middle): with the call's closing word, it settles a raw value whose closing text
         # never came (see settling). None where an argument's layout does not open with text
@@ -2103,6 +2088,22 @@ class KeyValueFormat:
                          + (len(self.quote_open) if self.quoted_strings else 0) + 1
                          if self.single is not None else 0)
         self._after_value: dict[str, tuple[str, ...]] = {}
+
+    def _literal_forms(self) -> tuple[bool, str]:
+        """Where the template writes objects, arrays or booleans as Python or JSON literals
+        (`f(a=[1], b=True, c=text)`), a model writes every value as a literal: (whether its
+        open values may be string literals, `c="text"`, `c='text, more'`, read as the string
+        they hold: Rules._string_literal; the quote the layout writes around every value,
+        strings raw inside, `f(a="%s")` as vLLM's Llama 4 pythonic template, which a value
+        may be written without: Rules._middle_without_quote, else "")."""
+        if not any(self.encoders.get(kind) in ("python", "json")
+                   for kind in ("object", "array", "boolean")):
+            return False, ""
+        single = self.single
+        quoted = (self.raw_strings and single is not None and single.static is not None
+                  and single.middle[-1:] in ("'", '"') and not single.middle_lead
+                  and single.static.after_core[:1] == single.middle[-1:])
+        return self.open_values, single.middle[-1] if quoted and single is not None else ""
 
     def after_value(self, after_arguments: str) -> tuple[str, ...]:
         """What the template writes after an argument's value and its closing text, as one of
@@ -5300,27 +5301,35 @@ class Rules:
             inp.pos += len(lead)
         ending = layout.closing(key)
         if step <= _KV_VALUE:
-            # (a key read twice is the error, whatever its value: as _kv_steps_here says it)
-            twice = BadArguments(f"the key {key!r} appears twice") if key in st.arguments else None
-            if twice is not None and inp.streaming is not None:
-                inp.streaming.pause()  # (its value is not streamed: the call will not read)
-            try:
-                value = yield from (self._open_value(st, key, st.properties.get(key)) if unquoted
-                                    else self._argument_value(kv, layout, ending, st, key))
-                if twice is not None:
-                    raise twice
-                st.arguments[key] = value
-            except BadArguments as e:
-                # the value was read; its closing text keeps the parse in step
-                st.bad = st.bad or twice or e
-            if inp.streaming is not None:
-                self._stream_argument(st, key, st.arguments.get(key))
+            yield from self._kv_value(st, key, layout, ending, unquoted)
         if st.unclosed:
             st.unclosed = False  # (its closing text never came: what settled it comes next)
         elif ending.after_core and not unquoted and not inp.here(ending.after, True):
             # (the loop skips whitespace next)
             yield from inp.match(ending.after, ws_follows=True)
         st.step = _KV_WS
+
+    def _kv_value(self, st: _KeyValueRead, key: str, layout: ArgumentLayout, ending: Closing,
+                  unquoted: bool) -> Generator[None, None, None]:
+        """argument-value, kept in the arguments (and streamed), or the arguments are bad (a
+        key twice, a value its type refuses); `unquoted`: written without the quotes the
+        layout puts around every value."""
+        inp = self._in
+        # (a key read twice is the error, whatever its value: as _kv_steps_here says it)
+        twice = BadArguments(f"the key {key!r} appears twice") if key in st.arguments else None
+        if twice is not None and inp.streaming is not None:
+            inp.streaming.pause()  # (its value is not streamed: the call will not read)
+        try:
+            value = yield from (self._open_value(st, key, st.properties.get(key)) if unquoted
+                                else self._argument_value(st.kv, layout, ending, st, key))
+            if twice is not None:
+                raise twice
+            st.arguments[key] = value
+        except BadArguments as e:
+            # the value was read; its closing text keeps the parse in step
+            st.bad = st.bad or twice or e
+        if inp.streaming is not None:
+            self._stream_argument(st, key, st.arguments.get(key))
 
     def _argument_layout(self, kv: KeyValueFormat) -> Generator[None, None, ArgumentLayout]:
         """Which layout this argument uses: the one whose middle text comes next, read as

@@ -136,3 +136,16 @@ def test_runtime_states_are_the_specs():
     from tplparse.spec import Parallel, Start
 
     assert (runtime.CONTENT, runtime.REASONING, runtime.PARALLEL_ALL) == (Start.CONTENT, Start.REASONING, Parallel.ALL)
+
+
+def test_no_runtime_function_is_over_sixty_lines():
+    """Issue #30: the runtime reads in small named steps (a function longer than this is split
+    into steps with a docstring each)."""
+    long = []
+    for module, path in MODULES.items():
+        if stage_of(module) != "runtime":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 60:
+                long.append(f"{module}.{node.name}: {node.end_lineno - node.lineno + 1} lines")
+    assert long == []

@@ -143,22 +143,7 @@ class KeyValueFormat:
         single = self.single
         self.open_values = bool(self.raw_strings and single is not None
                                 and single.static is not None and not single.static.after_core)
-        # Open values in a literal notation (the template writes objects, arrays or booleans
-        # as Python or JSON literals: `f(a=[1], b=True, c=text)`): a model writes its strings
-        # as string literals too (`c="text"`, `c='text, more'`), read as the string they hold
-        # (Rules._string_literal).
-        literal_notation = any(encoders.get(kind) in ("python", "json")
-                               for kind in ("object", "array", "boolean"))
-        self.literal_strings = self.open_values and literal_notation
-        # Or every value in the layout's quotes, strings raw inside them (`f(a="%s", b="%s")`,
-        # vLLM's Llama 4 pythonic template), in that notation: a model writes a value as the
-        # literal it is, without those quotes (`b=3`, `b='text'`), read as an open value
-        # (Rules._middle_without_quote). The quote, when the format is so; else "".
-        self.value_quote = ""
-        if self.raw_strings and literal_notation and single is not None \
-                and single.static is not None and single.middle[-1:] in ("'", '"') \
-                and single.static.after_core[:1] == single.middle[-1:] and not single.middle_lead:
-            self.value_quote = single.middle[-1]
+        self.literal_strings, self.value_quote = self._literal_forms()
         # What begins the next argument, as the text writes it (its opener, a key, a layout's
         # middle): with the call's closing word, it settles a raw value whose closing text
         # never came (see settling). None where an argument's layout does not open with text
@@ -180,6 +165,22 @@ class KeyValueFormat:
                          + (len(self.quote_open) if self.quoted_strings else 0) + 1
                          if self.single is not None else 0)
         self._after_value: dict[str, tuple[str, ...]] = {}
+
+    def _literal_forms(self) -> tuple[bool, str]:
+        """Where the template writes objects, arrays or booleans as Python or JSON literals
+        (`f(a=[1], b=True, c=text)`), a model writes every value as a literal: (whether its
+        open values may be string literals, `c="text"`, `c='text, more'`, read as the string
+        they hold: Rules._string_literal; the quote the layout writes around every value,
+        strings raw inside, `f(a="%s")` as vLLM's Llama 4 pythonic template, which a value
+        may be written without: Rules._middle_without_quote, else "")."""
+        if not any(self.encoders.get(kind) in ("python", "json")
+                   for kind in ("object", "array", "boolean")):
+            return False, ""
+        single = self.single
+        quoted = (self.raw_strings and single is not None and single.static is not None
+                  and single.middle[-1:] in ("'", '"') and not single.middle_lead
+                  and single.static.after_core[:1] == single.middle[-1:])
+        return self.open_values, single.middle[-1] if quoted and single is not None else ""
 
     def after_value(self, after_arguments: str) -> tuple[str, ...]:
         """What the template writes after an argument's value and its closing text, as one of

@@ -1593,27 +1593,35 @@ class Rules:
             inp.pos += len(lead)
         ending = layout.closing(key)
         if step <= _KV_VALUE:
-            # (a key read twice is the error, whatever its value: as _kv_steps_here says it)
-            twice = BadArguments(f"the key {key!r} appears twice") if key in st.arguments else None
-            if twice is not None and inp.streaming is not None:
-                inp.streaming.pause()  # (its value is not streamed: the call will not read)
-            try:
-                value = yield from (self._open_value(st, key, st.properties.get(key)) if unquoted
-                                    else self._argument_value(kv, layout, ending, st, key))
-                if twice is not None:
-                    raise twice
-                st.arguments[key] = value
-            except BadArguments as e:
-                # the value was read; its closing text keeps the parse in step
-                st.bad = st.bad or twice or e
-            if inp.streaming is not None:
-                self._stream_argument(st, key, st.arguments.get(key))
+            yield from self._kv_value(st, key, layout, ending, unquoted)
         if st.unclosed:
             st.unclosed = False  # (its closing text never came: what settled it comes next)
         elif ending.after_core and not unquoted and not inp.here(ending.after, True):
             # (the loop skips whitespace next)
             yield from inp.match(ending.after, ws_follows=True)
         st.step = _KV_WS
+
+    def _kv_value(self, st: _KeyValueRead, key: str, layout: ArgumentLayout, ending: Closing,
+                  unquoted: bool) -> Generator[None, None, None]:
+        """argument-value, kept in the arguments (and streamed), or the arguments are bad (a
+        key twice, a value its type refuses); `unquoted`: written without the quotes the
+        layout puts around every value."""
+        inp = self._in
+        # (a key read twice is the error, whatever its value: as _kv_steps_here says it)
+        twice = BadArguments(f"the key {key!r} appears twice") if key in st.arguments else None
+        if twice is not None and inp.streaming is not None:
+            inp.streaming.pause()  # (its value is not streamed: the call will not read)
+        try:
+            value = yield from (self._open_value(st, key, st.properties.get(key)) if unquoted
+                                else self._argument_value(st.kv, layout, ending, st, key))
+            if twice is not None:
+                raise twice
+            st.arguments[key] = value
+        except BadArguments as e:
+            # the value was read; its closing text keeps the parse in step
+            st.bad = st.bad or twice or e
+        if inp.streaming is not None:
+            self._stream_argument(st, key, st.arguments.get(key))
 
     def _argument_layout(self, kv: KeyValueFormat) -> Generator[None, None, ArgumentLayout]:
         """Which layout this argument uses: the one whose middle text comes next, read as
