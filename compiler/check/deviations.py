@@ -63,14 +63,15 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
-from ..grammar.reading import message_format
+from ..grammar.reading import arguments_table, message_format
 from ..probe.spans import Boundaries
 from ..runtime import (
     ARGUMENTS_ALIASES,
     CLOSES_A_VALUE,
     MARKER_BOUNDARY,
+    KeyValueFormat,
     json_call_object,
     stoppable_word,
 )
@@ -328,10 +329,10 @@ def _instructed_form(output: ModelOutput, spec: ProtocolSpec) -> list[Deviation]
 
 def _strings_as_literals(output: ModelOutput, spec: ProtocolSpec) -> list[Deviation]:
     """A turn with calls whose key/value arguments write strings raw, with nothing after a
-    value, in a literal notation: its calls with each string value written as a JSON string
-    literal, then as a Python one."""
+    value, in a literal notation (the runtime's KeyValueFormat.literal_strings): its calls with
+    each string value written as a JSON string literal, then as a Python one."""
     calls = spec.tool_calls
-    if calls is None or _layout_quote(calls) is not None or not _raw_in_a_literal_notation(calls):
+    if calls is None or not _literal_forms(calls).literal_strings:
         return []
     found = [_rewritten_arguments(output, calls, STRING_LITERALS, encoder, replace(
         calls.arguments, value_encoders={**calls.arguments.value_encoders, "string": encoder}))
@@ -341,22 +342,37 @@ def _strings_as_literals(output: ModelOutput, spec: ProtocolSpec) -> list[Deviat
 
 def _values_without_quotes(output: ModelOutput, spec: ProtocolSpec) -> list[Deviation]:
     """A turn with calls whose key/value arguments put every value in the layout's quotes,
-    strings raw inside them, in a literal notation: its calls with each value written as the
-    Python literal it is (strings in Python's quotes), the layout's quotes left out."""
+    strings raw inside them, in a literal notation (the runtime's KeyValueFormat.value_quote):
+    its calls with each value written as the Python literal it is (strings in Python's quotes),
+    the layout's quotes left out."""
     calls = spec.tool_calls
-    quote = _layout_quote(calls) if calls is not None else None
-    if calls is None or quote is None or not _raw_in_a_literal_notation(calls):
+    quote = _literal_forms(calls).value_quote if calls is not None else ""
+    if calls is None or not quote:
         return []
     layout = calls.arguments.argument["string"]
     v = layout.index(slot("value"))
     middle, after = layout[v - 1], layout[v + 1]
-    assert isinstance(middle, str) and isinstance(after, str)  # (_layout_quote: text around it)
+    assert isinstance(middle, str) and isinstance(after, str)  # (value_quote: text around it)
     unquoted = layout[:v - 1] + [middle[:-1], slot("value"), after[1:]] + layout[v + 2:]
     encoders = {kind: "python" if encoder == "raw" else encoder
                 for kind, encoder in calls.arguments.value_encoders.items()}
     found = _rewritten_arguments(output, calls, VALUES_UNQUOTED, quote, replace(
         calls.arguments, value_encoders=encoders, argument={"string": [p for p in unquoted if p]}))
     return [found] if found is not None else []
+
+
+class _NoLiteralForms(NamedTuple):
+    literal_strings: bool = False
+    value_quote: str = ""
+
+
+def _literal_forms(calls: ToolCallFormat) -> KeyValueFormat | _NoLiteralForms:
+    """How the runtime reads the calls' key/value arguments (its KeyValueFormat, whose
+    `literal_strings` and `value_quote` say which literal forms it reads); for arguments that
+    are one object, neither."""
+    if calls.arguments.style != ArgumentStyle.KV:
+        return _NoLiteralForms()
+    return KeyValueFormat(arguments_table(calls.arguments))
 
 
 def _rewritten_arguments(output: ModelOutput, calls: ToolCallFormat, rule: str, way: str,
@@ -374,37 +390,6 @@ def _rewritten_arguments(output: ModelOutput, calls: ToolCallFormat, rule: str, 
     if text == output.text:
         return None
     return Deviation(rule, text, output.start, "stop", output.expected, (way,))
-
-
-def _raw_in_a_literal_notation(calls: ToolCallFormat) -> bool:
-    """Whether the calls' key/value arguments are one layout, strings raw, and objects,
-    arrays or booleans Python or JSON literals; (not quoted by the layout) that layout ends
-    with the value."""
-    arguments = calls.arguments
-    encoders = arguments.value_encoders
-    layouts = list(arguments.argument.values())
-    return (arguments.style == ArgumentStyle.KV and encoders.get("string") == "raw"
-            and len(layouts) == 1
-            and (layouts[0][-1:] == [slot("value")] or _layout_quote(calls) is not None)
-            and any(encoders.get(kind) in ("python", "json")
-                    for kind in ("object", "array", "boolean")))
-
-
-def _layout_quote(calls: ToolCallFormat) -> str | None:
-    """The quote a one-layout key/value format writes around every value (`key="value"`):
-    the middle's last character and the after text's first; else None."""
-    layouts = list(calls.arguments.argument.values())
-    if calls.arguments.style != ArgumentStyle.KV or len(layouts) != 1:
-        return None
-    layout = layouts[0]
-    v = layout.index(slot("value")) if slot("value") in layout else -1
-    if v < 1 or v + 1 >= len(layout):
-        return None
-    middle, after = layout[v - 1], layout[v + 1]
-    if isinstance(middle, str) and isinstance(after, str) and middle[-1:] in ("'", '"') \
-            and after[:1] == middle[-1:]:
-        return middle[-1]
-    return None
 
 
 def _list_without_wrapper(output: ModelOutput, spec: ProtocolSpec) -> list[Deviation]:

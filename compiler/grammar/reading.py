@@ -16,6 +16,7 @@ from ..probe.markers import first_marker
 from ..probe.spans import Boundaries
 from ..runtime import (
     TABLES_VERSION,
+    ArgumentsTable,
     BareCallsTable,
     BareListTable,
     MessagesTable,
@@ -24,7 +25,7 @@ from ..runtime import (
     SelfClosingTable,
     json_call_object,
 )
-from ..spec import ArgumentStyle, Parallel, ProtocolSpec, ToolCallFormat, slot
+from ..spec import ArgumentFormat, ArgumentStyle, Parallel, ProtocolSpec, ToolCallFormat, slot
 
 
 def end_of_turn_markers(spec: ProtocolSpec) -> list[str]:
@@ -443,6 +444,16 @@ def one_call_object(tc: ToolCallFormat, end_markers: list[str]) -> tuple[str, li
     return "", merged, ""
 
 
+def arguments_table(args: ArgumentFormat) -> ArgumentsTable:
+    """How the runtime reads a call's arguments: one object in an encoder, or key/value
+    arguments by their layouts (plain data, as in the reading tables)."""
+    if args.style == ArgumentStyle.OBJECT:
+        return {"style": args.style.value, "encoder": args.encoder}
+    return json.loads(json.dumps({
+        "style": args.style.value, "argument": args.argument, "value_encoders": args.value_encoders,
+        "separator": args.separator, "quotes": list(args.quotes), "brackets": args.brackets}))
+
+
 def reading_tables(spec: ProtocolSpec, special_tokens: tuple[str, ...] = ()) -> ReadingTables:
     """The runtime's tables for `spec`: plain data (str, bool, list, dict, None) only."""
     boundaries = Boundaries(special_tokens)
@@ -469,13 +480,6 @@ def reading_tables(spec: ProtocolSpec, special_tokens: tuple[str, ...] = ()) -> 
         opener = call_opener(spec, boundaries)
         prefix, inline = content_prefix_and_inline_opener(spec, opener)
         inner = section_with_content(spec)
-        args = tc.arguments
-        if args.style == ArgumentStyle.OBJECT:
-            arguments = {"style": args.style.value, "encoder": args.encoder}
-        else:
-            arguments = {"style": args.style.value, "argument": args.argument,
-                         "value_encoders": args.value_encoders, "separator": args.separator,
-                         "quotes": list(args.quotes), "brackets": args.brackets}
         section_start, call, section_end = one_call_object(tc, end_markers)
         tables["tool_calls"] = {
             "opener": opener,
@@ -488,7 +492,7 @@ def reading_tables(spec: ProtocolSpec, special_tokens: tuple[str, ...] = ()) -> 
             "call": call,
             "separator": tc.separator,
             "parallel": tc.parallel.value,
-            "arguments": arguments,
+            "arguments": arguments_table(tc.arguments),
         }
         tables["tool_calls"]["bare"] = calls_without_opener(spec, boundaries, opener)
         tables["tool_calls"]["self_closing"] = self_closing_call(call)
@@ -503,7 +507,7 @@ def reading_tables(spec: ProtocolSpec, special_tokens: tuple[str, ...] = ()) -> 
     return json.loads(json.dumps(tables))  # a copy that is plain data, or a TypeError here
 
 
-__all__ = ["call_head", "call_opener", "calls_without_opener", "list_without_wrapper",
-           "self_closing_call", "content_space_before", "content_may_follow_calls", "cut_at_end",
-           "end_of_turn_markers", "message_format", "reading_tables", "repeated_headers",
-           "segment_format"]
+__all__ = ["arguments_table", "call_head", "call_opener", "calls_without_opener",
+           "list_without_wrapper", "self_closing_call", "content_space_before",
+           "content_may_follow_calls", "cut_at_end", "end_of_turn_markers", "message_format",
+           "reading_tables", "repeated_headers", "segment_format"]

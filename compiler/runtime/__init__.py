@@ -33,12 +33,14 @@ from .protocol import (
     REASONING,
     TABLES_VERSION,
     JsonCallLayout,
+    KeyValueFormat,
     Protocol,
     json_call_object,
     stoppable_word,
 )
 from .schema import SchemaCheck, SchemaError, schema_validator
 from .tables import (
+    ArgumentsTable,
     BareCallsTable,
     BareListTable,
     MessagesTable,
@@ -64,11 +66,12 @@ MODULES = ("errors", "tables", "text", "values", "streams", "protocol", "schema"
            "rules", "messages", "parser")
 
 __all__ = [
-    "AFTER_REASONING", "ARGUMENTS_ALIASES", "BadArguments", "BareCallsTable", "BareListTable",
-    "CLOSES_A_VALUE", "COMPLETE", "CONTENT", "DELTAS", "InvalidOutput", "JsonCallLayout",
-    "MARKER_BOUNDARY", "MODULES", "MessagesTable", "NATURAL_STOPS", "PARALLEL_ALL", "Protocol",
-    "REASONING", "ReadingTables", "SchemaCheck", "SchemaError", "SegmentsTable",
-    "SelfClosingTable", "Slot", "StreamParser", "TABLES_VERSION", "ToolCallsTable",
-    "arguments_json", "decode_native", "format_fillers", "json_call_object", "object_value",
-    "parse", "python_value", "read_all", "schema_validator", "stoppable_word", "typed_raw",
+    "AFTER_REASONING", "ARGUMENTS_ALIASES", "ArgumentsTable", "BadArguments", "BareCallsTable",
+    "BareListTable", "CLOSES_A_VALUE", "COMPLETE", "CONTENT", "DELTAS", "InvalidOutput",
+    "JsonCallLayout", "KeyValueFormat", "MARKER_BOUNDARY", "MODULES", "MessagesTable",
+    "NATURAL_STOPS", "PARALLEL_ALL", "Protocol", "REASONING", "ReadingTables", "SchemaCheck",
+    "SchemaError", "SegmentsTable", "SelfClosingTable", "Slot", "StreamParser", "TABLES_VERSION",
+    "ToolCallsTable", "arguments_json", "decode_native", "format_fillers", "json_call_object",
+    "object_value", "parse", "python_value", "read_all", "schema_validator", "stoppable_word",
+    "typed_raw",
 ]
