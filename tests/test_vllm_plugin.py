@@ -21,12 +21,12 @@ from pathlib import Path
 import pytest
 
 import tplparse
-from conftest import CORPUS, EXAMPLES, FIXTURES, REPO, corpus_ids, corpus_templates, needs_corpus, run_cli
-from corpus_outputs import FRESH_TOOLS, outputs, parser_module
+from conftest import CORPUS, EXAMPLES, FIXTURES, REPO, compiled, corpus_ids, corpus_templates, needs_corpus, run_cli
+from corpus_outputs import FRESH_TOOLS
 from tplparse.export import CannotExport
 from tplparse.export.vllm_plugin import vllm_plugin
 from tplparse.grammar.reading import reading_tables
-from tplparse.pipeline import compile_template
+from tplparse.pipeline import compile_template, export_vllm
 
 VLLM_PYTHON = os.environ.get("TPLPARSE_VLLM_PYTHON", "")
 needs_vllm = pytest.mark.skipif(not (VLLM_PYTHON and Path(VLLM_PYTHON).is_file()),
@@ -77,21 +77,20 @@ class Family:
     """A family's plugin files, its cases and the messages its generated parser reads."""
 
     def __init__(self, source: Path):
-        template = tplparse.load(source)
-        compiled = compile_template(template)
-        self.proved = compiled.proof.ok
+        shared = compiled(source)  # the session's probe, proof, parser and outputs of the template
+        template, spec = shared.template, shared.spec
+        self.proved = shared.proof.ok
         self.stem, self.source, self.refused = source.stem, source, None
         if not self.proved:
             return
-        spec = compiled.spec
         try:
-            self.plugin = vllm_plugin(spec, reading_tables(spec, template.special_tokens))
+            self.plugin = vllm_plugin(spec, shared.protocol.tables)
         except CannotExport as e:
             self.refused = e
             return
         self.special_tokens = list(template.special_tokens)
-        self.module = parser_module(spec, template.special_tokens)
-        texts = [(f"{i}-{o.turn}", o.text, o.start) for i, o in enumerate(outputs(template, spec))]
+        self.module = shared.module
+        texts = [(f"{i}-{o.turn}", o.text, o.start) for i, o in enumerate(shared.outputs)]
         if source.name == "chatml-think-tools.gguf":
             texts += [(name, text, "content") for name, text in EXTRA_EXAMPLE_OUTPUTS.items()]
         self.cases, self.expected, self.selectable = [], {}, {}
@@ -348,8 +347,8 @@ def test_the_plugin_embeds_template_strings_through_repr(tmp_path):
     path = tmp_path / "hostile.jinja"
     path.write_text(source.replace("<think>", "<th\\'\"\\\\ink>"), encoding="utf-8")
     template = tplparse.load(path)
-    compiled = compile_template(template, allow_partial=True)
-    plugin = vllm_plugin(compiled.spec, reading_tables(compiled.spec, template.special_tokens))
+    spec = compile_template(template, allow_partial=True).spec
+    plugin = vllm_plugin(spec, reading_tables(spec, template.special_tokens))
     text = plugin.files[plugin.plugin_file]
     tree = ast.parse(text)
     values = {node.targets[0].id: ast.literal_eval(node.value) for node in tree.body
@@ -360,9 +359,10 @@ def test_the_plugin_embeds_template_strings_through_repr(tmp_path):
 
 
 def test_export_is_deterministic(families):
+    """A second export, probed and proved afresh (not the session's shared compile), writes the same files."""
     family = families["chatml-think-tools"]
-    again = Family(EXAMPLES / "chatml-think-tools.gguf")
-    assert again.plugin.files == family.plugin.files
+    _, again = export_vllm(tplparse.load(EXAMPLES / "chatml-think-tools.gguf"))
+    assert again is not None and again.files == family.plugin.files
 
 
 def test_cli_writes_the_plugin_and_says_how_to_serve(tmp_path):
