@@ -29,7 +29,8 @@ class TemplateError(TplparseError):
         # tplparse.source.render), or None.
         self.own_containers: str | None = None
         # A resource limit stopped the render (time, memory, output size, a value too big
-        # to build): no other way of rendering will do better, so probing stops too.
+        # to build), or a failure that is not the template's own (the machine could not start
+        # the watchdog): no other way of rendering will do better, so probing stops too.
         self.limit = False
         where = template or "template"
         if line is not None:

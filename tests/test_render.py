@@ -265,3 +265,61 @@ def test_a_fixed_clock_pins_strftime_now():
     with fixed_clock(datetime(2030, 5, 6, 7, 8, 9)):
         assert template.render(USER) == "2030-05-06 07:08:09"
     assert template.render(USER) != "2030-05-06 07:08:09"
+
+
+def test_a_watchdog_that_cannot_start_stops_the_render_and_starts_on_the_next(monkeypatch):
+    # The machine out of threads when the watchdog starts: not the template refusing its input
+    # (which a probe would read as "this shape does not render" and move past), but a limit
+    # error naming the cause; and the next render starts the watchdog, never runs unwatched.
+    import threading
+
+    from tplparse.source import render
+
+    watchdog = render._Watchdog()
+    monkeypatch.setattr(render, "_WATCHDOG", watchdog)
+    real_start = threading.Thread.start
+    refused = []
+
+    def start(thread):
+        if thread.name == "tplparse-render-watchdog" and not refused:
+            refused.append(thread)
+            raise RuntimeError("can't start new thread")
+        real_start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    with pytest.raises(TemplateError) as info:
+        tpl("ok").render(USER)
+    assert info.value.limit
+    assert "outside the template's code: RuntimeError: can't start new thread" in str(info.value)
+    assert watchdog._pid is None
+    assert tpl("ok").render(USER) == "ok"
+    assert watchdog._pid is not None
+
+
+@pytest.mark.parametrize("failing_render", [1, 7, 30])
+def test_a_render_failing_outside_the_template_stops_the_probe(monkeypatch, failing_render):
+    # Whichever render of the probe it hits, an error that is not the template's own stops
+    # the probe with its cause; it never yields a spec with a conversation silently missing.
+    from contextlib import contextmanager
+
+    from tplparse.probe import probe
+    from tplparse.source import render
+
+    real_watch = render._WATCHDOG.watch
+    count = [0]
+
+    @contextmanager
+    def watch(limits):
+        count[0] += 1
+        if count[0] == failing_render:
+            raise RuntimeError("can't start new thread")
+        with real_watch(limits) as w:
+            yield w
+
+    monkeypatch.setattr(render._WATCHDOG, "watch", watch)
+    source = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
+              "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    with pytest.raises(TemplateError, match="probing stopped: rendering failed outside the "
+                                            "template's code: RuntimeError"):
+        probe(tpl(source))
+    assert count[0] >= failing_render

@@ -586,10 +586,12 @@ class _Watchdog:
         key = id(watch)
         with self._lock:
             if self._pid != os.getpid():
-                self._pid = os.getpid()
                 self._wake = threading.Event()
+                # (a start that fails, the machine out of threads, raises here and is tried
+                # again by the next render: no render runs unwatched)
                 threading.Thread(target=self._run, name="tplparse-render-watchdog",
                                  daemon=True).start()
+                self._pid = os.getpid()
             self._active[key] = watch
         # Woken while the watch is not armed yet: Event.set takes a Python-level lock, and an
         # interrupt must not land while this thread holds it.
@@ -777,6 +779,17 @@ def _render(template: jinja2.Template, name: str, variables: dict[str, Any],
         raise _limit(f"ran out of memory{_memory_limit_note()}", name,
                      _template_line(e.__traceback__)) from None
     except Exception as e:  # any error raised while evaluating untrusted template code
-        message = f"{type(e).__name__}: {e}"
-        raise TemplateError(message, template=name, line=_template_line(e.__traceback__)) from None
+        line = _template_line(e.__traceback__)
+        if line is None:
+            raise _not_the_templates(e, name) from None
+        raise TemplateError(f"{type(e).__name__}: {e}", template=name, line=line) from None
     return "".join(pieces)
+
+
+def _not_the_templates(error: Exception, name: str) -> TemplateError:
+    """An error raised where no code of the template runs (setting up the render, starting the
+    watchdog): not a sign that the template refuses this input, so not a failure a probe may
+    read as "this shape does not render" and move past, silently with one conversation less.
+    A limit error, which stops the probe and names the cause."""
+    return _limit(f"rendering failed outside the template's code: {type(error).__name__}: "
+                  f"{error}", name)
