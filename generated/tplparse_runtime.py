@@ -3455,17 +3455,24 @@ class Input:
             return chunk
         raise TypeError(f"feed() takes a str or bytes chunk, not {type(chunk).__name__}")
 
-    def end(self, finish_reason: str = "stop") -> list[Delta]:
+    def end(self, finish_reason: str = "stop", last: str | bytes | bytearray = "") -> list[Delta]:
         """The output is complete ("stop") or was cut ("length", or the engine's other reason):
-        the last deltas. A second end() returns []."""
+        the last deltas. A second end() returns []. `last`: the output's last chunk, when it
+        comes with its end (a whole output read at once: the parse runs through it once, not
+        once to where the text ends and again at its end)."""
         if not isinstance(finish_reason, str) or not finish_reason:
             raise TypeError("finish_reason must be a non-empty str such as 'stop' or 'length', "
                             f"not {finish_reason!r}")
         if self.finish is not None:
+            if last:
+                raise ValueError("feed() after end(): the stream is closed")
             return []
         self._catch_up()
         self._fast = None
-        tail = self._decoder.decode(b"", final=True)
+        if last.__class__ is str:
+            tail = last + self._decoder.decode(b"", final=True)  # type: ignore[operator]
+        else:
+            tail = self._decode(last) + self._decoder.decode(b"", final=True)
         self.finish = finish_reason
         self.eof = True
         deltas = self._push(tail)
@@ -3956,20 +3963,18 @@ class Rules:
     """The grammar of a turn, as a coroutine over the input (`Input`'s readers) that writes
     the output (`Output`'s fields, calls and errors). Its own state is set here, all of it."""
 
-    __slots__ = ("_p", "_tools", "_properties", "_in", "_out", "state", "reasoning_ended_at",
+    __slots__ = ("_p", "_tools", "_in", "_out", "state", "reasoning_ended_at",
                  "_kv_read_state", "_open_call", "_steps", "_json_call", "_self_closing",
                  "_after_arguments", "_run")
 
-    def __init__(self, protocol: Protocol, tools: dict[str, dict[str, Any]], inp: Input,
+    def __init__(self, protocol: Protocol, tools: dict[str, dict[str, dict[str, Any]]], inp: Input,
                  out: Output, state: str, reasoning_ended_at: int | None) -> None:
-        """`tools`: the offered tools, name -> parameters (a JSON Schema); `state`: where the
-        output starts (REASONING or CONTENT); `reasoning_ended_at`: 0 when it starts after
-        another reader's reasoning, else None."""
+        """`tools`: the offered tools, name -> the properties of its parameters (the schema of
+        each argument: they type key/value arguments); `state`: where the output starts
+        (REASONING or CONTENT); `reasoning_ended_at`: 0 when it starts after another reader's
+        reasoning, else None."""
         self._p = protocol
         self._tools = tools
-        # name -> the properties of its parameters (they type key/value arguments)
-        self._properties = {name: schema.get("properties") or {}
-                            for name, schema in tools.items()}
         self._in = inp  # the buffer and its readers: the only way the rules read text
         self._out = out  # the fields, calls and errors the rules write
         # REASONING or CONTENT: what the text being read is
@@ -4975,7 +4980,7 @@ class Rules:
                 return False
             inp.pos = end
             return True
-        properties = self._properties.get(call.name) if call.name is not None else None
+        properties = self._tools.get(call.name) if call.name is not None else None
         read = (self._kv_read_state or self._new_kv_read()).start(properties or {}, closing,
                                                                   self._after_arguments)
         if not self._kv_steps_here(read):
@@ -5031,7 +5036,7 @@ class Rules:
                 if read.bad is not None:
                     kv_stream.pause()
         if read is None:  # (not tried on what is here yet)
-            properties = self._properties.get(call.name) if call.name is not None else None
+            properties = self._tools.get(call.name) if call.name is not None else None
             read = (self._kv_read_state or self._new_kv_read()).start(properties or {}, closing,
                                                                       then)
             if not self._kv_steps_here(read):
@@ -5879,7 +5884,7 @@ class StreamParser:
                             f"{type(protocol).__name__}")
         p = protocol if isinstance(protocol, Protocol) else Protocol(protocol)
         # (a dict that is not the tables: Protocol says which version it has, if any)
-        offered = _offered_tools(tools)  # name -> parameters (a JSON Schema)
+        offered = _offered_tools(tools)  # name -> its arguments' schemas
         if generation_prompt is not None and not isinstance(generation_prompt, str):
             raise TypeError("generation_prompt must be a str or None, not "
                             f"{type(generation_prompt).__name__}")
@@ -5953,15 +5958,17 @@ class StreamParser:
         return self._rules.reasoning_ended_at
 
 
-def _offered_tools(tools: object) -> dict[str, dict[str, Any]]:
-    """name -> parameters of OpenAI-style tool definitions
+def _offered_tools(tools: object) -> dict[str, dict[str, dict[str, Any]]]:
+    """name -> the properties of its parameters (the schema of each argument: what types a
+    key/value or pythonic argument), from OpenAI-style tool definitions
     ({"type": "function", "function": {...}} or the function alone); TypeError naming the tool
-    that is not one."""
+    that is not one. (Read on every parser's construction: the tools' own dicts, no copy but
+    where a boolean schema, which types nothing, stands for an argument.)"""
     if tools is None:
         return {}
     if not isinstance(tools, (list, tuple)):
         raise TypeError(f"tools must be a list of tool definitions, not {type(tools).__name__}")
-    offered: dict[str, dict[str, Any]] = {}
+    offered: dict[str, dict[str, dict[str, Any]]] = {}
     for i, tool in enumerate(tools):
         function = tool.get("function", tool) if isinstance(tool, dict) else None
         if not isinstance(function, dict) or not isinstance(function.get("name"), str):
@@ -5972,25 +5979,26 @@ def _offered_tools(tools: object) -> dict[str, dict[str, Any]]:
             raise TypeError(f"tools[{i}] ({function['name']}): parameters must be a JSON Schema "
                             f"object, not {type(parameters).__name__}")
         properties = parameters.get("properties")
-        if properties is not None and not isinstance(properties, dict):
+        if properties is None:
+            properties = {}
+        elif not isinstance(properties, dict):
             raise TypeError(f"tools[{i}] ({function['name']}): parameters.properties must be "
                             f"an object, not {type(properties).__name__}")
-        for key, schema in (properties or {}).items():
-            if not isinstance(schema, (dict, bool)):
-                raise TypeError(f"tools[{i}] ({function['name']}): the schema of {key!r} "
-                                f"must be an object, not {type(schema).__name__}")
-        # (a boolean schema types nothing)
-        parameters = {**parameters,
-                      "properties": {k: v if isinstance(v, dict) else {}
-                                     for k, v in (properties or {}).items()}}
-        offered[function["name"]] = parameters
+        for key, schema in properties.items():
+            if not isinstance(schema, dict):
+                if not isinstance(schema, bool):
+                    raise TypeError(f"tools[{i}] ({function['name']}): the schema of {key!r} "
+                                    f"must be an object, not {type(schema).__name__}")
+                properties = {k: v if isinstance(v, dict) else {} for k, v in properties.items()}
+                break
+        offered[function["name"]] = properties
     return offered
 
 
 def read_all(parser: StreamParser, text: Chunk, finish_reason: str = "stop") -> Message:
-    """Feed a whole output to `parser` at once; its message (the same as streaming it)."""
-    parser.feed(text)
-    parser.end(finish_reason)
+    """Give a whole output to `parser` at once, with its end; its message (the same as
+    streaming it)."""
+    parser._in.end(finish_reason, text)  # (its deltas are not wanted: the message is)
     return parser.message
 
 

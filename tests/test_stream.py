@@ -398,6 +398,40 @@ def test_key_value_arguments_are_typed_by_the_schema(corpus):
     check_deltas_add_up(deltas, message)
 
 
+
+@needs_corpus
+def test_a_boolean_or_missing_schema_types_nothing(corpus):
+    # `true` as an argument's schema (any value), or no properties at all: the value stays the
+    # text the model wrote, as a string; the tool's own dicts are not changed by the parser.
+    module = corpus_module(corpus, "Qwen-Qwen3-Coder")
+    text = ("<tool_call>\n<function=lookup>\n<parameter=code>\n5123123\n</parameter>\n<parameter=count>\n7\n"
+            "</parameter>\n</function>\n</tool_call><|im_end|>")
+    for properties in ({"code": True, "count": {"type": "integer"}}, None):
+        parameters = {"type": "object"} if properties is None else {"type": "object", "properties": properties}
+        tools = [{"type": "function", "function": {"name": "lookup", "parameters": parameters}}]
+        before = json.dumps(tools)
+        message = module.parse(text, tools=tools)
+        count = 7 if properties else "7"
+        assert json.loads(message["tool_calls"][0]["function"]["arguments"]) == {"code": "5123123", "count": count}
+        assert stream(module, text, range(1, len(text)), tools=tools)[1] == message
+        assert json.dumps(tools) == before
+
+
+@pytest.mark.parametrize("tools, message", [
+    ({"name": "f"}, "tools must be a list of tool definitions, not dict"),
+    ([{"function": {"description": "no name"}}], "tools[0] must be a tool definition with a function name"),
+    ([{"name": "f"}, 3], "tools[1] must be a tool definition"),
+    ([{"name": "f", "parameters": "x"}], "tools[0] (f): parameters must be a JSON Schema object, not str"),
+    ([{"name": "f", "parameters": {"properties": []}}], "tools[0] (f): parameters.properties must be an object, not list"),
+    ([{"name": "f", "parameters": {"properties": {"a": "string"}}}], "tools[0] (f): the schema of 'a' must be an object, not str"),
+])
+def test_tool_definitions_that_are_not_are_refused_by_name(chatml, tools, message):
+    with pytest.raises(TypeError) as info:
+        chatml.StreamParser(tools=tools)
+    assert message in str(info.value)
+    with pytest.raises(TypeError):
+        chatml.parse("Hi<|im_end|>", tools=tools)
+
 @needs_corpus
 def test_pythonic_arguments_become_json(corpus):
     module = corpus_module(corpus, "LiquidAI-LFM2.5-8B-A1B")
@@ -497,6 +531,21 @@ def test_bytes_chunks_may_split_utf8(chatml):
         parser.feed(data[i:i + 1])
     parser.end()
     assert parser.message["content"] == "Déjà vu 🙂"
+    assert chatml.parse(data)["content"] == "Déjà vu 🙂"  # (one-shot: bytes whole)
+
+
+def test_one_shot_bytes_decode_as_streamed_bytes(chatml):
+    # Cut UTF-8 at the end and an invalid byte inside: replaced the same way, read whole or fed
+    # a byte at a time; a str or bytes is all a chunk may be.
+    data = "Déjà 🙂".encode("utf-8") + b"\xff ok " + "🙂".encode("utf-8")[:2]
+    parser = chatml.StreamParser()
+    for i in range(len(data)):
+        parser.feed(data[i:i + 1])
+    parser.end()
+    assert chatml.parse(data) == chatml.parse(bytearray(data)) == parser.message
+    assert parser.message["content"] == "Déjà 🙂\ufffd ok \ufffd"
+    with pytest.raises(TypeError, match="str or bytes"):
+        chatml.parse(["Hi"])
 
 
 # --- The committed modules ------------------------------------------------------------------

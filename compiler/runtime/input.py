@@ -332,17 +332,24 @@ class Input:
             return chunk
         raise TypeError(f"feed() takes a str or bytes chunk, not {type(chunk).__name__}")
 
-    def end(self, finish_reason: str = "stop") -> list[Delta]:
+    def end(self, finish_reason: str = "stop", last: str | bytes | bytearray = "") -> list[Delta]:
         """The output is complete ("stop") or was cut ("length", or the engine's other reason):
-        the last deltas. A second end() returns []."""
+        the last deltas. A second end() returns []. `last`: the output's last chunk, when it
+        comes with its end (a whole output read at once: the parse runs through it once, not
+        once to where the text ends and again at its end)."""
         if not isinstance(finish_reason, str) or not finish_reason:
             raise TypeError("finish_reason must be a non-empty str such as 'stop' or 'length', "
                             f"not {finish_reason!r}")
         if self.finish is not None:
+            if last:
+                raise ValueError("feed() after end(): the stream is closed")
             return []
         self._catch_up()
         self._fast = None
-        tail = self._decoder.decode(b"", final=True)
+        if last.__class__ is str:
+            tail = last + self._decoder.decode(b"", final=True)  # type: ignore[operator]
+        else:
+            tail = self._decode(last) + self._decoder.decode(b"", final=True)
         self.finish = finish_reason
         self.eof = True
         deltas = self._push(tail)

@@ -52,7 +52,7 @@ class StreamParser:
                             f"{type(protocol).__name__}")
         p = protocol if isinstance(protocol, Protocol) else Protocol(protocol)
         # (a dict that is not the tables: Protocol says which version it has, if any)
-        offered = _offered_tools(tools)  # name -> parameters (a JSON Schema)
+        offered = _offered_tools(tools)  # name -> its arguments' schemas
         if generation_prompt is not None and not isinstance(generation_prompt, str):
             raise TypeError("generation_prompt must be a str or None, not "
                             f"{type(generation_prompt).__name__}")
@@ -126,15 +126,17 @@ class StreamParser:
         return self._rules.reasoning_ended_at
 
 
-def _offered_tools(tools: object) -> dict[str, dict[str, Any]]:
-    """name -> parameters of OpenAI-style tool definitions
+def _offered_tools(tools: object) -> dict[str, dict[str, dict[str, Any]]]:
+    """name -> the properties of its parameters (the schema of each argument: what types a
+    key/value or pythonic argument), from OpenAI-style tool definitions
     ({"type": "function", "function": {...}} or the function alone); TypeError naming the tool
-    that is not one."""
+    that is not one. (Read on every parser's construction: the tools' own dicts, no copy but
+    where a boolean schema, which types nothing, stands for an argument.)"""
     if tools is None:
         return {}
     if not isinstance(tools, (list, tuple)):
         raise TypeError(f"tools must be a list of tool definitions, not {type(tools).__name__}")
-    offered: dict[str, dict[str, Any]] = {}
+    offered: dict[str, dict[str, dict[str, Any]]] = {}
     for i, tool in enumerate(tools):
         function = tool.get("function", tool) if isinstance(tool, dict) else None
         if not isinstance(function, dict) or not isinstance(function.get("name"), str):
@@ -145,25 +147,26 @@ def _offered_tools(tools: object) -> dict[str, dict[str, Any]]:
             raise TypeError(f"tools[{i}] ({function['name']}): parameters must be a JSON Schema "
                             f"object, not {type(parameters).__name__}")
         properties = parameters.get("properties")
-        if properties is not None and not isinstance(properties, dict):
+        if properties is None:
+            properties = {}
+        elif not isinstance(properties, dict):
             raise TypeError(f"tools[{i}] ({function['name']}): parameters.properties must be "
                             f"an object, not {type(properties).__name__}")
-        for key, schema in (properties or {}).items():
-            if not isinstance(schema, (dict, bool)):
-                raise TypeError(f"tools[{i}] ({function['name']}): the schema of {key!r} "
-                                f"must be an object, not {type(schema).__name__}")
-        # (a boolean schema types nothing)
-        parameters = {**parameters,
-                      "properties": {k: v if isinstance(v, dict) else {}
-                                     for k, v in (properties or {}).items()}}
-        offered[function["name"]] = parameters
+        for key, schema in properties.items():
+            if not isinstance(schema, dict):
+                if not isinstance(schema, bool):
+                    raise TypeError(f"tools[{i}] ({function['name']}): the schema of {key!r} "
+                                    f"must be an object, not {type(schema).__name__}")
+                properties = {k: v if isinstance(v, dict) else {} for k, v in properties.items()}
+                break
+        offered[function["name"]] = properties
     return offered
 
 
 def read_all(parser: StreamParser, text: Chunk, finish_reason: str = "stop") -> Message:
-    """Feed a whole output to `parser` at once; its message (the same as streaming it)."""
-    parser.feed(text)
-    parser.end(finish_reason)
+    """Give a whole output to `parser` at once, with its end; its message (the same as
+    streaming it)."""
+    parser._in.end(finish_reason, text)  # (its deltas are not wanted: the message is)
     return parser.message
 
 

@@ -248,20 +248,18 @@ class Rules:
     """The grammar of a turn, as a coroutine over the input (`Input`'s readers) that writes
     the output (`Output`'s fields, calls and errors). Its own state is set here, all of it."""
 
-    __slots__ = ("_p", "_tools", "_properties", "_in", "_out", "state", "reasoning_ended_at",
+    __slots__ = ("_p", "_tools", "_in", "_out", "state", "reasoning_ended_at",
                  "_kv_read_state", "_open_call", "_steps", "_json_call", "_self_closing",
                  "_after_arguments", "_run")
 
-    def __init__(self, protocol: Protocol, tools: dict[str, dict[str, Any]], inp: Input,
+    def __init__(self, protocol: Protocol, tools: dict[str, dict[str, dict[str, Any]]], inp: Input,
                  out: Output, state: str, reasoning_ended_at: int | None) -> None:
-        """`tools`: the offered tools, name -> parameters (a JSON Schema); `state`: where the
-        output starts (REASONING or CONTENT); `reasoning_ended_at`: 0 when it starts after
-        another reader's reasoning, else None."""
+        """`tools`: the offered tools, name -> the properties of its parameters (the schema of
+        each argument: they type key/value arguments); `state`: where the output starts
+        (REASONING or CONTENT); `reasoning_ended_at`: 0 when it starts after another reader's
+        reasoning, else None."""
         self._p = protocol
         self._tools = tools
-        # name -> the properties of its parameters (they type key/value arguments)
-        self._properties = {name: schema.get("properties") or {}
-                            for name, schema in tools.items()}
         self._in = inp  # the buffer and its readers: the only way the rules read text
         self._out = out  # the fields, calls and errors the rules write
         # REASONING or CONTENT: what the text being read is
@@ -1267,7 +1265,7 @@ class Rules:
                 return False
             inp.pos = end
             return True
-        properties = self._properties.get(call.name) if call.name is not None else None
+        properties = self._tools.get(call.name) if call.name is not None else None
         read = (self._kv_read_state or self._new_kv_read()).start(properties or {}, closing,
                                                                   self._after_arguments)
         if not self._kv_steps_here(read):
@@ -1323,7 +1321,7 @@ class Rules:
                 if read.bad is not None:
                     kv_stream.pause()
         if read is None:  # (not tried on what is here yet)
-            properties = self._properties.get(call.name) if call.name is not None else None
+            properties = self._tools.get(call.name) if call.name is not None else None
             read = (self._kv_read_state or self._new_kv_read()).start(properties or {}, closing,
                                                                       then)
             if not self._kv_steps_here(read):
