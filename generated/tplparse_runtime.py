@@ -3469,10 +3469,8 @@ class Input:
             return []
         self._catch_up()
         self._fast = None
-        if last.__class__ is str:
-            tail = last + self._decoder.decode(b"", final=True)  # type: ignore[operator]
-        else:
-            tail = self._decode(last) + self._decoder.decode(b"", final=True)
+        tail = (last if isinstance(last, str) else self._decode(last)) \
+            + self._decoder.decode(b"", final=True)
         self.finish = finish_reason
         self.eof = True
         deltas = self._push(tail)
