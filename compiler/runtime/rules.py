@@ -937,9 +937,18 @@ class Rules:
         """An optional marker the output ended inside of (after whitespace) is read: it is not
         content."""
         inp = self._in
-        rest = inp.text[inp.pos:].strip()
-        if inp.eof and rest and marker.strip().startswith(rest):
-            inp.pos = len(inp.text)
+        if not inp.eof:
+            return
+        text, core = inp.text, marker.strip()
+        start = SPACES.match(text, inp.pos).end()  # type: ignore[union-attr]
+        end = min(len(text), start + len(core))
+        # (what is left is at most the marker's length, then whitespace: read no more than that,
+        # a call of a long output is not followed by a copy of the rest of it)
+        if SPACES.match(text, end).end() != len(text):  # type: ignore[union-attr]
+            return
+        rest = text[start:end].rstrip()
+        if rest and core.startswith(rest):
+            inp.pos = len(text)
 
     # --- tool-call: one loop over the call layout's steps ------------------------------
 
@@ -1386,8 +1395,8 @@ class Rules:
                 if text.startswith(closing_word, pos):
                     inp.pos, st.first = pos, first
                     return True
-                if eof and inp.finish in NATURAL_STOPS and pos < len(text) and stopped_in(
-                        closing_word, text[pos:]):
+                if eof and inp.finish in NATURAL_STOPS and 0 < len(text) - pos < len(closing_word) \
+                        and stopped_in(closing_word, text[pos:]):
                     # (`}` of `}<tool_call|>` here, the rest the engine's stop; nothing at all
                     # is not enough: the next argument might have come)
                     inp.pos, st.first = pos, first  # (the call's literal reads the rest)

@@ -32,7 +32,8 @@ With --against REVISION (a commit of this repository, from f90afe9 on, where the
 given its tables), the parser as it was then is timed in the same rounds, on the same
 outputs and floors, each family read by that revision's own probe and runtime: how a change
 moved the ratios, measured on one machine at one time (ratios to these floors move between
-machines and between ways of timing: compare a revision with another in one run).
+machines and between ways of timing: compare a revision with another in one run); and per
+shape, the one-shot parse's time over that parser's, to two decimals.
 """
 
 from __future__ import annotations
@@ -344,7 +345,7 @@ def measure(spec, module, pattern, label: str, shape: str, before=None) -> None:
     per_size = 8 if before else 6
     fns = [fn for size in sizes for fn in _timings(module, pattern, *sizes[size], before)]
     times = timed(*fns)
-    costs = {}
+    costs, against = {}, []
     for k, size in enumerate(sizes):
         text = sizes[size][0]
         t_one, f_one, t_4, f_4, t_1, f_1 = times[per_size * k:per_size * k + 6]
@@ -355,10 +356,13 @@ def measure(spec, module, pattern, label: str, shape: str, before=None) -> None:
         if before:
             b_one, b_4 = times[per_size * k + 6:per_size * k + 8]
             then = f"   {b_one / f_one:>20.1f} {b_4 / f_4:>13.1f}"
+            against.append(f"{t_one / b_one:.2f}x at {len(text)} characters")
         print(f"{label:<15} {shape:<13} {len(text):>6} {t_one / f_one:>15.1f} {t_4 / f_4:>13.1f} {t_1 / f_1:>13.1f} "
               f"{t_re / t_4:>15.1f}" + then)
     print(f"{label:<15} {shape:<13} 32k/4k cost ratio (4-char chunks): {costs[32_000] / costs[4_000]:.1f} "
           f"(linear: about 8)")
+    if against:
+        print(f"{label:<15} {shape:<13} one-shot against then (same rounds): {', '.join(against)}")
     if shape == "calls":
         text, tools, args = sizes[32_000]
         t_one, t_4 = times[per_size], times[per_size + 2]
