@@ -1044,7 +1044,10 @@ def serve(source, upstream, upstream_kind, context, host, port, model_name, time
     # a template that cannot be probed fails here, before listening
     spec, _ = compile_in_memory(template)
     name = model_name or os.path.basename(str(source).rstrip("/"))
-    engine = upstream_for(upstream_kind, upstream, timeout=timeout, context=context)
+    try:
+        engine = upstream_for(upstream_kind, upstream, timeout=timeout, context=context)
+    except ValueError as e:  # (a URL without a host, or whose port is not a number)
+        raise InputError(f"--upstream: {e}") from None
     click.echo(f"tplparse serve: {name} (family {spec.family}) at http://{host}:{port}/v1, "
                f"upstream {upstream} ({upstream_kind})", err=True)
     if engine.grammar_form is None:

@@ -1,5 +1,5 @@
 """The OpenAI /v1/completions upstream (serve/completions.py), against a scripted HTTP
-transport: what each engine's dialect sends (its grammar's form and field, the special
+server (tests/scripted_http.py, over sockets): what each engine's dialect sends (its grammar's form and field, the special
 tokens kept), how the stream, its finish reason and its usage are read, and the errors an
 engine that does not keep the protocol is answered with. The real vLLM is in
 tests/test_vllm_serve.py."""
@@ -16,6 +16,7 @@ import httpx  # noqa: E402
 
 import tplparse  # noqa: E402
 from conftest import EXAMPLES, run_cli  # noqa: E402
+from scripted_http import Answer, Request, ScriptedServer  # noqa: E402
 from tplparse.bridge import reply_errors  # noqa: E402
 from tplparse.bridge.grammar import GrammarForm, RequestGrammar  # noqa: E402
 from tplparse.grammar import ToolChoice  # noqa: E402
@@ -43,23 +44,22 @@ class Engine:
         self.stream, self.models, self.tokenize = stream, models, tokenize
         self.bodies: list[dict] = []
 
-    def __call__(self, request: httpx.Request) -> httpx.Response:
-        if request.url.path == "/v1/models":
-            return httpx.Response(200, json=self.models)
-        if request.url.path == "/tokenize":
+    def __call__(self, request: Request) -> Answer:
+        if request.path == "/v1/models":
+            return Answer(200, json=self.models)
+        if request.path == "/tokenize":
             if not self.tokenize:
-                return httpx.Response(404, json={"detail": "Not Found"})
+                return Answer(404, json={"detail": "Not Found"})
             prompt = json.loads(request.content)["prompt"]
-            return httpx.Response(200, json={"tokens": list(range(len(prompt.split()))), "count": 0})
-        if request.url.path == "/v1/completions":
+            return Answer(200, json={"tokens": list(range(len(prompt.split()))), "count": 0})
+        if request.path == "/v1/completions":
             self.bodies.append(json.loads(request.content))
-            return httpx.Response(200, content=self.stream, headers={"content-type": "text/event-stream"})
-        return httpx.Response(404)
+            return Answer(200, content=self.stream, headers={"content-type": "text/event-stream"})
+        return Answer(404)
 
 
 def _upstream(engine: Engine, kind=EngineKind.VLLM, context=None) -> OpenAICompletions:
-    client = httpx.AsyncClient(transport=httpx.MockTransport(engine), base_url="http://engine")
-    return OpenAICompletions("http://engine", DIALECTS[kind], context=context, client=client)
+    return OpenAICompletions(ScriptedServer(engine).url, DIALECTS[kind], context=context)
 
 
 def _generate(upstream, completion):

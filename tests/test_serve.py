@@ -1,6 +1,6 @@
 """`tplparse serve` without a real engine: the app in process, with a scripted upstream (the
-`Upstream` interface), and `LlamaServer` against scripted HTTP answers (httpx's mock
-transport). What is checked: requests refused by field (400), the answer's shapes, finish
+`Upstream` interface), and `LlamaServer` against scripted HTTP answers (a real server on
+127.0.0.1, tests/scripted_http.py, spoken to through the upstream's own client). What is checked: requests refused by field (400), the answer's shapes, finish
 reasons, a token limit inside reasoning reported, max_tokens capped to the context, retries,
 and every way an upstream fails (502 / 504, or an error event once the stream started).
 The end-to-end run against the real llama-server is tests/test_serve_e2e.py."""
@@ -17,6 +17,7 @@ pytest.importorskip("starlette", reason="tplparse serve's extra is not installed
 
 import tplparse  # noqa: E402
 from conftest import EXAMPLES, run_cli  # noqa: E402
+from scripted_http import Answer, Hangup, ScriptedServer, Stall  # noqa: E402
 from tplparse.bridge.grammar import GrammarForm  # noqa: E402
 from tplparse.serve import Completion, Finished, Limits, LlamaServer, Upstream, UpstreamError, create_app  # noqa: E402
 
@@ -281,8 +282,7 @@ def test_upstream_failure_before_and_during_the_stream():
 # --- LlamaServer against scripted HTTP answers -------------------------------------------
 
 def llama(handler) -> LlamaServer:
-    client = httpx.AsyncClient(transport=httpx.MockTransport(handler), base_url="http://llama")
-    return LlamaServer("http://llama", client=client)
+    return LlamaServer(ScriptedServer(handler).url, timeout=1)
 
 
 async def _drain(upstream: Upstream):
@@ -295,17 +295,17 @@ def sse_body(*events) -> bytes:
 
 def test_llama_server_protocol_read():
     def handler(request):
-        if request.url.path == "/completion":
+        if request.path == "/completion":
             body = json.loads(request.content)
             assert body["stream"] is True and body["n_predict"] == 5 and body["prompt"] == "p"
-            return httpx.Response(200, content=sse_body({"content": "Hi", "stop": False},
+            return Answer(200, content=sse_body({"content": "Hi", "stop": False},
                                                          {"content": "", "stop": True, "stop_type": "limit",
                                                           "tokens_evaluated": 3, "tokens_predicted": 5}))
-        if request.url.path == "/props":
-            return httpx.Response(200, json={"default_generation_settings": {"n_ctx": 2048}, "model_path": "/m/x.gguf"})
+        if request.path == "/props":
+            return Answer(200, json={"default_generation_settings": {"n_ctx": 2048}, "model_path": "/m/x.gguf"})
         body = json.loads(request.content)
-        assert request.url.path == "/tokenize" and body["add_special"] is True and body["parse_special"] is True
-        return httpx.Response(200, json={"tokens": [1, 2, 3] if body["content"] else []})
+        assert request.path == "/tokenize" and body["add_special"] is True and body["parse_special"] is True
+        return Answer(200, json={"tokens": [1, 2, 3] if body["content"] else []})
 
     upstream = llama(handler)
     assert asyncio.run(_drain(upstream)) == ["Hi", Finished("length", 3, 5)]
@@ -314,20 +314,21 @@ def test_llama_server_protocol_read():
 
 
 @pytest.mark.parametrize("answer, status, words", [
-    (httpx.Response(200, content=b"data: {not json\n\n"), 502, "not JSON"),
-    (httpx.Response(200, content=sse_body([1, 2])), 502, "not a JSON object"),
-    (httpx.Response(200, content=sse_body({"content": "Hi", "stop": False})), 502, "before it said why"),
-    (httpx.Response(200, content=sse_body({"content": "", "stop": True, "stop_type": "sideways"})), 502, "unknown reason"),
-    (httpx.Response(400, json={"error": {"message": "failed to parse grammar"}}), 502, "failed to parse grammar"),
-    (httpx.Response(500, content=b"<html>oops</html>"), 502, "HTTP 500"),
-    (httpx.Response(200, content=sse_body({"error": {"message": "slot crashed"}})), 502, "slot crashed"),
-    (httpx.ReadTimeout("slow"), 504, "stopped sending tokens"),
-    (httpx.ConnectError("refused"), 502, "failed mid-answer"),
+    (Answer(200, content=b"data: {not json\n\n"), 502, "not JSON"),
+    (Answer(200, content=sse_body([1, 2])), 502, "not a JSON object"),
+    (Answer(200, content=sse_body({"content": "Hi", "stop": False})), 502, "before it said why"),
+    (Answer(200, content=sse_body({"content": "", "stop": True, "stop_type": "sideways"})), 502, "unknown reason"),
+    (Answer(400, json={"error": {"message": "failed to parse grammar"}}), 502, "failed to parse grammar"),
+    (Answer(500, content=b"<html>oops</html>"), 502, "HTTP 500"),
+    (Answer(200, content=sse_body({"error": {"message": "slot crashed"}})), 502, "slot crashed"),
+    (Stall(), 504, "stopped sending tokens"),
+    (Hangup(), 502, "failed mid-answer: the connection closed before an answer"),
+    (Hangup(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n20\r\ndata: {"), 502,
+     "failed mid-answer: the connection closed mid-answer"),
+    (Hangup(b"SSH-2.0-OpenSSH_9.6\r\n\r\n"), 502, "not an HTTP/1.x answer"),
 ])
 def test_llama_server_failures_are_upstream_errors(answer, status, words):
     def handler(request):
-        if isinstance(answer, Exception):
-            raise answer
         return answer
 
     with pytest.raises(UpstreamError) as caught:
@@ -421,7 +422,7 @@ def test_llama_server_events_holding_unicode_line_separators():
 
     def handler(request):
         raw = json.dumps({"content": text, "stop": False}, ensure_ascii=False).encode()  # as llama-server writes it
-        return httpx.Response(200, content=sse_body(raw, {"content": "", "stop": True, "stop_type": "eos"}))
+        return Answer(200, content=sse_body(raw, {"content": "", "stop": True, "stop_type": "eos"}))
 
     assert asyncio.run(_drain(llama(handler))) == [text, Finished("stop")]
     status, events = post(Scripted([text, Finished("stop")]), {"messages": ASK, "stream": True})
@@ -430,3 +431,93 @@ def test_llama_server_events_holding_unicode_line_separators():
 
     written = responses.sse({"content": text}).decode()
     assert not any(ch in written for ch in "\u2028\u2029\u0085") and json.loads(written[6:])["content"] == text
+
+
+# --- The upstream's HTTP client (serve/http.py) against a real server ---------------------
+
+def _client(handler, path="", **kwargs):
+    from tplparse.serve.http import Client
+
+    server = ScriptedServer(handler)
+    return server, Client(server.url + path, **kwargs)
+
+
+def test_the_client_keeps_its_connection_between_requests():
+    seen = []
+
+    def handler(request):
+        seen.append((request.method, request.path, request.json()))
+        return Answer(200, json={"n": len(seen)}, chunked=len(seen) % 2 == 0)
+
+    server, client = _client(handler, "/api/")
+
+    async def run():
+        first = await client.request("GET", "/props")
+        second = await client.request("POST", "/tokenize", {"content": "héllo ☃"})
+        third = await client.request("GET", "/props")
+        await client.aclose()
+        return [first.json(), second.json(), third.json()]
+
+    # by Content-Length and chunked, on one connection; the URL's path kept before each path;
+    # a JSON body as UTF-8 with its byte length
+    assert asyncio.run(run()) == [{"n": 1}, {"n": 2}, {"n": 3}]
+    assert seen == [("GET", "/api/props", {}), ("POST", "/api/tokenize", {"content": "héllo ☃"}),
+                    ("GET", "/api/props", {})]
+    assert server.connections == 1
+
+
+def test_a_stream_left_mid_answer_closes_its_connection():
+    # The client went away: the connection goes (how an engine learns to stop generating),
+    # it is not handed to the next request with the rest of an answer in it.
+    events = sse_body(*({"content": str(i), "stop": False} for i in range(50)))
+    server, client = _client(lambda request: Answer(200, content=events))
+
+    async def run():
+        async with client.stream("POST", "/completion", {"prompt": "p"}) as response:
+            async for _ in response.pieces():
+                break
+        assert not client._idle
+        return (await client.request("POST", "/completion", {})).body
+
+    assert asyncio.run(run()) == events and server.connections == 2
+
+
+def test_a_kept_connection_the_upstream_closed_is_replaced():
+    # An engine that closes a kept connection (its keep-alive timeout) between two requests:
+    # the second goes on a new connection, answered, not a 502.
+    server, client = _client(lambda request: Answer(200, json={"ok": True}, close_after=True))
+
+    async def run():
+        answers = [await client.request("GET", "/health") for _ in range(3)]
+        return [a.json() for a in answers]
+
+    assert asyncio.run(run()) == [{"ok": True}] * 3 and server.connections == 3
+
+
+@pytest.mark.parametrize("answer, error, words", [
+    (Hangup(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc"), "BrokenAnswer", "closed mid-answer"),
+    (Hangup(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"), "BrokenAnswer", "chunk size"),
+    (Hangup(b"HTTP/1.1 200 OK\r\nX: " + b"a" * 70000 + b"\r\n\r\n"), "BrokenAnswer", "head is longer"),
+    (Hangup(b"HTTP/1.1 200 OK\r\nContent-Length: ten\r\n\r\n"), "BrokenAnswer", "Content-Length"),
+    (Stall(), "TimedOut", "no answer in 0.5 s"),
+])
+def test_the_client_says_what_went_wrong(answer, error, words):
+    from tplparse.serve import http
+
+    _, client = _client(lambda request: answer, read_timeout=0.5)
+    with pytest.raises(getattr(http, error)) as caught:
+        asyncio.run(client.request("GET", "/props"))
+    assert words in str(caught.value)
+
+
+def test_nothing_listening_is_a_connect_failure():
+    from tplparse.serve.http import Client, ConnectFailed
+
+    with pytest.raises(ConnectFailed, match="cannot connect to 127.0.0.1:9"):
+        asyncio.run(Client("http://127.0.0.1:9").request("GET", "/health"))
+
+
+@pytest.mark.parametrize("url", ["http://", "ftp://host", "http://host:port"])
+def test_an_upstream_url_that_names_no_host_or_port_exits_2(url):
+    result = run_cli("serve", EXAMPLES / "chatml-think-tools.gguf", "--upstream", url)
+    assert result.returncode == 2 and "--upstream" in result.stderr and "Traceback" not in result.stderr

@@ -25,6 +25,7 @@ pytest.importorskip("starlette", reason="tplparse serve's extra is not installed
 import tplparse  # noqa: E402
 from bad_requests import ASK, CASES, OK, Case  # noqa: E402
 from conftest import EXAMPLES  # noqa: E402
+from scripted_http import Answer, ScriptedServer  # noqa: E402
 from servers import free_port, start_tplparse_serve  # noqa: E402
 from tplparse.check import llama as llama_check  # noqa: E402
 from tplparse.bridge.grammar import GrammarForm  # noqa: E402
@@ -308,8 +309,7 @@ def test_a_prompt_that_starts_with_bos_is_sent_without_it_to_an_upstream_that_ad
 
 
 def _llama(handler) -> LlamaServer:
-    return LlamaServer("http://llama", client=httpx.AsyncClient(transport=httpx.MockTransport(handler),
-                                                               base_url="http://llama"))
+    return LlamaServer(ScriptedServer(handler).url)
 
 
 def test_llama_server_says_what_it_puts_before_every_prompt():
@@ -318,13 +318,13 @@ def test_llama_server_says_what_it_puts_before_every_prompt():
     def handler(adds_bos: bool):
         def answer(request):
             body = json.loads(request.content) if request.content else {}
-            if request.url.path == "/props":
-                return httpx.Response(200, json={"default_generation_settings": {"n_ctx": 2048}, "model_path": "m.gguf"})
-            if request.url.path == "/tokenize":
-                return httpx.Response(200, json={"tokens": ([1] if adds_bos and body["add_special"] else [])
+            if request.path == "/props":
+                return Answer(200, json={"default_generation_settings": {"n_ctx": 2048}, "model_path": "m.gguf"})
+            if request.path == "/tokenize":
+                return Answer(200, json={"tokens": ([1] if adds_bos and body["add_special"] else [])
                                                            + ([5, 6] if body["content"] else [])})
-            assert request.url.path == "/detokenize" and body == {"tokens": [1]}
-            return httpx.Response(200, json={"content": "<s>"})
+            assert request.path == "/detokenize" and body == {"tokens": [1]}
+            return Answer(200, json={"content": "<s>"})
         return answer
 
     assert asyncio.run(_llama(handler(True)).limits()) == Limits(2048, "m.gguf", "<s>")
@@ -341,7 +341,7 @@ def test_an_older_llama_server_error_line_is_said(line):
     (then nothing, or `data: [DONE]`): its message was lost ('the stream ended before it
     said why')."""
     def handler(request):
-        return httpx.Response(200, content=b'data: {"content": "Hi", "stop": false}\n\n' + line + b"\n\ndata: [DONE]\n\n")
+        return Answer(200, content=b'data: {"content": "Hi", "stop": false}\n\n' + line + b"\n\ndata: [DONE]\n\n")
 
     async def drain():
         return [piece async for piece in _llama(handler).generate(Completion("p", 5))]

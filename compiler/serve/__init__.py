@@ -8,8 +8,9 @@
     engines       the upstream for an engine kind (upstream_for)
     responses     OpenAI's response, chunk and error shapes
     app           the ASGI app (Starlette) that runs a request through the above
+    http          the HTTP/1.1 client the upstreams speak through (asyncio streams)
 
-Needs the `serve` extra (Starlette, uvicorn, httpx): `pip install 'tplparse[serve]'`.
+Needs the `serve` extra (Starlette, uvicorn): `pip install 'tplparse[serve]'`.
 """
 
 from .app import create_app

@@ -22,8 +22,6 @@ from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-import httpx
-
 from ..bridge.grammar import GrammarForm, RequestGrammar
 from .upstream import (
     Completion,
@@ -78,8 +76,8 @@ class OpenAICompletions(HttpUpstream):
     spoken in `dialect`; `context` (tokens) where `/v1/models` does not say it."""
 
     def __init__(self, url: str, dialect: Dialect, timeout: float = 120.0,
-                 context: int | None = None, client: httpx.AsyncClient | None = None):
-        super().__init__(url, timeout, client)
+                 context: int | None = None):
+        super().__init__(url, timeout)
         self.dialect, self._context = dialect, context
         self.grammar_form = dialect.grammar_form
         self._can_tokenize = dialect.tokenize
@@ -112,7 +110,7 @@ class OpenAICompletions(HttpUpstream):
         tokens = await self._tokens(model, "")
         if not tokens:
             return ""
-        answer = await self._json("POST", "/detokenize", json={"model": model, "tokens": tokens})
+        answer = await self._json("POST", "/detokenize", {"model": model, "tokens": tokens})
         text = answer.get("prompt", answer.get("text"))
         if not isinstance(text, str):
             raise UpstreamError(502, "the upstream's /detokenize answered no text")
@@ -127,16 +125,9 @@ class OpenAICompletions(HttpUpstream):
         tokenizer's BOS added); None when the engine has no /tokenize."""
         if not self._can_tokenize:
             return None
-        try:
-            response = await self._client.post("/tokenize",
-                                               json={"model": model, "prompt": text,
-                                                     "add_special_tokens": True})
-        except httpx.TimeoutException as e:
-            raise UpstreamError(504, f"the upstream {self.url} did not answer /tokenize in "
-                                     f"time ({type(e).__name__})") from e
-        except httpx.HTTPError as e:
-            raise UpstreamError(502, f"the upstream {self.url} cannot be reached: {e}") from e
-        if response.status_code == 404:
+        response = await self._request("POST", "/tokenize", {"model": model, "prompt": text,
+                                                             "add_special_tokens": True})
+        if response.status == 404:
             # an engine without the route: counted by nobody, said in the notes
             self._can_tokenize = False
             return None

@@ -38,7 +38,7 @@ class LlamaServer(HttpUpstream):
         tokens = await self._tokens("")
         if not tokens:
             return ""
-        answer = await self._json("POST", "/detokenize", json={"tokens": tokens})
+        answer = await self._json("POST", "/detokenize", {"tokens": tokens})
         text = answer.get("content")
         if not isinstance(text, str):
             raise UpstreamError(502, "the upstream's /detokenize answered no text")
@@ -51,8 +51,7 @@ class LlamaServer(HttpUpstream):
         # As /completion tokenizes a prompt: special tokens parsed, the model's BOS added
         # when its vocabulary asks for one.
         answer = await self._json("POST", "/tokenize",
-                                  json={"content": text, "add_special": True,
-                                        "parse_special": True})
+                                  {"content": text, "add_special": True, "parse_special": True})
         tokens = answer.get("tokens")
         if not isinstance(tokens, list):
             raise UpstreamError(502, "the upstream's /tokenize answered no token list")

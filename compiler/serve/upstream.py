@@ -19,10 +19,10 @@ from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from enum import Enum
-
-import httpx
+from typing import Any
 
 from ..bridge.grammar import GrammarForm, RequestGrammar
+from .http import Client, ConnectFailed, HttpError, Response, TimedOut, text_lines
 
 
 class EngineKind(str, Enum):
@@ -100,35 +100,37 @@ class Upstream(ABC):
 
 
 class HttpUpstream(Upstream):
-    """An upstream over HTTP: one client for every request; a connection that fails is a 502,
-    a timeout a 504, an answer that is not a JSON object a 502."""
+    """An upstream over HTTP (serve/http.py: kept-alive connections): a connection that fails
+    is a 502, a timeout a 504, an answer that is not a JSON object a 502."""
 
-    def __init__(self, url: str, timeout: float = 120.0, client: httpx.AsyncClient | None = None):
+    def __init__(self, url: str, timeout: float = 120.0):
         self.url = url.rstrip("/")
         # connect: the upstream is down; read: no token for `timeout` seconds (a long prompt
         # evaluates before the first one comes).
-        self._client = client or httpx.AsyncClient(base_url=self.url,
-                                                   timeout=httpx.Timeout(timeout, connect=5.0))
+        self._client = Client(self.url, read_timeout=timeout, connect_timeout=5.0)
         self._limits: Limits | None = None
 
-    async def _json(self, method: str, path: str, **kwargs) -> dict:
+    async def _request(self, method: str, path: str, body: Any = None) -> Response:
+        """The whole answer to a request (any status)."""
         try:
-            response = await self._client.request(method, path, **kwargs)
-        except httpx.TimeoutException as e:
+            return await self._client.request(method, path, body)
+        except TimedOut as e:
             raise UpstreamError(504, f"the upstream {self.url} did not answer {path} in "
-                                     f"time ({type(e).__name__})") from e
-        except httpx.HTTPError as e:
+                                     f"time ({e})") from e
+        except HttpError as e:
             raise UpstreamError(502, f"the upstream {self.url} cannot be reached: {e}") from e
-        return decoded_json(response, path, self.url)
+
+    async def _json(self, method: str, path: str, body: Any = None) -> dict:
+        return decoded_json(await self._request(method, path, body), path, self.url)
 
     async def _events(self, path: str, body: dict) -> AsyncGenerator[dict, None]:
         """The JSON events of a streamed POST (SSE `data:` lines), up to `data: [DONE]`."""
         try:
-            async with self._client.stream("POST", path, json=body) as response:
-                if response.status_code != 200:
-                    await response.aread()
+            async with self._client.stream("POST", path, body) as response:
+                if response.status != 200:
+                    await response.read()
                     decoded_json(response, path, self.url)  # raises with the upstream's message
-                async for line in _lines(response):
+                async for line in text_lines(response):
                     if line.startswith("error:"):
                         # llama-server before late 2025 sent its errors so
                         raise UpstreamError(502, "the upstream failed: "
@@ -142,45 +144,34 @@ class HttpUpstream(Upstream):
                         raise UpstreamError(502, "the upstream failed: "
                                                  f"{event['error'].get('message')}")
                     yield event
-        except httpx.TimeoutException as e:
+        except TimedOut as e:
             raise UpstreamError(504, f"the upstream {self.url} stopped sending "
-                                     f"tokens ({type(e).__name__})") from e
-        except httpx.HTTPError as e:
+                                     f"tokens ({e})") from e
+        except ConnectFailed as e:
+            raise UpstreamError(502, f"the upstream {self.url} cannot be reached: {e}") from e
+        except HttpError as e:
             raise UpstreamError(502, f"the upstream {self.url} failed mid-answer: {e}") from e
 
     async def _healthy(self, path: str) -> bool:
         try:
-            response = await self._client.get(path)
-        except httpx.HTTPError:
+            response = await self._client.request("GET", path)
+        except HttpError:
             return False
-        return response.status_code == 200
+        return response.status == 200
 
     async def aclose(self) -> None:
         await self._client.aclose()
 
 
-async def _lines(response: httpx.Response):
-    """The SSE lines, split at \\n only: llama-server writes U+2028, U+2029 and U+0085 raw in
-    its JSON, and a split at every Unicode line break (httpx's aiter_lines) cuts an event."""
-    pending = ""
-    async for text in response.aiter_text():
-        pending += text
-        *lines, pending = pending.split("\n")
-        for line in lines:
-            yield line.rstrip("\r")
-    if pending:
-        yield pending
-
-
-def decoded_json(response: httpx.Response, path: str, url: str) -> dict:
+def decoded_json(response: Response, path: str, url: str) -> dict:
     try:
         body = response.json()
     except (json.JSONDecodeError, UnicodeDecodeError):
         body = None
-    if response.status_code != 200:
+    if response.status != 200:
         message = _message_of(body)
         raise UpstreamError(502, f"the upstream {url} answered {path} with HTTP "
-                                 f"{response.status_code}"
+                                 f"{response.status}"
                                  + (f": {message}" if message else ""))
     if not isinstance(body, dict):
         raise UpstreamError(502, f"the upstream {url} answered {path} with something "
