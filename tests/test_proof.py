@@ -15,7 +15,6 @@ from tplparse.check.outputs import STANDARD_TOOLS, model_outputs
 from tplparse.check.proof import prove
 from tplparse.grammar.reading import reading_tables
 from tplparse.probe import PROBE_SECONDS, probe
-from tplparse.probe.overrides import OVERRIDES_DIR
 from tplparse.spec import slot
 
 from conftest import EXAMPLES, PROOF, TOLERATED, corpus_compiled, corpus_templates, needs_corpus, not_yet_proved, run_cli
@@ -105,24 +104,19 @@ WRONG = {
 
 
 @pytest.fixture()
-def wrong_override():
-    """An override that breaks the example's spec (written into the override folder, then removed)."""
-    from tplparse.probe.overrides import load_overrides
-
+def wrong_override(tmp_path):
+    """An override file that breaks the example's spec, given with --override. (Never written
+    into the package's override folder: every tplparse process of the machine reads that one,
+    and the other test worker's compiles of the example read this wrong end-of-turn marker.)"""
     template = tplparse.load(EXAMPLES / "chatml-think-tools.gguf")
-    path = OVERRIDES_DIR / "zz-test-wrong.json"
+    path = tmp_path / "wrong.json"
     path.write_text(json.dumps({**WRONG, "template_sha256": [template.sha256]}), encoding="utf-8")
-    load_overrides.cache_clear()
-    try:
-        yield path
-    finally:
-        path.unlink()
-        load_overrides.cache_clear()
+    return path
 
 
 def test_compile_refuses_a_parser_that_does_not_read_back_its_template(wrong_override, tmp_path):
     out = tmp_path / "out"
-    result = run_cli("compile", EXAMPLES / "chatml-think-tools.gguf", "-o", out)
+    result = run_cli("compile", EXAMPLES / "chatml-think-tools.gguf", "-o", out, "--override", wrong_override)
     assert result.returncode == 2
     assert "NOT PROVED" in result.stdout
     errors = result.stderr.strip().splitlines()
@@ -132,7 +126,8 @@ def test_compile_refuses_a_parser_that_does_not_read_back_its_template(wrong_ove
 
 
 def test_allow_partial_writes_and_records_the_unproved_turns(wrong_override, tmp_path):
-    result = run_cli("compile", EXAMPLES / "chatml-think-tools.gguf", "-o", tmp_path, "--allow-partial")
+    result = run_cli("compile", EXAMPLES / "chatml-think-tools.gguf", "-o", tmp_path, "--allow-partial",
+                     "--override", wrong_override)
     assert result.returncode == 1, result.stderr
     spec = json.loads((tmp_path / "grammars" / "chatml-think-tools.spec.json").read_text(encoding="utf-8"))
     assert spec["unproved"] and all(":" in line for line in spec["unproved"])
