@@ -3,9 +3,10 @@
 Every request the bridge serves is one request upstream, and at 16 concurrent requests the
 time each takes to set up on the event loop decides whether they reach llama-server in one
 of its decoding steps or spread over two (docs/benchmarks.md, the bridge). httpx's
-AsyncClient spent 1.4 ms of CPU on a small streamed POST, and 2.7 ms each with 16 at once
-(43 ms for the 16, a local server answering at once); these asyncio streams spend 0.2 ms.
-What the bridge needs of HTTP is small, and all of it is here:
+AsyncClient spent 1.8 ms of CPU on a small streamed POST, and 2.5 ms each with 16 at once
+(39 ms until a local server answering at once had answered the 16); this client spends 0.2 to
+0.3 ms (3.4 ms for the 16): tests/benchmarks/bench_upstream_client.py. What the bridge needs of
+HTTP is small, and all of it is here:
 
     client = Client("http://127.0.0.1:8080", read_timeout=120)
     answer = await client.request("GET", "/props")              # Response: status, headers, body
