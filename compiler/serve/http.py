@@ -170,9 +170,7 @@ class StreamedResponse(Response):
         if frame.length == 0:
             frame.done = True
             return b""
-        piece = await reader.read(min(frame.length, _READ_SIZE))
-        if not piece:
-            raise asyncio.IncompleteReadError(b"", frame.length)
+        piece = await _read_some(reader, frame.length)
         frame.length -= len(piece)
         frame.done = frame.length == 0
         return piece
@@ -190,9 +188,7 @@ class StreamedResponse(Response):
                 frame.done = True
                 return b""
             frame.chunk_left = size
-        piece = await reader.read(min(frame.chunk_left, _READ_SIZE))
-        if not piece:
-            raise asyncio.IncompleteReadError(b"", frame.chunk_left)
+        piece = await _read_some(reader, frame.chunk_left)
         frame.chunk_left -= len(piece)
         frame.ends_chunk = frame.chunk_left == 0
         return piece
@@ -378,6 +374,15 @@ def _chunk_size(line: bytes) -> int:
         return int(digits, 16)
     except ValueError:
         raise BrokenAnswer(f"a chunk size that is not a number: {digits[:20]!r}") from None
+
+
+async def _read_some(reader: asyncio.StreamReader, left: int) -> bytes:
+    """What has come of the `left` bytes still to come (at least one; the connection's end
+    before them is an IncompleteReadError)."""
+    piece = await reader.read(min(left, _READ_SIZE))
+    if not piece:
+        raise asyncio.IncompleteReadError(b"", left)
+    return piece
 
 
 async def _skip_trailers(reader: asyncio.StreamReader) -> None:
