@@ -5991,13 +5991,15 @@ def _offered_tools(tools: object) -> dict[str, dict[str, dict[str, Any]]]:
         elif not isinstance(properties, dict):
             raise TypeError(f"tools[{i}] ({function['name']}): parameters.properties must be "
                             f"an object, not {type(properties).__name__}")
+        booleans = False
         for key, schema in properties.items():
             if not isinstance(schema, dict):
                 if not isinstance(schema, bool):
                     raise TypeError(f"tools[{i}] ({function['name']}): the schema of {key!r} "
                                     f"must be an object, not {type(schema).__name__}")
-                properties = {k: v if isinstance(v, dict) else {} for k, v in properties.items()}
-                break
+                booleans = True
+        if booleans:
+            properties = {k: v if isinstance(v, dict) else {} for k, v in properties.items()}
         offered[function["name"]] = properties
     return offered
 

@@ -424,6 +424,7 @@ def test_a_boolean_or_missing_schema_types_nothing(corpus):
     ([{"name": "f", "parameters": "x"}], "tools[0] (f): parameters must be a JSON Schema object, not str"),
     ([{"name": "f", "parameters": {"properties": []}}], "tools[0] (f): parameters.properties must be an object, not list"),
     ([{"name": "f", "parameters": {"properties": {"a": "string"}}}], "tools[0] (f): the schema of 'a' must be an object, not str"),
+    ([{"name": "f", "parameters": {"properties": {"a": True, "b": 3}}}], "tools[0] (f): the schema of 'b' must be an object, not int"),
 ])
 def test_tool_definitions_that_are_not_are_refused_by_name(chatml, tools, message):
     with pytest.raises(TypeError) as info:
