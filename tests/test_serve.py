@@ -1,8 +1,9 @@
 """`tplparse serve` without a real engine: the app in process, with a scripted upstream (the
 `Upstream` interface), and `LlamaServer` against scripted HTTP answers (a real server on
-127.0.0.1, tests/scripted_http.py, spoken to through the upstream's own client). What is checked: requests refused by field (400), the answer's shapes, finish
-reasons, a token limit inside reasoning reported, max_tokens capped to the context, retries,
-and every way an upstream fails (502 / 504, or an error event once the stream started).
+127.0.0.1, tests/scripted_http.py, spoken to through the upstream's own client). What is
+checked: requests refused by field (400), the answer's shapes, finish reasons, a token limit
+inside reasoning reported, max_tokens capped to the context, retries, and every way an upstream
+fails (502 / 504, or an error event once the stream started).
 The end-to-end run against the real llama-server is tests/test_serve_e2e.py."""
 
 from __future__ import annotations

@@ -334,10 +334,7 @@ class _Unanswered(HttpError):
 def _parse_head(head: bytes) -> tuple[int, dict[str, str], bool]:
     """Status, headers (lower-cased names; a repeated one joined with ", ") and whether the
     answer is HTTP/1.0."""
-    try:
-        text = head.decode("latin-1")
-    except UnicodeDecodeError:  # pragma: no cover - latin-1 decodes every byte
-        raise BrokenAnswer("the answer's head is not text") from None
+    text = head.decode("latin-1")  # (every byte decodes: what is not HTTP is told below)
     status_line, *lines = text[:-4].split("\r\n")
     version, _, rest = status_line.partition(" ")
     code = rest[:3]
@@ -390,12 +387,15 @@ async def _skip_trailers(reader: asyncio.StreamReader) -> None:
         pass
 
 
+# asyncio.timeout (Python 3.11 on; a timer handle, where wait_for makes a task per await).
+_TIMEOUT = getattr(asyncio, "timeout", None)
+
+
 async def _within(seconds: float, awaitable):
     """`await awaitable`, or asyncio.TimeoutError after `seconds`."""
-    timeout = getattr(asyncio, "timeout", None)
-    if timeout is None:  # Python 3.10
+    if _TIMEOUT is None:  # Python 3.10
         return await asyncio.wait_for(awaitable, seconds)
-    async with timeout(seconds):
+    async with _TIMEOUT(seconds):
         return await awaitable
 
 
