@@ -535,6 +535,22 @@ def test_bytes_chunks_may_split_utf8(chatml):
     assert chatml.parse(data)["content"] == "Déjà vu 🙂"  # (one-shot: bytes whole)
 
 
+def test_whitespace_held_stays_held_across_a_split_character(chatml):
+    # A space held at the content's end, then bytes that begin a character and end before it
+    # (chunks that decode to nothing): they give nothing out, the space stays held until the
+    # text after it, and the stream adds up to the one-shot result.
+    for text in ["Hi there \u2028ok<|im_end|>", "Hi there \u2028", "Hi there \u2603!"]:
+        data = text.encode("utf-8")
+        cut = len("Hi there ".encode("utf-8")) + 1  # (inside the character after the space)
+        parser = chatml.StreamParser()
+        deltas = parser.feed(data[:cut])
+        assert deltas == [{"content": "Hi there"}]
+        assert parser.feed(data[cut:cut]) == [] and parser.feed(data[cut:cut + 1]) == []
+        deltas += parser.feed(data[cut + 1:]) + parser.end()
+        one_shot = chatml.parse(data)["content"]
+        assert "".join(d.get("content", "") for d in deltas) == parser.message["content"] == one_shot
+
+
 def test_one_shot_bytes_decode_as_streamed_bytes(chatml):
     # Cut UTF-8 at the end and an invalid byte inside: replaced the same way, read whole or fed
     # a byte at a time; a str or bytes is all a chunk may be.

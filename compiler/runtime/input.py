@@ -62,8 +62,8 @@ class Input:
     """
 
     __slots__ = ("_out", "_decoder", "text", "pos", "offset_base", "trim_ok", "eof", "finish",
-                 "quiet", "plain", "partials", "wait_for", "_then", "poll", "_fast", "_ahead",
-                 "_drive", "_drive_then", "_expect", "_expect_at", "streaming", "resume")
+                 "quiet", "plain", "partials", "_open", "wait_for", "_then", "poll", "_fast",
+                 "_ahead", "_drive", "_drive_then", "_expect", "_expect_at", "streaming", "resume")
 
     def __init__(self, out: Output) -> None:
         """The state this layer owns: the buffer, and what the parse waits in."""
@@ -87,6 +87,9 @@ class Input:
         self.plain: TextField | None = None
         # (with `plain`: the starts of a marker held at a chunk's end)
         self.partials: frozenset[str] = frozenset()
+        # (with `plain`: the field, once it has begun and while nothing is held back: feed's
+        # plainest path, for a chunk in which `quiet` finds nothing)
+        self._open: TextField | None = None
         self.wait_for = 0  # or: the parse needs `text` to reach this length to decide
         self._then = 0  # or: it needs this many characters after the first that `quiet` finds
         # or: a value's scan, which feed() runs on a chunk that passed `quiet`
@@ -109,6 +112,31 @@ class Input:
         text = chunk if chunk.__class__ is str else self._decode(chunk)
         # The two paths most chunks of a stream take, inline (a call would cost a tenth of a
         # chunk's time); every other chunk, or one these cannot settle, goes on to _feed_on.
+        field = self._open
+        if field is not None:
+            # In content or reasoning that has begun, with nothing held back: a chunk in which
+            # `quiet` finds no marker's head goes straight out, as Output.emit_text gives text
+            # out (inline: the whitespace held before it goes with it, its own is held).
+            found = self.quiet(text)  # type: ignore[misc]
+            if found is None:
+                self.offset_base += len(text)
+                body = text.rstrip()
+                if body is text:  # (no whitespace at its end)
+                    if not text:  # (bytes that end inside a character: nothing yet)
+                        return []
+                    if field.pending:
+                        text = "".join(field.pending) + text
+                        field.pending = []
+                    field.parts.append(text)
+                    return [{field.key: text}]
+                if body:
+                    out = "".join(field.pending) + body if field.pending else body
+                    field.pending = [text[len(body):]]
+                    field.parts.append(out)
+                    return [{field.key: out}]
+                field.pending.append(text)
+                return []
+            return self._feed_plain(self.quiet, field, text, found)  # type: ignore[arg-type]
         fast = self._fast
         if fast is not None and text:
             # Inside a string argument that streams with all of it before this chunk given
@@ -129,24 +157,6 @@ class Input:
                         if piece else [])
             self._catch_up()  # (this chunk may end the string: the paths below read it)
             self._fast = None
-        field = self.plain
-        if field is not None and not self._ahead:
-            # In plain content or reasoning, nothing held back before the chunk and no marker's
-            # head in it: it goes straight out (as _feed_plain and Output.emit_text, inline). (The
-            # parse waits in one thing at a time: `plain` is set alone; see _push.)
-            quiet = self.quiet
-            assert quiet is not None  # (set with `plain`)
-            found = quiet(text)
-            if found is not None or self.pos < len(self.text) or not field.started:
-                return self._feed_plain(quiet, field, text, found)
-            self.offset_base += len(text)
-            body = text.rstrip()
-            if body is not text or field.pending:  # whitespace at its end, or held before it
-                return self._emit_chunk(field, text, body)
-            if not text:
-                return []
-            field.parts.append(text)
-            return [{field.key: text}]
         return self._feed_on(text)
 
     def _feed_on(self, text: str) -> list[Delta]:
@@ -253,29 +263,11 @@ class Input:
             self.text, self.pos = "", 0
         else:
             self.offset_base += len(text)
-        if not field.started:
-            self._out.emit_text(field, text)
-            deltas, self._out.deltas = self._out.deltas, []
-            return deltas
-        body = text.rstrip()
-        if body is text and not field.pending:  # no whitespace at the end, none held
-            if not text:
-                return []
-            field.parts.append(text)
-            return [{field.key: text}]
-        return self._emit_chunk(field, text, body)
-
-    def _emit_chunk(self, field: TextField, text: str, body: str) -> list[Delta]:
-        """A chunk of a started field (`body`: it without its end whitespace) as Output.emit_text
-        gives it out: the whitespace held before it goes with it, its own is held."""
-        if not body:
-            if text:
-                field.pending.append(text)
-            return []
-        out = "".join(field.pending) + body if field.pending else body
-        field.pending = [text[len(body):]] if len(body) < len(text) else []
-        field.parts.append(out)
-        return [{field.key: out}]
+        self._out.emit_text(field, text)
+        deltas, self._out.deltas = self._out.deltas, []
+        # (feed's plainest path opens when the field has begun and nothing is held back)
+        self._open = field if field.started and self.pos == len(self.text) else None
+        return deltas
 
     def _feed_polled(self, scan: BalancedScan, text: str) -> list[Delta]:
         """feed, inside a value whose scan can tell by itself whether this chunk completes it."""
@@ -352,7 +344,7 @@ class Input:
         self.eof = True
         deltas = self._push(tail)
         # (feed's fast paths stay closed)
-        self.quiet = self.plain = self.poll = self.streaming = self._drive = None
+        self.quiet = self.plain = self.poll = self.streaming = self._drive = self._open = None
         self.wait_for = self._then = 0
         return deltas
 
@@ -368,13 +360,16 @@ class Input:
                 self.offset_base += self.pos
                 self.pos = 0
             self._append(text)
-        self.quiet = self.plain = self.poll = self._drive = self._expect = None
+        self.quiet = self.plain = self.poll = self._drive = self._expect = self._open = None
         self.wait_for = self._then = 0
         try:
             self.resume(None)
         except StopIteration:
             pass
         self._fast = self._fast_path(self.streaming)
+        field = self.plain
+        if field is not None and field.started and self.pos == len(self.text) and not self._ahead:
+            self._open = field
         deltas, self._out.deltas = self._out.deltas, []
         return deltas
 
