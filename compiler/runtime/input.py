@@ -42,6 +42,8 @@ import codecs
 from collections.abc import Callable, Generator, Iterable, Sequence
 from re import Match
 
+_UTF8 = codecs.getincrementaldecoder("utf-8")  # (bytes may split a character: see feed)
+
 # (SPACES and run_of(...) match runs of `*`: they always match, and their `.match(...).end()`
 # is marked `type: ignore[union-attr]`, as in text.py.)
 
@@ -73,7 +75,8 @@ class Input:
         self.streaming: ObjectStream | KeyValueStream | None = None
         # the parse's send(): it runs until it needs more text (set by the rules)
         self.resume: Callable[[None], object]
-        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        # (made when the first bytes come: a str stream, or one output read whole, needs none)
+        self._decoder: codecs.IncrementalDecoder | None = None
         self.text = ""
         self.pos = 0
         self.offset_base = 0  # characters dropped from the front of `text`
@@ -319,6 +322,8 @@ class Input:
 
     def _decode(self, chunk: object) -> str:
         if isinstance(chunk, (bytes, bytearray)):
+            if self._decoder is None:
+                self._decoder = _UTF8("replace")
             return self._decoder.decode(chunk)
         if isinstance(chunk, str):
             return chunk
@@ -339,7 +344,7 @@ class Input:
         self._catch_up()
         self._fast = None
         tail = (last if isinstance(last, str) else self._decode(last)) \
-            + self._decoder.decode(b"", final=True)
+            + (self._decoder.decode(b"", final=True) if self._decoder is not None else "")
         self.finish = finish_reason
         self.eof = True
         deltas = self._push(tail)
