@@ -3048,12 +3048,15 @@ class Output:
     give out text that cannot move the parse without a step of the rules)."""
 
     __slots__ = ("deltas", "content", "reasoning", "calls", "invalid_calls", "errors",
-                 "_validate")
+                 "_validate", "whole")
 
     def __init__(self, validate: Validator | None) -> None:
         """The state this layer owns: the deltas not yet returned, the fields, the calls and
         errors of the message; `validate`: the dispatch stream's check (None: the UI stream)."""
         self.deltas: list[Delta] = []
+        # True for an output read whole (read_all): its message is wanted, not its deltas, and
+        # a call's header and argument deltas are not made
+        self.whole = False
         self.content = TextField("content")
         self.reasoning = TextField("reasoning_content")
         self.calls: list[ToolCall] = []
@@ -3098,11 +3101,15 @@ class Output:
 
     def announce(self, index: int, call: OpenCall) -> None:
         """A call's header: its id and name (the arguments follow in later deltas)."""
+        if self.whole:
+            return
         self.deltas.append({"tool_calls": [{"index": index, "id": call.id or f"call_{index}",
                                              "type": "function",
                                              "function": {"name": call.name, "arguments": ""}}]})
 
     def arguments_delta(self, index: int, piece: str) -> None:
+        if self.whole:
+            return
         self.deltas.append({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
 
     def complete_call(self, index: int, call: OpenCall, offset: int, streamed: str = "") -> None:
@@ -6007,7 +6014,8 @@ def _offered_tools(tools: object) -> dict[str, dict[str, dict[str, Any]]]:
 def read_all(parser: StreamParser, text: Chunk, finish_reason: str = "stop") -> Message:
     """Give a whole output to `parser` at once, with its end; its message (the same as
     streaming it)."""
-    parser._in.end(finish_reason, text)  # (its deltas are not wanted: the message is)
+    parser._out.whole = True  # (its deltas are not wanted: the message is)
+    parser._in.end(finish_reason, text)
     return parser.message
 
 

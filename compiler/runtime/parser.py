@@ -168,7 +168,8 @@ def _offered_tools(tools: object) -> dict[str, dict[str, dict[str, Any]]]:
 def read_all(parser: StreamParser, text: Chunk, finish_reason: str = "stop") -> Message:
     """Give a whole output to `parser` at once, with its end; its message (the same as
     streaming it)."""
-    parser._in.end(finish_reason, text)  # (its deltas are not wanted: the message is)
+    parser._out.whole = True  # (its deltas are not wanted: the message is)
+    parser._in.end(finish_reason, text)
     return parser.message
 
 
