@@ -243,6 +243,33 @@ def marker_starts(stops: Iterable[str]) -> Search:
 
 MARKER_HEAD = 3  # how many of a stop's first characters tell a chunk that may hold it
 
+
+class TextStops:
+    """The searches a text scan (Rules._text_until) runs for its stops, made once per set of
+    stops (text_stops): the first whole stop, where one may begin in a chunk (marker_starts)
+    and the starts held at a chunk's end (marker_partials), and the longest stop's length."""
+
+    __slots__ = ("stops", "first_stop", "quiet", "partials", "longest")
+
+    def __init__(self, stops: tuple[str, ...]) -> None:
+        self.stops = stops
+        self.first_stop = first_of(stops)  # (one scan: never past the first stop)
+        self.quiet = marker_starts(stops)
+        self.partials = marker_partials(stops)
+        self.longest = max(len(s) for s in stops)
+
+
+_TEXT_STOPS: dict[tuple[str, ...], TextStops] = {}
+
+
+def text_stops(stops: Sequence[str]) -> TextStops:
+    """The TextStops of `stops`, the empty ones left out (cached)."""
+    key = tuple(stops)
+    found = _TEXT_STOPS.get(key)
+    if found is None:
+        found = _TEXT_STOPS[key] = TextStops(tuple(s for s in key if s))
+    return found
+
 _PARTIALS: dict[tuple[str, ...], frozenset[str]] = {}
 
 
@@ -2379,6 +2406,7 @@ class Protocol:
         messages = tables.get("messages")
         self.messages = MessageFormat(messages, self.end_of_turn) if tc and messages else None
         self.literals = self._all_literals(tc)
+        self.reasoning_stops, self.content_stops = self._reasoning_stops(), self._content_stops()
 
     def _read_reasoning(self, table: ReasoningTable | None) -> None:
         """reasoning: its markers, and whether a call ends it."""
@@ -2503,6 +2531,27 @@ class Protocol:
         self.unwritten_separators = tuple(dict.fromkeys(
             [s.strip() for s in self.instructed_separators] + list(UNWRITTEN_SEPARATORS)))
         self.unwritten_separator_starts = "".join(sorted({s[0] for s in self.unwritten_separators}))
+
+    def _reasoning_stops(self) -> tuple[str, ...]:
+        """What ends reasoning text: its end marker, the turn's end, and a call's opener when a
+        call ends reasoning."""
+        stops = [self.reasoning_end, *self.end_of_turn]
+        if self.opener and self.call_ends_reasoning:
+            stops += [self.opener, self.bare_opener]
+        return tuple(s for s in stops if s)
+
+    def _content_stops(self) -> tuple[str, ...]:
+        """What ends content text: the turn's end, a call's opener (bare too), the content
+        block's end, a wrapper of another kind of call, a segment's end; and a call that is a
+        JSON object opened by another of its keys, or written without the section's markers
+        as the template's instructions say."""
+        stops = [*self.end_of_turn, self.opener, self.content_end, self.bare_opener,
+                 *self.wrappers]
+        if self.segment_end not in stops:
+            stops.append(self.segment_end)
+        if self.opener and (not self.section_start.strip() or self.instructed_bare):
+            stops += self.call_heads_by_key
+        return tuple(s for s in stops if s)
 
     def _all_literals(self, tc: ToolCallsTable | None) -> tuple[str, ...]:
         """Every literal of the format, stripped: an output that ends with the start of one
@@ -4190,11 +4239,7 @@ class Rules:
         inp = self._in
         out = self._out
         p = self._p
-        stops = [p.reasoning_end] + list(p.end_of_turn)
-        if p.opener and p.call_ends_reasoning:
-            stops.append(p.opener)
-            if p.bare_opener:
-                stops.append(p.bare_opener)
+        stops = p.reasoning_stops
         stop = yield from self._text_until(stops, out.reasoning)
         while stop is not None and stop in (p.opener, p.bare_opener) and (
                 yield from self._closes_later(inp.pos)):
@@ -4230,17 +4275,7 @@ class Rules:
         inp = self._in
         out = self._out
         p = self._p
-        stops = list(p.end_of_turn) + ([p.opener] if p.opener else []) + (
-            [p.content_end] if p.content_end else [])
-        if p.bare_opener:
-            stops.append(p.bare_opener)
-        stops += p.wrappers
-        if p.segment_end and p.segment_end not in stops:
-            stops.append(p.segment_end)
-        if p.opener and (not p.section_start.strip() or p.instructed_bare):
-            # (a call that is a JSON object, opened by another of its keys; or, as the template's
-            # instructions say, without the section's markers)
-            stops += p.call_heads_by_key
+        stops = p.content_stops
         if p.content_start:
             yield from inp.skip_ws()
             yield from inp.need(len(p.content_start))
@@ -4248,7 +4283,7 @@ class Rules:
                 inp.pos += len(p.content_start)
         field = out.content
         if p.bare_list is not None and self._tools and (yield from self._list_without_wrapper()):
-            stops = list(p.end_of_turn)  # (a list of calls on its own: only the turn's end follows)
+            stops = p.end_of_turn  # (a list of calls on its own: only the turn's end follows)
         while True:
             written = len(field.parts)
             stop = yield from self._text_until(stops, field)
@@ -4445,11 +4480,9 @@ class Rules:
         None at the end)."""
         inp = self._in
         out = self._out
-        stops = [s for s in stops if s]
-        first_stop = first_of(stops)  # one scan from the position: never past the first stop
-        quiet = marker_starts(stops)
-        partials = marker_partials(stops)
-        longest = max(len(s) for s in stops)
+        searches = text_stops(stops)
+        stops, first_stop, quiet = searches.stops, searches.first_stop, searches.quiet
+        partials, longest = searches.partials, searches.longest
         while True:
             text, pos = inp.text, inp.pos
             found = first_stop(text, pos)

@@ -456,6 +456,7 @@ class Protocol:
         messages = tables.get("messages")
         self.messages = MessageFormat(messages, self.end_of_turn) if tc and messages else None
         self.literals = self._all_literals(tc)
+        self.reasoning_stops, self.content_stops = self._reasoning_stops(), self._content_stops()
 
     def _read_reasoning(self, table: ReasoningTable | None) -> None:
         """reasoning: its markers, and whether a call ends it."""
@@ -580,6 +581,27 @@ class Protocol:
         self.unwritten_separators = tuple(dict.fromkeys(
             [s.strip() for s in self.instructed_separators] + list(UNWRITTEN_SEPARATORS)))
         self.unwritten_separator_starts = "".join(sorted({s[0] for s in self.unwritten_separators}))
+
+    def _reasoning_stops(self) -> tuple[str, ...]:
+        """What ends reasoning text: its end marker, the turn's end, and a call's opener when a
+        call ends reasoning."""
+        stops = [self.reasoning_end, *self.end_of_turn]
+        if self.opener and self.call_ends_reasoning:
+            stops += [self.opener, self.bare_opener]
+        return tuple(s for s in stops if s)
+
+    def _content_stops(self) -> tuple[str, ...]:
+        """What ends content text: the turn's end, a call's opener (bare too), the content
+        block's end, a wrapper of another kind of call, a segment's end; and a call that is a
+        JSON object opened by another of its keys, or written without the section's markers
+        as the template's instructions say."""
+        stops = [*self.end_of_turn, self.opener, self.content_end, self.bare_opener,
+                 *self.wrappers]
+        if self.segment_end not in stops:
+            stops.append(self.segment_end)
+        if self.opener and (not self.section_start.strip() or self.instructed_bare):
+            stops += self.call_heads_by_key
+        return tuple(s for s in stops if s)
 
     def _all_literals(self, tc: ToolCallsTable | None) -> tuple[str, ...]:
         """Every literal of the format, stripped: an output that ends with the start of one

@@ -63,9 +63,8 @@ from .text import (
     held_back,
     literal_here,
     literal_prefix_here,
-    marker_partials,
-    marker_starts,
     run_of,
+    text_stops,
     waker,
 )
 from .values import (
@@ -470,11 +469,7 @@ class Rules:
         inp = self._in
         out = self._out
         p = self._p
-        stops = [p.reasoning_end] + list(p.end_of_turn)
-        if p.opener and p.call_ends_reasoning:
-            stops.append(p.opener)
-            if p.bare_opener:
-                stops.append(p.bare_opener)
+        stops = p.reasoning_stops
         stop = yield from self._text_until(stops, out.reasoning)
         while stop is not None and stop in (p.opener, p.bare_opener) and (
                 yield from self._closes_later(inp.pos)):
@@ -510,17 +505,7 @@ class Rules:
         inp = self._in
         out = self._out
         p = self._p
-        stops = list(p.end_of_turn) + ([p.opener] if p.opener else []) + (
-            [p.content_end] if p.content_end else [])
-        if p.bare_opener:
-            stops.append(p.bare_opener)
-        stops += p.wrappers
-        if p.segment_end and p.segment_end not in stops:
-            stops.append(p.segment_end)
-        if p.opener and (not p.section_start.strip() or p.instructed_bare):
-            # (a call that is a JSON object, opened by another of its keys; or, as the template's
-            # instructions say, without the section's markers)
-            stops += p.call_heads_by_key
+        stops = p.content_stops
         if p.content_start:
             yield from inp.skip_ws()
             yield from inp.need(len(p.content_start))
@@ -528,7 +513,7 @@ class Rules:
                 inp.pos += len(p.content_start)
         field = out.content
         if p.bare_list is not None and self._tools and (yield from self._list_without_wrapper()):
-            stops = list(p.end_of_turn)  # (a list of calls on its own: only the turn's end follows)
+            stops = p.end_of_turn  # (a list of calls on its own: only the turn's end follows)
         while True:
             written = len(field.parts)
             stop = yield from self._text_until(stops, field)
@@ -725,11 +710,9 @@ class Rules:
         None at the end)."""
         inp = self._in
         out = self._out
-        stops = [s for s in stops if s]
-        first_stop = first_of(stops)  # one scan from the position: never past the first stop
-        quiet = marker_starts(stops)
-        partials = marker_partials(stops)
-        longest = max(len(s) for s in stops)
+        searches = text_stops(stops)
+        stops, first_stop, quiet = searches.stops, searches.first_stop, searches.quiet
+        partials, longest = searches.partials, searches.longest
         while True:
             text, pos = inp.text, inp.pos
             found = first_stop(text, pos)

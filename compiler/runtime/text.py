@@ -75,6 +75,33 @@ def marker_starts(stops: Iterable[str]) -> Search:
 
 MARKER_HEAD = 3  # how many of a stop's first characters tell a chunk that may hold it
 
+
+class TextStops:
+    """The searches a text scan (Rules._text_until) runs for its stops, made once per set of
+    stops (text_stops): the first whole stop, where one may begin in a chunk (marker_starts)
+    and the starts held at a chunk's end (marker_partials), and the longest stop's length."""
+
+    __slots__ = ("stops", "first_stop", "quiet", "partials", "longest")
+
+    def __init__(self, stops: tuple[str, ...]) -> None:
+        self.stops = stops
+        self.first_stop = first_of(stops)  # (one scan: never past the first stop)
+        self.quiet = marker_starts(stops)
+        self.partials = marker_partials(stops)
+        self.longest = max(len(s) for s in stops)
+
+
+_TEXT_STOPS: dict[tuple[str, ...], TextStops] = {}
+
+
+def text_stops(stops: Sequence[str]) -> TextStops:
+    """The TextStops of `stops`, the empty ones left out (cached)."""
+    key = tuple(stops)
+    found = _TEXT_STOPS.get(key)
+    if found is None:
+        found = _TEXT_STOPS[key] = TextStops(tuple(s for s in key if s))
+    return found
+
 _PARTIALS: dict[tuple[str, ...], frozenset[str]] = {}
 
 
