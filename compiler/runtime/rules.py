@@ -200,11 +200,12 @@ class _KeyValueRead:
     """Where the reading of a call's key/value arguments is: the step, and what it has read.
     (One per parser, started afresh for each call: a parser reads one call at a time.)"""
 
-    __slots__ = ("kv", "properties", "closing", "closing_word", "closing_lead", "settling",
-                 "after_value", "unclosed", "step", "first", "key", "layout", "arguments", "bad",
-                 "value", "quoted")
+    __slots__ = ("kv", "ends", "properties", "closing", "closing_word", "closing_lead",
+                 "settling", "after_value", "unclosed", "step", "first", "key", "layout",
+                 "arguments", "bad", "value", "quoted")
 
     kv: KeyValueFormat
+    ends: tuple[ArgumentsEnd, str] | None  # (what the texts below were read from)
     properties: dict[str, SchemaValue]
     closing: str
     closing_word: str
@@ -223,18 +224,22 @@ class _KeyValueRead:
 
     def __init__(self, kv: KeyValueFormat) -> None:
         self.kv = kv
+        self.ends = None
 
     def start(self, properties: dict[str, SchemaValue], closing: ArgumentsEnd,
               after_arguments: str) -> _KeyValueRead:
         self.properties = properties  # the tool's parameters.properties (types the values)
-        # The arguments end where the call's next literal starts: its first word is enough
-        # (the literal itself is matched after, with its whitespace tolerance).
-        self.closing, self.closing_word, self.closing_lead = (closing.literal, closing.word,
-                                                              closing.lead)
-        # (what settles a raw value left open)
-        self.settling = self.kv.settling(self.closing_word)
-        # (what the template writes after a value)
-        self.after_value = self.kv.after_value(after_arguments)
+        if self.ends is None or self.ends[0] is not closing or self.ends[1] != after_arguments:
+            # (read again only when the call's layout is another: most calls share one)
+            self.ends = (closing, after_arguments)
+            # The arguments end where the call's next literal starts: its first word is enough
+            # (the literal itself is matched after, with its whitespace tolerance).
+            self.closing, self.closing_word, self.closing_lead = (closing.literal, closing.word,
+                                                                  closing.lead)
+            # (what settles a raw value left open)
+            self.settling = self.kv.settling(self.closing_word)
+            # (what the template writes after a value)
+            self.after_value = self.kv.after_value(after_arguments)
         self.unclosed = False  # the value just read had no closing text (settled by what follows)
         self.step, self.first, self.key, self.layout = _KV_WS, True, None, None
         self.arguments = {}
