@@ -30,9 +30,11 @@ the floor: the room a per-chunk target over the floor leaves. Then each shape ag
 a parser can do with it when nothing it gives out is taken back and the deltas add up to the
 one-shot result (issue #32's per-chunk target: within 1.3 times): text holds a marker's start
 and the whitespace at a chunk's end until the next chunk tells (_LeastText, on the same plain
-and dense prose); a file's argument rewrites its escapes and holds a split one (_LeastEscaping,
-on the "one argument" turn); a prose argument needs one search (_LeastKept); each keeps the
-argument's text, as a parser must, joined every 1024 chunks (not a list many times its size).
+and dense prose, with the family's marker search); a file's argument rewrites its escapes and
+holds a split one, or in a key/value string the start of its closing text (_LeastEscaping, with
+the searches of the family's own argument stream, on the "one argument" turn); a prose argument
+needs one search (_LeastKept); each keeps the argument's text, as a parser must, joined every
+1024 chunks (not a list many times its size).
 
 With --against REVISION (a commit of this repository, from f90afe9 on, where the runtime is
 given its tables), the parser as it was then is timed in the same rounds, on the same
