@@ -244,6 +244,20 @@ def marker_starts(stops: Iterable[str]) -> Search:
 MARKER_HEAD = 3  # how many of a stop's first characters tell a chunk that may hold it
 
 
+_PARTIALS: dict[tuple[str, ...], frozenset[str]] = {}
+
+
+def marker_partials(stops: Iterable[str]) -> frozenset[str]:
+    """The starts of `stops` shorter than their heads that are not stops themselves: what
+    marker_starts finds at a chunk's end that only the next chunk can tell (cached)."""
+    key = tuple(stops)
+    found = _PARTIALS.get(key)
+    if found is None:
+        starts = frozenset(stop[:n] for stop in key for n in range(1, min(len(stop), MARKER_HEAD)))
+        found = _PARTIALS[key] = starts - set(key)
+    return found
+
+
 class TextStops:
     """The searches a text scan (Rules._text_until) runs for its stops, made once per set of
     stops (text_stops): the first whole stop, where one may begin in a chunk (marker_starts)
@@ -268,19 +282,6 @@ def text_stops(stops: Sequence[str]) -> TextStops:
     found = _TEXT_STOPS.get(key)
     if found is None:
         found = _TEXT_STOPS[key] = TextStops(tuple(s for s in key if s))
-    return found
-
-_PARTIALS: dict[tuple[str, ...], frozenset[str]] = {}
-
-
-def marker_partials(stops: Iterable[str]) -> frozenset[str]:
-    """The starts of `stops` shorter than their heads that are not stops themselves: what
-    marker_starts finds at a chunk's end that only the next chunk can tell (cached)."""
-    key = tuple(stops)
-    found = _PARTIALS.get(key)
-    if found is None:
-        starts = frozenset(stop[:n] for stop in key for n in range(1, min(len(stop), MARKER_HEAD)))
-        found = _PARTIALS[key] = starts - set(key)
     return found
 
 
@@ -3447,9 +3448,16 @@ class Input:
             self.offset_base += len(text)
         self._out.emit_text(field, text)
         deltas, self._out.deltas = self._out.deltas, []
-        # (feed's plainest path opens when the field has begun and nothing is held back)
-        self._open = field if field.started and self.pos == len(self.text) else None
+        self._open = self._plainest(field)
         return deltas
+
+    def _plainest(self, field: TextField | None) -> TextField | None:
+        """`field` (the one the parse waits in, if any) when feed's plainest path may give out
+        the next chunk to it: the field has begun and nothing is held back; else None."""
+        if field is not None and field.started and self.pos == len(self.text) \
+                and not self._ahead:
+            return field
+        return None
 
     def _feed_polled(self, scan: BalancedScan, text: str) -> list[Delta]:
         """feed, inside a value whose scan can tell by itself whether this chunk completes it."""
@@ -3551,9 +3559,7 @@ class Input:
         except StopIteration:
             pass
         self._fast = self._fast_path(self.streaming)
-        field = self.plain
-        if field is not None and field.started and self.pos == len(self.text) and not self._ahead:
-            self._open = field
+        self._open = self._plainest(self.plain)
         deltas, self._out.deltas = self._out.deltas, []
         return deltas
 

@@ -268,9 +268,16 @@ class Input:
             self.offset_base += len(text)
         self._out.emit_text(field, text)
         deltas, self._out.deltas = self._out.deltas, []
-        # (feed's plainest path opens when the field has begun and nothing is held back)
-        self._open = field if field.started and self.pos == len(self.text) else None
+        self._open = self._plainest(field)
         return deltas
+
+    def _plainest(self, field: TextField | None) -> TextField | None:
+        """`field` (the one the parse waits in, if any) when feed's plainest path may give out
+        the next chunk to it: the field has begun and nothing is held back; else None."""
+        if field is not None and field.started and self.pos == len(self.text) \
+                and not self._ahead:
+            return field
+        return None
 
     def _feed_polled(self, scan: BalancedScan, text: str) -> list[Delta]:
         """feed, inside a value whose scan can tell by itself whether this chunk completes it."""
@@ -372,9 +379,7 @@ class Input:
         except StopIteration:
             pass
         self._fast = self._fast_path(self.streaming)
-        field = self.plain
-        if field is not None and field.started and self.pos == len(self.text) and not self._ahead:
-            self._open = field
+        self._open = self._plainest(self.plain)
         deltas, self._out.deltas = self._out.deltas, []
         return deltas
 

@@ -76,6 +76,20 @@ def marker_starts(stops: Iterable[str]) -> Search:
 MARKER_HEAD = 3  # how many of a stop's first characters tell a chunk that may hold it
 
 
+_PARTIALS: dict[tuple[str, ...], frozenset[str]] = {}
+
+
+def marker_partials(stops: Iterable[str]) -> frozenset[str]:
+    """The starts of `stops` shorter than their heads that are not stops themselves: what
+    marker_starts finds at a chunk's end that only the next chunk can tell (cached)."""
+    key = tuple(stops)
+    found = _PARTIALS.get(key)
+    if found is None:
+        starts = frozenset(stop[:n] for stop in key for n in range(1, min(len(stop), MARKER_HEAD)))
+        found = _PARTIALS[key] = starts - set(key)
+    return found
+
+
 class TextStops:
     """The searches a text scan (Rules._text_until) runs for its stops, made once per set of
     stops (text_stops): the first whole stop, where one may begin in a chunk (marker_starts)
@@ -100,19 +114,6 @@ def text_stops(stops: Sequence[str]) -> TextStops:
     found = _TEXT_STOPS.get(key)
     if found is None:
         found = _TEXT_STOPS[key] = TextStops(tuple(s for s in key if s))
-    return found
-
-_PARTIALS: dict[tuple[str, ...], frozenset[str]] = {}
-
-
-def marker_partials(stops: Iterable[str]) -> frozenset[str]:
-    """The starts of `stops` shorter than their heads that are not stops themselves: what
-    marker_starts finds at a chunk's end that only the next chunk can tell (cached)."""
-    key = tuple(stops)
-    found = _PARTIALS.get(key)
-    if found is None:
-        starts = frozenset(stop[:n] for stop in key for n in range(1, min(len(stop), MARKER_HEAD)))
-        found = _PARTIALS[key] = starts - set(key)
     return found
 
 
