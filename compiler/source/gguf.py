@@ -189,7 +189,8 @@ class _Cursor:
 
     def key(self) -> str:
         """A metadata key's name (shown in messages, matched against known names)."""
-        return self.string_bytes(_MAX_KEPT_STRING, "a key's name").decode("utf-8", "backslashreplace")
+        raw = self.string_bytes(_MAX_KEPT_STRING, "a key's name")
+        return raw.decode("utf-8", "backslashreplace")
 
     def skip_string(self) -> None:
         self.skip(self.string_length())
@@ -385,7 +386,7 @@ def _read_tokens(cursor: _Cursor, meta: GGUFMetadata, tokens: _Tokens) -> None:
     for wanted_id in sorted(wanted):
         cursor.skip_strings(wanted_id - token_id)
         role = wanted[wanted_id]
-        what = f"token {wanted_id}, the {role} token" if role else f"token {wanted_id}, a special token"
+        what = f"token {wanted_id}, " + (f"the {role} token" if role else "a special token")
         texts[wanted_id] = cursor.exact_string(what)
         token_id = wanted_id + 1
     for key, role in _ROLE_TOKEN_KEYS.items():
