@@ -237,9 +237,14 @@ def marker_starts(stops: Iterable[str]) -> Search:
                 node = node.setdefault(ch, {})
             node[""] = {}  # (a stop or its head ends here)
         found = _STARTS[key] = re.compile("|".join(
-            re.escape(ch) + _trie_pattern(child) for ch, child in sorted(trie.items()))).search
+            re.escape(ch) + _trie_pattern(child) for ch, child in sorted(trie.items()))
+            or _NO_STOP).search
     return found
 
+
+# A pattern that matches nowhere: the search for a set of no stops (a template that writes no
+# markers at all: its text runs to the output's end), where an empty pattern would match at once.
+_NO_STOP = "(?!)"
 
 MARKER_HEAD = 3  # how many of a stop's first characters tell a chunk that may hold it
 
@@ -270,7 +275,7 @@ class TextStops:
         self.first_stop = first_of(stops)  # (one scan: never past the first stop)
         self.quiet = marker_starts(stops)
         self.partials = marker_partials(stops)
-        self.longest = max(len(s) for s in stops)
+        self.longest = max((len(s) for s in stops), default=0)
 
 
 _TEXT_STOPS: dict[tuple[str, ...], TextStops] = {}
@@ -314,7 +319,8 @@ def first_of(stops: Iterable[str]) -> Search:
     found = _FIRSTS.get(key)
     if found is None:
         ordered = sorted(set(key), key=len, reverse=True)
-        found = _FIRSTS[key] = re.compile("|".join(re.escape(s) for s in ordered)).search
+        found = _FIRSTS[key] = re.compile("|".join(re.escape(s) for s in ordered if s)
+                                          or _NO_STOP).search
     return found
 
 
@@ -449,7 +455,7 @@ def literal_here(text: str, pos: int, literal: str, end_known: bool = False) -> 
 
 def held_back(window: str, stops: Sequence[str]) -> int:
     """How much of the end of `window` could be the start of a stop (kept until it is known)."""
-    longest = max(len(stop) for stop in stops) - 1
+    longest = max((len(stop) for stop in stops), default=0) - 1
     tail = window[-longest:] if longest > 0 else ""
     firsts = {stop[0] for stop in stops}
     for p, ch in enumerate(tail):
