@@ -10,12 +10,12 @@ import os
 import re
 import sys
 import types
-import unicodedata
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import click
 
+from .display import printable, printable_lines
 from .errors import InputError, TplparseError
 from .source.isolation import DEFAULT_WORK_LIMITS, WorkLimits, run_isolated
 
@@ -48,10 +48,10 @@ class _Group(click.Group):
             code = 2
         except click.UsageError as e:
             hint = f" (see: {e.ctx.command_path} --help)" if e.ctx is not None else ""
-            click.echo(f"tplparse: error: {e.format_message()}{hint}", err=True)
+            click.echo(f"tplparse: error: {_one_line(e.format_message())}{hint}", err=True)
             code = 2
         except click.ClickException as e:
-            click.echo(f"tplparse: error: {e.format_message()}", err=True)
+            click.echo(f"tplparse: error: {_one_line(e.format_message())}", err=True)
             code = e.exit_code
         except click.Abort:
             click.echo("tplparse: error: interrupted", err=True)
@@ -64,10 +64,16 @@ class _Group(click.Group):
 
 
 def _one_line(text: str) -> str:
-    """`text` with every control character, line break and lone surrogate escaped: an error
-    is one line, and what a file or a template put in it cannot rewrite the terminal."""
-    return "".join(repr(ch)[1:-1] if unicodedata.category(ch) in ("Cc", "Cs", "Zl", "Zp") else ch
-                   for ch in text)
+    """`text` with every control character, line break, lone surrogate and invisible format
+    character (a bidirectional override) escaped: an error is one line, and what a file or a
+    template put in it cannot rewrite the terminal (tplparse.display)."""
+    return printable(text)
+
+
+def _say(text: str = "", err: bool = False, nl: bool = True) -> None:
+    """click.echo of text that holds what a user's files say (a model's name, a template's
+    words, a path): each line made printable (tplparse.display); the line breaks kept."""
+    click.echo(printable_lines(text), err=err, nl=nl)
 
 
 @click.group(cls=_Group)
@@ -75,8 +81,9 @@ def _one_line(text: str) -> str:
 @click.version_option(__version__, prog_name="tplparse")
 @click.option("--time-limit", type=click.FloatRange(min=0.1), default=DEFAULT_WORK_LIMITS.seconds,
               show_default=True, envvar="TPLPARSE_TIME_LIMIT", metavar="SECONDS",
-              help="The render budget: wall clock for all of a command's work with the template "
-                   "(compile, every render of a probe and a proof); past it the work is stopped. "
+              help="The render budget: CPU time for all of a command's work with the template "
+                   "(compile, every render of a probe and a proof); past it the work is stopped "
+                   "(and past a wall-clock backstop of 3 times it and 10 s). "
                    "Also $TPLPARSE_TIME_LIMIT.")
 @click.option("--memory-limit", type=click.IntRange(min=64),
               default=DEFAULT_WORK_LIMITS.memory_bytes >> 20, show_default=True,
@@ -109,12 +116,9 @@ def _render_limits():
 
 
 def _read_json_file(path: str, what: str):
-    text = _read_text_file(path, what)
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise InputError(f"{path}: invalid JSON ({what}) at line {e.lineno}, "
-                         f"column {e.colno}: {e.msg}") from None
+    from .jsontext import loads
+
+    return loads(_read_text_file(path, what), "<stdin>" if path == "-" else path, InputError, what)
 
 
 def _json_kind(value) -> str:
@@ -186,6 +190,10 @@ def _parse_var(text: str) -> tuple[str, object]:
         value = json.loads(raw)
     except json.JSONDecodeError:
         value = raw
+    except (RecursionError, ValueError):
+        from .jsontext import loads
+
+        loads(raw, f"--var {key.strip()}", InputError)  # (raises, naming what is wrong)
     return key.strip(), value
 
 
@@ -230,7 +238,7 @@ def info(source, variant, as_json):
     rows.append(("special tokens", f"{len(specials)}: {shown}" if specials else "none"))
     width = max(len(k) for k, _ in rows) + 1
     for key, value in rows:
-        click.echo(f"{key + ':':<{width}} {value}")
+        _say(f"{key + ':':<{width}} {value}")
 
 
 @main.command()
@@ -307,40 +315,56 @@ def probe(source, variant, as_json, override_path, bos_token, eos_token):
     from .probe.report import as_text, protocol_sections, provenance_sections
 
     override = _read_override(override_path)
-    template, spec, checks = _isolated(
+    template, spec, checks, proof = _isolated(
         lambda: _probed(_load(source, variant=variant, bos_token=bos_token, eos_token=eos_token),
                         override), source)
+    if proof.error:
+        raise InputError(_proof_error(proof))
     if as_json:
         click.echo(spec.to_json(), nl=False)
-        return
-    title = (f"{template.name} — family {spec.family}, template sha256 "
-             f"{spec.template_sha256[:16]}…, input shape: {spec.shape}")
-    click.echo(as_text(title, protocol_sections(spec) + provenance_sections(spec)), nl=False)
-    passed = sum(c.passed for c in checks)
-    click.echo(f"\nCheck: the spec re-renders {passed} of {len(checks)} standard turns (fresh "
-               "values) exactly as the template does")
-    for check in checks:
-        if not check.passed:
-            click.echo(f"  {check.turn}: {check.detail}")
+    else:
+        title = (f"{template.name} — family {spec.family}, template sha256 "
+                 f"{spec.template_sha256[:16]}…, input shape: {spec.shape}")
+        _say(as_text(title, protocol_sections(spec) + provenance_sections(spec)), nl=False)
+        passed = sum(c.passed for c in checks)
+        _say(f"\nCheck: the spec re-renders {passed} of {len(checks)} standard turns (fresh "
+                   "values) exactly as the template does")
+        for check in checks:
+            if not check.passed:
+                _say(f"  {check.turn}: {check.detail}")
+        _say("\n" + proof.table(), nl=False)
+    if not proof.ok:
+        # (what compile refuses, probe refuses: the same proof, the same words)
+        raise InputError(_proof_error(proof))
 
 
 def _probed(template, override=None):
-    """(template, its spec, the spec's checks against the standard turns); a template that
-    renders none of them is an error, as it is for compile (nothing to derive a protocol from).
-    `override`: a user's, applied to the spec."""
+    """(template, its spec, the spec's checks against the standard turns, the compile's proof
+    of the parser made from the spec). `override`: a user's, applied to the spec."""
+    from .check.proof import prove
     from .probe import probe as run_probe
     from .probe import verify
     from .probe.overrides import blamed_on
-    from .probe.verify import RENDERS_NONE
 
     spec = run_probe(template, override=override)
     with blamed_on(override):
         checks = verify(template, spec)
-    if all(c.detail == RENDERS_NONE for c in checks):
-        why = next((w.partition(": ")[2] for w in spec.warnings
-                    if w.startswith("no probe turn renders: ")), "")
-        raise InputError(f"{spec.family}: {RENDERS_NONE}" + (f" ({why})" if why else ""))
-    return template, spec, checks
+        proof = prove(template, spec)
+    return template, spec, checks, proof
+
+
+def _probed_for_a_grammar(template, override=None):
+    """(template, its spec): the probe, refused as compile refuses a template that renders
+    nothing to prove a parser on (the grammar would have nothing to describe)."""
+    from .check.outputs import mode_outputs
+    from .check.proof import nothing_to_prove
+    from .probe import probe as run_probe
+
+    spec = run_probe(template, override=override)
+    nothing = nothing_to_prove(spec, mode_outputs(template, spec))
+    if nothing:
+        raise InputError(f"{spec.family}: {nothing}: nothing to build a grammar from")
+    return template, spec
 
 
 def _grammar_options(command):
@@ -475,9 +499,10 @@ def _print_grammar(command: _GrammarCommand) -> None:
     except ValueError as e:
         raise InputError(f"--tool-choice: {e}") from None
     override = _read_override(command.override_path)
-    template, spec, _ = _isolated(
-        lambda: _probed(_load(source, variant=command.variant, bos_token=command.bos_token,
-                              eos_token=command.eos_token), override), source)
+    template, spec = _isolated(
+        lambda: _probed_for_a_grammar(_load(source, variant=command.variant,
+                                            bos_token=command.bos_token,
+                                            eos_token=command.eos_token), override), source)
     if request.mode not in spec.modes:
         raise InputError(f"--mode {request.mode!r}: this template has the modes "
                          f"{', '.join(spec.modes)}")
@@ -489,9 +514,9 @@ def _print_grammar(command: _GrammarCommand) -> None:
     except ValueError as e:
         raise InputError(str(e)) from None
     for warning in grammar.warnings:
-        click.echo(f"tplparse: warning: {warning}", err=True)
+        _say(f"tplparse: warning: {warning}", err=True)
     if form == GrammarForm.LARK and not template.control_tokens:
-        click.echo(f"tplparse: warning: {source} names no control tokens (a bare .jinja names "
+        _say(f"tplparse: warning: {source} names no control tokens (a bare .jinja names "
                    "none): the grammar writes every marker as text, and a model whose tokenizer "
                    "keeps a marker as a control token writes a token this grammar refuses; give "
                    "the model's GGUF or tokenizer_config.json", err=True)
@@ -543,19 +568,19 @@ def compile_command(source, out_dir, family, variant, standalone, allow_partial,
                                        eos_token=eos_token),
                                  standalone=standalone, allow_partial=allow_partial,
                                  override=override), source)
-    click.echo(compiled.proof.table(), nl=False)
+    _say(compiled.proof.table(), nl=False)
     proof = compiled.proof
     if not proof.ok and not allow_partial:
         raise InputError(_proof_error(proof))
     for path in write_files(compiled.files, Path(out_dir)):
-        click.echo(f"wrote {path}")
+        _say(f"wrote {path}")
     if proof.not_tolerated:
         # (the parser reads the renders; a tolerance rule does not hold here: said, not fatal)
-        click.echo(f"tplparse: warning: {proof.family}: {len(proof.not_tolerated)} deviated "
+        _say(f"tplparse: warning: {proof.family}: {len(proof.not_tolerated)} deviated "
                    "form(s) of its turns are not read back as the render (first: "
                    f"{proof.not_tolerated[0]})", err=True)
     if not proof.ok:
-        click.echo(f"tplparse: warning: {_proof_error(proof)} (written anyway: --allow-partial)",
+        _say(f"tplparse: warning: {_proof_error(proof)} (written anyway: --allow-partial)",
                    err=True)
         sys.exit(1)
 
@@ -725,25 +750,25 @@ def replay(source, transcripts, start, as_json):
 
 
 def _print_replay(results, parsers) -> None:
-    click.echo(f"replayed with {parsers.template_name or parsers.family} (family {parsers.family}, "
+    _say(f"replayed with {parsers.template_name or parsers.family} (family {parsers.family}, "
                f"sha256 {parsers.template_sha256[:16]}…)")
     for r in results:
         recorded = r.transcript
         same = " (the recorded template)" \
             if recorded.template_sha256 == parsers.template_sha256 \
             else f" (recorded with {recorded.family}, sha256 {recorded.template_sha256[:16]}…)"
-        click.echo(f"  {r.where}{same}: " + ("changed" if r.changed else "unchanged")
+        _say(f"  {r.where}{same}: " + ("changed" if r.changed else "unchanged")
                    + ("; the deltas are split differently" if r.deltas_changed and not r.changed
                       else ""))
         for change in r.changes:
             if change.field == "stream":
-                click.echo(f"    stream ≠ one-shot: one-shot {_short(change.recorded)}, streamed "
+                _say(f"    stream ≠ one-shot: one-shot {_short(change.recorded)}, streamed "
                            f"{_short(change.replayed)}")
             else:
-                click.echo(f"    {change.field}: recorded {_short(change.recorded)}, now "
+                _say(f"    {change.field}: recorded {_short(change.recorded)}, now "
                            f"{_short(change.replayed)}")
     changed = sum(r.changed for r in results)
-    click.echo(f"{changed} of {len(results)} transcripts changed")
+    _say(f"{changed} of {len(results)} transcripts changed")
 
 
 def _short(value, limit: int = 160) -> str:
@@ -779,7 +804,7 @@ def diff(old, new, as_json, old_variant, new_variant, bos_token, eos_token):
     if as_json:
         click.echo(json.dumps(report_json(report), ensure_ascii=False, indent=2))
     else:
-        click.echo(as_text(report), nl=False)
+        _say(as_text(report), nl=False)
     sys.exit(0 if report.same else 1)
 
 
@@ -822,7 +847,7 @@ def export_response_template(source, out_file, variant, target, bos_token, eos_t
     _warn_stand_ins(template, text)
     if out_file:
         write_text_atomically(Path(out_file), text)
-        click.echo(f"wrote {out_file}")
+        _say(f"wrote {out_file}")
     else:
         click.echo(text, nl=False)
 
@@ -842,12 +867,12 @@ def _check_transformers(exported: dict, target: str | None) -> None:
         by_release.setdefault(since, []).append(feature)
     said = "; ".join(f"{', '.join(names)}: {since}"
                      for since, names in reversed(by_release.items()))
-    click.echo("tplparse: this response_template needs transformers >= "
+    _say("tplparse: this response_template needs transformers >= "
                f"{transformers_needed(exported)} ({said})",
                err=True)
     installed = _installed("transformers") if target is None else None
     if installed and _lacks(exported, installed, quiet=True):
-        click.echo(f"tplparse: warning: the installed transformers {installed} cannot read it "
+        _say(f"tplparse: warning: the installed transformers {installed} cannot read it "
                    f"({_lacks(exported, installed)}): parse it with transformers >= "
                    f"{transformers_needed(exported)}",
                    err=True)
@@ -888,7 +913,7 @@ def _warn_stand_ins(template, *texts: str) -> None:
         forms = {stand_in, re.escape(stand_in), json.dumps(re.escape(stand_in))[1:-1]}
         if name not in template.named_tokens \
                 and any(form in text for form in forms for text in texts):
-            click.echo(f"tplparse: warning: the source does not name its {name}: the export "
+            _say(f"tplparse: warning: the source does not name its {name}: the export "
                        f"reads the stand-in {stand_in!r} in its place (give "
                        f"--{name.replace('_', '-')} to name the model's)", err=True)
 
@@ -923,9 +948,9 @@ def export_vllm(source, out_dir, family, variant, bos_token, eos_token):
         raise InputError(_proof_error(compiled.proof))
     _warn_stand_ins(template, *plugin.files.values())
     for path in write_files(plugin.files, Path(out_dir)):
-        click.echo(f"wrote {path}")
-    click.echo("serve with:")
-    click.echo(plugin.usage(str(out_dir)))
+        _say(f"wrote {path}")
+    _say("serve with:")
+    _say(plugin.usage(str(out_dir)))
 
 
 def _family_name(family: Family | None) -> str:
@@ -964,12 +989,12 @@ def build_command(manifest, out_dir, check, jobs, no_cache):
                        out_dir=Path(out_dir) if out_dir else None, jobs=jobs,
                        cache=None if no_cache else BuildCache())
     for name, fields in result.protocol_changed.items():
-        click.echo(f"protocol changed: {name}: {', '.join(fields)} (tplparse diff shows how)",
+        _say(f"protocol changed: {name}: {', '.join(fields)} (tplparse diff shows how)",
                    err=True)
     for family in result.skipped:
-        click.echo(f"skipped {family.name}: {family.source} is not here", err=True)
+        _say(f"skipped {family.name}: {family.source} is not here", err=True)
     for proof in result.unproved:
-        click.echo(f"tplparse: error: {_proof_error(proof)}", err=True)
+        _say(f"tplparse: error: {_proof_error(proof)}", err=True)
     if result.unproved:
         raise InputError(f"{len(result.unproved)} families do not prove: "
                          + ", ".join(p.family for p in result.unproved)
@@ -977,16 +1002,16 @@ def build_command(manifest, out_dir, check, jobs, no_cache):
     if check:
         if result.changed or result.removed:
             if result.changed:
-                click.echo("stale (run tplparse build): " + ", ".join(result.changed), err=True)
+                _say("stale (run tplparse build): " + ", ".join(result.changed), err=True)
             if result.removed:
-                click.echo("generated by tplparse but made by no family "
+                _say("generated by tplparse but made by no family "
                            "(tplparse build removes them): "
                            + ", ".join(result.removed), err=True)
             sys.exit(1)
-        click.echo(f"all {len(result.built)} families are current")
+        _say(f"all {len(result.built)} families are current")
     else:
         removed = f", {len(result.removed)} removed" if result.removed else ""
-        click.echo(f"built {len(result.built)} families, {len(result.changed)} "
+        _say(f"built {len(result.built)} families, {len(result.changed)} "
                    f"files changed{removed}")
 
 
@@ -1048,10 +1073,10 @@ def serve(source, upstream, upstream_kind, context, host, port, model_name, time
         engine = upstream_for(upstream_kind, upstream, timeout=timeout, context=context)
     except ValueError as e:  # (a URL without a host, or whose port is not a number)
         raise InputError(f"--upstream: {e}") from None
-    click.echo(f"tplparse serve: {name} (family {spec.family}) at http://{host}:{port}/v1, "
+    _say(f"tplparse serve: {name} (family {spec.family}) at http://{host}:{port}/v1, "
                f"upstream {upstream} ({upstream_kind})", err=True)
     if engine.grammar_form is None:
-        click.echo(f"tplparse serve: {upstream_kind} is sent no grammar: tool_choice 'required' or "
+        _say(f"tplparse serve: {upstream_kind} is sent no grammar: tool_choice 'required' or "
                    "a named tool, and response_format, are not enforced while generating (answers "
                    "are still parsed and validated)",
                    err=True)
@@ -1060,7 +1085,7 @@ def serve(source, upstream, upstream_kind, context, host, port, model_name, time
         from .bridge.transcripts import Retention, TranscriptFolder
 
         record = TranscriptFolder(record_dir, Retention(record_keep, record_days))
-        click.echo(f"tplparse serve: a transcript of every generation goes into {record_dir} (the "
+        _say(f"tplparse serve: a transcript of every generation goes into {record_dir} (the "
                    f"newest {record_keep}, none older than {record_days:g} days)", err=True)
     app = create_app(template, engine, name, record)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning",

@@ -164,6 +164,16 @@ def _not_a_folder(path: Path) -> str:
 
 
 def write_files(files: dict[str, str], out_dir: Path) -> list[Path]:
+    """Write `files` (relative path -> text) under `out_dir`, each atomically; every text is
+    checked to be Unicode first, so that a file that cannot be written stops the write before
+    a folder or a file is made, not halfway through."""
+    for relative, text in files.items():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise InputError(f"{out_dir / relative}: not written: it would hold a lone surrogate "
+                             f"({text[e.start]!r} at character {e.start}), which is not Unicode "
+                             "text; nothing was written") from None
     written = []
     for relative, text in files.items():
         path = out_dir / relative

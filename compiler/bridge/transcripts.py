@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
+from ..jsontext import loads
 from ..version import __version__
 
 TRANSCRIPT_FORMAT = "tplparse-transcript"
@@ -248,10 +249,7 @@ def read_transcripts(path: str | Path) -> list[Transcript]:
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise InputError(f"{path}:{number}: not JSON ({e.msg})") from None
+        obj = loads(line, f"{path}:{number}", InputError)
         out.append(Transcript.from_json(obj, f"{path}:{number}"))
     return out
 

@@ -117,6 +117,11 @@ def validate_tool_calls(message: dict, tools: list) -> list[ToolCallError]:
                                         "the arguments are nested too deeply to read",
                                         "a JSON object"))
             continue
+        except ValueError:  # (an integer longer than Python reads from text)
+            errors.append(ToolCallError(index, "invalid_json", "$",
+                                        "the arguments hold an integer too long to read",
+                                        "a JSON object"))
+            continue
         errors += _schema_errors(arguments, offered[name], index)
     return errors
 
@@ -136,4 +141,7 @@ def validate_content(message: dict, schema: dict) -> list[ToolCallError]:
     except RecursionError:
         return [ToolCallError(None, "invalid_json", "$", "the reply is nested too deeply to read",
                               "a JSON value")]
+    except ValueError:  # (an integer longer than Python reads from text)
+        return [ToolCallError(None, "invalid_json", "$",
+                              "the reply holds an integer too long to read", "a JSON value")]
     return _schema_errors(value, schema, None)

@@ -113,11 +113,9 @@ def prove(template: ChatTemplate, spec: ProtocolSpec, grammars: bool = True) -> 
     protocol = runtime.Protocol(reading_tables(spec, template.special_tokens))
     checker, accepts = _grammar_acceptor() if grammars else ("not checked", None)
     outputs = mode_outputs(template, spec)
-    if not outputs:
-        return Proof(spec.family, [], checker,
-                     error="the template renders none of the standard turns")
-    if not any(o.text.strip() for o in outputs):
-        return Proof(spec.family, [], checker, error="the template renders no assistant turn")
+    nothing = nothing_to_prove(spec, outputs)
+    if nothing:
+        return Proof(spec.family, [], checker, error=nothing)
     grammars_by_start: dict = {}
     results = []
     tolerance: list[str] = []
@@ -150,6 +148,27 @@ def prove(template: ChatTemplate, spec: ProtocolSpec, grammars: bool = True) -> 
     failed = [problem for problem in tolerance if problem]
     return Proof(spec.family, results, checker, tolerated=len(tolerance) - len(failed),
                  not_tolerated=failed)
+
+
+# The probe's warning that says why no conversation rendered (probe/derive.py).
+_NO_RENDER_WARNING = "no probe turn renders: "
+
+
+def nothing_to_prove(spec: ProtocolSpec, outputs: list[ModelOutput]) -> str:
+    """Why the template's renders leave nothing to prove a parser on, with the cause the
+    probe saw (what each render raised: the sandbox's refusal, the template's exception, the
+    variable it lacks); "" when there is something. The one gate of compile, probe, export
+    and build: they refuse alike, for the same words."""
+    if not outputs:
+        causes = [w[len(_NO_RENDER_WARNING):] for w in spec.warnings
+                  if w.startswith(_NO_RENDER_WARNING)]
+        return "the template renders none of the standard turns" + \
+            (f" ({causes[0]})" if causes and causes[0] else "")
+    if not any(o.text.strip() for o in outputs):
+        return ("the template renders no assistant turn (what a conversation renders holds "
+                "none of the assistant's words: the template writes no assistant message, or "
+                "writes it only as something else)")
+    return ""
 
 
 def _deviations_read_back(protocol, output: ModelOutput, spec: ProtocolSpec,
@@ -185,4 +204,4 @@ def _without_ids(message: dict) -> dict:
     return {**message, "tool_calls": [{**c, "id": None} for c in message["tool_calls"]]}
 
 
-__all__ = ["Proof", "TurnProof", "prove"]
+__all__ = ["Proof", "TurnProof", "nothing_to_prove", "prove"]

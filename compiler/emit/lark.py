@@ -63,6 +63,7 @@ import json
 import re
 from functools import lru_cache
 
+from ..display import comment_text
 from ..grammar.ir import (
     Alt,
     AnyChar,
@@ -499,7 +500,10 @@ def _reachable(grammar: Grammar) -> list[str]:
 
 
 def _comment(text: str) -> str:
-    return "// " + " ".join(text.split())  # (one line, whatever a template or tool name holds)
+    """A comment line, whatever a template's or a tool's name holds (tplparse.display: a
+    newline would start a line read as grammar, a NUL would end the grammar where llama.cpp
+    reads it as a C string, an escape sequence would act on a terminal that shows the file)."""
+    return "// " + comment_text(text)
 
 
 def emit_lark(grammar: Grammar, special_tokens: tuple[str, ...] = ()) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 
+from ..display import comment_text
 from ..grammar.ir import (
     Alt,
     AnyChar,
@@ -100,11 +101,10 @@ class _PegWriter(Visitor):
 
 
 def _comment(text: str) -> str:
-    """A comment line, whatever a template's or a tool's name holds: a control character is
-    written as an escape (a newline would start a line the parser reads as grammar, a NUL
-    would end the grammar where llama.cpp reads it as a C string)."""
-    return "# " + "".join(f"\\x{ord(c):02x}" if ord(c) < 0x20 or ord(c) == 0x7F else
-                          f"\\u{ord(c):04x}" if c in "\x85\u2028\u2029" else c for c in text)
+    """A comment line, whatever a template's or a tool's name holds (tplparse.display: a
+    newline would start a line read as grammar, a NUL would end the grammar where llama.cpp
+    reads it as a C string, an escape sequence would act on a terminal that shows the file)."""
+    return "# " + comment_text(text)
 
 
 def emit_peg(grammar: Grammar) -> str:

@@ -30,6 +30,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from ..errors import InputError, TplparseError
+from ..jsontext import loads
 from ..runtime import Slot
 from ..spec import ArgumentStyle, ProtocolSpec, SpecError
 from ..spec.diff import NOT_PROTOCOL
@@ -82,11 +83,7 @@ def read_override(path: Path, name: str | None = None) -> Override:
     except UnicodeDecodeError as e:
         raise InputError(f"{path}: {what} is not UTF-8 (byte {e.start} is "
                          f"{raw[e.start]:#04x})") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise InputError(f"{path}: invalid JSON ({what}) at line {e.lineno}, "
-                         f"column {e.colno}: {e.msg}") from None
+    data = loads(text, str(path), InputError, what)
     return parse_override(data, name or str(path), user=True,
                           file_sha256=hashlib.sha256(raw).hexdigest())
 

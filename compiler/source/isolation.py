@@ -9,11 +9,15 @@ render of a probe and of a proof) runs in one forked child process:
 
 - an address-space limit (RLIMIT_AS): what the child had when it was forked plus the memory
   limit; an allocation past it fails (`MemoryError`), so peak memory is the limit, not a poll;
-- the budget as a deadline for every render in it (`time_budget`, so a template stopped
-  between bytecodes names its line), and a CPU-time limit (RLIMIT_CPU) a little past the
-  budget, so a child whose parent died stops anyway;
-- the parent waits for the child's result until the budget (and a short grace to unwind)
-  is over, then kills it: the command's wall time is bounded whatever the template does.
+- the budget, in CPU time: the machine's load (a CI runner's neighbours) does not change what
+  a template may do. It is the deadline of every render in the child (`time_budget`, so a
+  template stopped between bytecodes names its line); the parent reads the child's CPU time
+  and kills it a short grace past the budget (one C call that runs on, unstopped by the
+  render's watchdog); and a CPU-time limit (RLIMIT_CPU) a little past that stops a child
+  whose parent died, or where the parent cannot read the child's CPU time;
+- a wall-clock backstop well above the budget (`backstop_seconds`: three times it and ten
+  seconds), for work that waits rather than works: past it the parent kills the child.
+  The error says which ran out.
 
 One child per command, not per render: a fork and the pickled result cost milliseconds, the
 dozens of renders of a probe share the child. The job's value comes back pickled; a
@@ -50,15 +54,31 @@ T = TypeVar("T")
 class WorkLimits:
     """The limits of a command's whole template work (`tplparse --time-limit / --memory-limit`)."""
 
-    seconds: float = 15.0  # wall clock, for all of it
+    seconds: float = 15.0  # CPU time, for all of it (and a wall-clock backstop: backstop_seconds)
     memory_bytes: int = 1 << 30  # address space the work may add to what the process had
+
+    @property
+    def backstop(self) -> float:
+        """The wall clock all of it may take."""
+        return backstop_seconds(self.seconds)
+
+
+def backstop_seconds(seconds: float) -> float:
+    """The wall-clock backstop of a CPU budget of `seconds` (a command's, a probe's, a
+    render's): well above it, so that a busy machine (a CI runner's neighbours) does not stop
+    work the budget allows, and still bounded for work that waits instead of working."""
+    return 3 * seconds + 10
 
 
 DEFAULT_WORK_LIMITS = WorkLimits()
 
-# How long past the budget the parent waits for the child to unwind and report its own limit
-# error (which names the template's line) before it kills it.
-GRACE_SECONDS = 1.0
+# How long past the budget (of CPU time, or of the wall-clock backstop) the parent waits for
+# the child to unwind and report its own limit error (which names the template's line) before
+# it kills it.
+GRACE_SECONDS = 0.5
+
+# How often the parent reads the child's CPU time.
+_POLL_SECONDS = 0.05
 
 
 def _time_budget(seconds: float):
@@ -93,15 +113,15 @@ def run_isolated(job: Callable[[], T], limits: WorkLimits = DEFAULT_WORK_LIMITS,
         _run_child(job, limits, write_end)  # never returns
     os.close(write_end)
     try:
-        payload, finished = _read_until(read_end, time.monotonic() + limits.seconds + GRACE_SECONDS)
+        payload, ended = _read_until(read_end, _Clocks(pid, limits))
     except BaseException:  # (an interrupt: the child goes with the parent)
         _kill(pid)
         raise
     finally:
         os.close(read_end)
-    if not finished:
+    if ended is not None:
         _kill(pid)
-        raise _budget_error(limits, name)
+        raise ended.error(limits, name)
     status = _wait(pid)
     return _outcome(payload, status, limits, name)
 
@@ -172,7 +192,7 @@ def _address_space() -> int | None:
 def _set_limits(limits: WorkLimits) -> None:
     if resource is None:  # pragma: no cover - Windows
         return
-    cpu = int(limits.seconds + GRACE_SECONDS) + 1
+    cpu = int(limits.seconds + GRACE_SECONDS) + 2
     _lower_limit(resource.RLIMIT_CPU, cpu, cpu + 1)
     size = _address_space()
     if size is not None and hasattr(resource, "RLIMIT_AS"):
@@ -224,19 +244,61 @@ def _write_all(fd: int, data: bytes) -> None:
 # --- the parent -----------------------------------------------------------------------------
 
 
-def _read_until(fd: int, deadline: float) -> tuple[bytes, bool]:
-    """What the child writes until it closes its end (True), or what came by `deadline` (False)."""
+class _RanOut:
+    """Which of the limits the child ran past, for its error."""
+
+    def __init__(self, cpu: bool):
+        self.cpu = cpu
+
+    def error(self, limits: WorkLimits, name: str) -> TemplateError:
+        return _budget_error(limits, name) if self.cpu else _backstop_error(limits, name)
+
+
+class _Clocks:
+    """The child's two limits, read by the parent: its CPU time (Linux: /proc), and the wall
+    clock since it was forked."""
+
+    def __init__(self, pid: int, limits: WorkLimits):
+        self.stat = f"/proc/{pid}/stat"
+        self.cpu_limit = limits.seconds + GRACE_SECONDS
+        self.wall_deadline = time.monotonic() + limits.backstop + GRACE_SECONDS
+
+    def ran_out(self) -> _RanOut | None:
+        if _cpu_seconds(self.stat) > self.cpu_limit:
+            return _RanOut(cpu=True)
+        if time.monotonic() > self.wall_deadline:
+            return _RanOut(cpu=False)
+        return None
+
+
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _cpu_seconds(stat_path: str) -> float:
+    """The CPU time (user and system) a child has spent, from /proc; 0 where that cannot be read
+    (not Linux: RLIMIT_CPU stops the child instead)."""
+    try:
+        with open(stat_path, "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / _TICKS
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def _read_until(fd: int, clocks: _Clocks) -> tuple[bytes, _RanOut | None]:
+    """What the child writes until it closes its end (None), or what came by the time it ran
+    past a limit (which)."""
     chunks: list[bytes] = []
     while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return b"".join(chunks), False
-        ready, _, _ = select.select([fd], [], [], left)
+        ran_out = clocks.ran_out()
+        if ran_out is not None:
+            return b"".join(chunks), ran_out
+        ready, _, _ = select.select([fd], [], [], _POLL_SECONDS)
         if not ready:
             continue
         chunk = os.read(fd, 1 << 16)
         if not chunk:
-            return b"".join(chunks), True
+            return b"".join(chunks), None
         chunks.append(chunk)
 
 
@@ -259,8 +321,14 @@ def _wait(pid: int) -> int:
 
 
 def _budget_error(limits: WorkLimits, name: str) -> TemplateError:
-    return _limit_error(f"the render budget of {limits.seconds:g} s is used up (the "
+    return _limit_error(f"the render budget of {limits.seconds:g} s of CPU time is used up (the "
                         "template's work was stopped)", name)
+
+
+def _backstop_error(limits: WorkLimits, name: str) -> TemplateError:
+    return _limit_error(f"the wall-clock backstop of {limits.backstop:g} s is used up (the "
+                        f"render budget is {limits.seconds:g} s of CPU time: the work waited, "
+                        "or the machine is too busy; the template's work was stopped)", name)
 
 
 def _memory_error(limits: WorkLimits, name: str) -> TemplateError:

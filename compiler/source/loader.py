@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import LoadError
+from ..jsontext import loads
 from .gguf import read_gguf_metadata
 from .render import DEFAULT_LIMITS, RenderLimits
 from .template import ChatTemplate, family_slug, slugify
@@ -128,6 +129,8 @@ def _from_stream(path: Path, data: bytes) -> _Found:
             config = json.loads(text)
         except json.JSONDecodeError:
             config = None
+        except (RecursionError, ValueError):  # (JSON, but none Python reads: say why)
+            config = loads(text, str(path), LoadError)
         if isinstance(config, dict):
             return _from_tokenizer_config(path, config)
     return _Found(templates={"default": text}, name="template", model_slug="template",
@@ -163,12 +166,7 @@ def _read_text(path: Path) -> str:
 
 
 def _read_json(path: Path):
-    text = _read_text(path)
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise LoadError(f"{path}: invalid JSON at line {e.lineno}, column {e.colno}: "
-                        f"{e.msg}") from None
+    return loads(_read_text(path), str(path), LoadError)
 
 
 # --- GGUF ---------------------------------------------------------------------------
@@ -239,28 +237,51 @@ def _token_text(value) -> str | None:
     return None
 
 
+def _unicode(text: str, path: Path, where: str) -> str:
+    """`text` from a JSON file, which can hold a lone surrogate (`"\\ud800"`) no Unicode text
+    holds (no file, tokenizer or hash takes it): refused, naming where it is."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise LoadError(f"{path}: {where} holds a lone surrogate ({text[e.start]!r} at character "
+                        f"{e.start}): that is not Unicode text") from None
+    return text
+
+
+def _json_kind(value) -> str:
+    return {list: "JSON list", dict: "JSON object", bool: "JSON boolean", int: "JSON number",
+            float: "JSON number"}.get(type(value), type(value).__name__)
+
+
 def _from_tokenizer_config(path: Path, config) -> _Found:
     if not isinstance(config, dict):
         raise LoadError(f"{path}: expected a JSON object (a tokenizer_config.json)")
     templates: dict[str, str] = {}
     chat_template = config.get("chat_template")
     if isinstance(chat_template, str):
-        templates["default"] = chat_template
+        templates["default"] = _unicode(chat_template, path, "chat_template")
     elif isinstance(chat_template, list):
         for entry in chat_template:
             if not (isinstance(entry, dict) and isinstance(entry.get("name"), str)
                     and isinstance(entry.get("template"), str)):
                 raise LoadError(f"{path}: chat_template list entries must be {{\"name\": "
                                 "..., \"template\": ...}")
-            templates[entry["name"]] = entry["template"]
+            name = _unicode(entry["name"], path, "a chat_template entry's name")
+            templates[name] = _unicode(entry["template"], path, f"chat_template {name!r}")
     elif chat_template is not None:
         raise LoadError(f"{path}: chat_template must be a string or a list of named templates")
 
     named = {}
     for key in NAMED_TOKENS:
-        text = _token_text(config.get(key))
+        value = config.get(key)
+        text = _token_text(value)
         if text is not None:
-            named[key] = text
+            named[key] = _unicode(text, path, key)
+        elif value is not None:
+            # (transformers takes a string or an AddedToken's {"content": ...}: a list or a
+            # number is no token, and dropping it would render the template without it)
+            raise LoadError(f"{path}: {key} is a {_json_kind(value)}; a token is a string or "
+                            "{\"content\": \"...\"}")
     special: list[tuple[int, str]] = []
     decoder = config.get("added_tokens_decoder")
     if isinstance(decoder, dict):
@@ -272,11 +293,13 @@ def _from_tokenizer_config(path: Path, config) -> _Found:
                 except ValueError:
                     pass
     special.sort()
+    special = [(token_id, _unicode(text, path, f"added token {token_id}"))
+               for token_id, text in special]
     extra: list[str] = []
     for key in ("additional_special_tokens", "extra_special_tokens"):
         listed = config.get(key)
         if isinstance(listed, list):
-            extra.extend(t for t in map(_token_text, listed) if t)
+            extra.extend(_unicode(t, path, key) for t in map(_token_text, listed) if t)
     name_or_path = config.get("name_or_path")
     label = name_or_path.rstrip("/").split("/")[-1] \
         if isinstance(name_or_path, str) and name_or_path.strip() else ""

@@ -22,8 +22,10 @@ spec's warnings.
 
 Templates are untrusted code shipped inside model files (CVE-2024-34359 was a GGUF chat
 template that ran code), so the sandbox always stays on, and each render also runs under
-a watchdog: a wall-clock limit, an output-size limit, a cap on how much memory the render
-may grow, and size checks on the operators that can build huge strings in one step
+a watchdog: a limit on the CPU time the rendering thread spends (with a wall-clock
+backstop well above it, for a render that waits rather than works), an output-size limit,
+a cap on how much memory the render may grow, and size checks on the operators that can
+build huge strings in one step
 (`'x' * n`, `n ** m`, `'%999999999d' % x`).
 """
 
@@ -32,13 +34,14 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import re
 import string
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import lru_cache
 from typing import Any
@@ -55,25 +58,82 @@ from jinja2.sandbox import (
 )
 
 from ..errors import TemplateError
+from .isolation import backstop_seconds
 
 # The file name Jinja gives templates compiled from a string; used to find the template's
 # own frames (and so its line numbers) in a traceback.
 _TEMPLATE_FILENAME = "<template>"
 
 
-# A deadline for every render in a block (a probe's whole time budget), or None.
-_DEADLINE: ContextVar[tuple[float, float] | None] = ContextVar("tplparse_deadline", default=None)
+def cpu_clock(thread_id: int | None = None) -> Callable[[], float]:
+    """The CPU time a thread has spent, in seconds, readable from any thread (the calling
+    thread's, from itself only, by default): what budgets count, so that the machine's load
+    does not change what a template may do. Where the platform has no per-thread CPU clock
+    readable from another thread, the wall clock."""
+    if thread_id is None:
+        return time.thread_time
+    try:
+        clock = time.pthread_getcpuclockid(thread_id)
+    except (AttributeError, OSError):  # pragma: no cover - no per-thread clocks (macOS)
+        return time.monotonic
+    return lambda: time.clock_gettime(clock)
+
+
+@dataclass(frozen=True)
+class _Budget:
+    """The time all renders of a block may take (time_budget)."""
+
+    seconds: float  # of the CPU time of the thread that runs them
+    cpu_deadline: float  # on that thread's CPU clock
+    backstop: float  # seconds of wall clock
+    wall_deadline: float  # the backstop, on the monotonic clock
+    thread_id: int
+
+    def within(self, outer: _Budget | None) -> _Budget:
+        """This budget inside `outer`: each deadline the earlier of the two (an inner budget
+        never extends an outer one)."""
+        if outer is None:
+            return self
+        cpu = self
+        if outer.thread_id == self.thread_id and outer.cpu_deadline < self.cpu_deadline:
+            cpu = outer
+        wall = outer if outer.wall_deadline < self.wall_deadline else self
+        return _Budget(cpu.seconds, cpu.cpu_deadline, wall.backstop, wall.wall_deadline,
+                       self.thread_id)
+
+    def left(self) -> tuple[float, float]:
+        """(CPU seconds, wall seconds) left; the CPU of another thread than the budget's own is
+        not counted (its wall clock is)."""
+        cpu = self.cpu_deadline - time.thread_time() \
+            if threading.get_ident() == self.thread_id else self.seconds
+        return cpu, self.wall_deadline - time.monotonic()
+
+    def used_up(self) -> str | None:
+        cpu, wall = self.left()
+        if cpu <= 0:
+            return f"the render budget of {self.seconds:g} s of CPU time is used up"
+        if wall <= 0:
+            return (f"the wall-clock backstop of {self.backstop:g} s is used up (the render "
+                    f"budget is {self.seconds:g} s of CPU time: the work waited, or the machine "
+                    "is too busy)")
+        return None
+
+
+# The budget of every render in a block (a probe's, a command's), or None.
+_DEADLINE: ContextVar[_Budget | None] = ContextVar("tplparse_deadline", default=None)
 
 
 @contextmanager
 def time_budget(seconds: float):
-    """Within the block, all renders together may take `seconds` of wall clock: each render's
-    own limit shrinks to what is left, and a render started with nothing left fails (a limit).
-    Inside another budget, the one that ends first holds (an inner budget never extends an
-    outer one: a command's budget bounds the whole command)."""
-    deadline = (time.monotonic() + seconds, seconds)
-    outer = _DEADLINE.get()
-    token = _DEADLINE.set(deadline if outer is None or deadline[0] < outer[0] else outer)
+    """Within the block, all renders together (and the work between them) may take `seconds`
+    of the running thread's CPU time, and `backstop_seconds(seconds)` of wall clock: each
+    render's own limits shrink to what is left, and a render started with nothing left fails
+    (a limit). Inside another budget, the one that ends first holds (an inner budget never
+    extends an outer one: a command's budget bounds the whole command)."""
+    backstop = backstop_seconds(seconds)
+    budget = _Budget(seconds, time.thread_time() + seconds, backstop,
+                     time.monotonic() + backstop, threading.get_ident())
+    token = _DEADLINE.set(budget.within(_DEADLINE.get()))
     try:
         yield
     finally:
@@ -95,8 +155,9 @@ def check_time_budget(name: str) -> None:
     """Raise the limit `TemplateError` when the block's time budget (time_budget) is used up:
     for work between renders (a probe diffing large renders)."""
     budget = _DEADLINE.get()
-    if budget is not None and budget[0] <= time.monotonic():
-        error = TemplateError(f"the render budget of {budget[1]:g} s is used up", template=name)
+    used_up = budget.used_up() if budget is not None else None
+    if used_up is not None:
+        error = TemplateError(used_up, template=name)
         error.limit = True
         raise error
 
@@ -105,12 +166,14 @@ def check_time_budget(name: str) -> None:
 class RenderLimits:
     """Per-render limits. A template that exceeds one fails with a `TemplateError`."""
 
-    seconds: float = 10.0  # wall clock
+    seconds: float = 10.0  # CPU time of the rendering thread
     max_output_chars: int = 8_000_000
     max_memory_growth_bytes: int = 1 << 30  # resident memory the render may add (Linux only)
     # When `seconds` is what is left of a time budget for several renders (time_budget): that
     # budget, which the error then names.
     budget_seconds: float | None = None
+    # Wall clock the render may take: backstop_seconds(seconds) when None.
+    wall_seconds: float | None = None
     # The longest template compiled (in characters). Jinja's compile of a template runs no
     # template code, but its time and memory grow with the text: 256 Ki characters of the
     # worst constructs take seconds and some 500 MB; real chat templates are under 20 Ki.
@@ -244,6 +307,10 @@ class _TooBig(SecurityError):
 _WIDTH_METHODS = frozenset({"center", "ljust", "rjust", "zfill", "expandtabs"})
 
 
+class _ParserStackOverflow(Exception):
+    """Python's parser ran out of its own stack on the code Jinja generated from a template."""
+
+
 class _ChatTemplateEnvironment(ImmutableSandboxedEnvironment):
     """The sandbox, plus size checks on the operations that can allocate a huge string at once."""
 
@@ -269,6 +336,15 @@ class _ChatTemplateEnvironment(ImmutableSandboxedEnvironment):
         if size > self.max_result_chars:
             raise _TooBig(f"{what} would build a value of about {size} items (limit "
                           f"{self.max_result_chars})")
+
+    def _compile(self, source: str, filename: str):
+        # (Jinja's hook around Python's compile of the code it generates) Python's parser
+        # raises MemoryError when its stack overflows, at a few thousand levels of nesting (a
+        # chain of 6,000 elif), however little memory is in use: told apart here.
+        try:
+            return super()._compile(source, filename)
+        except MemoryError:
+            raise _ParserStackOverflow from None
 
     def _checked_filter(self, filter_func, argument: str):
         def checked(value, *args, **kwargs):
@@ -405,10 +481,12 @@ def _has_nested_format_field(text: str) -> bool:
 
 
 def _digit_runs(text: str):
-    """The integers written in `text` (format widths hide among them)."""
+    """The integers written in `text` (format widths hide among them): runs of decimal digits,
+    of any script (`str.format` reads a width of Arabic-Indic digits too), not other digit
+    characters (`²` is a digit to `isdigit` and no number to `int` or to a format)."""
     number = ""
     for ch in text + " ":
-        if ch.isdigit():
+        if ch.isdecimal():
             number += ch
         elif number:
             yield int(number) if len(number) < 20 else 10**20
@@ -438,6 +516,10 @@ def compile_template(source: str, name: str, limits: RenderLimits = DEFAULT_LIMI
                             line=e.lineno) from None
     except (RecursionError, SyntaxError, MemoryError) as e:
         raise _compile_limit(e, name) from None
+    except _ParserStackOverflow:
+        raise _limit("the template nests too deeply to compile (the stack of Python's parser "
+                     "overflows on the code Jinja makes of it: a chain of thousands of elif, or "
+                     "blocks nested thousands deep)", name) from None
 
 
 def parse_template(source: str, limits: RenderLimits = DEFAULT_LIMITS) -> jinja2.nodes.Template:
@@ -539,12 +621,19 @@ def _resident_bytes() -> int | None:
 _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
+def _wall_seconds(limits: RenderLimits) -> float:
+    return limits.wall_seconds if limits.wall_seconds is not None \
+        else backstop_seconds(limits.seconds)
+
+
 @dataclass
 class _Watch:
     """One render under watch: whom to interrupt, and when."""
 
     thread_id: int
-    deadline: float
+    cpu: Callable[[], float]  # the rendering thread's CPU clock
+    cpu_deadline: float
+    wall_deadline: float
     start_rss: int | None
     limits: RenderLimits
     breach: str | None = None
@@ -581,8 +670,10 @@ class _Watchdog:
 
     @contextmanager
     def watch(self, limits: RenderLimits):
-        watch = _Watch(threading.get_ident(), time.monotonic() + limits.seconds, _resident_bytes(),
-                       limits)
+        thread_id = threading.get_ident()
+        cpu = cpu_clock(thread_id)
+        watch = _Watch(thread_id, cpu, cpu() + limits.seconds,
+                       time.monotonic() + _wall_seconds(limits), _resident_bytes(), limits)
         key = id(watch)
         with self._lock:
             if self._pid != os.getpid():
@@ -641,10 +732,16 @@ class _Watchdog:
 
 
 def _breach(watch: _Watch, now: float, rss: int | None) -> str | None:
-    if now > watch.deadline:
-        if watch.limits.budget_seconds is not None:
-            return f"the render budget of {watch.limits.budget_seconds:g} s is used up"
-        return f"rendering took longer than {watch.limits.seconds:g} s"
+    budget = watch.limits.budget_seconds
+    if watch.cpu() > watch.cpu_deadline:
+        if budget is not None:
+            return f"the render budget of {budget:g} s of CPU time is used up"
+        return f"rendering took longer than {watch.limits.seconds:g} s of CPU time"
+    if now > watch.wall_deadline:
+        backstop = _wall_seconds(watch.limits)
+        return (f"rendering took longer than {backstop:g} s of wall clock, the backstop of its "
+                f"{budget if budget is not None else watch.limits.seconds:g} s of CPU time (the "
+                "render waited, or the machine is too busy)")
     limit = watch.limits.max_memory_growth_bytes
     if rss is not None and watch.start_rss is not None and rss - watch.start_rss > limit:
         return f"rendering grew memory by more than {limit >> 20} MB"
@@ -704,15 +801,14 @@ def render_template(
     template = compile_template(source, name, limits, own_containers)
     budget = _DEADLINE.get()
     if budget is not None:
-        left = budget[0] - time.monotonic()
-        if left <= 0:
-            error = TemplateError(f"the render budget of {budget[1]:g} s is used up", template=name)
-            error.limit = True
-            raise error
-        if left < limits.seconds:
-            limits = RenderLimits(seconds=left, max_output_chars=limits.max_output_chars,
-                                  max_memory_growth_bytes=limits.max_memory_growth_bytes,
-                                  budget_seconds=budget[1])
+        used_up = budget.used_up()
+        if used_up is not None:
+            raise _limit(used_up, name)
+        cpu, wall = budget.left()
+        if cpu < limits.seconds or wall < _wall_seconds(limits):
+            limits = replace(limits, seconds=min(cpu, limits.seconds),
+                             wall_seconds=min(wall, _wall_seconds(limits)),
+                             budget_seconds=budget.seconds)
     needs = _NEEDS_OWN_CONTAINERS.set(None)
     inputs = _INPUT_CONTAINERS.set(frozenset(_container_ids(variables, set())) if own_containers
                                    else frozenset())
@@ -783,7 +879,21 @@ def _render(template: jinja2.Template, name: str, variables: dict[str, Any],
         if line is None:
             raise _not_the_templates(e, name) from None
         raise TemplateError(f"{type(e).__name__}: {e}", template=name, line=line) from None
-    return "".join(pieces)
+    text = "".join(pieces)
+    _check_unicode(text, name)
+    return text
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _check_unicode(text: str, name: str) -> None:
+    """A render holding a lone surrogate (a template can write '\\ud800', or be given one) is no
+    Unicode text: no UTF-8 encodes it, no tokenizer reads it, no file holds it; an error."""
+    found = _SURROGATE.search(text)
+    if found is not None:
+        raise TemplateError(f"the template writes a lone surrogate ({found.group()!r}) at "
+                            f"character {found.start()}: that is not Unicode text", template=name)
 
 
 def _not_the_templates(error: Exception, name: str) -> TemplateError:
