@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from .display import printable, printable_lines
+from .display import json_text, printable, printable_lines
 from .errors import InputError, TplparseError
 from .source.isolation import DEFAULT_WORK_LIMITS, WorkLimits, run_isolated
 
@@ -218,7 +218,7 @@ def info(source, variant, as_json):
         "special_tokens": list(template.special_tokens),
     }
     if as_json:
-        click.echo(json.dumps(facts, ensure_ascii=False, indent=2))
+        click.echo(json_text(facts, indent=2))
         return
     rows = [
         ("name", template.name),
@@ -525,7 +525,7 @@ def _print_grammar(command: _GrammarCommand) -> None:
     except GrammarRefused as e:
         raise InputError(str(e)) from None
     if form == GrammarForm.LLAMA_REQUEST:
-        click.echo(json.dumps(grammar.fields, ensure_ascii=False, indent=2))
+        click.echo(json_text(grammar.fields, indent=2))
     else:
         click.echo(grammar.text, nl=False)
 
@@ -698,14 +698,14 @@ def parse(source, tools_path, prompt_path, start, finish_reason, stream, record_
     if stream:
         for i in range(0, len(text), 8):
             for delta in parser.feed(text[i:i + 8]):
-                click.echo(json.dumps(delta, ensure_ascii=False))
+                click.echo(json_text(delta))
         for delta in parser.end(finish_reason):
-            click.echo(json.dumps(delta, ensure_ascii=False))
-        click.echo(json.dumps({"message": parser.message}, ensure_ascii=False))
+            click.echo(json_text(delta))
+        click.echo(json_text({"message": parser.message}))
     else:
         parser.feed(text)
         parser.end(finish_reason)
-        click.echo(json.dumps(parser.message, ensure_ascii=False, indent=2))
+        click.echo(json_text(parser.message, indent=2))
     if record_path:
         from .bridge.transcripts import append_transcript
 
@@ -743,7 +743,7 @@ def replay(source, transcripts, start, as_json):
         except (TypeError, ValueError) as e:  # the runtime refused the recorded tools or start
             raise InputError(f"{where}: {e}") from None
     if as_json:
-        click.echo(json.dumps(report_json(results), ensure_ascii=False, indent=2))
+        click.echo(json_text(report_json(results), indent=2))
     else:
         _print_replay(results, parsers)
     sys.exit(1 if any(r.changed for r in results) else 0)
@@ -772,7 +772,7 @@ def _print_replay(results, parsers) -> None:
 
 
 def _short(value, limit: int = 160) -> str:
-    text = json.dumps(value, ensure_ascii=False)
+    text = json_text(value)
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
@@ -802,7 +802,7 @@ def diff(old, new, as_json, old_variant, new_variant, bos_token, eos_token):
     report = _isolated(lambda: drift(side(old, old_variant), side(new, new_variant)),
                        f"{old} / {new}")
     if as_json:
-        click.echo(json.dumps(report_json(report), ensure_ascii=False, indent=2))
+        click.echo(json_text(report_json(report), indent=2))
     else:
         _say(as_text(report), nl=False)
     sys.exit(0 if report.same else 1)
@@ -843,7 +843,7 @@ def export_response_template(source, out_file, variant, target, bos_token, eos_t
     if exported is None:
         raise InputError(_proof_error(compiled.proof))
     _check_transformers(exported, target)
-    text = json.dumps(exported, ensure_ascii=False, indent=2) + "\n"
+    text = json_text(exported, indent=2) + "\n"
     _warn_stand_ins(template, text)
     if out_file:
         write_text_atomically(Path(out_file), text)

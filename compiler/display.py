@@ -12,6 +12,8 @@ Each of those is written as the escape Python writes for it; the rest is kept.
 
 from __future__ import annotations
 
+import json
+import re
 import unicodedata
 
 # Control (Cc), format (Cf: the bidirectional overrides and isolates among them), surrogate
@@ -43,3 +45,27 @@ def comment_text(text: str) -> str:
     """The text of one comment line of a grammar file: printable, so that nothing in it starts
     a line the grammar's reader reads as grammar, or ends the file where it is read as C."""
     return printable(text)
+
+
+def json_text(value, indent: int | None = None) -> str:
+    """`value` as JSON (non-ASCII text kept as it is, `ensure_ascii=False`), but with the
+    characters that act on a terminal written as `\\u` escapes where JSON leaves them raw: the
+    C1 controls, the format characters (the bidirectional overrides) and the line and paragraph
+    separators. The same value to any JSON reader; harmless on a terminal or in a file that is
+    read with `cat`."""
+    return _UNSAFE_IN_JSON.sub(_json_escape, json.dumps(value, ensure_ascii=False, indent=indent))
+
+
+def _json_escape(found: re.Match) -> str:
+    ch = found.group()
+    if unicodedata.category(ch) not in _ESCAPED:
+        return ch
+    code = ord(ch)
+    if code < 0x10000:
+        return f"\\u{code:04x}"
+    code -= 0x10000
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+
+
+# (each non-ASCII character is looked at: JSON's own text is ASCII, and so is most of a value)
+_UNSAFE_IN_JSON = re.compile("[^\x00-\x7f]")

@@ -164,11 +164,16 @@ def nothing_to_prove(spec: ProtocolSpec, outputs: list[ModelOutput]) -> str:
                   if w.startswith(_NO_RENDER_WARNING)]
         return "the template renders none of the standard turns" + \
             (f" ({causes[0]})" if causes and causes[0] else "")
-    if not any(o.text.strip() for o in outputs):
-        return ("the template renders no assistant turn (what a conversation renders holds "
-                "none of the assistant's words: the template writes no assistant message, or "
+    if not any(_holds_words(o.expected) for o in outputs):
+        return ("the template renders no assistant turn (no render holds the assistant's words: "
+                "its content, reasoning or calls; the template writes no assistant message, or "
                 "writes it only as something else)")
     return ""
+
+
+def _holds_words(expected: dict) -> bool:
+    """Whether a turn's expected message keeps any of what the assistant wrote."""
+    return bool(expected["content"] or expected["reasoning_content"] or expected["tool_calls"])
 
 
 def _deviations_read_back(protocol, output: ModelOutput, spec: ProtocolSpec,

@@ -321,9 +321,9 @@ def _kept_string(cursor: _Cursor) -> str | None:
 
 
 def _type_name(vtype: GGUFValueType) -> str:
+    """The value type with its article, to follow "a": " uint32", "n int32", "n array"."""
     name = vtype.name.lower()
-    article = "n" if name[0] in "aeiou" else ""
-    return f"{article} {name}" if vtype != GGUFValueType.ARRAY else "n array"
+    return ("n " if name[0] in "ai" else " ") + name
 
 
 def _is_chat_template(key: str) -> bool:

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
 
+from ..display import json_text
 from ..errors import TplparseError
 from ..runtime import Slot
 from .encodings import encode, json_type
@@ -305,7 +306,7 @@ class ProtocolSpec:
         return json.loads(json.dumps(asdict(self)))
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), ensure_ascii=False, indent=2, sort_keys=False) + "\n"
+        return json_text(self.to_dict(), indent=2) + "\n"
 
     @classmethod
     def from_dict(cls, data: dict) -> ProtocolSpec:
