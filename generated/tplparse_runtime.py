@@ -238,7 +238,7 @@ def marker_starts(stops: Iterable[str]) -> Search:
             node[""] = {}  # (a stop or its head ends here)
         found = _STARTS[key] = re.compile("|".join(
             re.escape(ch) + _trie_pattern(child) for ch, child in sorted(trie.items()))
-            or _NO_STOP).search
+            if key else _NO_STOP).search
     return found
 
 
@@ -319,8 +319,8 @@ def first_of(stops: Iterable[str]) -> Search:
     found = _FIRSTS.get(key)
     if found is None:
         ordered = sorted(set(key), key=len, reverse=True)
-        found = _FIRSTS[key] = re.compile("|".join(re.escape(s) for s in ordered if s)
-                                          or _NO_STOP).search
+        found = _FIRSTS[key] = re.compile("|".join(re.escape(s) for s in ordered)
+                                          if ordered else _NO_STOP).search
     return found
 
 

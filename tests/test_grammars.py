@@ -25,7 +25,7 @@ from tplparse.check.reference import ReferenceParser
 from tplparse.emit.peg import emit_peg
 from tplparse.probe import probe
 
-from conftest import EXAMPLES, GRAMMAR, corpus_compiled, corpus_ids, corpus_stems, corpus_templates, examples, needs_corpus
+from conftest import EXAMPLES, GRAMMAR, TOOL_GRAMMAR, corpus_compiled, corpus_ids, corpus_stems, corpus_templates, examples, needs_corpus
 from corpus_outputs import FRESH_TOOLS, outputs, readable
 
 TEMPLATES = corpus_templates()
@@ -97,7 +97,7 @@ CALLS = {
 
 
 @needs_corpus
-@pytest.mark.parametrize("stem", [p.stem for p in TEMPLATES], ids=corpus_ids(TEMPLATES))
+@pytest.mark.parametrize("stem", corpus_stems(TOOL_GRAMMAR))
 def test_tool_grammar_rejects_unknown_tools_and_schema_violations(corpus, stem, accepts):
     template, spec = corpus[stem]
     if spec.tool_calls is None:
@@ -122,7 +122,7 @@ def test_tool_grammar_rejects_unknown_tools_and_schema_violations(corpus, stem, 
 
 
 @needs_corpus
-@pytest.mark.parametrize("stem", [p.stem for p in TEMPLATES], ids=corpus_ids(TEMPLATES))
+@pytest.mark.parametrize("stem", corpus_stems(TOOL_GRAMMAR))
 def test_lazy_grammar_accepts_from_the_trigger_on(corpus, stem, accepts):
     template, spec = corpus[stem]
     if spec.tool_calls is None:

@@ -25,7 +25,7 @@ from tplparse.grammar.json_schema import add_schema
 from tplparse.probe import probe
 from tplparse.probe.conversations import Call, Turn
 
-from conftest import EXAMPLES, GRAMMAR, corpus_compiled, corpus_ids, corpus_stems, corpus_templates, examples, needs_corpus
+from conftest import EXAMPLES, GRAMMAR, TOOL_GRAMMAR, corpus_compiled, corpus_ids, corpus_stems, corpus_templates, examples, needs_corpus
 from corpus_outputs import outputs
 from test_grammars import CALLS, SCHEMA_TABLE, TOOL
 
@@ -65,7 +65,7 @@ def _rendered(template, spec, turns):
 
 
 @needs_corpus
-@pytest.mark.parametrize("stem", [p.stem for p in TEMPLATES], ids=corpus_ids(TEMPLATES))
+@pytest.mark.parametrize("stem", corpus_stems(TOOL_GRAMMAR))
 def test_lark_tool_grammar_rejects_unknown_tools_and_schema_violations(corpus, stem):
     template, spec = corpus[stem]
     if spec.tool_calls is None:

@@ -232,7 +232,7 @@ def around_the_end(spec: ProtocolSpec, text: str, following: str) -> dict[str, s
     return {"without the end marker": bare, "with it": marked, "with the next turn after it": marked + following}
 
 
-@pytest.mark.parametrize("path", exporting(), ids=[label(p) for p in exporting()])
+@pytest.mark.parametrize("path", marked_sources(exporting(), RESPONSE_TEMPLATE, label))
 def test_the_end_of_turn_ends_the_message_with_or_without_its_marker(path):
     """Each render without its end-of-turn marker, with it, and with the template's own next
     turn after it (HyperCLOVAX's `<|endofturn|>`, a Llama-3 header, Mistral's `[INST]`): tplparse's
@@ -530,8 +530,7 @@ def _ends_reasoning(template, spec, exported) -> bool:
     return spec.reasoning is not None and spec.tool_calls is not None and spec.reasoning.tool_call_ends_reasoning
 
 
-@pytest.mark.parametrize("path", exporting_where(_ends_reasoning),
-                         ids=[label(p) for p in exporting_where(_ends_reasoning)])
+@pytest.mark.parametrize("path", marked_sources(exporting_where(_ends_reasoning), RESPONSE_TEMPLATE, label))
 def test_a_call_inside_reasoning_ends_it(path):
     """Where the spec says a call ends the reasoning, a call written before the reasoning's end
     marker is a call (transformers used to read it into reasoning_content)."""
@@ -599,8 +598,8 @@ def _closed_calls_and_bare_content(template, spec, exported) -> bool:
     return _closed_calls(template, spec, exported) and "open" not in exported["fields"]["content"]
 
 
-@pytest.mark.parametrize("path", exporting_where(_closed_calls_and_bare_content),
-                         ids=[label(p) for p in exporting_where(_closed_calls_and_bare_content)])
+@pytest.mark.parametrize("path", marked_sources(exporting_where(_closed_calls_and_bare_content), RESPONSE_TEMPLATE,
+                                                label))
 def test_content_before_and_after_a_call(path):
     """Content on both sides of a call, a newline each side: transformers used to glue the two
     (`Sure.After.`); it reads `Sure.\\n\\nAfter.`, as tplparse does where the call's layout

@@ -30,7 +30,7 @@ from tplparse.check.deviations import (CALL_ID_LEFT_OUT, CALL_OBJECT_BY_KEY, CAL
 from tplparse.check.outputs import STANDARD_TOOLS, model_outputs, readable
 from tplparse.spec import ArgumentStyle, SpecError, kv_parts
 
-from conftest import DEVIATIONS, NOT_YET_PROVED, corpus_compiled, corpus_ids, corpus_stems, corpus_templates, examples, needs_corpus
+from conftest import DEVIATIONS, LENGTH_CUT, NOT_YET_PROVED, SEPARATED, corpus_compiled, corpus_ids, corpus_stems, corpus_templates, examples, needs_corpus
 
 TEMPLATES = corpus_templates()
 REAL_OUTPUTS = json.loads((Path(__file__).parent / "fixtures" / "real_outputs.json").read_text(encoding="utf-8"))
@@ -97,7 +97,7 @@ def test_deviated_outputs_read_as_the_render(stem):
 
 
 @needs_corpus
-@pytest.mark.parametrize("stem", [p.stem for p in TEMPLATES], ids=corpus_ids(TEMPLATES))
+@pytest.mark.parametrize("stem", corpus_stems(LENGTH_CUT))
 def test_closing_markers_missing_at_the_length_limit_are_a_cut(stem):
     """The same text as a "closing markers eaten" deviation, cut by the length limit instead
     of a stop: truncated; a call whose own closing markers are missing is not returned (one
@@ -510,7 +510,7 @@ def _separators_deviated(open_, first, sep, second, close):
 
 
 @needs_corpus
-@pytest.mark.parametrize("stem", corpus_stems(DEVIATIONS))
+@pytest.mark.parametrize("stem", corpus_stems(SEPARATED))
 def test_a_json_or_python_value_separated_otherwise_than_written_is_invalid(stem):
     """A list or an object as the family writes it inside arguments, JSON or a Python literal
     (a JSON arguments object, a pythonic call, a key/value raw value typed by its schema): a
@@ -549,7 +549,7 @@ def test_a_json_or_python_value_separated_otherwise_than_written_is_invalid(stem
 
 
 @needs_corpus
-@pytest.mark.parametrize("stem", corpus_stems(DEVIATIONS))
+@pytest.mark.parametrize("stem", corpus_stems(SEPARATED))
 def test_key_value_arguments_separated_otherwise_than_written_are_no_call(stem):
     """Key/value arguments (`j=1, k='v'`, `j:1,k:<|"|>v<|"|>`, `<arg_key>j</arg_key>…`) read as
     the layout writes them: where it writes a separator between arguments, one missing,

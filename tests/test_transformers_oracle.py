@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 import tplparse
 from tplparse import TemplateError
 
-from conftest import corpus_ids, corpus_templates, examples, needs_corpus
+from conftest import ORACLE_RENDER, ORACLE_THINKING, corpus_ids, corpus_templates, examples, marked_sources, needs_corpus
 
 transformers = pytest.importorskip("transformers")
 from tokenizers import Tokenizer, models  # noqa: E402  (installed with transformers)
@@ -115,7 +115,7 @@ def compare(path, kind):
 
 @needs_corpus
 @pytest.mark.parametrize("kind", ["user", "tool_call"])
-@pytest.mark.parametrize("path", TEMPLATES, ids=corpus_ids(TEMPLATES))
+@pytest.mark.parametrize("path", marked_sources(TEMPLATES, ORACLE_RENDER))
 def test_render_matches_transformers(path, kind):
     used = compare(path, kind)
     if used is None:
@@ -134,7 +134,7 @@ def test_render_matches_transformers(path, kind):
 
 
 @needs_corpus
-@pytest.mark.parametrize("path", TEMPLATES, ids=corpus_ids(TEMPLATES))
+@pytest.mark.parametrize("path", marked_sources(TEMPLATES, ORACLE_THINKING))
 def test_reasoning_and_thinking_switch_match_transformers(path):
     messages = [
         QUESTION,
