@@ -17,7 +17,7 @@ from conftest import REPO
 PACKAGE = REPO / "compiler"
 
 # Stages, in pipeline order: a module may import from its own stage and the ones before it.
-STAGES = ["version", "runtime", "errors", "spec", "source", "probe", "grammar", "emit", "check", "export", "bridge", "pipeline", "serve", "cli",
+STAGES = ["version", "runtime", "errors", "jsontext", "display", "spec", "source", "probe", "grammar", "emit", "check", "export", "bridge", "pipeline", "serve", "cli",
           "__init__", "__main__"]
 
 

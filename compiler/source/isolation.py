@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from ..errors import TemplateError, TplparseError
+from .budget import backstop_seconds
 
 try:
     import resource
@@ -61,13 +62,6 @@ class WorkLimits:
     def backstop(self) -> float:
         """The wall clock all of it may take."""
         return backstop_seconds(self.seconds)
-
-
-def backstop_seconds(seconds: float) -> float:
-    """The wall-clock backstop of a CPU budget of `seconds` (a command's, a probe's, a
-    render's): well above it, so that a busy machine (a CI runner's neighbours) does not stop
-    work the budget allows, and still bounded for work that waits instead of working."""
-    return 3 * seconds + 10
 
 
 DEFAULT_WORK_LIMITS = WorkLimits()

@@ -58,7 +58,7 @@ from jinja2.sandbox import (
 )
 
 from ..errors import TemplateError
-from .isolation import backstop_seconds
+from .budget import backstop_seconds
 
 # The file name Jinja gives templates compiled from a string; used to find the template's
 # own frames (and so its line numbers) in a traceback.
