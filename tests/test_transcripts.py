@@ -149,7 +149,7 @@ def test_parse_record_then_replay_on_the_command_line(tmp_path):
 
 
 @pytest.mark.parametrize("line, said", [
-    ("{not json", "record.jsonl:1: not JSON"),
+    ("{not json", "record.jsonl:1: invalid JSON"),
     ('{"format": "something-else"}', "not a transcript (format is 'something-else'"),
     ('{"format": "tplparse-transcript", "version": 99}', "transcript version 99"),
     (json.dumps({**_recorded(["Hi"], tools=None).to_json(), "chunks": [3]}), "chunks[0]: expected a string"),
