@@ -61,7 +61,6 @@ from __future__ import annotations
 
 import json
 import re
-from functools import lru_cache
 
 from ..display import comment_text
 from ..grammar.ir import (
@@ -259,14 +258,31 @@ def _marker_words(grammar: Grammar, tokens: list[str]) -> list[str]:
     return sorted(found, key=lambda w: (-len(w), w))
 
 
-@lru_cache(maxsize=64)
-def _atomic(words: tuple[str, ...]) -> tuple[str, ...]:
+def _atomic(words: list[str]) -> list[str]:
     """The marker words that hold no other marker word: the lexemes every literal is split
-    into, so that a text is split the same way whichever literal it is part of."""
-    return tuple(w for w in words if not any(o != w and o in w for o in words))
+    into, so that a text is split the same way whichever literal it is part of. (Each word's
+    own pieces are looked up, not every other word: a schema of thousands of properties
+    gives thousands of words.)"""
+    present = set(words)
+    shortest = min((len(w) for w in words), default=0)
+
+    def holds_another(word: str) -> bool:
+        n = len(word)
+        return any(word[i:j] in present for i in range(n) for j in range(i + shortest, n + 1)
+                   if (i, j) != (0, n))
+
+    return [w for w in words if not holds_another(w)]
 
 
-def _lexemes(text: str, tokens: list[str], words: list[str]) -> list[str]:
+class _WordSearch:
+    """The search for the first atomic marker word in a text, the longest one there."""
+
+    def __init__(self, words: list[str]):
+        atomic = _atomic(words)  # (longest first, as `words` are)
+        self.search = re.compile("|".join(map(re.escape, atomic))).search if atomic else None
+
+
+def _lexemes(text: str, tokens: list[str], words: _WordSearch) -> list[str]:
     """A literal as the lexemes it is written in: its special tokens, and its strings split
     around every marker word of the grammar they hold. A marker is then one lexeme wherever
     it is written (`<|end|>` alone and in `<|end|><|start|>`, `]<]x[>[` alone and after a
@@ -278,20 +294,15 @@ def _lexemes(text: str, tokens: list[str], words: list[str]) -> list[str]:
             out.append(part)
             continue
         while part:
-            found = None  # (position, word): the first atomic word in the part, the longest there
-            for word in _atomic(tuple(words)):
-                at = part.find(word)
-                if at != -1 and (found is None or at < found[0]
-                                 or (at == found[0] and len(word) > len(found[1]))):
-                    found = (at, word)
+            # the first atomic word in the part, the longest there (words longest first)
+            found = words.search(part) if words.search is not None else None
             if found is None:
                 out.append(part)
                 break
-            at, word = found
-            if at:
-                out.append(part[:at])
-            out.append(word)
-            part = part[at + len(word):]
+            if found.start():
+                out.append(part[:found.start()])
+            out.append(found.group())
+            part = part[found.end():]
     return out
 
 
@@ -318,6 +329,7 @@ class _Emitter(Visitor):
                              key=lambda t: (-len(t), t))
         self.until_rules: dict[tuple, str] = {}
         self.words = _marker_words(grammar, self.tokens)
+        self.word_search = _WordSearch(self.words)
         # The characters any text rule's stop starts with: every text rule splits its text at
         # them, so that all of them end a run of plain text at the same place (the lexer
         # follows the longest match across all the rules the parser may be in).
@@ -347,7 +359,7 @@ class _Emitter(Visitor):
     def _split(self, text: str) -> list[str]:
         """A literal as string lexemes and the special tokens inside it."""
         return [p if p in self.tokens else _string(p)
-                for p in _lexemes(text, self.tokens, self.words)]
+                for p in _lexemes(text, self.tokens, self.word_search)]
 
     def visit_Chars(self, node: Chars, top: bool = False) -> str:
         return f"/{_class(node)}/"
@@ -402,7 +414,7 @@ class _Emitter(Visitor):
 
     def stop_lexemes(self, stops: tuple[str, ...]) -> list[list[str]]:
         """Each stop's first word as the lexemes the grammar's literal writes it in."""
-        return [_lexemes(_first_word(s), self.tokens, self.words) for s in stops]
+        return [_lexemes(_first_word(s), self.tokens, self.word_search) for s in stops]
 
     def stop_words(self, lexed: list[list[str]]) -> tuple[str, ...]:
         """Each stop as the lexeme its literal starts with; none for a stop that starts with
@@ -481,22 +493,7 @@ def _as_json(rule: Rule) -> bool:
 def _reachable(grammar: Grammar) -> list[str]:
     """Rule names reachable from the root, root first, in first-use order; the rules below
     a rule written as `%json` are not written."""
-    order: list[str] = []
-
-    def walk(node) -> None:
-        if isinstance(node, Ref):
-            if node.name in order:
-                return
-            order.append(node.name)
-            rule = grammar.rules[node.name]
-            if not _as_json(rule):
-                walk(rule.body)
-            return
-        for child in children(node):
-            walk(child)
-
-    walk(Ref(grammar.root))
-    return order
+    return grammar.reachable(into=lambda rule: not _as_json(rule))
 
 
 def _comment(text: str) -> str:

@@ -26,6 +26,7 @@ Rule names are lower-case words joined by "-" (the GBNF spelling); the PEG emitt
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 
@@ -187,19 +188,6 @@ class Visitor:
             self.visit(child, *args)
 
 
-class _References(Visitor):
-    """The rules a node refers to, through other rules too, in first-use order."""
-
-    def __init__(self, grammar: Grammar):
-        self.grammar = grammar
-        self.order: list[str] = []
-
-    def visit_Ref(self, node: Ref) -> None:
-        if node.name not in self.order:
-            self.order.append(node.name)
-            self.visit(self.grammar.rules[node.name].body)
-
-
 @dataclass
 class Rule:
     name: str
@@ -226,11 +214,27 @@ class Grammar:
     def has(self, name: str) -> bool:
         return name in self.rules
 
-    def reachable(self) -> list[str]:
-        """Rule names reachable from the root, root first, in first-use order."""
-        references = _References(self)
-        references.visit(Ref(self.root))
-        return references.order
+    def reachable(self, into: Callable[[Rule], bool] = lambda rule: True) -> list[str]:
+        """Rule names reachable from the root, root first, in first-use order (depth first:
+        a rule's own references right after it), not looking into the rules `into` refuses.
+        Walked with a stack of its own, not Python's: a schema of hundreds of properties
+        chains a rule per property."""
+        order: list[str] = []
+        seen: set[str] = set()
+        stack: list[Iterator[Node]] = [iter((Ref(self.root),))]
+        while stack:
+            node = next(stack[-1], None)
+            if node is None:
+                stack.pop()
+            elif isinstance(node, Ref):
+                if node.name not in seen:
+                    seen.add(node.name)
+                    order.append(node.name)
+                    rule = self.rules[node.name]
+                    stack.append(iter((rule.body,) if into(rule) else ()))
+            else:
+                stack.append(iter(children(node)))
+        return order
 
 
 # --- language inclusion, where it shows in the shape ----------------------------------------
