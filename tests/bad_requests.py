@@ -264,4 +264,40 @@ def field_cases() -> list[Case]:
     ]
 
 
-CASES = issue_cases() + field_cases()
+def round3_cases() -> list[Case]:
+    """Issue #52's classes: 500s, fields silently ignored, schemas no value satisfies."""
+    echoed = {"role": "assistant", "content": "Sunny.", "refusal": None, "annotations": [], "audio": None,
+              "function_call": None}
+    return [
+        # a 500: the error's own param held the key's lone surrogate
+        Case("a lone surrogate in a key", raw('{"messages": [{"role": "user", "content": "x", "\\ud800": 1}]}'), 400,
+             "messages[0].\\ud800"),
+        # fields that were taken and ignored
+        Case("a legacy function_call", {"messages": [ASK[0], {"role": "assistant", "content": None, "function_call": {
+            "name": "get_weather", "arguments": "{}"}}], **SHORT}, 400, "messages[1].function_call"),
+        Case("an audio part of a message", {"messages": [{**ASK[0], "audio": {"id": "a1"}}], **SHORT}, 400,
+             "messages[0].audio"),
+        Case("a tool_call_id on a user message", {"messages": [{**ASK[0], "tool_call_id": "x"}], **SHORT}, 400,
+             "messages[0].tool_call_id"),
+        Case("an extra key in response_format", {"messages": ASK, "response_format": {"type": "json_object",
+                                                                                     "schema": {}}, **SHORT}, 400,
+             "response_format.schema"),
+        Case("an extra key in json_schema", {"messages": ASK, "response_format": {"type": "json_schema", "json_schema": {
+            "name": "w", "schema": {"type": "object"}, "strictly": True}}, **SHORT}, 400,
+             "response_format.json_schema.strictly"),
+        Case("an unknown key in a tool", {"messages": ASK, "tools": [{**tool(), "cache_control": {"type": "x"}}], **SHORT},
+             400, "tools[0].cache_control"),
+        Case("an unknown key in a tool's function", {"messages": ASK, "tools": [tool(examples=[1])], **SHORT}, 400,
+             "tools[0].function.examples"),
+        Case("an unknown key in a named tool_choice", {"messages": ASK, "tools": TOOLS, "tool_choice": {
+            "type": "function", "function": {"name": "get_weather"}, "strict": True}, **SHORT}, 400, "tool_choice.strict"),
+        Case("an unknown key in a past call", {"messages": history({**past_call(), "index": 0}), **SHORT}, 400,
+             f"{MESSAGES}.index"),
+        # accepted on purpose (docs/serving.md): what OpenAI's own answers carry, echoed back empty
+        Case("an assistant message echoed back from OpenAI", {"messages": [ASK[0], echoed, ASK[0]], **SHORT}, OK),
+        Case("a refusal echoed back with a value", {"messages": [ASK[0], {**echoed, "refusal": "No."}, ASK[0]],
+                                                    **SHORT}, 400, "messages[1].refusal"),
+    ]
+
+
+CASES = issue_cases() + field_cases() + round3_cases()

@@ -276,3 +276,56 @@ TRIAGE_SCHEMA = {"type": "object", "properties": {"intent": {"enum": ["refund", 
                                                   "order_id": {"type": "string"}, "urgent": {"type": "boolean"},
                                                   "summary": {"type": "string"}},
                  "required": ["intent", "order_id", "urgent", "summary"]}
+
+
+# --- An OpenAI-shaped conversation, written as each template reads one ----------------------
+
+# A tool call as OpenAI's API carries it: the arguments are JSON text. (The call's id has the
+# nine letters and digits Mistral's templates ask for, which any id may be.)
+OPENAI_CALL = {"id": "abc123def", "type": "function",
+               "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+DESCRIBED = {"type": "function", "function": {"name": "get_weather", "description": "The weather in a city",
+                                              "parameters": {"type": "object", "properties": {
+                                                  "city": {"type": "string", "description": "The city"}},
+                                                  "required": ["city"]}}}
+
+
+def agent_turns(call: dict) -> list[dict]:
+    return [{"role": "user", "content": "Weather in Paris?"},
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": call["id"], "content": "sunny"},
+            {"role": "assistant", "content": "It is sunny."},
+            {"role": "user", "content": "And tomorrow?"}]
+
+
+def _with_stand_in_tokens(template):
+    from tplparse.probe import PLACEHOLDER_TOKENS
+
+    return template.with_tokens(**{k: v for k, v in PLACEHOLDER_TOKENS.items() if k not in template.named_tokens})
+
+
+@needs_corpus
+@pytest.mark.parametrize("path", sorted(CORPUS.glob("*.jinja")) if CORPUS.is_dir() else [],
+                         ids=lambda p: p.stem)
+def test_an_openai_conversation_renders_with_every_template_that_renders_calls(path):
+    """A past call's arguments as OpenAI sends them (JSON text) render with every corpus
+    template that renders calls: given as the object it holds to a template that reads an
+    object (GLM 4.6 iterates them: as text it was refused), as text to one that reads text; the
+    prompt is the one the same conversation with the arguments already in that form renders."""
+    template = _with_stand_in_tokens(tplparse.load(path))
+    from tplparse.bridge import compile_in_memory
+
+    spec, _ = compile_in_memory(template)
+    if spec.tool_calls is None:
+        pytest.skip(f"{path.stem} renders no calls")
+    prompt = tplparse.prompt(template, agent_turns(OPENAI_CALL), tools=[DESCRIBED])
+    assert "get_weather" in prompt.text and "Paris" in prompt.text
+    as_object = {**OPENAI_CALL, "function": {**OPENAI_CALL["function"], "arguments": {"city": "Paris"}}}
+    assert tplparse.prompt(template, agent_turns(as_object), tools=[DESCRIBED]).text == prompt.text
+
+
+@needs_corpus
+def test_glm_reads_a_past_calls_arguments_as_an_object():
+    template = corpus_template("ZAI-GLM-4.6")
+    prompt = tplparse.prompt(template, agent_turns(OPENAI_CALL), tools=[DESCRIBED])
+    assert "<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>" in prompt.text

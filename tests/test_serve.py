@@ -17,7 +17,7 @@ httpx = pytest.importorskip("httpx", reason="tplparse serve's extra is not insta
 pytest.importorskip("starlette", reason="tplparse serve's extra is not installed: pip install 'tplparse[serve]'")
 
 import tplparse  # noqa: E402
-from conftest import EXAMPLES, run_cli  # noqa: E402
+from conftest import CORPUS, EXAMPLES, needs_corpus, run_cli  # noqa: E402
 from scripted_http import Answer, Hangup, ScriptedServer, Stall  # noqa: E402
 from tplparse.bridge.grammar import GrammarForm  # noqa: E402
 from tplparse.serve import Completion, Finished, Limits, LlamaServer, Upstream, UpstreamError, create_app  # noqa: E402
@@ -60,11 +60,11 @@ class Scripted(Upstream):
             await asyncio.sleep(0)
 
 
-def post(upstream: Upstream, body: dict):
+def post(upstream: Upstream, body: dict, template=TEMPLATE):
     """POST /v1/chat/completions to the app in process: (status, JSON body or SSE events)."""
 
     async def run():
-        transport = httpx.ASGITransport(app=create_app(TEMPLATE, upstream, MODEL))
+        transport = httpx.ASGITransport(app=create_app(template, upstream, MODEL))
         async with httpx.AsyncClient(transport=transport, base_url="http://tplparse") as client:
             response = await client.post("/v1/chat/completions", json=body)
         if response.headers["content-type"].startswith("text/event-stream"):
@@ -522,3 +522,19 @@ def test_nothing_listening_is_a_connect_failure():
 def test_an_upstream_url_that_names_no_host_or_port_exits_2(url):
     result = run_cli("serve", EXAMPLES / "chatml-think-tools.gguf", "--upstream", url)
     assert result.returncode == 2 and "--upstream" in result.stderr and "Traceback" not in result.stderr
+
+
+@needs_corpus
+def test_a_past_call_as_openai_sends_it_renders_with_a_template_that_iterates_its_arguments():
+    """GLM 4.6 iterates a past call's arguments: OpenAI's JSON text was a 400 ("the chat template
+    cannot render this conversation"); the bridge gives the template the object it holds."""
+    template = tplparse.load(CORPUS / "ZAI-GLM-4.6.jinja")
+    history = [{"role": "user", "content": "Weather in Paris?"},
+               {"role": "assistant", "content": None, "tool_calls": [{"id": "call_0", "type": "function", "function": {
+                   "name": "get_weather", "arguments": '{"city": "Paris", "unit": "celsius"}'}}]},
+               {"role": "tool", "tool_call_id": "call_0", "content": "sunny"},
+               {"role": "user", "content": "And tomorrow?"}]
+    upstream = Scripted(["It will rain.", Finished("stop", 20, 4)])
+    status, answer = post(upstream, {"messages": history, "tools": TOOLS, "max_tokens": 8}, template)
+    assert status == 200, answer
+    assert "<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>" in upstream.asked[0].prompt

@@ -13,8 +13,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import runtime
+from ..errors import TemplateError
 from ..grammar.reading import reading_tables
 from ..probe import probe
+from ..probe.conversations import in_shape, with_empty_content
 from ..source import ChatTemplate
 from ..spec import ProtocolSpec, Start
 from .validate import dispatch_check
@@ -90,8 +92,7 @@ def prompt_for(template: ChatTemplate, messages: list, tools: list | None = None
     elif mode.variables:
         notes.append("thinking switched by "
                      + ", ".join(f"{k}={v!r}" for k, v in mode.variables.items()))
-    text = template.render(messages, tools=tools, add_generation_prompt=True, **variables)
-    history = template.render(messages, tools=tools, add_generation_prompt=False, **variables)
+    text, history = _rendered(template, spec, messages, tools, variables, notes)
     i = 0
     while i < min(len(text), len(history)) and text[i] == history[i]:
         i += 1
@@ -117,6 +118,34 @@ def prompt_for(template: ChatTemplate, messages: list, tools: list | None = None
     return Prompt(text=text, generation_prompt=generation_prompt, stop=stop, start=start, spec=spec,
                   tools=tools, notes=notes, mode=mode_name, reasoning_closed=closed,
                   protocol=protocol)
+
+
+def _rendered(template: ChatTemplate, spec: ProtocolSpec, messages: list, tools: list | None,
+              variables: dict[str, Any], notes: list[str]) -> tuple[str, str]:
+    """(the prompt, the history without the generation prompt), the conversation written down
+    as the template reads one (probe.conversations.in_shape: a call's arguments as an object
+    or as JSON text, tools with or without their wrapper, ...). A template that fails on a past
+    call turn's null content is given "" there (as the probe's "empty content" shape), and a
+    note says so."""
+    messages, shaped_tools, shape_variables = in_shape(messages, tools, spec.shape)
+    variables = {**shape_variables, **variables}
+
+    def render(conversation: list) -> tuple[str, str]:
+        return (template.render(conversation, tools=shaped_tools, add_generation_prompt=True,
+                                **variables),
+                template.render(conversation, tools=shaped_tools, add_generation_prompt=False,
+                                **variables))
+
+    try:
+        return render(messages)
+    except TemplateError as e:
+        emptied = with_empty_content(messages)
+        if e.limit or emptied == messages:
+            raise
+        rendered = render(emptied)
+        notes.append("a call turn's null content given to the template as \"\" (it reads "
+                     "that content as text)")
+        return rendered
 
 
 def _with_system_flag(messages: list, flag: str) -> list:

@@ -9,6 +9,7 @@ tries each equivalent shape in order and keeps the first one the template accept
 
 from __future__ import annotations
 
+import datetime
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -153,6 +154,91 @@ def _tools_in_shape(tools: list[dict], shape: Shape) -> list[dict]:
     if shape.bare_tools:
         return [dict(t) for t in tools]
     return [{"type": "function", "function": dict(t)} for t in tools]
+
+
+def shape_named(label: str) -> Shape:
+    """The shape a spec names (`spec.shape`, as `ShapedRenderer.shape_label` wrote it)."""
+    label = label.partition(_IDS_LABEL)[0].removesuffix(_BLOCKS_LABEL)
+    return next((s for s in SHAPES if s.label == label), SHAPES[0])
+
+
+def in_shape(messages: list, tools: list | None, label: str) -> tuple[list, list | None, dict]:
+    """A conversation in OpenAI's shape (tools `{"type": "function", "function": ...}`, a
+    call's arguments as JSON text) written down as the template reads it (`label`: the spec's
+    shape): (messages, tools, the extra variables). A call's arguments become the object the
+    JSON text holds for a template that reads an object (one that iterates them; a string
+    that holds no JSON object stays as given, for the template to refuse), or JSON text for
+    one that reads text; tools and calls lose their wrapper, or tools become Command R's
+    parameter_definitions, or also come as a `functions` string, as the shape says. What a
+    conversation already gives in the template's form is kept."""
+    shape = shape_named(label)
+    messages = [_message_in_shape(m, shape) if isinstance(m, dict) and m.get("tool_calls")
+                else m for m in messages]
+    variables: dict[str, Any] = {}
+    if tools is None:
+        return messages, None, variables
+    functions = [t["function"] if isinstance(t, dict) and isinstance(t.get("function"), dict)
+                 else t for t in tools]
+    if shape.functions_variable:
+        # (the variables such templates read beside their `functions` string: Firefunction's
+        # `datetime`, today's date)
+        variables["functions"] = json.dumps(functions, ensure_ascii=False)
+        variables["datetime"] = datetime.date.today().isoformat()
+    if shape.parameter_definition_tools:
+        return messages, [_parameter_definitions(f) for f in functions], variables
+    if shape.bare_tools:
+        return messages, functions, variables
+    return messages, tools, variables
+
+
+def with_empty_content(messages: list) -> list:
+    """The conversation with each call turn's null content given as "" (the "empty content"
+    shape: a template that reads a past call turn's content as text, and fails on null)."""
+    return [{**m, "content": ""} if isinstance(m, dict) and m.get("tool_calls")
+            and m.get("content") is None else m for m in messages]
+
+
+def _message_in_shape(message: dict, shape: Shape) -> dict:
+    calls = []
+    for call in message["tool_calls"]:
+        if not isinstance(call, dict):
+            calls.append(call)
+            continue
+        function = dict(call.get("function") or {k: call[k] for k in ("name", "arguments")
+                                                 if k in call})
+        function["arguments"] = _arguments_in_shape(function.get("arguments"), shape)
+        calls.append({"id": call.get("id"), **function} if shape.bare_calls
+                     else {**call, "function": function})
+    out = {**message, "tool_calls": calls}
+    if shape.empty_content and out.get("content") is None:
+        out["content"] = ""
+    return out
+
+
+def _arguments_in_shape(arguments: Any, shape: Shape) -> Any:
+    if shape.arguments_as_string and not isinstance(arguments, str):
+        return json.dumps(arguments, ensure_ascii=False)
+    if not shape.arguments_as_string and isinstance(arguments, str):
+        try:
+            decoded = json.loads(arguments)
+        except (ValueError, RecursionError):
+            return arguments
+        return decoded if isinstance(decoded, dict) else arguments
+    return arguments
+
+
+def _parameter_definitions(function: dict) -> dict:
+    """A tool as Command R's templates read it: {name, description, parameter_definitions}."""
+    parameters = function.get("parameters")
+    parameters = parameters if isinstance(parameters, dict) else {}
+    properties = parameters.get("properties")
+    properties = properties if isinstance(properties, dict) else {}
+    required = parameters.get("required") or []
+    return {"name": function.get("name"), "description": function.get("description", ""),
+            "parameter_definitions": {
+                k: {"description": v.get("description", k) if isinstance(v, dict) else k,
+                    "type": "str", "required": k in required}
+                for k, v in properties.items()}}
 
 
 # Call ids that carry the call's name, tried when a template writes a call's id where its name

@@ -15,6 +15,7 @@ open; the server goes on serving.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Awaitable
@@ -24,7 +25,7 @@ from typing import TypeVar
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import JSONResponse, StreamingResponse
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from ..bridge import Attempt, compile_in_memory, feedback_messages, reply_errors
@@ -125,8 +126,12 @@ async def _body(request: Request, limit: int = LIMITS.body_bytes) -> bytes:
     return b"".join(chunks)
 
 
-def _error(status: int, message: str, param: str | None = None) -> JSONResponse:
-    return JSONResponse(responses.error_body(status, message, param), status_code=status)
+def _error(status: int, message: str, param: str | None = None) -> Response:
+    """An error in OpenAI's shape. Its JSON is written ASCII-only: a message or a field's
+    name quotes what the client sent, which may hold what no UTF-8 encodes (a lone
+    surrogate in a key), and an error must always be sendable."""
+    body = json.dumps(responses.error_body(status, message, param), ensure_ascii=True)
+    return Response(body, status_code=status, media_type="application/json")
 
 
 async def _served(planner: Planner, upstream: Upstream, model: str, chat: ChatRequest,

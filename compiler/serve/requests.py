@@ -31,6 +31,17 @@ KNOWN = {"model", "messages", "tools", "tool_choice", "parallel_tool_calls", "re
          "frequency_penalty",
          "presence_penalty"} | set(IGNORED) | EXTENSIONS
 ROLES = {"system", "developer", "user", "assistant", "tool"}
+# What a message may hold, by role (a field sent as null is a field not sent). An assistant
+# message that a client echoes back from OpenAI carries `refusal`, `annotations`, `audio` and
+# `function_call` as null or empty: taken, since they say nothing; any of them with a value is
+# refused by name, as every other field is: nothing a client sends is silently ignored.
+MESSAGE_FIELDS = {"role", "content", "name"}
+ROLE_FIELDS = {"assistant": {"tool_calls", "reasoning_content"}, "tool": {"tool_call_id"}}
+EMPTY_ECHOES = {"refusal", "annotations", "audio", "function_call"}
+TOOL_FIELDS = {"type", "function"}
+FUNCTION_FIELDS = {"name", "description", "parameters", "strict"}
+CALL_FIELDS = {"id", "type", "function"}
+CALL_FUNCTION_FIELDS = {"name", "arguments"}
 MODES = ("auto", "required", "none")
 # A tool's name: OpenAI's letters, digits, _ and - (and the dot some templates' tools use),
 # which every call format writes as it is.
@@ -137,11 +148,22 @@ def _check_values(value, where: str, depth: int, limit: int) -> None:
                                       f"than {limit} levels deep")
         items = value.items() if isinstance(value, dict) else enumerate(value)
         for key, item in items:
-            inner = f"{where}[{key}]" if isinstance(value, list) \
-                else f"{where}.{key}" if where else str(key)
+            shown = _escaped(key) if isinstance(key, str) else key
+            inner = f"{where}[{shown}]" if isinstance(value, list) \
+                else f"{where}.{shown}" if where else str(shown)
             if isinstance(key, str):
                 _check_text(key, inner)
             _check_values(item, inner, depth + 1, limit)
+
+
+def _escaped(key: str) -> str:
+    """A key as a field's name in an error: a lone surrogate in it written as its escape (the
+    name must be text an answer can carry)."""
+    return key.encode("utf-8", "backslashreplace").decode("utf-8") if _SURROGATES.search(key) \
+        else key
+
+
+_SURROGATES = re.compile("[\ud800-\udfff]")
 
 
 def _check_text(text: str, where: str) -> None:
@@ -273,6 +295,8 @@ def _message(message, where: str) -> None:
     if not isinstance(role, str) or role not in ROLES:
         raise RequestError(f"{where}.role", f"{where}.role must be one of "
                            + ", ".join(sorted(ROLES)))
+    _unknown_fields(message, MESSAGE_FIELDS | ROLE_FIELDS.get(role, set()), where,
+                    empty_ok=EMPTY_ECHOES if role == "assistant" else set())
     content = message.get("content")
     if isinstance(content, list):  # content parts: text only
         for j, part in enumerate(content):
@@ -292,11 +316,27 @@ def _message(message, where: str) -> None:
         _past_call(call, f"{where}.tool_calls[{j}]")
 
 
+def _unknown_fields(value: dict, known: set[str], where: str,
+                    empty_ok: frozenset[str] | set[str] = frozenset()) -> None:
+    """A 400 naming the first field of `value` this bridge does not serve (one sent as null is
+    not sent; those in `empty_ok` may also be empty)."""
+    for key, item in value.items():
+        if key in known or item is None or key in empty_ok and item in ("", [], {}):
+            continue
+        if key == "function_call":
+            raise RequestError(f"{where}.function_call", f"{where}.function_call: the legacy "
+                               "function_call is not served; send the call as tool_calls")
+        raise RequestError(f"{where}.{key}", f"unsupported field {where}.{key}")
+
+
 def _past_call(call, where: str) -> None:
     """A call in the history, as OpenAI takes it: its arguments are the JSON text the model
     wrote (a string), not an object."""
     if not isinstance(call, dict):
         raise RequestError(where, f"{where} must be an object")
+    _unknown_fields(call, CALL_FIELDS, where)
+    if isinstance(call.get("function"), dict):
+        _unknown_fields(call["function"], CALL_FUNCTION_FIELDS, f"{where}.function")
     _optional(call, "id", str, where=f"{where}.id")
     if call.get("type", "function") != "function":
         raise RequestError(f"{where}.type", f"{where}.type must be function")
@@ -323,7 +363,9 @@ def _tools(tools, limits: RequestLimits) -> list[dict] | None:
         if not isinstance(function, dict) or not isinstance(function.get("name"), str) \
                 or not function["name"]:
             raise RequestError(f"tools[{i}]", f"tools[{i}] must be a function with a name")
+        _unknown_fields(tool, TOOL_FIELDS, f"tools[{i}]")
         where = f"tools[{i}].function"
+        _unknown_fields(function, FUNCTION_FIELDS, where)
         if not TOOL_NAME.fullmatch(function["name"]):
             raise RequestError(f"{where}.name", f"{where}.name must be 1 to 64 letters, digits, "
                                                 f"'_', '-' or '.', not {function['name']!r}")
@@ -354,6 +396,9 @@ def _tool_choice(choice, tools) -> ToolChoice:
     if not isinstance(name, str) or choice.get("type", "function") != "function":
         raise RequestError("tool_choice", "a named tool_choice is {\"type\": \"function\", "
                                           "\"function\": {\"name\": ...}}")
+    assert isinstance(choice, dict) and isinstance(function, dict)  # (a name was found in them)
+    _unknown_fields(choice, {"type", "function"}, "tool_choice")
+    _unknown_fields(function, {"name"}, "tool_choice.function")
     if name not in {t["function"]["name"] for t in tools or []}:
         raise RequestError("tool_choice", f"tool_choice names {name!r}, which "
                                           "is not among the tools")
@@ -364,6 +409,9 @@ def _response_format(value, limits: RequestLimits) -> dict | None:
     if value is None:
         return None
     kind = value.get("type") if isinstance(value, dict) else None
+    if kind in ("text", "json_object", "json_schema"):
+        _unknown_fields(value, {"type"} | ({"json_schema"} if kind == "json_schema" else set()),
+                        "response_format")
     if kind == "text":
         return None
     if kind == "json_object":
@@ -373,6 +421,7 @@ def _response_format(value, limits: RequestLimits) -> dict | None:
         where = "response_format.json_schema"
         if not isinstance(inner, dict):
             raise RequestError(f"{where}.schema", f"{where} must be an object holding the schema")
+        _unknown_fields(inner, {"name", "description", "schema", "strict"}, where)
         for key, kind in (("name", str), ("description", str), ("strict", bool)):
             _optional(inner, key, kind, where=f"{where}.{key}")
         return _schema(inner.get("schema"), f"{where}.schema", limits)
