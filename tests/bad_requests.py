@@ -293,6 +293,39 @@ def round3_cases() -> list[Case]:
             "type": "function", "function": {"name": "get_weather"}, "strict": True}, **SHORT}, 400, "tool_choice.strict"),
         Case("an unknown key in a past call", {"messages": history({**past_call(), "index": 0}), **SHORT}, 400,
              f"{MESSAGES}.index"),
+        # 500s from schemas: loops, references nothing follows, sizes
+        Case("a $ref loop through allOf", with_tool({"$defs": {"a": {"allOf": [{"$ref": "#/$defs/a"}]}},
+                                                    **prop({"$ref": "#/$defs/a"})}), 400,
+             "tools[0].function.parameters"),
+        Case("a $dynamicRef", with_tool(prop({"$dynamicRef": "#meta"})), 400, "tools[0].function.parameters"),
+        Case("a nested $id that rebases a $ref", with_tool({**prop({"$id": "http://127.0.0.1:9/x", "$ref": "#/$defs/q"}),
+                                                            "$defs": {"q": {"type": "string"}}}), 400,
+             "tools[0].function.parameters"),
+        Case("10,000 properties", with_tool({"type": "object", "properties": {f"p{i}": {"type": "string"}
+                                                                              for i in range(10_000)}}), 400,
+             "tools[0].function.parameters"),
+        Case("170 optional properties", with_tool({"type": "object", "properties": {f"p{i}": {"type": "string"}
+                                                                                    for i in range(170)}}), OK),
+        Case("a false optional property", with_tool({"type": "object", "properties": {"city": {"type": "string"},
+                                                                                      "never": False}}), OK),
+        # schemas no value satisfies
+        Case("a required property whose schema is false", with_tool(prop(False)), 400, "tools[0].function.parameters"),
+        Case("items false and minItems 1", with_tool(prop({"type": "array", "items": False, "minItems": 1})), 400,
+             "tools[0].function.parameters"),
+        Case("minLength above maxLength", with_tool(prop({"type": "string", "minLength": 5, "maxLength": 2})), 400,
+             "tools[0].function.parameters"),
+        Case("a const its pattern refuses", with_tool(prop({"const": "abc", "pattern": "^[0-9]+$"})), 400,
+             "tools[0].function.parameters"),
+        Case("an enum its type refuses", with_tool(prop({"type": "integer", "enum": ["a", "b"]})), 400,
+             "tools[0].function.parameters"),
+        Case("anyOf of falses", with_tool(prop({"anyOf": [False, False]})), 400, "tools[0].function.parameters"),
+        # size-dependent work, bounded or refused
+        Case("a const against a catastrophic pattern", with_tool(prop({"const": "a" * 40 + "!", "pattern": "^(a|aa)+$"})),
+             400, "tools[0].function.parameters"),
+        Case("a pattern of 20,000 alternatives", with_tool(prop({"type": "string", "pattern": "^(" + "|".join(
+            f"w{i}" for i in range(20_000)) + ")$"})), 400, "tools[0].function.parameters"),
+        Case("a pattern of 1,001 characters", with_tool(prop({"type": "string", "pattern": "^" + "a" * 999 + "$"})),
+             400, "tools[0].function.parameters"),
         # accepted on purpose (docs/serving.md): what OpenAI's own answers carry, echoed back empty
         Case("an assistant message echoed back from OpenAI", {"messages": [ASK[0], echoed, ASK[0]], **SHORT}, OK),
         Case("a refusal echoed back with a value", {"messages": [ASK[0], {**echoed, "refusal": "No."}, ASK[0]],

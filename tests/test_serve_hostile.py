@@ -168,6 +168,36 @@ def test_bad_requests_against_the_real_server(serving):
 
 
 @pytest.mark.e2e
+def test_a_request_whose_checks_cost_seconds_stalls_no_other_client(serving):
+    """A 300-byte request whose const is checked against a catastrophic pattern (Python's `re`
+    held the interpreter for up to 123 s: every client waited) is refused within a second,
+    and a bystander's GET /v1/models is answered meanwhile."""
+    from bad_requests import prop, with_tool
+
+    body = json.dumps(with_tool(prop({"const": "a" * 25 + "!", "pattern": "^(a|a)*$"}))).encode()
+    waits: list[float] = []
+
+    def bystander():
+        with httpx.Client(base_url=serving.url, timeout=30) as client:
+            for _ in range(10):
+                started = time.monotonic()
+                assert client.get("/v1/models").status_code == 200
+                waits.append(time.monotonic() - started)
+                time.sleep(0.05)
+
+    thread = threading.Thread(target=bystander)
+    with httpx.Client(base_url=serving.url, timeout=30) as client:
+        thread.start()
+        started = time.monotonic()
+        response = client.post("/v1/chat/completions", content=body, headers={"content-type": "application/json"})
+        took = time.monotonic() - started
+    thread.join()
+    assert response.status_code == 400 and "takes more than" in response.json()["error"]["message"], response.text
+    assert took < 1.5, took
+    assert max(waits) < 1.0, waits
+
+
+@pytest.mark.e2e
 def test_grammars_for_what_requests_may_hold_are_read_by_llama_server(llama_server):
     """The grammars the issue saw refused (a tool name with a newline; bounds past 2000; a
     bounded string of escapes) posted to the real llama-server's /completion: each is read."""

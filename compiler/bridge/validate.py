@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import jsonschema
 
+from ..grammar import patterns
+
 
 @dataclass
 class ToolCallError:
@@ -50,11 +52,16 @@ def _expected(error: jsonschema.ValidationError) -> str:
 
 
 def _schema_errors(value, schema, call_index) -> list[ToolCallError]:
-    validator = jsonschema.Draft202012Validator(schema)
-    return [
-        ToolCallError(call_index, "schema", _json_path(e), e.message, _expected(e))
-        for e in sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path))
-    ]
+    """The value's errors under the schema (jsonschema, its patterns searched within a time
+    bound: grammar.patterns). A pattern that takes too long to check is an error too: what
+    was not checked is not valid."""
+    try:
+        found = patterns.iter_errors(schema, value)
+    except patterns.PatternTooCostly as e:
+        return [ToolCallError(call_index, "schema", "$", f"not checked: {e}", "a value that can "
+                              "be checked against the schema's patterns in time")]
+    return [ToolCallError(call_index, "schema", _json_path(e), e.message, _expected(e))
+            for e in sorted(found, key=lambda e: list(map(str, e.absolute_path)))]
 
 
 def _offered(tools: list | None) -> dict:
@@ -71,15 +78,13 @@ def dispatch_check(tools: list | None) -> Callable[[str, object], str | None]:
     jsonschema (every keyword, draft 2020-12): None when the arguments are valid under the
     tool's schema, else the first error and where. A schema jsonschema cannot apply (a $ref
     to nowhere, ...) fails the call: nothing unchecked is dispatched."""
-    validators = {name: jsonschema.Draft202012Validator(schema)
-                  for name, schema in _offered(tools).items()}
+    schemas = _offered(tools)
 
     def validate(name: str, arguments: object) -> str | None:
-        validator = validators.get(name)
-        if validator is None:
+        if name not in schemas:
             return None
         try:
-            errors = sorted(validator.iter_errors(arguments),
+            errors = sorted(patterns.iter_errors(schemas[name], arguments),
                             key=lambda e: list(map(str, e.absolute_path)))
         except Exception as e:
             # (a $ref to nowhere, a bad pattern, a schema too deep: the schema's fault, not

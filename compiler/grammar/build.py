@@ -620,7 +620,9 @@ def _add_arguments(g: Grammar, fmt: ArgumentFormat, name: str, schema: dict | No
 def _kv_arguments(g: Grammar, fmt: ArgumentFormat, name: str, schema: dict | None, ws: Ref,
                   warnings, closing: str = "", open_objects: bool = False) -> Node:
     """argument (separator argument)*, each argument by the layout of its value's type."""
-    properties = (schema or {}).get("properties") or {}
+    # (a property whose schema is false is never written: it holds no value)
+    properties = {k: v for k, v in ((schema or {}).get("properties") or {}).items()
+                  if v is not False}
     if schema is None or not properties:
         one = _kv_argument_any(g, fmt, ws, closing)
         return opt(seq(one, Rep(seq(tolerant(fmt.separator, ws), one))))

@@ -192,8 +192,9 @@ class _Converter:
         if schema is True or schema == {}:
             return self.any_value()
         if schema is False:
-            self.warn("false", path, "a schema that accepts nothing")
-            return Lit("\x00never\x00")
+            # (where a value may be left out, a false schema's is: an optional property, an
+            # option of anyOf, an array's items; here one must be written)
+            raise SchemaError(path, "false: no value is valid here")
         if not isinstance(schema, dict):
             self.warn(type(schema).__name__, path, "not a schema")
             return add_json(self.g)
@@ -209,7 +210,9 @@ class _Converter:
         for keyword in ("anyOf", "oneOf"):
             if keyword in schema:
                 options = [self.rule(f"{name}-{i}", sub, f"{path}/{keyword}/{i}")
-                           for i, sub in enumerate(schema[keyword])]
+                           for i, sub in enumerate(schema[keyword]) if sub is not False]
+                if not options:
+                    raise SchemaError(path, f"no option of {keyword} holds a value")
                 return alt(*options)
         kind = schema.get("type")
         if isinstance(kind, list):
@@ -307,8 +310,14 @@ class _Converter:
 
     def array(self, schema: dict, name: str, path: str) -> Node:
         ws = self.ws
-        item = self.rule(f"{name}-item", schema.get("items", {}), f"{path}/items")
         low, high = self.bounds(schema, ("minItems", "maxItems"), path)
+        if schema.get("items") is False:
+            if low:
+                raise SchemaError(path, f"minItems {low}, and its items hold no value (false)")
+            high = 0
+        if high == 0:
+            return seq(Lit("["), ws, Lit("]"))
+        item = self.rule(f"{name}-item", schema.get("items", {}), f"{path}/items")
         if high == 0:
             return seq(Lit("["), ws, Lit("]"))
         rest = self.repeated(seq(ws, Lit(","), ws, item), max(low - 1, 0),
@@ -318,8 +327,13 @@ class _Converter:
 
     def object(self, schema: dict, name: str, path: str) -> Node:
         ws = self.ws
-        properties = schema.get("properties") or {}
+        # (a property whose schema is false is never written: it holds no value)
+        properties = {k: v for k, v in (schema.get("properties") or {}).items() if v is not False}
         required = [k for k in schema.get("required", []) if k in properties]
+        for never in [k for k in schema.get("required", []) if (schema.get("properties") or {})
+                      .get(k, True) is False]:
+            raise SchemaError(f"{path}/properties/{never}", f"the required property {never!r} "
+                                                            "holds no value (false)")
         for missing in set(schema.get("required", [])) - set(properties):
             self.warn("required", path, f"{missing!r} is required but has no schema in properties")
         extra = extra_properties(schema, self.open_objects)

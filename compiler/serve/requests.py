@@ -18,7 +18,8 @@ import jsonschema
 
 from ..grammar import ToolChoice
 from ..grammar.ir import Grammar
-from ..grammar.json_schema import SchemaError, add_schema, check_refs
+from ..grammar.json_schema import SchemaError, add_schema
+from ..grammar.schema_check import SchemaLimits, check_schema
 
 # Accepted and ignored, because they do not change what is generated here (metadata, or
 # options whose only value this bridge implements), each of OpenAI's type.
@@ -56,8 +57,9 @@ class RequestLimits:
     depth: int = 64  # how deeply the body's JSON nests
     messages: int = 4096
     tools: int = 128  # OpenAI's
-    # in one schema, all its enums together (OpenAI's, for structured outputs)
-    enum_values: int = 1000
+    # one schema's size: its properties, its enums' values and patterns' alternatives (OpenAI's,
+    # for structured outputs), a pattern's length
+    schema: SchemaLimits = SchemaLimits()
     # what an engine's token count holds (llama.cpp's n_predict is 32-bit)
     max_tokens: int = 2**31 - 1
     stops: int = 4  # OpenAI's
@@ -430,14 +432,14 @@ def _response_format(value, limits: RequestLimits) -> dict | None:
 
 
 def _schema(schema, param: str, limits: RequestLimits) -> dict:
-    """A JSON Schema (Draft 2020-12) that is one, that a grammar can be written for, and
-    within the limits: checked before anything is generated."""
+    """A JSON Schema (Draft 2020-12) that is one, that a grammar can be written for and some
+    value satisfies, within the limits (grammar.schema_check): checked before anything is
+    generated."""
     if not isinstance(schema, dict):
         raise RequestError(param, f"{param} must be a JSON Schema object")
     try:
         jsonschema.Draft202012Validator.check_schema(schema)
-        check_refs(schema)
-        _enum_count(schema, param, limits)
+        check_schema(schema, limits.schema)
         grammar = Grammar(root="value")
         # (what the plan builds again, with the turn around it)
         add_schema(grammar, schema, "value", [])
@@ -450,29 +452,6 @@ def _schema(schema, param: str, limits: RequestLimits) -> dict:
     except RecursionError as e:
         raise RequestError(param, f"{param} is nested too deeply") from e
     return schema
-
-
-def _enum_count(schema: dict, param: str, limits: RequestLimits) -> None:
-    """At most `limits.enum_values` enum values in one schema: llama.cpp's grammar keeps
-    every value open while their prefixes agree (10,000 took two minutes for 12 tokens)."""
-    count = sum(len(values) for values in _enums(schema) if isinstance(values, list))
-    if count > limits.enum_values:
-        raise RequestError(param, f"{param} holds {count} enum values; the limit is "
-                                  f"{limits.enum_values} in one schema")
-
-
-def _enums(value):
-    """Every `enum` list in a schema (found by walking it whole: values too, an over-count at
-    worst)."""
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if key == "enum":
-                yield item
-            else:
-                yield from _enums(item)
-    elif isinstance(value, list):
-        for item in value:
-            yield from _enums(item)
 
 
 def _stop(stop, limits: RequestLimits) -> list[str]:
