@@ -1038,6 +1038,12 @@ def build_command(manifest, out_dir, check, jobs, no_cache):
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=120.0, show_default=True,
               help="Seconds the upstream may go without sending a token before "
                    "the request fails (504).")
+@click.option("--head-timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
+              metavar="SECONDS", help="Seconds a client may take to send a request's head "
+                                      "(408 past them).")
+@click.option("--body-timeout", type=click.FloatRange(min=0.1), default=30.0, show_default=True,
+              metavar="SECONDS", help="Seconds a client may take between two pieces of a "
+                                      "request's body (408 past them).")
 @click.option("--variant", help="A named template of the source (e.g. tool_use).")
 @click.option("--record", "record_dir", type=_PATH, metavar="DIR",
               help="Write a transcript of every generation into DIR (raw output can hold "
@@ -1048,8 +1054,8 @@ def build_command(manifest, out_dir, check, jobs, no_cache):
               show_default=True, metavar="DAYS",
               help="With --record: delete transcripts older than DAYS.")
 @_token_options
-def serve(source, upstream, upstream_kind, context, host, port, model_name, timeout, variant,
-          record_dir, record_keep, record_days, bos_token, eos_token):
+def serve(source, upstream, upstream_kind, context, host, port, model_name, timeout, head_timeout,
+          body_timeout, variant, record_dir, record_keep, record_days, bos_token, eos_token):
     """An OpenAI-compatible /v1/chat/completions in front of an engine that only completes text."""
     try:
         import uvicorn
@@ -1087,9 +1093,14 @@ def serve(source, upstream, upstream_kind, context, host, port, model_name, time
         record = TranscriptFolder(record_dir, Retention(record_keep, record_days))
         _say(f"tplparse serve: a transcript of every generation goes into {record_dir} (the "
                    f"newest {record_keep}, none older than {record_days:g} days)", err=True)
-    app = create_app(template, engine, name, record)
+    from .serve.guard import GuardedH11Protocol, HttpLimits
+
+    limits = HttpLimits(head_seconds=head_timeout, body_seconds=body_timeout)
+    app = create_app(template, engine, name, record, limits)
+    # (h11, each request's head read by tplparse's guard first: serve/guard.py)
+    protocol = type("GuardedH11Protocol", (GuardedH11Protocol,), {"limits": limits})
     config = uvicorn.Config(app, host=host, port=port, log_level="warning",
-                            timeout_graceful_shutdown=5)
+                            timeout_graceful_shutdown=5, http=protocol)
     server = uvicorn.Server(config)
     try:
         server.run()

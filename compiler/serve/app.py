@@ -34,6 +34,7 @@ from ..errors import TplparseError
 from ..runtime import StreamParser
 from ..source import ChatTemplate
 from . import responses
+from .guard import HTTP_LIMITS, HttpLimits
 from .plan import Plan, Planner, quick
 from .requests import LIMITS, ChatRequest, RequestError, parse_body, parse_request
 from .upstream import Completion, Finished, Limits, Upstream, UpstreamError
@@ -48,16 +49,19 @@ PROBE_CHARS_PER_TOKEN = 8
 
 
 def create_app(template: ChatTemplate, upstream: Upstream, model_name: str,
-               record: TranscriptFolder | None = None) -> Starlette:
+               record: TranscriptFolder | None = None,
+               http_limits: HttpLimits = HTTP_LIMITS) -> Starlette:
     """The app serving `template`'s model through `upstream` under the name `model_name`;
-    with `record`, a transcript of every generation goes into that folder. The template is
-    probed here (a TplparseError when it cannot be), not on the first request."""
+    with `record`, a transcript of every generation goes into that folder; a request's body
+    read within `http_limits.body_seconds` between its pieces. The template is probed here
+    (a TplparseError when it cannot be), not on the first request."""
     compile_in_memory(template)
     planner = Planner(template, upstream.grammar_form)
 
     async def chat_completions(request: Request):
         try:
-            return await _chat_completions(request, planner, upstream, model_name, record)
+            return await _chat_completions(request, planner, upstream, model_name, record,
+                                           http_limits.body_seconds)
         except RequestError as e:
             return _error(e.status, e.message, e.param)
         except UpstreamError as e:
@@ -89,10 +93,11 @@ def create_app(template: ChatTemplate, upstream: Upstream, model_name: str,
 
 
 async def _chat_completions(request: Request, planner: Planner, upstream: Upstream,
-                            model_name: str, record: TranscriptFolder | None):
+                            model_name: str, record: TranscriptFolder | None,
+                            body_seconds: float = HTTP_LIMITS.body_seconds):
     """One request: the body read and checked, then planned and generated while the client
     waits (a client that goes away cancels what is left)."""
-    chat = parse_request(parse_body(await _body(request)))
+    chat = parse_request(parse_body(await _body(request, idle=body_seconds)))
     if chat.model is not None and chat.model != model_name:
         raise RequestError("model", f"model {chat.model!r} is not served here "
                                     f"(this is {model_name!r})", 404)
@@ -111,14 +116,25 @@ async def _chat_completions(request: Request, planner: Planner, upstream: Upstre
     return JSONResponse(answer)
 
 
-async def _body(request: Request, limit: int = LIMITS.body_bytes) -> bytes:
-    """The request body, read no further than `limit` bytes (413 past it)."""
+async def _body(request: Request, limit: int = LIMITS.body_bytes,
+                idle: float = HTTP_LIMITS.body_seconds) -> bytes:
+    """The request body, read no further than `limit` bytes (413 past it), each piece within
+    `idle` seconds of the one before (408: a client that stops sending, or declares a chunk
+    of 2^64 bytes and sends none, is not waited for)."""
     too_large = RequestError("", f"the request body is more than {limit} bytes (the limit)", 413)
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
         raise too_large
     chunks, size = [], 0
-    async for chunk in request.stream():
+    pieces = request.stream()
+    while True:
+        try:
+            chunk = await asyncio.wait_for(pieces.__anext__(), idle)
+        except StopAsyncIteration:
+            break
+        except asyncio.TimeoutError:
+            raise RequestError("", f"the request body stopped arriving: nothing for {idle:g} s",
+                               408) from None
         size += len(chunk)
         if size > limit:
             raise too_large

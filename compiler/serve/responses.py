@@ -66,8 +66,9 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict:
 
 def error_body(status: int, message: str, param: str | None = None) -> dict:
     """OpenAI's error shape."""
-    kind = {400: "invalid_request_error", 404: "not_found_error", 413: "invalid_request_error",
-            500: "server_error"}.get(status, "upstream_error" if status > 500 else "error")
+    kind = {400: "invalid_request_error", 404: "not_found_error", 408: "invalid_request_error",
+            413: "invalid_request_error", 500: "server_error"}.get(
+        status, "upstream_error" if status > 500 else "error")
     return {"error": {"message": message, "type": kind, "param": param or None, "code": status}}
 
 
