@@ -740,13 +740,13 @@ def object_value(text: str, python: bool) -> JSONValue:
 
 _KINDS = ("integer", "number", "boolean", "null", "object", "array", "string")
 _ENUM_KINDS: dict[type, str] = {bool: "boolean", int: "integer", float: "number",
-                                type(None): "null"}
+                                type(None): "null", dict: "object", list: "array"}
 
 
 def _schema_kinds(schema: SchemaValue) -> tuple[str, ...]:
     """The types a raw value of this schema may be read as, in the schema's order (`type` as a
-    list, `anyOf` / `oneOf` alternatives, an enum's values); () where it says none (the value
-    is kept as written)."""
+    list, `anyOf` / `oneOf` alternatives, a const's or an enum's values); () where it says none
+    (the value is kept as written)."""
     if not isinstance(schema, dict) or not schema:
         return ()
     kind = schema.get("type")
@@ -757,8 +757,9 @@ def _schema_kinds(schema: SchemaValue) -> tuple[str, ...]:
     kinds: list[str] = []
     for option in (schema.get("anyOf") or schema.get("oneOf") or []):
         kinds += [k for k in _schema_kinds(option) if k not in kinds]
-    if not kinds and schema.get("enum"):
-        for value in schema["enum"]:
+    values = [schema["const"]] if "const" in schema else schema.get("enum") or []
+    if not kinds and isinstance(values, list):
+        for value in values:  # (an enum's or a const's values type it: {"const": 7} is 7)
             k = _ENUM_KINDS.get(type(value), "string")
             if k not in kinds:
                 kinds.append(k)
@@ -788,6 +789,10 @@ def typed_raw(text: str, schema: SchemaValue, fillers: Sequence[str] = (),
     kinds = _schema_kinds(schema)
     if not kinds:
         return text
+    if isinstance(schema, dict) and ("enum" in schema or "const" in schema) and not quoted:
+        member = _member_written(text, schema)
+        if member is not _NOT_A_MEMBER:
+            return member
     if "null" in kinds and text.strip() in _NULL_WORDS and not (quoted and "string" in kinds):
         return None
     first: BadArguments | None = None
@@ -800,6 +805,32 @@ def typed_raw(text: str, schema: SchemaValue, fillers: Sequence[str] = (),
             first = first or e
     assert first is not None  # (kinds is not empty, and each kind tried failed)
     raise first
+
+
+_NOT_A_MEMBER = object()
+
+
+def _member_written(text: str, schema: dict[str, Any]) -> Any:
+    """The one value of an enum (or the const) that `text` writes raw, where exactly one does
+    (`3` is the integer 3 of ["a b", 3], `a b` the string): a raw value has no quotes to tell
+    a string from another type, but the values it may be tell it. _NOT_A_MEMBER otherwise."""
+    values = [schema["const"]] if "const" in schema else schema.get("enum")
+    if not isinstance(values, list):
+        return _NOT_A_MEMBER
+    found = [v for v in values if text in _spellings(v)]
+    return found[0] if len(found) == 1 else _NOT_A_MEMBER
+
+
+def _spellings(value: JSONValue) -> tuple[str, ...]:
+    """How a value is written raw: a string as it is; null, booleans and numbers as JSON and
+    as Python write them; an object or array as JSON."""
+    if isinstance(value, str):
+        return (value,)
+    if value is None or isinstance(value, bool):
+        return (json.dumps(value), repr(value))
+    if isinstance(value, (int, float)):
+        return (json.dumps(value), repr(value))
+    return (json.dumps(value, ensure_ascii=False),)
 
 
 def _type_of(value: JSONValue) -> tuple[str, ...]:
@@ -6057,8 +6088,35 @@ def _offered_tools(tools: object) -> dict[str, dict[str, dict[str, Any]]]:
                 booleans = True
         if booleans:
             properties = {k: v if isinstance(v, dict) else {} for k, v in properties.items()}
+        if any(isinstance(v, dict) and _refers(v) for v in properties.values()):
+            properties = {k: _followed(v, parameters) for k, v in properties.items()}
         offered[function["name"]] = properties
     return offered
+
+
+def _refers(schema: dict[str, Any]) -> bool:
+    """Whether a property's schema, or an option of its anyOf / oneOf, is a `$ref`."""
+    options = schema.get("anyOf") or schema.get("oneOf") or []
+    return "$ref" in schema or any(isinstance(o, dict) and "$ref" in o for o in options)
+
+
+def _followed(schema: Any, root: dict[str, Any], hops: int = 0) -> Any:
+    """A property's schema with its `$ref` (and its anyOf / oneOf options') followed to what
+    they point to in the tool's parameters ("#/$defs/x"), so that its values are typed as the
+    grammar types them; a reference that points to nothing types nothing."""
+    if not isinstance(schema, dict) or hops > 16:
+        return schema
+    if isinstance(schema.get("$ref"), str):
+        node: Any = root
+        for part in schema["$ref"].lstrip("#").split("/")[1:] if schema["$ref"] != "#" else []:
+            part = part.replace("~1", "/").replace("~0", "~")
+            node = node.get(part) if isinstance(node, dict) else None
+        rest = {k: v for k, v in schema.items() if k != "$ref"}
+        return _followed({**node, **rest} if isinstance(node, dict) else rest, root, hops + 1)
+    for keyword in ("anyOf", "oneOf"):
+        if isinstance(schema.get(keyword), list):
+            return {**schema, keyword: [_followed(o, root, hops + 1) for o in schema[keyword]]}
+    return schema
 
 
 def read_all(parser: StreamParser, text: Chunk, finish_reason: str = "stop") -> Message:

@@ -22,10 +22,13 @@ and OpenAI strict mode's convention; `open_objects`: JSON Schema's, see json_sch
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from .. import runtime
 from ..probe.markers import first_marker
 from ..probe.spans import Boundaries
 from ..spec import (
@@ -33,11 +36,13 @@ from ..spec import (
     ArgumentStyle,
     Parallel,
     ProtocolSpec,
+    SpecError,
     Start,
     ToolCallFormat,
     kv_parts,
     slot,
 )
+from ..spec.encodings import json_type
 from . import json_schema
 from .ir import (
     Alt,
@@ -61,6 +66,7 @@ from .ir import (
 )
 from .json_values import add_json, add_python_literal, add_ws
 from .reading import content_may_follow_calls, cut_at_end, end_of_turn_markers, reading_tables
+from .schema_check import subschemas
 
 NAME_CHARS = chars("A-Za-z0-9_.-")
 ID_CHARS = chars("A-Za-z0-9_-")
@@ -147,23 +153,22 @@ class GrammarOptions:
 
 
 def tolerant(text: str, ws: Ref) -> Node:
-    """A literal whose whitespace runs match any (bounded) whitespace, or none."""
+    """A literal whose whitespace at either end matches any (bounded) whitespace, or none, and
+    whose whitespace inside is the template's own, character by character (the parser reads
+    other whitespace there in some places and not in others: `invoke name` written
+    `invoke\\tname`, a segment's `<|im_end|>\\n<|im_start|>` with a tab; a grammar lets through
+    only what its parser reads back). (Written as one-character classes, not merged into the
+    words around it: a grammar engine's lexer then cuts the literal where it did before.)"""
     parts: list[Node] = []
-    word = ""
-    in_space = False
-    for ch in text:
-        if ch.isspace():
-            if word:
-                parts.append(Lit(word))
-                word = ""
-            if not in_space:
-                parts.append(ws)
-            in_space = True
+    runs = list(re.finditer(r"\s+|\S+", text))
+    for i, run in enumerate(runs):
+        piece = run.group()
+        if not piece.isspace():
+            parts.append(Lit(piece))
+        elif i == 0 or i == len(runs) - 1:
+            parts.append(ws)
         else:
-            word += ch
-            in_space = False
-    if word:
-        parts.append(Lit(word))
+            parts.extend(Chars(((ch, ch),)) for ch in piece)
     return seq(*parts)
 
 
@@ -198,9 +203,14 @@ def build(spec: ProtocolSpec, options: GrammarOptions | None = None,
         calls = _add_tool_calls(g, spec.tool_calls, options, ws,
                                 cut_at_end(spec.tool_calls.section_end, end_markers))
 
-    # Content.
-    content_stops = [m for m in ([opener] if opener else []) + end_markers + [spec.content_end]
-                     if m]
+    # Content: text in which nothing the parser reads as something else occurs (the runtime's
+    # own stops: the turn's end, a call's opener, bare too, a wrapper, a segment's end, ...),
+    # so that what the grammar lets through is read back as the text it is.
+    protocol = runtime.Protocol(reading)
+    # (in a turn of headed messages, a body ends where the runtime ends one: its end, a call's
+    # end, the next header)
+    bodies = protocol.messages.body_stops if protocol.messages is not None else ()
+    content_stops = list(dict.fromkeys((*protocol.content_stops, *bodies)))
     start_state = options.start or spec.modes.get(options.mode, spec.modes["default"]).start
     closed = _reasoning_closed(spec, options, start_state)
     if closed and spec.reasoning is not None and spec.reasoning.start:
@@ -243,10 +253,15 @@ def build(spec: ProtocolSpec, options: GrammarOptions | None = None,
     # Reasoning.
     turn = Ref("body")
     r = spec.reasoning
+    reasoning_stops: tuple[str, ...] = ()
     if r is not None and r.end:
-        stops = [r.end] + ([opener] if (opener and r.tool_call_ends_reasoning and calls is not None)
-                           else [])
-        text = g.add("reasoning-text", TextUntil(tuple(stops)), "reasoning, up to its end marker")
+        # (the runtime's own stops, as for content; and a call's opener, where calls are
+        # offered: the runtime reads a call written inside reasoning, not text)
+        openers = (protocol.opener, protocol.bare_opener) if calls is not None else ()
+        reasoning_stops = tuple(dict.fromkeys(s for s in (*protocol.reasoning_stops, *openers,
+                                                          *bodies) if s))
+        text = g.add("reasoning-text", TextUntil(reasoning_stops),
+                     "reasoning, up to its end marker")
         close = seq(ws, Lit(r.end), ws)
         ended = seq(text, close, Ref("body"))
         if opener and r.tool_call_ends_reasoning and calls is not None:
@@ -286,7 +301,7 @@ def build(spec: ProtocolSpec, options: GrammarOptions | None = None,
                    for p in layout[:-1]):
                 continue  # the template renders two turns here; a model's turn ends at the marker
             form = _layout_form(g, spec, layout, number, start_state, options, content_stops,
-                                end_markers, calls, ws)
+                                end_markers, calls, ws, reasoning_stops)
             if form is not None and not any(covers(g, kept, form) for kept in forms):
                 forms.append(g.add(f"form-{number}", form,
                                    f"a turn laid out as the template renders a {kind} turn"))
@@ -302,7 +317,36 @@ def build(spec: ProtocolSpec, options: GrammarOptions | None = None,
     g.add("root", alt(*alternatives), "a whole assistant turn")
     if not options.trailing_text:
         _end_markers_end_the_text(g, end_markers)
+        _no_value_forces_an_end_marker(options, end_markers)
     return g
+
+
+def _no_value_forces_an_end_marker(options: GrammarOptions, end_markers: list[str]) -> None:
+    """SchemaError where a value the grammar would force (a const, an enum value, a property
+    name, a pattern's text: of an offered tool or of the answer's schema) holds an end-of-turn
+    marker: the engine stops at the marker, so the value, and the call around it, could never
+    be written whole."""
+    markers = [m for m in end_markers if m.strip()]
+    schemas = [_tool_schema(t) for t in options.tools or []] + [options.content_schema]
+    for schema in schemas:
+        if not isinstance(schema, dict) or not markers:
+            continue
+        for path, node in subschemas(schema):
+            if not isinstance(node, dict):
+                continue
+            values = [node["const"]] if "const" in node else list(node.get("enum") or [])
+            texts = [v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
+                     for v in values]
+            texts += list(node.get("properties") or {}) if isinstance(node.get("properties"),
+                                                                       dict) else []
+            texts += [node["pattern"]] if isinstance(node.get("pattern"), str) else []
+            for text in texts:
+                held = next((m for m in markers if m in text), None)
+                if held is not None:
+                    raise json_schema.SchemaError(path, f"a value holds the end-of-turn marker "
+                                                        f"{held!r} ({text[:60]!r}): the engine "
+                                                        "stops at it, so the value could never "
+                                                        "be written whole")
 
 
 def _goes_on(literal: str, marker: str, segments: Mapping[str, Any] | None) -> bool:
@@ -417,7 +461,7 @@ def _reasoning_closed(spec: ProtocolSpec, options: GrammarOptions, start_state) 
 
 def _layout_form(g: Grammar, spec: ProtocolSpec, layout, number: int, start_state: str,
                  options: GrammarOptions, content_stops: list[str], end_markers: list[str], calls,
-                 ws: Ref):
+                 ws: Ref, reasoning_stops: tuple[str, ...] = ()):
     """A turn layout as a grammar form, from where the generation prompt leaves the model."""
     pieces = list(layout)
     r = spec.reasoning
@@ -449,7 +493,7 @@ def _layout_form(g: Grammar, spec: ProtocolSpec, layout, number: int, start_stat
             stops = tuple(dict.fromkeys(content_stops + ([stop] if stop else [])))
             parts.append(g.add(f"content-text-{number}", TextUntil(stops), "visible text"))
         elif name == "reasoning":
-            stops = tuple(dict.fromkeys(([r.end] if r and r.end else [])
+            stops = tuple(dict.fromkeys(([r.end] if r and r.end else []) + list(reasoning_stops)
                                         + ([stop] if stop else [])))
             parts.append(g.add(f"reasoning-text-{number}", TextUntil(stops), "reasoning"))
         elif name == "calls":
@@ -613,7 +657,9 @@ def _add_arguments(g: Grammar, fmt: ArgumentFormat, name: str, schema: dict | No
             return g.add(name, value, "arguments, by the tool's schema")
         add_json(g)
         return g.add(name, Ref("json-object"), "arguments, a JSON object")
-    return g.add(name, _kv_arguments(g, fmt, name, schema, ws, warnings, closing, open_objects),
+    # (typed property by property: each property's schema whole, its $refs followed)
+    whole = json_schema.inlined(schema, warnings) if isinstance(schema, dict) else schema
+    return g.add(name, _kv_arguments(g, fmt, name, whole, ws, warnings, closing, open_objects),
                  "arguments, one per key")
 
 
@@ -638,7 +684,14 @@ def _kv_arguments(g: Grammar, fmt: ArgumentFormat, name: str, schema: dict | Non
         members.append((_kv_argument_typed(g, fmt, prop, kind, prop_schema, ws, warnings, rule,
                                            open_objects, closing),
                         prop in required))
-    separator = tolerant(fmt.separator, ws)
+    return _in_order(g, name, members, tolerant(fmt.separator, ws))
+
+
+def _in_order(g: Grammar, name: str, members: Sequence[tuple[Node, bool]],
+              separator: Node) -> Node:
+    """Members in order, each required one present, each optional one present or not, the
+    separator between those present (one named rule after each member: the size stays linear
+    in the members)."""
     after: Node = Lit("")
     for i in range(len(members) - 1, -1, -1):
         member, is_required = members[i]
@@ -650,20 +703,29 @@ def _kv_arguments(g: Grammar, fmt: ArgumentFormat, name: str, schema: dict | Non
         if is_required:
             break
     listed = alt(*options)
-    return listed if required else opt(listed)
+    return listed if any(is_required for _, is_required in members) else opt(listed)
 
 
-def _kv_layout_node(fmt: ArgumentFormat, kind: str, key: Node, value: Node, ws: Ref) -> Node:
+def _kv_layout_node(fmt: ArgumentFormat, kind: str, key: Node, value: Node, ws: Ref,
+                    raw: bool = False) -> Node:
+    """An argument as its layout writes it. Whitespace right before a value is the template's
+    exactly (a raw value keeps its own); so is the whitespace right after a `raw` value (text
+    read up to the layout's closing: more whitespace there is the value's own, which a value
+    the schema constrains, an enum's, must not hold)."""
     layout = fmt.argument.get(kind) or fmt.argument["string"]
     before, middle, _ = kv_parts(layout)
-    # Whitespace right before a value is the template's exactly (a raw value keeps its own).
     core = middle.rstrip()
     lead = middle[len(core):]
     # After the value: literals, and the key again where the layout names it there (</key>).
-    after = [tolerant(p, ws) if isinstance(p, str) else key
-             for p in layout[layout.index(slot("value")) + 1:]]
-    return seq(tolerant(before, ws), key, tolerant(core, ws), opt(Lit(lead)) if lead else None,
-               value, *after)
+    pieces = layout[layout.index(slot("value")) + 1:]
+    after = [tolerant(p, ws) if isinstance(p, str) else key for p in pieces]
+    if raw and pieces and isinstance(pieces[0], str) and pieces[0][:1].isspace():
+        rest = pieces[0].lstrip()
+        after[0] = seq(Lit(pieces[0][:len(pieces[0]) - len(rest)]), tolerant(rest, ws))
+    # (before a raw value its whitespace is written, not left out: left out, the value's own
+    # first characters would be read as it)
+    lead_node = (Lit(lead) if raw else opt(Lit(lead))) if lead else None
+    return seq(tolerant(before, ws), key, tolerant(core, ws), lead_node, value, *after)
 
 
 def _value_rule(g: Grammar, fmt: ArgumentFormat, kind: str, encoder: str, closing: str = "") -> Ref:
@@ -763,10 +825,40 @@ def _container_rule(g: Grammar, fmt: ArgumentFormat) -> Ref:
                  "an object or array, JSON")
 
 
+# A key as the runtime's key/value reader reads one (runtime.text.NAME_CHARS, one or more).
+_KV_KEY = re.compile(r"[A-Za-z0-9_.-]+")
+
+
+def _warn(warnings: list[str], message: str) -> None:
+    if message not in warnings:
+        warnings.append(message)
+
+
+def _raw_stops(fmt: ArgumentFormat, kind: str, closing: str = "") -> tuple[str, ...]:
+    """What ends a raw value of a layout (the parser reads it up to the first of them): the
+    text after it (`</arg_value>`), else the separator, and the call's literal after the
+    arguments where the layout writes nothing after a value."""
+    layout = fmt.argument.get(kind) or fmt.argument["string"]
+    after = layout[layout.index(slot("value")) + 1:]
+    stop = (after[0] if after and isinstance(after[0], str) else "").strip() \
+        or fmt.separator.strip()
+    stops: tuple[str, ...] = (stop,) if stop else ()
+    if _writes_nothing_after(after) and closing and closing not in stops:
+        stops += (closing,)
+    return stops
+
+
 def _kv_argument_typed(g, fmt: ArgumentFormat, prop: str, kind: str, schema: dict, ws, warnings,
                        name: str, open_objects: bool = False, closing: str = "") -> Ref:
     """One argument of a known property: its name, and a value its schema allows (an object
-    value's undeclared properties as `json_schema.extra_properties` says)."""
+    value's undeclared properties as `json_schema.extra_properties` says). A name the format's
+    parser does not read as a key is a SchemaError: the grammar would force a call that
+    reads back as no call."""
+    if not _KV_KEY.fullmatch(prop):
+        raise json_schema.SchemaError(f"#/properties/{prop}", f"the property name {prop!r}: this "
+                                      "family's key/value notation writes a key as one or more "
+                                      "letters, digits, '_', '.' or '-', and its parser reads "
+                                      "no other")
     layout_kind = kind if kind in fmt.argument else "string"
     encoder = fmt.value_encoders.get(kind) or fmt.value_encoders.get("string", "json")
     strings = fmt.value_encoders.get("string")
@@ -784,14 +876,22 @@ def _kv_argument_typed(g, fmt: ArgumentFormat, prop: str, kind: str, schema: dic
         close = named[: named.index(">") + 1] if ">" in named else named.strip()
         text: Node = TextUntil((before.strip() + prop + close,))
         if kind != "string" or _constrains_string(schema):
-            # typed by the schema; an object or array may also be XML elements (any text, here)
+            # typed by the schema; an object or array may also be XML elements, as the
+            # template writes one where it has no encoder for it (MiniMax-M3), which this
+            # grammar does not type: said, and left to validation
             flavor = "python" if fmt.value_encoders.get(kind) in ("python", "jinja") else "json"
-            typed = json_schema.add_raw_value(g, schema, name, warnings, flavor, open_objects)
+            typed = json_schema.add_raw_value(g, schema, name, warnings, flavor, open_objects,
+                                              stops=(before.strip() + prop + close,))
             text = alt(typed, text) if kind in ("object", "array") else typed
+            if kind in ("object", "array") and kind not in fmt.value_encoders:
+                _warn(warnings, f"the {kind} argument {prop!r}: this family writes an {kind} "
+                                "as XML elements, which the grammar does not type (left to "
+                                "validation)")
         value = g.add(f"value-raw-{name}", text, f"the value of {prop}, up to its closing")
         key = g.add(f"argument-key-{name.removeprefix('argument-')}", Lit(prop),
                     "the argument's name")
-        return g.add(name, _kv_layout_node(fmt, layout_kind, key, value, ws),
+        return g.add(name, _kv_layout_node(fmt, layout_kind, key, value, ws,
+                                           raw=kind != "string" or _constrains_string(schema)),
                      f"the {prop} argument")
     if encoder in ("raw", "raw-or-quoted"):
         if kind == "string" and not _constrains_string(schema):
@@ -801,10 +901,21 @@ def _kv_argument_typed(g, fmt: ArgumentFormat, prop: str, kind: str, schema: dic
             flavor = "python" if fmt.value_encoders.get(kind) in ("python", "jinja") else "json"
             value = g.add(f"{name}-raw",
                           json_schema.add_raw_value(g, schema, name, warnings, flavor,
-                                                    open_objects),
+                                                    open_objects,
+                                                    stops=_raw_stops(fmt, layout_kind, closing)),
                           "raw text that reads as a value of the schema")
+    elif ("anyOf" in schema or "oneOf" in schema) and encoder not in ("json", "python"):
+        # (each option as the format writes a value of its type)
+        value = g.add(f"{name}-options", _native_typed(g, fmt, schema, name, ws, warnings,
+                                                       f"#/properties/{prop}", open_objects),
+                      "a value of one of the options, as the format writes its type")
+    elif encoder == "quoted" and kind == "string" and ("enum" in schema or "const" in schema):
+        # (each value as the format writes a value of its type: a string quoted, 3 as 3)
+        value = g.add(f"{name}-values", _written_values(fmt, schema, f"#/properties/{prop}"),
+                      "one of the values, each as the format writes it")
     elif encoder == "quoted" and kind == "string":
-        inner = json_schema.add_string_content(g, schema, name + "-text", warnings) \
+        inner = json_schema.add_string_content(g, schema, name + "-text", warnings,
+                                               stops=(fmt.quotes[1],)) \
             if _constrains_string(schema) else TextUntil((fmt.quotes[1],))
         value = g.add("value-quoted" if not _constrains_string(schema) else f"{name}-quoted",
                       seq(Lit(fmt.quotes[0]), inner, Lit(fmt.quotes[1])),
@@ -820,15 +931,132 @@ def _kv_argument_typed(g, fmt: ArgumentFormat, prop: str, kind: str, schema: dic
                                              flavor="python",
                                                            open_objects=open_objects),
                       "a Python literal of the schema")
+    elif encoder == "native":
+        value = g.add(f"{name}-native", _native_typed(g, fmt, schema, name, ws, warnings,
+                                                      f"#/properties/{prop}", open_objects),
+                      "a value of the schema in the format's own notation")
     else:
         value = _value_rule(g, fmt, layout_kind, encoder)
     key = g.add(f"argument-key-{name.removeprefix('argument-')}", Lit(prop), "the argument's name")
-    return g.add(name, _kv_layout_node(fmt, layout_kind, key, value, ws), f"the {prop} argument")
+    # (a typed raw value's whitespace around it is the layout's exactly: the parser strips
+    # only that; free text keeps any, and reads as the string it is)
+    typed_raw = encoder in ("raw", "raw-or-quoted") and (kind != "string"
+                                                         or _constrains_string(schema))
+    return g.add(name, _kv_layout_node(fmt, layout_kind, key, value, ws, raw=typed_raw),
+                 f"the {prop} argument")
+
+
+def _native_typed(g: Grammar, fmt: ArgumentFormat, schema, name: str, ws: Ref, warnings,
+                  path: str, open_objects: bool = False) -> Node:
+    """A value of `schema` in the format's own notation (Gemma 4's `{k:<|"|>v<|"|>}`, `[...]`):
+    objects and arrays in its brackets, their members and items typed by the schema, scalars
+    through their types' encoders. (Untyped, the notation let an array be written as `{}`.)"""
+    if schema is True or schema == {} or not isinstance(schema, dict):
+        return _add_native(g, fmt)
+    if "const" in schema or "enum" in schema:
+        return _written_values(fmt, schema, path)
+    for keyword in ("anyOf", "oneOf"):
+        if isinstance(schema.get(keyword), list):
+            options = [_native_typed(g, fmt, option, f"{name}-{i}", ws, warnings,
+                                     f"{path}/{keyword}/{i}", open_objects)
+                       for i, option in enumerate(schema[keyword]) if option is not False]
+            return alt(*options)
+    kind = json_schema.primary_type(schema)
+    if kind == "object" and "object" in fmt.brackets:
+        return _native_object(g, fmt, schema, name, ws, warnings, path, open_objects)
+    if kind == "array" and "array" in fmt.brackets:
+        open_, close = fmt.brackets["array"]
+        items = schema.get("items", {})
+        if items is False:
+            return seq(Lit(open_), Lit(close))
+        item = g.add(f"{name}-item", _native_typed(g, fmt, items, f"{name}-item", ws, warnings,
+                                                   f"{path}/items", open_objects),
+                     "an item of the array")
+        low = json_schema._count(schema, "minItems", path) or 0
+        high = json_schema._count(schema, "maxItems", path)
+        if high == 0:
+            return seq(Lit(open_), Lit(close))
+        more = Rep(seq(Lit(fmt.separator), item), max(low - 1, 0),
+                   None if high is None else high - 1)
+        listed = seq(item, more)
+        return seq(Lit(open_), listed if low else opt(listed), Lit(close))
+    encoder = fmt.value_encoders.get(kind) or fmt.value_encoders.get("string", "json")
+    if encoder == "quoted" and kind == "string":
+        inner = json_schema.add_string_content(g, schema, name + "-text", warnings,
+                                               stops=(fmt.quotes[1],)) \
+            if _constrains_string(schema) else TextUntil((fmt.quotes[1],))
+        return seq(Lit(fmt.quotes[0]), inner, Lit(fmt.quotes[1]))
+    if encoder in ("python", "jinja"):
+        return json_schema.add_schema(g, schema, name + "-py", warnings, flavor="python",
+                                      open_objects=open_objects)
+    if encoder.startswith("json"):
+        return json_schema.add_schema(g, schema, name + "-json", warnings,
+                                      open_objects=open_objects)
+    return _add_native(g, fmt)
+
+
+def _written_values(fmt: ArgumentFormat, schema: dict, path: str) -> Node:
+    """An enum's values (or the const) each as the format writes a value of its type; a value
+    it has no way to write, or a quote of its own inside a quoted string, is a SchemaError."""
+    values = [schema["const"]] if "const" in schema else schema["enum"]
+    texts = []
+    for value in values:
+        encoder = fmt.value_encoders.get(json_type(value), "json")
+        if encoder == "quoted" and isinstance(value, str) and fmt.quotes[1] in value:
+            raise json_schema.SchemaError(path, f"the value {value!r} holds {fmt.quotes[1]!r}, "
+                                                "which ends a string in this notation")
+        try:
+            texts.append(fmt.encode_value(encoder, value))
+        except SpecError as e:
+            raise json_schema.SchemaError(path, f"a value this notation cannot write: "
+                                                f"{e}") from None
+    return alt(*[Lit(t) for t in texts])
+
+
+def _native_object(g: Grammar, fmt: ArgumentFormat, schema: dict, name: str, ws: Ref, warnings,
+                   path: str, open_objects: bool) -> Node:
+    """An object in the format's brackets, its declared properties in order (each required
+    one present), undeclared ones as `json_schema.extra_properties` says."""
+    open_, close = fmt.brackets["object"]
+    properties = {k: v for k, v in (schema.get("properties") or {}).items() if v is not False}
+    required = set(schema.get("required") or [])
+    members: list[tuple[Node, bool]] = []
+    for prop, sub in properties.items():
+        if not _KV_KEY.fullmatch(prop):
+            raise json_schema.SchemaError(f"{path}/properties/{prop}", f"the property name "
+                                          f"{prop!r}: this family's notation writes a key as "
+                                          "letters, digits, '_', '.' or '-'")
+        rule = f"{name}-{_rule_name(prop)}"
+        value = g.add(rule, _native_typed(g, fmt, sub, rule, ws, warnings,
+                                          f"{path}/properties/{prop}", open_objects))
+        members.append((_native_member(fmt, Lit(prop), value, ws), prop in required))
+    separator = Lit(fmt.separator)
+    extra = json_schema.extra_properties(schema, open_objects)
+    pair = _native_member(fmt, Rep(NAME_CHARS, 1), _add_native(g, fmt), ws) \
+        if extra is not False else None
+    extras = Rep(seq(separator, pair)) if pair is not None else None
+    if not members:
+        body: Node = opt(seq(pair, extras)) if pair is not None else Lit("")
+    else:
+        listed = _in_order(g, f"{name}-members", members, separator)
+        if any(is_required for _, is_required in members) or pair is None:
+            body = seq(listed, extras)
+        else:  # (all optional: the declared ones, or undeclared ones alone)
+            body = alt(seq(listed, extras), seq(pair, extras))
+    return seq(Lit(open_), body, Lit(close))
+
+
+def _native_member(fmt: ArgumentFormat, key: Node, value: Node, ws: Ref) -> Node:
+    """`key: value` as the notation writes an object's member (its argument layout)."""
+    return _kv_layout_node(fmt, "string", key, value, ws) if len(fmt.argument) == 1 \
+        else seq(key, Lit(":"), value)
 
 
 def _constrains_string(schema: dict) -> bool:
-    return any(k in schema for k in ("enum", "const", "pattern", "minLength", "maxLength",
-                                     "format"))
+    """Whether a value of `schema` is anything short of any text: it says more than its type
+    is a string (an enum, a pattern, a length, options of other types, ...)."""
+    return any(k not in json_schema.ANNOTATIONS and not (k == "type" and v == "string")
+               for k, v in schema.items())
 
 
 def _add_native(g: Grammar, fmt: ArgumentFormat) -> Ref:

@@ -214,6 +214,10 @@ class Grammar:
     def has(self, name: str) -> bool:
         return name in self.rules
 
+    def reachable_from(self, name: str) -> list[str]:
+        """Rule names reachable from the rule `name`, itself first (as `reachable`)."""
+        return Grammar(name, self.rules).reachable()
+
     def reachable(self, into: Callable[[Rule], bool] = lambda rule: True) -> list[str]:
         """Rule names reachable from the root, root first, in first-use order (depth first:
         a rule's own references right after it), not looking into the rules `into` refuses.

@@ -39,10 +39,12 @@ context-free grammar (that would take a rule per set of names written so far), s
 from __future__ import annotations
 
 import json
+from typing import Any
 from urllib.parse import unquote
 
 from ..spec.encodings import json_type
 from .ir import (
+    Alt,
     AnyChar,
     Chars,
     Grammar,
@@ -50,6 +52,7 @@ from .ir import (
     Node,
     Ref,
     Rep,
+    Seq,
     TextUntil,
     alt,
     chars,
@@ -86,6 +89,10 @@ class SchemaError(ValueError):
         self.path = path or "#"
         self.reason = reason
         super().__init__(f"{reason} (at {self.path})")
+
+    def __reduce__(self):
+        # (rebuilt from its own arguments: it crosses from a command's child process)
+        return SchemaError, (self.path, self.reason)
 
 
 def primary_type(schema: dict) -> str:
@@ -279,9 +286,8 @@ class _Converter:
     def typed(self, schema: dict, kind: str, name: str, path: str) -> Node:
         if kind == "string":
             if self.flavor == "python":
-                char = alt(chars("'\\\n", negate=True), seq(Lit("\\"), AnyChar()))
-                low, high = self.bounds(schema, ("minLength", "maxLength"), path)
-                return seq(Lit("'"), self.repeated(char, low, high, "py-char"), Lit("'"))
+                return seq(Lit("'"), self.string_content(schema, name, path, json_escapes=False,
+                                                         python=True), Lit("'"))
             return seq(Lit('"'), self.string_content(schema, name, path, json_escapes=True),
                        Lit('"'))
         if kind == "integer":
@@ -413,15 +419,28 @@ class _Converter:
         if low is not None and not (isinstance(low, (int, float)) and low in (0, 0.0)):
             self.warn("minimum", path, "only the sign (or a small integer range) is enforced")
 
-    def string_content(self, schema: dict, name: str, path: str, json_escapes: bool) -> Node:
-        """The characters of a string (without its quotes)."""
+    def string_content(self, schema: dict, name: str, path: str, json_escapes: bool,
+                       python: bool = False) -> Node:
+        """The characters of a string (without its quotes): as JSON text writes them
+        (`json_escapes`), as a Python literal in single quotes does (`python`), or raw. Each
+        character of the grammar is one character of the string (an escape writes one), so
+        that lengths and patterns are the string's."""
         if "pattern" in schema:
             node = pattern_to_ir(schema["pattern"], lambda why: self.warn("pattern", path, why))
             if node is not None:
                 if "minLength" in schema or "maxLength" in schema:
                     self.warn("minLength/maxLength", path, "ignored next to a pattern")
-                return node
-            return self._chars(schema, json_escapes, path)
+                # (a pattern is about a string's characters; in a literal some are escapes)
+                if python:
+                    return python_spelled(node)
+                return json_spelled(node) if json_escapes else node
+        if python:
+            # a character as repr() writes it in single quotes, or one escape of one character
+            char = alt(chars("'\\\n\r", negate=True),
+                       seq(Lit("\\"), alt(chars("\\'\"abfnrtv"), seq(Lit("x"), _HEX, _HEX),
+                                           seq(Lit("u"), _HEX, _HEX, _HEX, _HEX))))
+            low, high = self.bounds(schema, ("minLength", "maxLength"), path)
+            return self.repeated(char, low, high, "py-char")
         return self._chars(schema, json_escapes, path)
 
     def _chars(self, schema: dict, json_escapes: bool, path: str) -> Node:
@@ -662,6 +681,43 @@ def _slug(text: str) -> str:
     return "-".join(p for p in out.split("-") if p) or "x"
 
 
+def inlined(schema, warnings: list[str], root=None, path: str = "#", seen: tuple = ()):
+    """`schema` with each local `$ref` replaced by what it points to (its other keywords kept
+    beside), for a notation whose values are typed property by property, without the whole
+    schema at hand (key/value, XML, a format's own notation). A `$ref` met again inside its
+    own expansion (recursion) becomes any value, and a warning says so."""
+    root = schema if root is None else root
+    if not isinstance(schema, dict):
+        return schema
+    if "$ref" in schema:
+        target = schema["$ref"]
+        if target in seen:
+            message = (f"JSON Schema keyword '$ref' at {path}: a recursive reference in this "
+                       "notation is any value; not enforced by the grammar")
+            if message not in warnings:
+                warnings.append(message)
+            return True
+        resolved = resolve_ref(root, target, path)
+        rest = {k: v for k, v in schema.items() if k != "$ref"}
+        merged = {**resolved, **rest} if isinstance(resolved, dict) else resolved
+        return inlined(merged, warnings, root, target, seen + (target,))
+    out: dict[str, Any] = {}
+    for keyword, value in schema.items():
+        if keyword in ("$defs", "definitions"):
+            continue
+        if keyword in _SUBSCHEMA_MAP and isinstance(value, dict):
+            out[keyword] = {k: inlined(v, warnings, root, f"{path}/{keyword}/{k}", seen)
+                            for k, v in value.items()}
+        elif keyword in _SUBSCHEMA_LIST and isinstance(value, list):
+            out[keyword] = [inlined(v, warnings, root, f"{path}/{keyword}/{i}", seen)
+                            for i, v in enumerate(value)]
+        elif keyword in _ONE_SUBSCHEMA:
+            out[keyword] = inlined(value, warnings, root, f"{path}/{keyword}", seen)
+        else:
+            out[keyword] = value
+    return out
+
+
 def add_schema(g: Grammar, schema: dict, name: str, warnings: list[str], flavor: str = "json",
                open_objects: bool = False) -> Ref:
     """Add rules for values valid under `schema` (JSON, or Python literals); returns the rule.
@@ -679,28 +735,48 @@ def add_schema(g: Grammar, schema: dict, name: str, warnings: list[str], flavor:
     return ref
 
 
-def add_string_content(g: Grammar, schema: dict, name: str, warnings: list[str]) -> Ref:
-    """The text of a string (no quotes, no escapes): for formats that write strings raw."""
+def add_string_content(g: Grammar, schema: dict, name: str, warnings: list[str],
+                       stops: tuple[str, ...] = ()) -> Ref:
+    """The text of a string (no quotes, no escapes): for formats that write strings raw, or
+    between quotes of their own (`stops`: the closing quote, which the text must not hold)."""
     converter = _Converter(g, schema, warnings)
-    if "enum" in schema:
-        return g.add(name, alt(*[Lit(str(v)) for v in _enum_values(schema, "#")]))
-    if "const" in schema:
-        return g.add(name, Lit(str(schema["const"])))
-    return g.add(name, converter.string_content(schema, name, "#", json_escapes=False))
+    if "enum" in schema or "const" in schema:
+        values = [schema["const"]] if "const" in schema else _enum_values(schema, "#")
+        for value in values:
+            _refuse_stops(str(value), stops, "#")
+        return g.add(name, alt(*[Lit(str(v)) for v in values]))
+    node = converter.string_content(schema, name, "#", json_escapes=False)
+    return g.add(name, _without_stop_starts(node, stops) if stops else node)
 
 
 def add_raw_value(g: Grammar, schema: dict, name: str, warnings: list[str], flavor: str = "json",
-                  open_objects: bool = False) -> Node:
+                  open_objects: bool = False, stops: tuple[str, ...] = ()) -> Node:
     """A value written as raw text (a template printed it with {{ value }}): its schema's type.
 
     Objects and arrays are written as JSON or, by templates that print them as they are, as
-    Python literals (`flavor`); their undeclared properties as `extra_properties` says."""
+    Python literals (`flavor`); their undeclared properties as `extra_properties` says.
+    `stops`: what ends a raw value where it is written (a parser reads the value up to the
+    first): a const or an enum value that holds one cannot be written (SchemaError), and a
+    string the schema constrains (a pattern, a length) holds none of their first characters."""
+    for keyword in ("anyOf", "oneOf"):
+        if isinstance(schema.get(keyword), list):
+            # (each option as a raw value of its own; the parser types the text by the options'
+            # types in their order)
+            options = [add_raw_value(g, option if isinstance(option, dict) else {}, name,
+                                     warnings, flavor, open_objects, stops)
+                       for option in schema[keyword] if option is not False]
+            if not options:
+                raise SchemaError("#", f"no option of {keyword} holds a value")
+            return alt(*options)
     kind = primary_type(schema)
     converter = _Converter(g, schema, warnings, flavor if kind in ("object", "array") else "json",
                            open_objects)
-    if "enum" in schema:
-        return alt(*[Lit(v if isinstance(v, str) else json.dumps(v))
-                     for v in _enum_values(schema, "#")])
+    if "const" in schema or "enum" in schema:
+        values = [schema["const"]] if "const" in schema else _enum_values(schema, "#")
+        texts = [v if isinstance(v, str) else converter.dump(v) for v in values]
+        for text in texts:
+            _refuse_stops(text, stops, "#")
+        return alt(*[Lit(t) for t in texts])
     if kind == "integer":
         return converter.integer(schema, "#")
     if kind == "number":
@@ -711,8 +787,57 @@ def add_raw_value(g: Grammar, schema: dict, name: str, warnings: list[str], flav
     if kind == "null":
         return alt(Lit("null"), Lit("None"))
     if kind == "string":
-        return converter.string_content(schema, name, "#", json_escapes=False)
+        node = converter.string_content(schema, name, "#", json_escapes=False)
+        return _without_stop_starts(node, stops) if stops else node
     return converter.node(schema, name, "#")
+
+
+def _refuse_stops(text: str, stops: tuple[str, ...], path: str) -> None:
+    for stop in stops:
+        if stop and stop in text:
+            raise SchemaError(path, f"the value {text!r} holds {stop!r}, which ends a value "
+                                    "in this family's notation: it cannot be written there")
+
+
+def _without_stop_starts(node: Node, stops: tuple[str, ...]) -> Node:
+    """A raw string's node that writes none of the stops' first characters: its classes lose
+    them; a literal that holds one is a SchemaError (a literal `<` and the characters after it
+    could spell `</arg_value>`: the value would read back cut)."""
+    firsts = sorted({stop[0] for stop in stops if stop})
+    if isinstance(node, Lit):
+        for ch in firsts:
+            if ch in node.text:
+                stop = next(s for s in stops if s.startswith(ch))
+                raise SchemaError("#", f"the pattern writes {ch!r}, which begins {stop!r}, the "
+                                       "end of a value in this family's notation")
+        return node
+    if isinstance(node, AnyChar):
+        return Chars(tuple((c, c) for c in firsts), negate=True)
+    if isinstance(node, Chars):
+        if node.negate:
+            return Chars(node.ranges + tuple((c, c) for c in firsts), negate=True)
+        return Chars(_ranges_without(node.ranges, firsts), negate=False)
+    if isinstance(node, Seq):
+        return seq(*[_without_stop_starts(item, stops) for item in node.items])
+    if isinstance(node, Alt):
+        return alt(*[_without_stop_starts(item, stops) for item in node.items])
+    if isinstance(node, Rep):
+        return Rep(_without_stop_starts(node.item, stops), node.min, node.max)
+    return node
+
+
+def _ranges_without(ranges: tuple[tuple[str, str], ...],
+                    taken: list[str]) -> tuple[tuple[str, str], ...]:
+    out: list[tuple[str, str]] = []
+    for a, b in ranges:
+        start = ord(a)
+        for code in sorted(ord(c) for c in taken if a <= c <= b):
+            if start < code:
+                out.append((chr(start), chr(code - 1)))
+            start = code + 1
+        if start <= ord(b):
+            out.append((chr(start), b))
+    return tuple(out)
 
 
 # ---------------------------------------------------------------------------
@@ -740,6 +865,71 @@ def pattern_to_ir(pattern: str, warn) -> Node | None:
 
 
 _ESCAPE_CLASSES = {"d": "0-9", "w": "A-Za-z0-9_", "s": " \t\n\r\f\v"}
+_CONTROL_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "f": "\f", "v": "\v", "0": "\x00",
+                    "b": "\b"}
+
+
+# What a JSON string must escape, and the escape json.dumps writes for each (JSON text: a
+# pattern's `"` is `\"` there).
+_JSON_MUST_ESCAPE = ['"', "\\"] + [chr(c) for c in range(0x20)]
+
+
+def json_spelled(node: Node) -> Node:
+    """A pattern's node as the JSON text of the characters it writes: each character JSON must
+    escape (a quote, a backslash, a control character) as the escape json.dumps writes, the
+    others as they are."""
+    if isinstance(node, Lit):
+        return Lit(json.dumps(node.text, ensure_ascii=False)[1:-1])
+    if isinstance(node, (Chars, AnyChar)):
+        allowed = [ch for ch in _JSON_MUST_ESCAPE if _in_class(node, ch)]
+        ranges = () if isinstance(node, AnyChar) else node.ranges
+        plain = Chars(ranges + tuple((c, c) for c in _JSON_MUST_ESCAPE), negate=True) \
+            if isinstance(node, AnyChar) or node.negate \
+            else Chars(_ranges_without(ranges, _JSON_MUST_ESCAPE), negate=False)
+        escapes = [Lit(json.dumps(ch)[1:-1]) for ch in allowed]
+        return alt(*([plain] if plain.negate or plain.ranges else []), *escapes)
+    if isinstance(node, Seq):
+        return seq(*[json_spelled(item) for item in node.items])
+    if isinstance(node, Alt):
+        return alt(*[json_spelled(item) for item in node.items])
+    if isinstance(node, Rep):
+        return Rep(json_spelled(node.item), node.min, node.max)
+    return node
+
+
+# What a single-quoted Python literal must escape, and the escape it writes for each.
+_PYTHON_ESCAPES = {"'": "\\'", "\\": "\\\\", "\n": "\\n", "\r": "\\r"}
+_PYTHON_MUST_ESCAPE = list(_PYTHON_ESCAPES)
+
+
+def python_spelled(node: Node) -> Node:
+    """A pattern's node as the text of a single-quoted Python literal of the characters it
+    writes: a quote, a backslash, a line break as repr() escapes them, the others as they are."""
+    if isinstance(node, Lit):
+        return Lit("".join(_PYTHON_ESCAPES.get(ch, ch) for ch in node.text))
+    if isinstance(node, (Chars, AnyChar)):
+        allowed = [ch for ch in _PYTHON_MUST_ESCAPE if _in_class(node, ch)]
+        ranges = () if isinstance(node, AnyChar) else node.ranges
+        plain = Chars(ranges + tuple((c, c) for c in _PYTHON_MUST_ESCAPE), negate=True) \
+            if isinstance(node, AnyChar) or node.negate \
+            else Chars(_ranges_without(ranges, _PYTHON_MUST_ESCAPE), negate=False)
+        escapes = [Lit(_PYTHON_ESCAPES[ch]) for ch in allowed]
+        return alt(*([plain] if plain.negate or plain.ranges else []), *escapes)
+    if isinstance(node, Seq):
+        return seq(*[python_spelled(item) for item in node.items])
+    if isinstance(node, Alt):
+        return alt(*[python_spelled(item) for item in node.items])
+    if isinstance(node, Rep):
+        return Rep(python_spelled(node.item), node.min, node.max)
+    return node
+
+
+def _in_class(node: Node, ch: str) -> bool:
+    if isinstance(node, AnyChar):
+        return True
+    assert isinstance(node, Chars)
+    inside = any(a <= ch <= b for a, b in node.ranges)
+    return inside != node.negate
 
 
 def _repetitions(node: Node) -> int:
@@ -794,9 +984,7 @@ class _PatternParser:
                 return chars(_ESCAPE_CLASSES[esc])
             if esc in "DWS":
                 return chars(_ESCAPE_CLASSES[esc.lower()], negate=True)
-            if esc.isalnum():
-                raise ValueError(f"escape \\{esc}")
-            return Lit(esc)
+            return Lit(self.escaped_character(esc, in_class=False))
         if ch in "*+?{":
             raise ValueError(f"nothing to repeat before {ch!r}")
         if ch in "^$":
@@ -821,19 +1009,44 @@ class _PatternParser:
                 if esc in _ESCAPE_CLASSES:
                     ranges.extend(chars(_ESCAPE_CLASSES[esc]).ranges)
                     continue
-                ch = {"n": "\n", "t": "\t", "r": "\r"}.get(esc, esc)
+                if esc in "DWS":
+                    raise ValueError(f"\\{esc} inside a class")
+                ch = self.escaped_character(esc, in_class=True)
             if self.peek() == "-" and self.i + 1 < len(self.text) and self.text[self.i + 1] != "]":
                 self.i += 1
                 last = self.peek()
                 self.i += 1
                 if last == "\\":
-                    last = self.peek()
-                    self.i += 1
+                    last = self.escaped_character(self.peek(), in_class=True, moved=True)
+                if last < ch:
+                    raise ValueError(f"the range {ch!r}-{last!r} runs backwards")
                 ranges.append((ch, last))
             else:
                 ranges.append((ch, ch))
         self.i += 1
         return Chars(tuple(ranges), negate)
+
+    def escaped_character(self, esc: str, in_class: bool, moved: bool = False) -> str:
+        """The character an escape writes (the backslash read, `esc` the character after it,
+        the position past `esc`, or on it when `moved`): \\xHH, \\uHHHH, the control escapes,
+        \\b (a backspace, inside a class), and escaped punctuation; ValueError for the rest
+        (\\b outside a class is a word boundary, \\1 a back reference, \\p a property)."""
+        if moved:
+            self.i += 1
+        if not esc:
+            raise ValueError("a pattern that ends with a backslash")
+        if esc in "xu":
+            width = 2 if esc == "x" else 4
+            digits = self.text[self.i:self.i + width]
+            if len(digits) != width or any(c not in "0123456789abcdefABCDEF" for c in digits):
+                raise ValueError(f"escape \\{esc} without {width} hex digits")
+            self.i += width
+            return chr(int(digits, 16))
+        if esc in _CONTROL_ESCAPES and (esc != "b" or in_class):
+            return _CONTROL_ESCAPES[esc]
+        if esc.isalnum():
+            raise ValueError(f"escape \\{esc}")
+        return esc
 
     def quantified(self, node: Node) -> Node:
         ch = self.peek()
@@ -865,6 +1078,6 @@ class _PatternParser:
         return node
 
 
-__all__ = ["MAX_REPETITION", "SchemaError", "add_schema", "check_refs", "resolve_ref",
+__all__ = ["MAX_REPETITION", "SchemaError", "add_schema", "check_refs", "inlined", "resolve_ref",
            "add_string_content", "add_raw_value", "closed_objects", "extra_properties",
            "primary_type", "pattern_to_ir", "TextUntil"]

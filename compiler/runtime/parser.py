@@ -161,8 +161,35 @@ def _offered_tools(tools: object) -> dict[str, dict[str, dict[str, Any]]]:
                 booleans = True
         if booleans:
             properties = {k: v if isinstance(v, dict) else {} for k, v in properties.items()}
+        if any(isinstance(v, dict) and _refers(v) for v in properties.values()):
+            properties = {k: _followed(v, parameters) for k, v in properties.items()}
         offered[function["name"]] = properties
     return offered
+
+
+def _refers(schema: dict[str, Any]) -> bool:
+    """Whether a property's schema, or an option of its anyOf / oneOf, is a `$ref`."""
+    options = schema.get("anyOf") or schema.get("oneOf") or []
+    return "$ref" in schema or any(isinstance(o, dict) and "$ref" in o for o in options)
+
+
+def _followed(schema: Any, root: dict[str, Any], hops: int = 0) -> Any:
+    """A property's schema with its `$ref` (and its anyOf / oneOf options') followed to what
+    they point to in the tool's parameters ("#/$defs/x"), so that its values are typed as the
+    grammar types them; a reference that points to nothing types nothing."""
+    if not isinstance(schema, dict) or hops > 16:
+        return schema
+    if isinstance(schema.get("$ref"), str):
+        node: Any = root
+        for part in schema["$ref"].lstrip("#").split("/")[1:] if schema["$ref"] != "#" else []:
+            part = part.replace("~1", "/").replace("~0", "~")
+            node = node.get(part) if isinstance(node, dict) else None
+        rest = {k: v for k, v in schema.items() if k != "$ref"}
+        return _followed({**node, **rest} if isinstance(node, dict) else rest, root, hops + 1)
+    for keyword in ("anyOf", "oneOf"):
+        if isinstance(schema.get(keyword), list):
+            return {**schema, keyword: [_followed(o, root, hops + 1) for o in schema[keyword]]}
+    return schema
 
 
 def read_all(parser: StreamParser, text: Chunk, finish_reason: str = "stop") -> Message:

@@ -219,7 +219,11 @@ def _error_state(error: TplparseError) -> tuple:
 
 def _pickled(outcome: tuple) -> bytes:
     try:
-        return pickle.dumps(outcome)
+        data = pickle.dumps(outcome)
+        # (it must come back too: an exception whose __init__ takes other arguments than
+        # its args pickles, and fails to unpickle in the parent)
+        pickle.loads(data)
+        return data
     except MemoryError:
         return pickle.dumps(("memory", None))
     except Exception as e:  # noqa: BLE001
