@@ -430,7 +430,11 @@ def test_an_arguments_layout_written_with_other_whitespace_reads_as_the_grammar_
     assert [e["kind"] for e in message["errors"]] == ["truncated_tool_call"] and message["tool_calls"] == []
     whole = (head + '\n\nstring="true">Chez Nous</｜DSML｜parameter>\n<｜DSML｜parameter name="people"\tstring="false">2'
              '</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>')
-    assert accepts(gbnf, whole)
+    # (the grammar now writes a literal's inner whitespace as the template does, issue #52: a
+    # model under it no longer writes this; the parser still reads it, as a model without
+    # the grammar may write it)
+    assert not accepts(gbnf, whole)
+    assert accepts(gbnf, whole.replace('"\n\nstring', '" string').replace('"\tstring', '" string'))
     for finish in ("stop", "length"):
         one_shot = runtime.read_all(prompt.parser(), whole, finish)
         assert one_shot["errors"] == [], finish
@@ -482,4 +486,7 @@ def test_no_string_of_a_generation_grammar_holds_an_end_of_turn_marker(accepts):
         assert accepts(gbnf, call % escaped)
         if quote == "'":
             assert not accepts(gbnf, call % "\\<|im_end|>")
-            assert accepts(gbnf, call % "\\<|im_end|")
+            # (a backslash before `<` is no escape repr() writes: Python reads it as two
+            # characters, and the grammar, whose characters are the string's, takes none)
+            assert not accepts(gbnf, call % "\\<|im_end|")
+            assert accepts(gbnf, call % "\\\\<|im_end|")
