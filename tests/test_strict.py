@@ -185,3 +185,47 @@ def test_const_and_enum_are_forced_and_typed_in_every_notation(stem):
     parser.feed(written({"n": 7, "s": "exact"}))
     parser.end()
     assert json.loads(parser.message["tool_calls"][0]["function"]["arguments"]) == {"n": 7, "s": "exact"}
+
+
+# Values of each string format, one that is and one that is not (from the RFCs the formats cite).
+FORMAT_VALUES = {
+    "date-time": ("2026-12-07T10:00:00Z", "2026-13-07T10:00:00Z"),
+    "date": ("2026-02-28", "2026-02-30"),
+    "time": ("10:00:00+01:00", "25:00:00Z"),
+    "duration": ("P1DT2H", "P1H"),
+    "email": ("a@example.org", "a.example.org"),
+    "idn-email": ("ä@example.org", "ä.example.org"),
+    "hostname": ("example.org", "-example.org"),
+    "idn-hostname": ("bücher.example", "-bücher.example"),
+    "ipv4": ("192.0.2.1", "192.0.2.256"),
+    "ipv6": ("2001:db8::1", "2001:db8:::1"),
+    "uri": ("https://example.org/a?b=c", "no scheme"),
+    "uri-reference": ("../a?b", "a b"),
+    "iri": ("https://例え.jp/パス", "https://例え.jp/パ ス"),
+    "iri-reference": ("../パス", "../\ud800"),
+    "uuid": ("123e4567-e89b-12d3-a456-426614174000", "123e4567-e89b-12d3-a456"),
+    "uri-template": ("https://example.org/{id}", "https://example.org/{id"),
+    "json-pointer": ("/a/0", "a/0"),
+    "relative-json-pointer": ("1/a", "/a"),
+    "regex": ("^a+$", "(a"),
+}
+
+
+@pytest.mark.parametrize("name", list(FORMAT_VALUES))
+def test_validation_checks_every_string_format(name):
+    """A `format` the grammar leaves to validation is checked there, not read as an annotation."""
+    good, bad = FORMAT_VALUES[name]
+    schema = {"type": "string", "format": name}
+    assert iter_errors(schema, good) == []
+    assert [e.validator for e in iter_errors(schema, bad)] == ["format"]
+
+
+def test_importing_the_validator_is_quick():
+    """(a format checker's library that builds a parser when imported costs every command's start)"""
+    import subprocess
+    import sys
+    import time
+
+    started = time.monotonic()
+    subprocess.run([sys.executable, "-c", "import tplparse.grammar.patterns"], check=True)
+    assert time.monotonic() - started < 2.0

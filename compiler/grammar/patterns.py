@@ -92,6 +92,37 @@ def _pattern_properties(validator, patterns, instance, schema) -> Iterator[Valid
                 yield from validator.descend(value, subschema, path=key, schema_path=pattern)
 
 
+# Every string format of Draft 2020-12, checked (not read as an annotation): jsonschema's
+# checkers (their libraries are tplparse's dependencies), and `iri`, `iri-reference` here: the
+# library jsonschema checks IRIs with builds a grammar when imported, 3 s of every command's start.
+# (a checker of its own: the draft's is shared by every user of jsonschema in the process)
+FORMATS = jsonschema.FormatChecker(())
+FORMATS.checkers = dict(jsonschema.Draft202012Validator.FORMAT_CHECKER.checkers)
+
+
+def _as_uri(iri: str) -> str:
+    """The URI an IRI maps to (RFC 3987, 3.1): each character past ASCII written as the
+    percent-encoded bytes of its UTF-8 (UnicodeEncodeError for a lone surrogate)."""
+    return "".join(c if c < "\x80" else "".join(f"%{b:02X}" for b in c.encode("utf-8"))
+                   for c in iri)
+
+
+def _iri_check(rule: str):
+    def check(instance) -> bool:
+        from rfc3986_validator import validate_rfc3986  # type: ignore[import-untyped]
+
+        if not isinstance(instance, str):
+            return True
+        try:
+            return bool(validate_rfc3986(_as_uri(instance), rule=rule))
+        except UnicodeEncodeError:
+            return False
+    return check
+
+
+FORMATS.checks("iri")(_iri_check("URI"))
+FORMATS.checks("iri-reference")(_iri_check("URI_reference"))
+
 # Draft 2020-12, its pattern keywords searched by the bounded engine.
 Validator = jsonschema.validators.extend(jsonschema.Draft202012Validator, {
     "pattern": _pattern, "patternProperties": _pattern_properties})
@@ -102,7 +133,7 @@ def iter_errors(schema, value, budget: PatternBudget | None = None) -> list[Vali
     PATTERN_SECONDS when None); PatternTooCostly when they take longer."""
     token = _BUDGET.set(budget or PatternBudget())
     try:
-        return list(Validator(schema).iter_errors(value))
+        return list(Validator(schema, format_checker=FORMATS).iter_errors(value))
     finally:
         _BUDGET.reset(token)
 
