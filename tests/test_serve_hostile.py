@@ -198,6 +198,38 @@ def test_a_request_whose_checks_cost_seconds_stalls_no_other_client(serving):
 
 
 @pytest.mark.e2e
+def test_a_request_of_five_thousand_properties_stalls_no_other_client(serving):
+    """The checks of a 5,000-property schema (OpenAI's limit) take seconds: they run off the
+    event loop, and a bystander's GET /v1/models is answered meanwhile."""
+    from bad_requests import with_tool
+
+    schema = {"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(5000)}}
+    body = json.dumps({**with_tool(schema), "max_tokens": 1}).encode()
+    waits: list[float] = []
+    done = threading.Event()
+
+    def bystander():
+        with httpx.Client(base_url=serving.url, timeout=30) as client:
+            while not done.is_set():
+                started = time.monotonic()
+                assert client.get("/v1/models").status_code == 200
+                waits.append(time.monotonic() - started)
+                time.sleep(0.05)
+
+    thread = threading.Thread(target=bystander)
+    thread.start()
+    try:
+        with httpx.Client(base_url=serving.url, timeout=120) as client:
+            response = client.post("/v1/chat/completions", content=body,
+                                   headers={"content-type": "application/json"})
+    finally:
+        done.set()
+        thread.join()
+    assert response.status_code < 500, response.text
+    assert waits and max(waits) < 1.0, max(waits)
+
+
+@pytest.mark.e2e
 def test_grammars_for_what_requests_may_hold_are_read_by_llama_server(llama_server):
     """The grammars the issue saw refused (a tool name with a newline; bounds past 2000; a
     bounded string of escapes) posted to the real llama-server's /completion: each is read."""

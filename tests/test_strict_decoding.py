@@ -66,7 +66,22 @@ FORCED = {
                           "required": ["k", "w"], "additionalProperties": False}),
     "$ref": {"type": "object", "properties": {"x": {"$ref": "#/$defs/level"}}, "required": ["x"],
              "$defs": {"level": {"enum": ["low", "high"]}}},
+    # what an outside run saw come back wrong (issue #52)
+    "const 1e308": one({"const": 1e308}),
+    "const with a line separator": one({"const": "a\u2028b"}),
+    "const with a control character": one({"const": "a\u0001b"}),
+    "property names a notation may not write": {
+        "type": "object", "properties": {'a"b': {"const": 1}, "": {"const": 2}, "c\nd": {"const": 3}},
+        "required": ['a"b', "", "c\nd"]},
 }
+# Refusals a notation needs (the rest of each row is forced): what its parser cannot read back.
+REFUSED = {
+    ("property names a notation may not write", "key/value"): "the property name",
+    ("property names a notation may not write", "XML"): "the property name",
+    ("property names a notation may not write", "Python literal"): "the property name",
+    ("property names a notation may not write", "own notation"): "the property name",
+}
+LONG_NAME = "f" * 64  # (a tool's name: 1 to 64 characters)
 
 QUESTION = [{"role": "user", "content": "Call the tool f with suitable arguments."}]
 N_PREDICT = 160
@@ -92,13 +107,13 @@ def server(tmp_path_factory):
 SEEDS = (11, 12, 13)
 
 
-def decode(url: str, notation: str, schema: dict):
+def decode(url: str, notation: str, schema: dict, name: str = "f"):
     """(what the model wrote, how it stopped, the message the family's parser read, the
     grammar's warnings): the first of SEEDS whose answer ends at a stop, else the last."""
     import httpx
 
     template = _family(NOTATIONS[notation])
-    tools = [{"type": "function", "function": {"name": "f", "description": "A tool", "parameters": schema}}]
+    tools = [{"type": "function", "function": {"name": name, "description": "A tool", "parameters": schema}}]
     with fixed_clock():
         prompt = prompt_for(template, QUESTION, tools=tools, thinking=False)
     options = GrammarOptions(tools=tools, tool_choice="required", mode=prompt.mode, start=prompt.start,
@@ -121,6 +136,12 @@ def decode(url: str, notation: str, schema: dict):
 @pytest.mark.parametrize("row", list(FORCED))
 def test_a_forced_keyword_comes_back_as_the_schema_says(server, row, notation):
     schema = FORCED[row]
+    if (row, notation) in REFUSED:
+        from tplparse.grammar.json_schema import SchemaError
+
+        with pytest.raises(SchemaError, match=REFUSED[(row, notation)]):
+            decode(server, notation, schema)
+        return
     text, finish, message, warnings = decode(server, notation, schema)
     assert not warnings, warnings  # (the grammar claims to force all of it)
     assert message["tool_calls"], (text, message["errors"])
@@ -151,3 +172,11 @@ def test_a_keyword_left_to_validation_is_said_and_validated(server, row):
     errors = validate_tool_calls(message, [{"type": "function", "function": {"name": "f", "parameters": schema}}])
     expected = [e for c in message["tool_calls"] for e in iter_errors(schema, json.loads(c["function"]["arguments"]))]
     assert bool([e for e in errors if e.kind == "schema"]) == bool(expected), (text, errors)
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("notation", list(NOTATIONS))
+def test_a_tool_of_sixty_four_characters_is_called(server, notation):
+    text, finish, message, _ = decode(server, notation, one({"type": "integer", "minimum": 0, "maximum": 9}),
+                                      name=LONG_NAME)
+    assert [c["function"]["name"] for c in message["tool_calls"]][:1] == [LONG_NAME], (text, message["errors"])

@@ -41,6 +41,10 @@ from .upstream import Completion, Finished, Limits, Upstream, UpstreamError
 
 log = logging.getLogger("tplparse.serve")
 
+# A body up to this size is checked on the event loop (a 5,000-property schema's checks took
+# 2 s: in a worker thread, the loop serves the other clients meanwhile).
+QUICK_BODY_BYTES = 16 * 1024
+
 # A prompt longer than this many characters per token of the upstream's context is first
 # counted in part: its first `context * PROBE_CHARS_PER_TOKEN` characters alone, when they
 # are already more tokens than the context holds, refuse it without tokenizing it whole (a
@@ -97,7 +101,11 @@ async def _chat_completions(request: Request, planner: Planner, upstream: Upstre
                             body_seconds: float = HTTP_LIMITS.body_seconds):
     """One request: the body read and checked, then planned and generated while the client
     waits (a client that goes away cancels what is left)."""
-    chat = parse_request(parse_body(await _body(request, idle=body_seconds)))
+    raw = await _body(request, idle=body_seconds)
+    # (the checks of a large body's schemas take time: off the event loop, so that no other
+    # client waits for them; a small one is checked here, without a thread's hand-off)
+    chat = parse_request(parse_body(raw)) if len(raw) <= QUICK_BODY_BYTES \
+        else await run_in_threadpool(lambda: parse_request(parse_body(raw)))
     if chat.model is not None and chat.model != model_name:
         raise RequestError("model", f"model {chat.model!r} is not served here "
                                     f"(this is {model_name!r})", 404)
