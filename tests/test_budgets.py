@@ -97,9 +97,11 @@ def test_the_command_ends_within_a_second_of_its_budget(tmp_path, command):
     args = [EXAMPLES / "messages.json"] if command == "render" else ["-o", tmp_path / "out"]
     code, err, cpu, _ = cpu_run("--time-limit", "5", command, source, *args)
     assert code == 2 and "the render budget of 5 s of CPU time is used up" in err, err
-    # (the command's own start is what a command costs that does no template work: measured
-    # beside it, on the same machine under the same load)
-    assert 5 <= cpu - start_cpu() < 5 + 1.2, (cpu, start_cpu())
+    # It ran its whole budget (the child alone spends 5 s), and no more than about a second past
+    # it: the command's own start is what a command costs that does no template work, measured
+    # beside it (`info` starts a little heavier than `render`, so it is not a lower bound).
+    start = start_cpu()
+    assert 5 <= cpu and cpu - start < 5 + 1.2, (cpu, start)
 
 
 def test_work_that_waits_is_stopped_at_the_wall_clock_backstop():
