@@ -2026,6 +2026,12 @@ REASONING = "reasoning"
 # Where the output continues after a reasoning block read elsewhere (what `reasoning_ended_at`
 # points at, handed to another reader): content, and no reasoning block of its own.
 AFTER_REASONING = "after_reasoning"
+# Where the output continues an answer the prompt began (a prefill, continued), in content or in
+# its reasoning: no reasoning block, opener or content prefix of its own, and the whitespace it
+# starts with is the answer's own.
+CONTENT_CONTINUED = "content_continued"
+REASONING_CONTINUED = "reasoning_continued"
+STARTS = (REASONING, CONTENT, AFTER_REASONING, CONTENT_CONTINUED, REASONING_CONTINUED)
 PARALLEL_ALL = "all"
 
 # Kinds of call-layout steps.
@@ -2632,26 +2638,51 @@ class Protocol:
 
     def start_state(self, generation_prompt: str | None, start: str | None) -> str:
         """Where the output starts: `start` when given, else what the generation prompt leaves
-        open."""
-        if start in (REASONING, CONTENT):
+        open: reasoning or content, or either continued (the prompt ends inside an answer it
+        began: *_CONTINUED)."""
+        if start in (REASONING, CONTENT, CONTENT_CONTINUED, REASONING_CONTINUED):
             return start
         if start == AFTER_REASONING:
             return CONTENT
         if not self.reasoning_end:
-            return CONTENT
+            begun = generation_prompt is not None and (header := self._last_header(
+                generation_prompt.rstrip())) is not None and self._answer_begun(
+                generation_prompt.rstrip()[header.stop:], True)
+            return CONTENT_CONTINUED if begun else CONTENT
         if generation_prompt is not None:
             prompt = generation_prompt.rstrip()
             known = self._mode_ending(prompt)
             if known is not None:
                 return known
-            tail = self._after_the_header(prompt)
-            closed = tail.rfind(self.reasoning_end)
-            opened = tail.rfind(self.reasoning_start) if self.reasoning_start else -1
+            header = self._last_header(prompt)
+            # (the turn from its header on: a header may open the block itself; what came
+            # before it, a system prompt that names the markers, is not the output's state)
+            turn = prompt[header.start:] if header is not None else prompt
+            closed = turn.rfind(self.reasoning_end)
+            opened = turn.rfind(self.reasoning_start) if self.reasoning_start else -1
             if opened > closed:
-                return REASONING
+                # (text after the block's opener: reasoning begun, continued)
+                thought = turn[opened + len(self.reasoning_start):].strip()
+                return REASONING_CONTINUED if thought else REASONING
             if closed != -1 and closed >= opened:
-                return CONTENT
+                # (text after the block's end: an answer begun, continued)
+                answered = turn[closed + len(self.reasoning_end):].strip()
+                return CONTENT_CONTINUED if answered else CONTENT
+            if header is not None and self._answer_begun(prompt[header.stop:]):
+                return CONTENT_CONTINUED
         return self.modes["default"]["start"]
+
+    def _answer_begun(self, tail: str, unmarked: bool = False) -> bool:
+        """Whether the prompt's tail after the assistant header holds text no mode's generation
+        prompt writes there (and no reasoning marker): an answer the client began (a prefill,
+        continued), which the model continues as content."""
+        text = tail.strip()
+        if not text or not (self.reasoning_start or unmarked):
+            # (a block without an opener starts right after the header: text there is
+            # reasoning where the mode starts in it)
+            return False
+        return not any(text.startswith(m["tail"].strip()) for m in self.modes.values()
+                       if m["tail"].strip())
 
     def _mode_ending(self, prompt: str) -> str | None:
         """The start state of the mode whose generation prompt (header and tail) the prompt ends
@@ -2667,13 +2698,13 @@ class Protocol:
             found.add(mode["start"])
         return found.pop() if len(found) == 1 else None
 
-    def _after_the_header(self, prompt: str) -> str:
-        """The prompt after the last assistant header the generation prompt writes (what came
-        before it, a system prompt that names the markers, is not the output's state)."""
-        at = max((prompt.rfind(h) + len(h)
-                  for h in {m.get("header", "").strip() for m in self.modes.values()}
-                  if h and h in prompt), default=0)
-        return prompt[at:]
+    def _last_header(self, prompt: str) -> range | None:
+        """Where the last assistant header a generation prompt writes is in `prompt` (None: no
+        header is)."""
+        found = [range(at, at + len(h))
+                 for h in {m.get("header", "").strip() for m in self.modes.values()}
+                 if h and (at := prompt.rfind(h)) != -1]
+        return max(found, key=lambda span: (span.stop, -span.start), default=None)
 
 
 # --- schema (tplparse/runtime/schema.py) ----------------------------------------------
@@ -4065,7 +4096,7 @@ class Rules:
     """The grammar of a turn, as a coroutine over the input (`Input`'s readers) that writes
     the output (`Output`'s fields, calls and errors). Its own state is set here, all of it."""
 
-    __slots__ = ("_p", "_tools", "_in", "_out", "state", "reasoning_ended_at",
+    __slots__ = ("_p", "_tools", "_in", "_out", "state", "continued", "reasoning_ended_at",
                  "_kv_read_state", "_open_call", "_steps", "_json_call", "_self_closing",
                  "_after_arguments", "_run")
 
@@ -4073,14 +4104,19 @@ class Rules:
                  out: Output, state: str, reasoning_ended_at: int | None) -> None:
         """`tools`: the offered tools, name -> the properties of its parameters (the schema of
         each argument: they type key/value arguments); `state`: where the output starts
-        (REASONING or CONTENT); `reasoning_ended_at`: 0 when it starts after another reader's
-        reasoning, else None."""
+        (REASONING, CONTENT, or either continued); `reasoning_ended_at`: 0 when it starts after
+        another reader's reasoning, or continues an answer the prompt began, else None."""
         self._p = protocol
         self._tools = tools
         self._in = inp  # the buffer and its readers: the only way the rules read text
         self._out = out  # the fields, calls and errors the rules write
         # REASONING or CONTENT: what the text being read is
-        self.state = state
+        self.state = {CONTENT_CONTINUED: CONTENT, REASONING_CONTINUED: REASONING}.get(state, state)
+        # the output continues an answer the prompt began: no opener or content prefix of its
+        # own, and its leading whitespace is the answer's
+        self.continued = state in (CONTENT_CONTINUED, REASONING_CONTINUED)
+        if self.continued:
+            (out.content if self.state == CONTENT else out.reasoning).started = True
         # where the text after the output's reasoning begins (see
         # StreamParser.reasoning_ended_at), once the parse has left its reasoning
         self.reasoning_ended_at = reasoning_ended_at
@@ -4156,19 +4192,22 @@ class Rules:
                 self.state = REASONING
             elif inp.text.startswith(p.reasoning_end, inp.pos):
                 inp.pos += len(p.reasoning_end)
-        elif self.state == REASONING and p.reasoning_start:
+        elif self.state == REASONING and p.reasoning_start and not self.continued:
             # The prompt opened the block and the model opens it again: its opener is
             # absorbed, not reasoning (a tolerance: the template never writes it twice).
             yield from inp.skip_ws()
             if (yield from inp.peek(p.reasoning_start)):
                 inp.pos += len(p.reasoning_start)
-        if self.state == REASONING and p.end_opens_content and self.reasoning_ended_at is None:
+        if (self.state == REASONING and p.end_opens_content and self.reasoning_ended_at is None
+                and not self.continued):
             # The prompt opened the block and the output starts by opening the content block,
             # the compound end's closing part left out: an empty block.
             yield from inp.skip_ws()
             if (yield from inp.peek(p.end_opens_content)):
                 inp.pos += len(p.end_opens_content)
                 self.state = CONTENT
+        if self.state == REASONING:
+            self.continued = False  # (what follows the reasoning opens as it always does)
         while self.state == REASONING:
             stop = yield from self._reasoning_block()
             if stop is None or stop in p.end_of_turn:
@@ -4324,7 +4363,7 @@ class Rules:
         out = self._out
         p = self._p
         stops = p.content_stops
-        if p.content_start:
+        if p.content_start and not self.continued:
             yield from inp.skip_ws()
             yield from inp.need(len(p.content_start))
             if inp.text.startswith(p.content_start, inp.pos):
@@ -4483,9 +4522,11 @@ class Rules:
         inp = self._in
         out = self._out
         p = self._p
-        yield from inp.skip_ws()
-        if p.content_prefix and (yield from inp.peek(p.content_prefix)):
-            inp.pos += len(p.content_prefix)
+        if not self.continued:
+            yield from inp.skip_ws()
+        if self.continued or p.content_prefix and (yield from inp.peek(p.content_prefix)):
+            if not self.continued:
+                inp.pos += len(p.content_prefix)
             stops = list(p.end_of_turn) + ([p.inline_opener] if p.inline_opener else [])
             stop = yield from self._text_until(stops, out.content)
             if stop is None or stop in p.end_of_turn:
@@ -5771,12 +5812,14 @@ class Messages(Rules):
         builtin: bool
         while True:
             message_at = inp.offset()
-            yield from inp.skip_ws()
+            if not (first and self.continued):  # (a continued body's whitespace is its own)
+                yield from inp.skip_ws()
             if not first and not inp.available():
                 # (the output ended after a message: the engine stopped on what ends the turn)
                 return
-            if first and opened and not (yield from inp.peek(m.channel)):
-                kind, name, builtin = REASONING, None, False
+            if first and (opened or self.continued) and not (yield from inp.peek(m.channel)):
+                # (the prompt wrote the first header, or began the answer's body)
+                kind, name, builtin = REASONING if opened else CONTENT, None, False
             else:
                 # (the prompt usually writes it: here, absorbed)
                 if (yield from inp.peek(m.start)):
@@ -5789,6 +5832,7 @@ class Messages(Rules):
                 else:
                     kind, name, builtin = CONTENT, None, False  # text without a header: content
             first = False
+            self.continued = False  # (only the first body continues the prefill)
             self.state = REASONING if kind == REASONING else CONTENT
             if kind != REASONING and self.reasoning_ended_at is None:
                 self.reasoning_ended_at = message_at  # (the first message that is not reasoning)
@@ -5959,7 +6003,9 @@ class StreamParser:
     schemas type key/value and pythonic arguments); `generation_prompt` (or its tail) and
     `start` ("reasoning" / "content") decide whether the output starts inside reasoning;
     "after_reasoning": the output is what follows a reasoning block that another reader read
-    (content, with no reasoning block of its own: see `reasoning_ended_at`).
+    (content, with no reasoning block of its own: see `reasoning_ended_at`);
+    "content_continued" / "reasoning_continued": the prompt ends inside an answer it began (a
+    prefill), which the output continues (its leading whitespace is the answer's own).
     Text that may start a marker is held back until it cannot; nothing emitted is retracted.
 
     `calls` picks the stream: "deltas" (for a UI: a call's header, then its arguments as they
@@ -5983,9 +6029,9 @@ class StreamParser:
         if generation_prompt is not None and not isinstance(generation_prompt, str):
             raise TypeError("generation_prompt must be a str or None, not "
                             f"{type(generation_prompt).__name__}")
-        if start not in (None, REASONING, CONTENT, AFTER_REASONING):
-            raise ValueError(f"start must be {REASONING!r}, {CONTENT!r}, {AFTER_REASONING!r} "
-                             f"or None, not {start!r}")
+        if start is not None and start not in STARTS:
+            raise ValueError(f"start must be one of {', '.join(map(repr, STARTS))} or None, not "
+                             f"{start!r}")
         if calls not in (DELTAS, COMPLETE):
             raise ValueError(f"calls must be {DELTAS!r} or {COMPLETE!r}, not {calls!r}")
         if validate is not None and not callable(validate):
@@ -5999,7 +6045,9 @@ class StreamParser:
         self._out = Output((validate or schema_validator(tools)) if calls == COMPLETE else None)
         self._in = Input(self._out)
         self._rules = Messages(p, offered, self._in, self._out, state,
-                               0 if start == AFTER_REASONING else None)
+                               0 if start == AFTER_REASONING or state in (CONTENT_CONTINUED,
+                                                                          REASONING_CONTINUED)
+                               else None)
         # (set on the instance: a chunk costs no call on the way to the input's feed)
         self.feed, self.end = self._in.feed, self._in.end  # type: ignore[method-assign]
         if calls == COMPLETE:
@@ -6038,8 +6086,8 @@ class StreamParser:
 
     @property
     def start_state(self) -> str:
-        """Where the output started: "reasoning" or "content" (as `start` or the generation
-        prompt decided), or "after_reasoning" when it was given."""
+        """Where the output started: "reasoning", "content", or either "_continued" (as `start`
+        or the generation prompt decided), or "after_reasoning" when it was given."""
         return self._started
 
     @property

@@ -2,18 +2,21 @@
 
 `prompt_for(template, messages, tools, thinking)` (also `tplparse.prompt`) renders the prompt
 and returns a `Prompt` whose `.parser()` starts in the state the prompt leaves the model
-in, so a bridge cannot put the two out of step. `parser_for(template)` is the family's
-streaming parser in process (the runtime and tables a generated module carries, from
-`compile_in_memory`, without writing or importing any file).
+in, so a bridge cannot put the two out of step. With `continue_final_message=True` the last
+message is an assistant's answer begun by the client (a prefill): the prompt ends inside it,
+as transformers' `continue_final_message` writes it, and the parser starts where its text
+leaves the model (inside reasoning, or in content), reading only what the model adds.
+`parser_for(template)` is the family's streaming parser in process (the runtime and tables a
+generated module carries, from `compile_in_memory`, without writing or importing any file).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from .. import runtime
-from ..errors import TemplateError
+from ..errors import InputError, TemplateError
 from ..grammar.reading import reading_tables
 from ..probe import probe
 from ..probe.conversations import in_shape, with_empty_content
@@ -65,18 +68,39 @@ class Prompt:
     reasoning_closed: bool = False
     # the family's reading tables
     protocol: runtime.Protocol | None = field(default=None, repr=False)
+    # continue_final_message: the final message's text the prompt ends with (the model's output
+    # continues it; the parser reads only what the model adds)
+    prefill: str | None = None
 
     def parser(self, calls: str = runtime.DELTAS) -> runtime.StreamParser:
-        """The family's streaming parser, set to this prompt's start state; `calls`: "deltas"
-        (the UI stream) or "complete" (the dispatch stream, checked by jsonschema)."""
+        """The family's streaming parser, set to this prompt's start state (inside a prefilled
+        answer: "continued"); `calls`: "deltas" (the UI stream) or "complete" (the dispatch
+        stream, checked by jsonschema)."""
         assert self.protocol is not None  # (prompt_for gives every prompt its family's tables)
-        return runtime.StreamParser(self.protocol, tools=self.tools, start=self.start, calls=calls,
-                                    validate=_check_for(calls, self.tools))
+        return runtime.StreamParser(self.protocol, tools=self.tools, start=self.parser_start,
+                                    calls=calls, validate=_check_for(calls, self.tools))
+
+    @property
+    def parser_start(self) -> str:
+        """The parser's start: the prompt's start state, continued where the prompt ends inside
+        an answer the client began (no opener or content prefix follows, and the whitespace the
+        output starts with is the answer's)."""
+        if self.prefill is not None:
+            return runtime.REASONING_CONTINUED if self.start == Start.REASONING \
+                else runtime.CONTENT_CONTINUED
+        return self.start.value
 
 
 def prompt_for(template: ChatTemplate, messages: list, tools: list | None = None,
-               thinking: bool | None = None, **variables: Any) -> Prompt:
+               thinking: bool | None = None, continue_final_message: bool = False,
+               **variables: Any) -> Prompt:
+    """The prompt for `messages` (see the module's doc). `continue_final_message`: the last
+    message is an assistant's answer to continue (its `content`, or its `reasoning_content`
+    when it has no content: the model goes on thinking); InputError where the template does
+    not write that text into the turn, or where it holds a call's opener."""
     spec, protocol = compile_in_memory(template)
+    prefill, prefill_field = _prefill_of(messages, protocol) if continue_final_message \
+        else (None, None)
     notes: list[str] = []
     mode_name = "default"
     if thinking is True and "thinking" in spec.modes:
@@ -92,11 +116,31 @@ def prompt_for(template: ChatTemplate, messages: list, tools: list | None = None
     elif mode.variables:
         notes.append("thinking switched by "
                      + ", ".join(f"{k}={v!r}" for k, v in mode.variables.items()))
+    if prefill is not None:
+        text, generation_prompt, prefill = _continued(template, spec, messages, tools, variables,
+                                                      notes, prefill)
+        # (the runtime's rule, as `parser_for(generation_prompt=text)` applies it)
+        state = protocol.start_state(text, None)
+        in_reasoning = state in (runtime.REASONING, runtime.REASONING_CONTINUED)
+        if (prefill_field == "reasoning_content" and not in_reasoning
+                and spec.reasoning is not None and spec.reasoning.end
+                and spec.reasoning.end not in generation_prompt):
+            # The template writes the block without its opener here, so the text alone cannot
+            # tell reasoning from an answer: the client's field does.
+            in_reasoning = True
+        start = Start.REASONING if in_reasoning else Start.CONTENT
+        if thinking is False and start == Start.REASONING:
+            raise InputError("the final message ends inside a reasoning block, and thinking is "
+                             "off: continue its content, or leave thinking on")
+        eos = [template.eos_token] if template.eos_token else []
+        return Prompt(text=text, generation_prompt=generation_prompt,
+                      stop=list(dict.fromkeys(spec.end_of_turn + eos)), start=start, spec=spec,
+                      tools=tools, notes=notes, mode=mode_name,
+                      # (content was written: the model does not open a reasoning block now)
+                      reasoning_closed=start == Start.CONTENT and spec.reasoning is not None,
+                      protocol=protocol, prefill=prefill)
     text, history = _rendered(template, spec, messages, tools, variables, notes)
-    i = 0
-    while i < min(len(text), len(history)) and text[i] == history[i]:
-        i += 1
-    generation_prompt = text[i:]
+    generation_prompt = text[_common_prefix(text, history):]
     start = mode.start
     closed = False
     if thinking is False and mode_name != "no_thinking" and spec.reasoning and spec.reasoning.end:
@@ -120,8 +164,73 @@ def prompt_for(template: ChatTemplate, messages: list, tools: list | None = None
                   protocol=protocol)
 
 
+def _common_prefix(a: str, b: str) -> int:
+    i = 0
+    while i < min(len(a), len(b)) and a[i] == b[i]:
+        i += 1
+    return i
+
+
+class Prefill(NamedTuple):
+    text: str  # what the final message ends with
+    field: str  # "content" or "reasoning_content": where the client wrote it
+
+
+def _prefill_of(messages: list, protocol: runtime.Protocol) -> Prefill:
+    """The text a continued final message ends with: its content, else its reasoning_content;
+    InputError for a conversation that does not end with such a message."""
+    last = messages[-1] if isinstance(messages, list) and messages else None
+    if not isinstance(last, dict) or last.get("role") != "assistant":
+        raise InputError("continue_final_message: the last message must be the assistant's "
+                         "answer to continue")
+    if last.get("tool_calls"):
+        raise InputError("continue_final_message: the final message has tool_calls; a prefill "
+                         "continues text or reasoning, not a call")
+    for field_name in ("content", "reasoning_content"):
+        text = last.get(field_name)
+        if isinstance(text, list):  # (OpenAI's text parts)
+            text = "".join(part.get("text", "") for part in text if isinstance(part, dict))
+        if text is not None and not isinstance(text, str):
+            raise InputError(f"continue_final_message: the final message's {field_name} must be "
+                             "text")
+        if text:
+            opener = protocol.opener
+            if opener and opener.strip() and opener.strip() in text:
+                raise InputError(f"continue_final_message: the final message's {field_name} holds "
+                                 f"the call opener {opener.strip()!r}; a prefill continues text "
+                                 "or reasoning, not a call")
+            return Prefill(text, field_name)
+    raise InputError("continue_final_message: the final message has no text to continue (give "
+                     "its content or reasoning_content, or leave it out to open a new answer)")
+
+
+def _continued(template: ChatTemplate, spec: ProtocolSpec, messages: list, tools: list | None,
+               variables: dict[str, Any], notes: list[str], prefill: str) -> tuple[str, str, str]:
+    """(the prompt, the final turn's text in it, the prefill as the prompt ends with it): the
+    conversation rendered whole without a generation prompt, cut after the final message's
+    text, as transformers' `continue_final_message` cuts it (there, only the stripped text; here
+    the text as given where the template writes it so). InputError where the final turn does
+    not hold that text."""
+    full, _ = _rendered(template, spec, messages, tools, variables, notes, generation=False)
+    before, _ = _rendered(template, spec, messages[:-1], tools, variables, notes, generation=False)
+    turn_at = _common_prefix(full, before)
+    turn = full[turn_at:]
+    key = prefill
+    if key not in turn:
+        key = prefill.strip()
+        if not key or key not in turn:
+            raise InputError("continue_final_message: the template does not write the final "
+                             "message's text into its turn as given (it drops or changes it), "
+                             "so the prompt cannot end inside it")
+        notes.append("the template trims the final message: the prompt ends with its text "
+                     "stripped of the whitespace around it")
+    cut = turn_at + turn.rindex(key) + len(key)
+    return full[:cut], full[turn_at:cut], key
+
+
 def _rendered(template: ChatTemplate, spec: ProtocolSpec, messages: list, tools: list | None,
-              variables: dict[str, Any], notes: list[str]) -> tuple[str, str]:
+              variables: dict[str, Any], notes: list[str],
+              generation: bool = True) -> tuple[str, str]:
     """(the prompt, the history without the generation prompt), the conversation written down
     as the template reads one (probe.conversations.in_shape: a call's arguments as an object
     or as JSON text, tools with or without their wrapper, ...). A template that fails on a past
@@ -131,10 +240,12 @@ def _rendered(template: ChatTemplate, spec: ProtocolSpec, messages: list, tools:
     variables = {**shape_variables, **variables}
 
     def render(conversation: list) -> tuple[str, str]:
+        history = template.render(conversation, tools=shaped_tools, add_generation_prompt=False,
+                                  **variables)
+        if not generation:
+            return history, history
         return (template.render(conversation, tools=shaped_tools, add_generation_prompt=True,
-                                **variables),
-                template.render(conversation, tools=shaped_tools, add_generation_prompt=False,
-                                **variables))
+                                **variables), history)
 
     try:
         return render(messages)
@@ -143,8 +254,10 @@ def _rendered(template: ChatTemplate, spec: ProtocolSpec, messages: list, tools:
         if e.limit or emptied == messages:
             raise
         rendered = render(emptied)
-        notes.append("a call turn's null content given to the template as \"\" (it reads "
-                     "that content as text)")
+        note = ("a call turn's null content given to the template as \"\" (it reads that "
+                "content as text)")
+        if note not in notes:
+            notes.append(note)
         return rendered
 
 

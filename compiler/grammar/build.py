@@ -211,8 +211,10 @@ def build(spec: ProtocolSpec, options: GrammarOptions | None = None,
     # end, the next header)
     bodies = protocol.messages.body_stops if protocol.messages is not None else ()
     content_stops = list(dict.fromkeys((*protocol.content_stops, *bodies)))
-    start_state = options.start or spec.modes.get(options.mode, spec.modes["default"]).start
-    closed = _reasoning_closed(spec, options, start_state)
+    start_state, continued = _start_of(spec, options)
+    closed = _reasoning_closed(spec, options, start_state) or (
+        continued and start_state == Start.CONTENT and spec.reasoning is not None
+        and bool(spec.reasoning.end))
     if closed and spec.reasoning is not None and spec.reasoning.start:
         # After a closed block, the block's opener is not text either: a model that writes it
         # anyway is thinking again, as content, until its budget is gone.
@@ -225,7 +227,12 @@ def build(spec: ProtocolSpec, options: GrammarOptions | None = None,
     else:
         content = g.add("content-text", TextUntil(tuple(content_stops)),
                         "visible text, up to a call or the end")
-    if spec.content_start:
+    answer_begun = continued and start_state == Start.CONTENT
+    if answer_begun and spec.content_end:
+        # (the prompt wrote the wrapper's opener, if any: the answer it began goes on inside it)
+        content = g.add("content", seq(content, opt(tolerant(spec.content_end, ws))),
+                        "the answer the prompt began, continued")
+    elif spec.content_start and not answer_begun:
         wrapped = seq(tolerant(spec.content_start, ws), content,
                       opt(tolerant(spec.content_end, ws)) if spec.content_end else None)
         content = g.add("content", alt(wrapped, content),
@@ -234,6 +241,8 @@ def build(spec: ProtocolSpec, options: GrammarOptions | None = None,
     body: Node
     if calls is None:
         body = content
+    elif answer_begun and not opener:
+        body = _continued_without_opener(g, reading, options, end_markers, calls)
     elif options.choice.mode == "auto" and opener:
         after = content if content_may_follow_calls(spec) else ws
         segment = reading["segments"]
@@ -285,7 +294,8 @@ def build(spec: ProtocolSpec, options: GrammarOptions | None = None,
     # and a duplicate doubles the work for every token (Mistral Small 3.2's `required`
     # grammar had the calls section four times over).
     forms = [turn]
-    if options.content_schema is None and options.choice.mode != "none":
+    # (a prompt that began the answer: its layouts, which start a turn, are behind it)
+    if options.content_schema is None and options.choice.mode != "none" and not answer_begun:
         # Layouts with more slots first: a content-only form would swallow a call as text.
         layouts = sorted(spec.turns.items(),
                          key=lambda item: -sum(isinstance(p, dict) for p in item[1]))
@@ -442,6 +452,38 @@ def _characters_written(node: Node) -> set[str] | None:
     if isinstance(node, Rep):
         return _characters_written(node.item)
     return None
+
+
+class StartState(NamedTuple):
+    state: Start  # where the output starts: in reasoning or in content
+    continued: bool  # inside an answer the prompt began (a prefill): no opener of its own
+
+
+def _start_of(spec: ProtocolSpec, options: GrammarOptions) -> StartState:
+    """Where the output starts: `options.start` (a Start, or a runtime start: "reasoning",
+    "content", "content_continued", "reasoning_continued"), else the mode's."""
+    start = options.start or spec.modes.get(options.mode, spec.modes["default"]).start
+    continued = start in (runtime.CONTENT_CONTINUED, runtime.REASONING_CONTINUED)
+    reasoning = start in (Start.REASONING, runtime.REASONING_CONTINUED)
+    return StartState(Start.REASONING if reasoning else Start.CONTENT, continued)
+
+
+def _continued_without_opener(g: Grammar, reading: runtime.ReadingTables, options: GrammarOptions,
+                              end_markers: list[str], calls: Node) -> Node:
+    """The body where no marker opens a call and the prompt began the answer: its text goes
+    on (no content prefix of its own), up to the text that opens calls after content, if the
+    family has one. ValueError for a required call the family cannot write after text."""
+    table = reading["tool_calls"]
+    inline = table["inline_opener"] if table is not None else ""
+    stops = tuple(dict.fromkeys([*end_markers, *([inline] if inline else [])]))
+    text = g.add("continued-text", TextUntil(stops), "the answer the prompt began, continued")
+    if not inline:
+        if options.choice.mode != "auto":
+            raise ValueError("the prompt began the answer, and this family writes no call after "
+                             "text: a required call cannot follow it")
+        return text
+    then_calls = seq(Lit(inline), calls)
+    return seq(text, opt(then_calls)) if options.choice.mode == "auto" else seq(text, then_calls)
 
 
 def _reasoning_closed(spec: ProtocolSpec, options: GrammarOptions, start_state) -> bool:

@@ -64,12 +64,14 @@ class Messages(Rules):
         builtin: bool
         while True:
             message_at = inp.offset()
-            yield from inp.skip_ws()
+            if not (first and self.continued):  # (a continued body's whitespace is its own)
+                yield from inp.skip_ws()
             if not first and not inp.available():
                 # (the output ended after a message: the engine stopped on what ends the turn)
                 return
-            if first and opened and not (yield from inp.peek(m.channel)):
-                kind, name, builtin = REASONING, None, False
+            if first and (opened or self.continued) and not (yield from inp.peek(m.channel)):
+                # (the prompt wrote the first header, or began the answer's body)
+                kind, name, builtin = REASONING if opened else CONTENT, None, False
             else:
                 # (the prompt usually writes it: here, absorbed)
                 if (yield from inp.peek(m.start)):
@@ -82,6 +84,7 @@ class Messages(Rules):
                 else:
                     kind, name, builtin = CONTENT, None, False  # text without a header: content
             first = False
+            self.continued = False  # (only the first body continues the prefill)
             self.state = REASONING if kind == REASONING else CONTENT
             if kind != REASONING and self.reasoning_ended_at is None:
                 self.reasoning_ended_at = message_at  # (the first message that is not reasoning)

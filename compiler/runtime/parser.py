@@ -12,7 +12,7 @@ from __future__ import annotations
 from .input import Input
 from .messages import Messages
 from .output import COMPLETE, DELTAS, Delta, Dispatched, Message, Output, Validator, dispatch_only
-from .protocol import AFTER_REASONING, CONTENT, REASONING, Protocol
+from .protocol import AFTER_REASONING, CONTENT_CONTINUED, REASONING_CONTINUED, STARTS, Protocol
 from .schema import schema_validator
 from .tables import ReadingTables
 
@@ -32,7 +32,9 @@ class StreamParser:
     schemas type key/value and pythonic arguments); `generation_prompt` (or its tail) and
     `start` ("reasoning" / "content") decide whether the output starts inside reasoning;
     "after_reasoning": the output is what follows a reasoning block that another reader read
-    (content, with no reasoning block of its own: see `reasoning_ended_at`).
+    (content, with no reasoning block of its own: see `reasoning_ended_at`);
+    "content_continued" / "reasoning_continued": the prompt ends inside an answer it began (a
+    prefill), which the output continues (its leading whitespace is the answer's own).
     Text that may start a marker is held back until it cannot; nothing emitted is retracted.
 
     `calls` picks the stream: "deltas" (for a UI: a call's header, then its arguments as they
@@ -56,9 +58,9 @@ class StreamParser:
         if generation_prompt is not None and not isinstance(generation_prompt, str):
             raise TypeError("generation_prompt must be a str or None, not "
                             f"{type(generation_prompt).__name__}")
-        if start not in (None, REASONING, CONTENT, AFTER_REASONING):
-            raise ValueError(f"start must be {REASONING!r}, {CONTENT!r}, {AFTER_REASONING!r} "
-                             f"or None, not {start!r}")
+        if start is not None and start not in STARTS:
+            raise ValueError(f"start must be one of {', '.join(map(repr, STARTS))} or None, not "
+                             f"{start!r}")
         if calls not in (DELTAS, COMPLETE):
             raise ValueError(f"calls must be {DELTAS!r} or {COMPLETE!r}, not {calls!r}")
         if validate is not None and not callable(validate):
@@ -72,7 +74,9 @@ class StreamParser:
         self._out = Output((validate or schema_validator(tools)) if calls == COMPLETE else None)
         self._in = Input(self._out)
         self._rules = Messages(p, offered, self._in, self._out, state,
-                               0 if start == AFTER_REASONING else None)
+                               0 if start == AFTER_REASONING or state in (CONTENT_CONTINUED,
+                                                                          REASONING_CONTINUED)
+                               else None)
         # (set on the instance: a chunk costs no call on the way to the input's feed)
         self.feed, self.end = self._in.feed, self._in.end  # type: ignore[method-assign]
         if calls == COMPLETE:
@@ -111,8 +115,8 @@ class StreamParser:
 
     @property
     def start_state(self) -> str:
-        """Where the output started: "reasoning" or "content" (as `start` or the generation
-        prompt decided), or "after_reasoning" when it was given."""
+        """Where the output started: "reasoning", "content", or either "_continued" (as `start`
+        or the generation prompt decided), or "after_reasoning" when it was given."""
         return self._started
 
     @property

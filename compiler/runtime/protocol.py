@@ -38,6 +38,12 @@ REASONING = "reasoning"
 # Where the output continues after a reasoning block read elsewhere (what `reasoning_ended_at`
 # points at, handed to another reader): content, and no reasoning block of its own.
 AFTER_REASONING = "after_reasoning"
+# Where the output continues an answer the prompt began (a prefill, continued), in content or in
+# its reasoning: no reasoning block, opener or content prefix of its own, and the whitespace it
+# starts with is the answer's own.
+CONTENT_CONTINUED = "content_continued"
+REASONING_CONTINUED = "reasoning_continued"
+STARTS = (REASONING, CONTENT, AFTER_REASONING, CONTENT_CONTINUED, REASONING_CONTINUED)
 PARALLEL_ALL = "all"
 
 # Kinds of call-layout steps.
@@ -644,26 +650,51 @@ class Protocol:
 
     def start_state(self, generation_prompt: str | None, start: str | None) -> str:
         """Where the output starts: `start` when given, else what the generation prompt leaves
-        open."""
-        if start in (REASONING, CONTENT):
+        open: reasoning or content, or either continued (the prompt ends inside an answer it
+        began: *_CONTINUED)."""
+        if start in (REASONING, CONTENT, CONTENT_CONTINUED, REASONING_CONTINUED):
             return start
         if start == AFTER_REASONING:
             return CONTENT
         if not self.reasoning_end:
-            return CONTENT
+            begun = generation_prompt is not None and (header := self._last_header(
+                generation_prompt.rstrip())) is not None and self._answer_begun(
+                generation_prompt.rstrip()[header.stop:], True)
+            return CONTENT_CONTINUED if begun else CONTENT
         if generation_prompt is not None:
             prompt = generation_prompt.rstrip()
             known = self._mode_ending(prompt)
             if known is not None:
                 return known
-            tail = self._after_the_header(prompt)
-            closed = tail.rfind(self.reasoning_end)
-            opened = tail.rfind(self.reasoning_start) if self.reasoning_start else -1
+            header = self._last_header(prompt)
+            # (the turn from its header on: a header may open the block itself; what came
+            # before it, a system prompt that names the markers, is not the output's state)
+            turn = prompt[header.start:] if header is not None else prompt
+            closed = turn.rfind(self.reasoning_end)
+            opened = turn.rfind(self.reasoning_start) if self.reasoning_start else -1
             if opened > closed:
-                return REASONING
+                # (text after the block's opener: reasoning begun, continued)
+                thought = turn[opened + len(self.reasoning_start):].strip()
+                return REASONING_CONTINUED if thought else REASONING
             if closed != -1 and closed >= opened:
-                return CONTENT
+                # (text after the block's end: an answer begun, continued)
+                answered = turn[closed + len(self.reasoning_end):].strip()
+                return CONTENT_CONTINUED if answered else CONTENT
+            if header is not None and self._answer_begun(prompt[header.stop:]):
+                return CONTENT_CONTINUED
         return self.modes["default"]["start"]
+
+    def _answer_begun(self, tail: str, unmarked: bool = False) -> bool:
+        """Whether the prompt's tail after the assistant header holds text no mode's generation
+        prompt writes there (and no reasoning marker): an answer the client began (a prefill,
+        continued), which the model continues as content."""
+        text = tail.strip()
+        if not text or not (self.reasoning_start or unmarked):
+            # (a block without an opener starts right after the header: text there is
+            # reasoning where the mode starts in it)
+            return False
+        return not any(text.startswith(m["tail"].strip()) for m in self.modes.values()
+                       if m["tail"].strip())
 
     def _mode_ending(self, prompt: str) -> str | None:
         """The start state of the mode whose generation prompt (header and tail) the prompt ends
@@ -679,13 +710,13 @@ class Protocol:
             found.add(mode["start"])
         return found.pop() if len(found) == 1 else None
 
-    def _after_the_header(self, prompt: str) -> str:
-        """The prompt after the last assistant header the generation prompt writes (what came
-        before it, a system prompt that names the markers, is not the output's state)."""
-        at = max((prompt.rfind(h) + len(h)
-                  for h in {m.get("header", "").strip() for m in self.modes.values()}
-                  if h and h in prompt), default=0)
-        return prompt[at:]
+    def _last_header(self, prompt: str) -> range | None:
+        """Where the last assistant header a generation prompt writes is in `prompt` (None: no
+        header is)."""
+        found = [range(at, at + len(h))
+                 for h in {m.get("header", "").strip() for m in self.modes.values()}
+                 if h and (at := prompt.rfind(h)) != -1]
+        return max(found, key=lambda span: (span.stop, -span.start), default=None)
 
 
 ###}

@@ -36,10 +36,12 @@ from .protocol import (
     ARGUMENTS_ALIASES,
     CALL_ID,
     CONTENT,
+    CONTENT_CONTINUED,
     LITERAL,
     NAME,
     NATURAL_STOPS,
     REASONING,
+    REASONING_CONTINUED,
     UNREAD,
     ArgumentLayout,
     ArgumentsEnd,
@@ -252,7 +254,7 @@ class Rules:
     """The grammar of a turn, as a coroutine over the input (`Input`'s readers) that writes
     the output (`Output`'s fields, calls and errors). Its own state is set here, all of it."""
 
-    __slots__ = ("_p", "_tools", "_in", "_out", "state", "reasoning_ended_at",
+    __slots__ = ("_p", "_tools", "_in", "_out", "state", "continued", "reasoning_ended_at",
                  "_kv_read_state", "_open_call", "_steps", "_json_call", "_self_closing",
                  "_after_arguments", "_run")
 
@@ -260,14 +262,19 @@ class Rules:
                  out: Output, state: str, reasoning_ended_at: int | None) -> None:
         """`tools`: the offered tools, name -> the properties of its parameters (the schema of
         each argument: they type key/value arguments); `state`: where the output starts
-        (REASONING or CONTENT); `reasoning_ended_at`: 0 when it starts after another reader's
-        reasoning, else None."""
+        (REASONING, CONTENT, or either continued); `reasoning_ended_at`: 0 when it starts after
+        another reader's reasoning, or continues an answer the prompt began, else None."""
         self._p = protocol
         self._tools = tools
         self._in = inp  # the buffer and its readers: the only way the rules read text
         self._out = out  # the fields, calls and errors the rules write
         # REASONING or CONTENT: what the text being read is
-        self.state = state
+        self.state = {CONTENT_CONTINUED: CONTENT, REASONING_CONTINUED: REASONING}.get(state, state)
+        # the output continues an answer the prompt began: no opener or content prefix of its
+        # own, and its leading whitespace is the answer's
+        self.continued = state in (CONTENT_CONTINUED, REASONING_CONTINUED)
+        if self.continued:
+            (out.content if self.state == CONTENT else out.reasoning).started = True
         # where the text after the output's reasoning begins (see
         # StreamParser.reasoning_ended_at), once the parse has left its reasoning
         self.reasoning_ended_at = reasoning_ended_at
@@ -343,19 +350,22 @@ class Rules:
                 self.state = REASONING
             elif inp.text.startswith(p.reasoning_end, inp.pos):
                 inp.pos += len(p.reasoning_end)
-        elif self.state == REASONING and p.reasoning_start:
+        elif self.state == REASONING and p.reasoning_start and not self.continued:
             # The prompt opened the block and the model opens it again: its opener is
             # absorbed, not reasoning (a tolerance: the template never writes it twice).
             yield from inp.skip_ws()
             if (yield from inp.peek(p.reasoning_start)):
                 inp.pos += len(p.reasoning_start)
-        if self.state == REASONING and p.end_opens_content and self.reasoning_ended_at is None:
+        if (self.state == REASONING and p.end_opens_content and self.reasoning_ended_at is None
+                and not self.continued):
             # The prompt opened the block and the output starts by opening the content block,
             # the compound end's closing part left out: an empty block.
             yield from inp.skip_ws()
             if (yield from inp.peek(p.end_opens_content)):
                 inp.pos += len(p.end_opens_content)
                 self.state = CONTENT
+        if self.state == REASONING:
+            self.continued = False  # (what follows the reasoning opens as it always does)
         while self.state == REASONING:
             stop = yield from self._reasoning_block()
             if stop is None or stop in p.end_of_turn:
@@ -511,7 +521,7 @@ class Rules:
         out = self._out
         p = self._p
         stops = p.content_stops
-        if p.content_start:
+        if p.content_start and not self.continued:
             yield from inp.skip_ws()
             yield from inp.need(len(p.content_start))
             if inp.text.startswith(p.content_start, inp.pos):
@@ -670,9 +680,11 @@ class Rules:
         inp = self._in
         out = self._out
         p = self._p
-        yield from inp.skip_ws()
-        if p.content_prefix and (yield from inp.peek(p.content_prefix)):
-            inp.pos += len(p.content_prefix)
+        if not self.continued:
+            yield from inp.skip_ws()
+        if self.continued or p.content_prefix and (yield from inp.peek(p.content_prefix)):
+            if not self.continued:
+                inp.pos += len(p.content_prefix)
             stops = list(p.end_of_turn) + ([p.inline_opener] if p.inline_opener else [])
             stop = yield from self._text_until(stops, out.content)
             if stop is None or stop in p.end_of_turn:
