@@ -207,3 +207,50 @@ def test_an_upstream_killed_mid_stream(tmp_path):
     finally:
         serve.stop()
         upstream.stop()
+
+
+# --- a prefilled answer, continued (issue #53, class 1) ----------------------------------
+
+PREFILLS = {
+    "inside content": {"content": "The capital of France is"},
+    "inside reasoning": {"reasoning_content": "The user asks about France. Its capital"},
+    "after reasoning": {"reasoning_content": "Easy.", "content": "The capital of France is"},
+}
+
+
+@pytest.mark.parametrize("case", list(PREFILLS))
+def test_a_prefilled_answer_is_continued_as_llama_server_continues_the_prompt(serving, llama_server, case):
+    """serve sends the prompt cut inside the final message and reads what the model adds from
+    there: the same message as tplparse's parser reads from llama-server's own continuation of
+    that prompt (greedy), and the prefill is not repeated."""
+    import tplparse
+    from tplparse import runtime
+
+    messages = [{"role": "user", "content": "What is the capital of France?"},
+                {"role": "assistant", **PREFILLS[case]}]
+    response = client(serving["chatml-think-tools.gguf"]).chat.completions.create(
+        model="chatml-think-tools.gguf", messages=messages, max_tokens=24, temperature=0,
+        extra_body={"continue_final_message": True, "add_generation_prompt": False})
+    got = response.choices[0].message
+    prompt = tplparse.prompt(tplparse.load(EXAMPLES / "chatml-think-tools.gguf"), messages,
+                             continue_final_message=True)
+    assert prompt.text.endswith(prompt.prefill) and prompt.prefill.endswith(("is", "capital"))
+    raw = httpx.post(llama_server.url + "/completion", timeout=120, json={
+        "prompt": prompt.text, "n_predict": 24, "temperature": 0, "stop": prompt.stop}).json()
+    expected = runtime.read_all(prompt.parser(), raw["content"],
+                                "length" if raw["stop_type"] == "limit" else "stop")
+    assert got.content == expected["content"]
+    assert getattr(got, "reasoning_content", None) == expected["reasoning_content"]
+    added = expected["content"] if prompt.start == "content" else expected["reasoning_content"]
+    assert added and not added.lstrip().startswith(prompt.prefill[:12]), added
+
+
+def test_a_continued_answer_needs_an_assistant_message_to_continue(serving):
+    with pytest.raises(openai.BadRequestError, match="the last message must be the assistant's answer"):
+        client(serving["chatml-think-tools.gguf"]).chat.completions.create(
+            model="chatml-think-tools.gguf", messages=ASK, max_tokens=4,
+            extra_body={"continue_final_message": True})
+    with pytest.raises(openai.BadRequestError, match="add_generation_prompt must be false"):
+        client(serving["chatml-think-tools.gguf"]).chat.completions.create(
+            model="chatml-think-tools.gguf", messages=ASK + [{"role": "assistant", "content": "Hm"}],
+            max_tokens=4, extra_body={"continue_final_message": True, "add_generation_prompt": True})

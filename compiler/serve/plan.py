@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from ..bridge import Prompt, compile_in_memory, prompt_for
 from ..bridge.grammar import GrammarForm, GrammarRequest, RequestGrammar, grammar_for
+from ..errors import InputError
 from ..grammar import ToolChoice
 from ..source import ChatTemplate
 from .requests import ChatRequest, RequestError
@@ -83,8 +84,12 @@ class Planner:
     def prompt(self, request: ChatRequest, messages: list[dict] | None = None) -> Prompt:
         """The rendered prompt. The tools are in it whenever they are offered (with tool_choice
         "none" too: the grammar, not the prompt, keeps the model from calling them)."""
-        prompt = prompt_for(self.template, messages or request.messages, tools=request.tools,
-                            thinking=request.thinking)
+        try:
+            prompt = prompt_for(self.template, messages or request.messages, tools=request.tools,
+                                thinking=request.thinking,
+                                continue_final_message=request.continue_final_message)
+        except InputError as e:  # (a final message that cannot be continued)
+            raise RequestError("messages", str(e)) from None
         if request.tools and request.tool_choice.mode != "none" and prompt.spec.tool_calls is None:
             raise RequestError("tools", f"the model's template ({prompt.spec.family}) has no "
                                         "tool-call format: it cannot call tools")
@@ -99,7 +104,7 @@ class Planner:
         try:
             return GrammarRequest(self.form, tools=request.tools, tool_choice=request.tool_choice,
                                   parallel=request.parallel_tool_calls, mode=prompt.mode,
-                                  start=prompt.start, content_schema=request.schema,
+                                  start=prompt.parser_start, content_schema=request.schema,
                                   reasoning_closed=prompt.reasoning_closed)
         except (ValueError, TypeError) as e:  # a tool_choice the grammar cannot take
             raise _refused(request.schema is not None, e) from e

@@ -26,7 +26,9 @@ from ..grammar.schema_check import SchemaLimits, check_schema
 IGNORED = {"user": str, "metadata": dict, "store": bool, "service_tier": str, "n": int,
            "logit_bias": dict, "stream_options": dict, "prompt_cache_key": str,
            "safety_identifier": str}
-EXTENSIONS = {"thinking", "chat_template_kwargs", "max_attempts", "calls"}
+# (continue_final_message and add_generation_prompt: vLLM's names, for a prefilled answer)
+EXTENSIONS = {"thinking", "chat_template_kwargs", "max_attempts", "calls", "continue_final_message",
+              "add_generation_prompt"}
 KNOWN = {"model", "messages", "tools", "tool_choice", "parallel_tool_calls", "response_format",
          "max_tokens", "max_completion_tokens", "stream", "temperature", "top_p", "seed", "stop",
          "frequency_penalty",
@@ -95,6 +97,9 @@ class ChatRequest:
     # the stream of calls: "deltas" (for a UI: headers, argument pieces, a void delta for a call
     # found broken) or "complete" (for code that executes tools: each call once, whole and valid)
     calls: str = "deltas"
+    # the last message is an assistant's answer begun by the client: the model continues it
+    # (the response holds what the model adds)
+    continue_final_message: bool = False
 
 
 # --- the body: JSON, and every value in it ------------------------------------------------
@@ -222,6 +227,10 @@ def parse_request(body, limits: RequestLimits = LIMITS) -> ChatRequest:
         raise RequestError("max_attempts", "retries are for non-streaming requests: a streamed "
                                            "attempt cannot be taken back")
     request.max_attempts = attempts
+    request.continue_final_message = _continued(body, messages)
+    if request.continue_final_message and attempts > 1:
+        raise RequestError("max_attempts", "retries feed the errors back as a new turn; a "
+                                           "continued answer is one attempt")
     request.calls = _optional(body, "calls", str, "deltas")
     if request.calls not in ("deltas", "complete"):
         raise RequestError("calls", "calls must be 'deltas' (a call's arguments as they are "
@@ -463,6 +472,23 @@ def _stop(stop, limits: RequestLimits) -> list[str]:
         raise RequestError("stop", "stop must be a non-empty string or a list of up to "
                                    f"{limits.stops} of them")
     return stops
+
+
+def _continued(body, messages: list[dict]) -> bool:
+    """`continue_final_message` (with `add_generation_prompt` false, or unsaid), as vLLM takes
+    them: the last message, an assistant's, is continued instead of answered."""
+    continued = _optional(body, "continue_final_message", bool, False)
+    generation = _optional(body, "add_generation_prompt", bool, not continued)
+    if continued and generation:
+        raise RequestError("add_generation_prompt", "continue_final_message continues the last "
+                                                    "message: add_generation_prompt must be false")
+    if not continued and not generation:
+        raise RequestError("add_generation_prompt", "add_generation_prompt false is served with "
+                                                    "continue_final_message true (a prefill) only")
+    if continued and messages[-1].get("role") != "assistant":
+        raise RequestError("messages", "continue_final_message: the last message must be the "
+                                       "assistant's answer to continue")
+    return continued
 
 
 def _thinking(body) -> bool | None:
