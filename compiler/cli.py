@@ -214,6 +214,7 @@ def info(source, variant, as_json):
         "template_chars": len(template.source),
         "template_lines": template.source.count("\n") + 1,
         "named_tokens": dict(template.named_tokens),
+        "token_lists": {name: list(tokens) for name, tokens in template.token_lists.items()},
         "end_of_turn": list(template.end_of_turn),
         "special_tokens": list(template.special_tokens),
     }
@@ -231,6 +232,9 @@ def info(source, variant, as_json):
     ]
     for key, value in template.named_tokens.items():
         rows.append((key, repr(value)))
+    for key, tokens in template.token_lists.items():
+        rows.append((key, f"{len(tokens)}: " + " ".join(map(repr, tokens[:20]))
+                     + (f" ... (+{len(tokens) - 20} more)" if len(tokens) > 20 else "")))
     rows.append(("end of turn", " ".join(map(repr, template.end_of_turn)) or "-"))
     specials = template.special_tokens
     shown = " ".join(specials[:40]) + (f" ... (+{len(specials) - 40} more; --json lists all)"

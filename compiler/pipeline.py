@@ -397,6 +397,7 @@ class BuildCache:
             "family": [family.name, sorted(family.tokens.items()), family.override],
             "template": [template.source, template.name, template.family, template.origin,
                          template.model_slug, sorted(template.named_tokens.items()),
+                         sorted(template.token_lists.items()),
                          list(template.end_of_turn),
                          list(template.special_tokens), list(template.control_tokens),
                          template.variant, sorted(template.variants.items())],

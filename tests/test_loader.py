@@ -137,3 +137,48 @@ def test_family_override(tmp_path):
 def test_bad_sources(tmp_path, make, error, message):
     with pytest.raises(error, match=message):
         tplparse.load(make(tmp_path))
+
+
+# --- templates that take their markers from the tokenizer's lists (issue #53, class 3) ----
+
+# Every marker from additional_special_tokens[i], none a literal (GigaChat 20B's shape).
+LISTED_MARKERS = (
+    "{%- for m in messages -%}{{ m.role + additional_special_tokens[0] + m.content"
+    " + additional_special_tokens[1] }}{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{ 'assistant' + additional_special_tokens[0] }}{%- endif -%}")
+LISTED = ["<|role_sep|>", "<|message_sep|>"]
+
+
+def test_a_tokenizer_config_gives_the_template_its_token_lists(tmp_path):
+    config = tmp_path / "tokenizer_config.json"
+    config.write_text(json.dumps({"chat_template": LISTED_MARKERS, "eos_token": "</s>",
+                                  "additional_special_tokens": [{"content": LISTED[0]}, LISTED[1]]}))
+    template = tplparse.load(config)
+    assert template.token_lists == {"additional_special_tokens": tuple(LISTED)}
+    text = template.render([{"role": "user", "content": "Hi"}])
+    assert text == "user<|role_sep|>Hi<|message_sep|>assistant<|role_sep|>"
+    # the same from the model's folder, and from a .jinja beside the config
+    (tmp_path / "chat_template.jinja").write_text(LISTED_MARKERS)
+    assert tplparse.load(tmp_path).token_lists == template.token_lists
+    assert tplparse.load(tmp_path / "chat_template.jinja").token_lists == template.token_lists
+
+
+def test_a_bare_template_that_needs_the_lists_says_which_file_gives_them(tmp_path):
+    from conftest import run_cli
+
+    bare = tmp_path / "listed.jinja"
+    bare.write_text(LISTED_MARKERS)
+    result = run_cli("compile", bare, "-o", tmp_path / "out")
+    assert result.returncode == 2 and len(result.stderr.splitlines()) == 1, result.stderr
+    assert "'additional_special_tokens' is undefined" in result.stderr
+    assert "reads additional_special_tokens from the model's tokenizer" in result.stderr
+    assert "compile the model's tokenizer_config.json or its folder" in result.stderr
+    # given that file, it compiles and proves: the markers are the tokenizer's
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "tokenizer_config.json").write_text(json.dumps({
+        "chat_template": LISTED_MARKERS, "eos_token": "</s>", "additional_special_tokens": LISTED}))
+    result = run_cli("compile", folder, "-o", tmp_path / "out")
+    assert result.returncode == 0, result.stderr
+    spec = json.loads(next((tmp_path / "out" / "grammars").glob("*.spec.json")).read_text())
+    assert "<|message_sep|>" in json.dumps(spec["end_of_turn"]), spec["end_of_turn"]

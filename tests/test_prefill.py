@@ -17,7 +17,7 @@ from tplparse.check.ir_match import accepts
 from tplparse.grammar.build import GrammarOptions, build
 from tplparse.probe.derive import PLACEHOLDER_TOKENS
 
-from conftest import CORPUS, EXAMPLES, needs_corpus, proved_corpus_stems
+from conftest import CORPUS, EXAMPLES, load_corpus, needs_corpus, proved_corpus_stems
 
 USER = [{"role": "user", "content": "What is the weather in Paris?"}]
 EXAMPLE = EXAMPLES / "chatml-think-tools.gguf"
@@ -114,7 +114,7 @@ CASES = {
 
 
 def _template(stem: str):
-    template = tplparse.load(CORPUS / f"{stem}.jinja")
+    template = load_corpus(CORPUS / f"{stem}.jinja")
     return template.with_tokens(**{k: v for k, v in PLACEHOLDER_TOKENS.items() if k not in template.named_tokens})
 
 

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 import tplparse
 from tplparse import TemplateError
 
-from conftest import ORACLE_RENDER, ORACLE_THINKING, corpus_ids, corpus_templates, examples, marked_sources, needs_corpus
+from conftest import CORPUS_TOKEN_LISTS, ORACLE_RENDER, ORACLE_THINKING, corpus_ids, corpus_templates, examples, marked_sources, needs_corpus
 
 transformers = pytest.importorskip("transformers")
 from tokenizers import Tokenizer, models  # noqa: E402  (installed with transformers)
@@ -78,6 +78,9 @@ def shapes(kind: str):
 
 def render_both(path, messages, tools, add_generation_prompt, extra):
     source = path.read_bytes().decode("utf-8")  # as stored (one template has CRLF line ends)
+    # The token lists its model's tokenizer holds, as variables to both: transformers 5 passes
+    # only the named tokens itself (4 passed the lists; tplparse does, loaded from the model)
+    extra = {**CORPUS_TOKEN_LISTS.get(path.stem, {}), **extra}
     try:
         expected = hf_tokenizer(source).apply_chat_template(
             messages, tools=tools, tokenize=False, add_generation_prompt=add_generation_prompt, **extra

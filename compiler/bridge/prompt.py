@@ -30,6 +30,7 @@ _PROTOCOLS: dict = {}
 def compile_in_memory(template: ChatTemplate) -> tuple[ProtocolSpec, runtime.Protocol]:
     """The template's spec and its prepared reading tables, once per template text and tokens."""
     key = (template.sha256, template.family, tuple(sorted(template.named_tokens.items())),
+           tuple(sorted(template.token_lists.items())),
            template.special_tokens)
     if key not in _PROTOCOLS:
         spec = probe(template)

@@ -12,6 +12,7 @@ write instead) are read back too, and reported.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from .. import runtime
@@ -19,6 +20,7 @@ from ..emit.gbnf import emit_gbnf
 from ..grammar import GrammarOptions, build
 from ..grammar.ir import Grammar
 from ..grammar.reading import reading_tables
+from ..source.loader import NAMED_TOKENS, TOKEN_LISTS
 from ..source.template import ChatTemplate
 from ..spec import ProtocolSpec
 from . import ir_match
@@ -163,12 +165,30 @@ def nothing_to_prove(spec: ProtocolSpec, outputs: list[ModelOutput]) -> str:
         causes = [w[len(_NO_RENDER_WARNING):] for w in spec.warnings
                   if w.startswith(_NO_RENDER_WARNING)]
         return "the template renders none of the standard turns" + \
-            (f" ({causes[0]})" if causes and causes[0] else "")
+            (f" ({causes[0]}{_way_forward(causes[0])})" if causes and causes[0] else "")
     if not any(_holds_words(o.expected) for o in outputs):
         return ("the template renders no assistant turn (no render holds the assistant's words: "
                 "its content, reasoning or calls; the template writes no assistant message, or "
                 "writes it only as something else)")
     return ""
+
+
+# Jinja's words for a variable the render was not given.
+_UNDEFINED = re.compile(r"'(\w+)' is undefined")
+
+
+def _way_forward(cause: str) -> str:
+    """What to give where the renders lack a variable that a model's tokenizer supplies (a
+    bare .jinja gives none: `additional_special_tokens[1]`, `unk_token`): "" for other causes.
+    (bos_token and eos_token are never lacking: the probe gives stand-ins.)"""
+    lacking = [name for name in dict.fromkeys(_UNDEFINED.findall(cause))
+               if name in TOKEN_LISTS or name in NAMED_TOKENS]
+    if not lacking:
+        return ""
+    names = " and ".join(lacking)
+    return (f"; it reads {names} from the model's tokenizer, which a bare template does not "
+            "give: compile the model's tokenizer_config.json or its folder, which sets it as "
+            "transformers 4 did")
 
 
 def _holds_words(expected: dict) -> bool:

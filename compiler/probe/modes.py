@@ -65,7 +65,8 @@ def template_switches(template: ChatTemplate) -> list[Switch]:
     """The variables the template reads that are not inputs, each with the values its code
     compares it to (and true, false): the known thinking switches first, then by name."""
     ast = parse_template(template.source, template.limits)
-    read = set(jinja_meta.find_undeclared_variables(ast)) - INPUTS - set(template.named_tokens)
+    read = set(jinja_meta.find_undeclared_variables(ast)) - INPUTS - set(template.named_tokens) \
+        - set(template.token_lists)
     literals: dict[str, list] = {name: [] for name in read}
     for compare in ast.find_all(nodes.Compare):
         for name, value in _compared(compare):

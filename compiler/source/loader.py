@@ -28,6 +28,8 @@ _GGUF_MAGIC = b"GGUF"
 # The named special tokens transformers passes to templates, in its order.
 NAMED_TOKENS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token",
                 "mask_token")
+# ... and the lists of special tokens it passes (transformers 4's name, and 5's).
+TOKEN_LISTS = ("additional_special_tokens", "extra_special_tokens")
 
 
 @dataclass
@@ -39,6 +41,7 @@ class _Found:
     model_slug: str
     origin: str
     named_tokens: dict[str, str] = field(default_factory=dict)
+    token_lists: dict[str, list[str]] = field(default_factory=dict)
     end_of_turn: list[str] = field(default_factory=list)
     special_tokens: list[str] = field(default_factory=list)
     control_tokens: list[str] = field(default_factory=list)
@@ -85,6 +88,7 @@ def load(source: str | os.PathLike, *, variant: str | None = None, family: str |
         model_slug=model_slug,
         origin=found.origin + ("" if variant == "default" else f" [{variant}]"),
         named_tokens=found.named_tokens,
+        token_lists={name: tuple(tokens) for name, tokens in found.token_lists.items()},
         end_of_turn=tuple(_unique(found.end_of_turn)),
         special_tokens=tuple(_unique(found.special_tokens)),
         control_tokens=tuple(_unique(found.control_tokens)),
@@ -220,6 +224,7 @@ def _from_jinja_file(path: Path) -> _Found:
     if config_path.is_file():
         config = _from_tokenizer_config(config_path, _read_json(config_path))
         found.named_tokens, found.special_tokens = config.named_tokens, config.special_tokens
+        found.token_lists = config.token_lists
         found.control_tokens = config.control_tokens
         found.end_of_turn = _generation_config_stops(path.parent, found)
     return found
@@ -296,10 +301,13 @@ def _from_tokenizer_config(path: Path, config) -> _Found:
     special = [(token_id, _unicode(text, path, f"added token {token_id}"))
                for token_id, text in special]
     extra: list[str] = []
-    for key in ("additional_special_tokens", "extra_special_tokens"):
+    lists: dict[str, list[str]] = {}
+    for key in TOKEN_LISTS:
         listed = config.get(key)
         if isinstance(listed, list):
-            extra.extend(_unicode(t, path, key) for t in map(_token_text, listed) if t)
+            # (to the template as transformers passes it: the list, in its order)
+            lists[key] = [_unicode(t, path, key) for t in map(_token_text, listed) if t is not None]
+            extra.extend(t for t in lists[key] if t)
     name_or_path = config.get("name_or_path")
     label = name_or_path.rstrip("/").split("/")[-1] \
         if isinstance(name_or_path, str) and name_or_path.strip() else ""
@@ -311,6 +319,7 @@ def _from_tokenizer_config(path: Path, config) -> _Found:
         model_slug=slugify(label),
         origin=str(path),
         named_tokens=named,
+        token_lists=lists,
         special_tokens=[text for _, text in special] + extra,
         control_tokens=[text for _, text in special] + extra,  # (all of them are marked special)
     )

@@ -31,6 +31,10 @@ class ChatTemplate:
     origin          where it came from: path and location inside it
     named_tokens    the named special tokens passed to the template as variables, as
                     transformers does: {"bos_token": "<s>", "eos_token": "</s>", ...}
+    token_lists     the listed special tokens passed to the template as lists, as transformers 4
+                    did (5 passes only the named ones): {"additional_special_tokens":
+                    ("<|role_sep|>", ...)} (a template can take every marker from them:
+                    `additional_special_tokens[1]`)
     end_of_turn     token strings besides eos that end an assistant turn (eot, eom)
     special_tokens  the model's control / user-defined tokens (never produced from plain text)
     control_tokens  of those, the control tokens: the ones a tokenizer keeps apart from text
@@ -48,6 +52,7 @@ class ChatTemplate:
     origin: str
     model_slug: str = ""
     named_tokens: Mapping[str, str] = field(default_factory=dict)
+    token_lists: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     end_of_turn: tuple[str, ...] = ()
     special_tokens: tuple[str, ...] = ()
     control_tokens: tuple[str, ...] = ()
@@ -62,6 +67,8 @@ class ChatTemplate:
             object.__setattr__(self, "model_slug", self.family)
         object.__setattr__(self, "sha256", hashlib.sha256(self.source.encode("utf-8")).hexdigest())
         object.__setattr__(self, "named_tokens", MappingProxyType(dict(self.named_tokens)))
+        object.__setattr__(self, "token_lists", MappingProxyType(
+            {name: tuple(tokens) for name, tokens in self.token_lists.items()}))
         variants = dict(self.variants) or {self.variant: self.source}
         object.__setattr__(self, "variants", MappingProxyType(variants))
         object.__setattr__(self, "end_of_turn", tuple(self.end_of_turn))
@@ -73,12 +80,14 @@ class ChatTemplate:
         # from a command's child process, tplparse.source.isolation)
         state = dict(self.__dict__)
         state["named_tokens"], state["variants"] = dict(self.named_tokens), dict(self.variants)
+        state["token_lists"] = dict(self.token_lists)
         return state
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         object.__setattr__(self, "named_tokens", MappingProxyType(state["named_tokens"]))
         object.__setattr__(self, "variants", MappingProxyType(state["variants"]))
+        object.__setattr__(self, "token_lists", MappingProxyType(state.get("token_lists", {})))
 
     @property
     def bos_token(self) -> str | None:
@@ -115,6 +124,11 @@ class ChatTemplate:
         """The same template with named special tokens set (bos_token="<s>", ...)."""
         return replace(self, named_tokens={**self.named_tokens, **named_tokens})
 
+    def with_token_lists(self, **token_lists: list[str]) -> ChatTemplate:
+        """The same template with lists of special tokens set (additional_special_tokens=[...])."""
+        lists = {name: tuple(tokens) for name, tokens in token_lists.items()}
+        return replace(self, token_lists={**self.token_lists, **lists})
+
     def render(
         self,
         messages: list,
@@ -141,6 +155,7 @@ class ChatTemplate:
                 raise TypeError("each tool must be an object (a JSON schema in OpenAI format)")
             variables = {
                 **self.named_tokens,
+                **{name: list(tokens) for name, tokens in self.token_lists.items()},
                 "documents": None,  # transformers always defines it
                 **plain_data(extra, "extra variables"),
                 "messages": prepared,
