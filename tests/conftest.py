@@ -113,10 +113,6 @@ NOT_YET_PROVED: dict[str, NotYetProved] = {
         "export) reads its calls otherwise than tplparse does, and a stream cut inside a call "
         "is not read as truncated",
         frozenset({RESPONSE_TEMPLATE, CUT})),
-    "THUDM-GLM-4-9B-chat": NotYetProved(
-        f"the call's name in the role-metadata slot ({_ISSUE_53}): the exported response_template "
-        "keeps the line break after the assistant header in the content",
-        frozenset({RESPONSE_TEMPLATE})),
     "OpenBMB-MiniCPM3-4B-vllm-tool": NotYetProved(
         f"pythonic calls fenced as a python code block inside tokens ({_ISSUE_53}): a stream cut "
         "inside the fence is not read as truncated; and it reads reasoning from message.thought, "

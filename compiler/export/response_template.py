@@ -222,9 +222,14 @@ def _start_anchor(spec: ProtocolSpec) -> str:
     with the reasoning marker (in the mode's tail, or the header: Qwen3.5's
     `<|im_start|>assistant\\n<think>\\n`) and whitespace: the anchor matches (zero-width) right
     before that marker, and the parser reads the marker as the open of the reasoning region.
-    Otherwise it matches at the very end, and the output starts in content. Never nothing:
-    an anchor that does not match makes transformers read the whole prompt (history included)."""
-    openers = set()
+    Where a mode starts in content and its prompt ends with content's wrapper opener (GLM-4's
+    `<|assistant|>`, which the template writes before every turn's content: the spec's
+    content_start), likewise right before that opener: the output's text is then read inside
+    the region the prompt opened (_content_field), as tplparse's parser reads it, not dropped
+    as text outside any region. Otherwise it matches at the very end, and the output starts
+    in content. Never nothing: an anchor that does not match makes transformers read the
+    whole prompt (history included)."""
+    openers = set(_prompt_opens_content(spec))
     for mode in spec.modes.values():
         if mode.start != Start.REASONING:
             continue
@@ -248,6 +253,18 @@ def _start_anchor(spec: ProtocolSpec) -> str:
     # (The lookbehind after `\Z`, so it is tried at the end only: before it, at every position
     # of a run of spaces, it would read the run back, n² steps.)
     return rf"(?={before}\s*\Z)|\Z(?<!{before}\s*)"
+
+
+def _prompt_opens_content(spec: ProtocolSpec) -> list[str]:
+    """Content's wrapper opener, where a mode's generation prompt ends with it and starts the
+    output in content (the prompt opened the wrapper; the output as rendered has no opener of
+    its own); else none."""
+    start = spec.content_start.strip()
+    if start and any(mode.start == Start.CONTENT
+                     and (mode.header + mode.tail).rstrip().endswith(start)
+                     for mode in spec.modes.values()):
+        return [start]
+    return []
 
 
 # --- reasoning and content ---------------------------------------------------------------
@@ -349,7 +366,15 @@ def _content_field(spec: ProtocolSpec, listed: bool = False) -> dict:
                                                     spec.reasoning.end.strip()):
             raise CannotExport("content and reasoning opened by the same marker",
                                f"both are opened by {start!r}")
-        field["open"] = start
+        if _prompt_opens_content(spec):
+            # (The prompt wrote the opener, where the start anchor has the parser read it; a
+            # model that writes it again is not read as content: tplparse's parser takes one
+            # opener, after whitespace, at content's start, and streams none of the whitespace
+            # around it (the rendered turn's line break after the header). The regex is pending
+            # at the prompt's end until the output's first other character.)
+            field["open_pattern"] = rf"{re.escape(start)}(?:\s*{re.escape(start)})?\s*"
+        else:
+            field["open"] = start
     field.update(_content_close(start, end, closes, ends))
     return field
 
