@@ -117,9 +117,8 @@ NOT_YET_PROVED: dict[str, NotYetProved] = {
         frozenset({RESPONSE_TEMPLATE, CUT})),
     "OpenBMB-MiniCPM3-4B-vllm-tool": NotYetProved(
         f"pythonic calls fenced as a python code block inside tokens ({_ISSUE_53}): a stream cut "
-        "inside the fence is not read as truncated; and it reads reasoning from message.thought, "
-        "which tplparse offers (beside reasoning_content and thinking) and transformers does not",
-        frozenset({CUT, ORACLE_THINKING})),
+        "inside the fence is not read as truncated",
+        frozenset({CUT})),
 }
 
 
