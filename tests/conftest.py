@@ -111,10 +111,9 @@ NOT_YET_PROVED: dict[str, NotYetProved] = {
         "does the deviated form, which drops the literal around the id, its '{' with it)",
         frozenset({TOLERATED, DEVIATIONS})),
     "DeepSeek-V4.1": NotYetProved(
-        f"DSML with space-separated tag names ({_ISSUE_53}): transformers' response parser (the "
-        "export) reads its calls otherwise than tplparse does, and a stream cut inside a call "
-        "is not read as truncated",
-        frozenset({RESPONSE_TEMPLATE, CUT})),
+        f"DSML with space-separated tag names ({_ISSUE_53}): a stream cut inside a call is not "
+        "read as truncated",
+        frozenset({CUT})),
     "OpenBMB-MiniCPM3-4B-vllm-tool": NotYetProved(
         f"pythonic calls fenced as a python code block inside tokens ({_ISSUE_53}): a stream cut "
         "inside the fence is not read as truncated",

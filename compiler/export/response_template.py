@@ -392,10 +392,24 @@ def _content_close(start: str, end: str, closes: list[str], ends: list[str]) -> 
         return {"close": end}  # (a literal: transformers commits it as soon as it is complete)
     # (Trailing whitespace at the output's end too. Not a bare `\Z`: streamed, the regex
     # module reports that complete match at the buffer's end over the partial one of an end
-    # of turn just begun there, whose first characters would then be content.)
-    literals = "".join(re.escape(m) + "|" for m in sorted(set(closes), key=len, reverse=True))
-    return {"close_pattern": _leading_space(literals + (before + "|" if before else "")
-                                            + r"(?<=\s)\Z")}
+    # of turn just begun there, whose first characters would then be content. Nor at a run
+    # of whitespace inside one of the markers this pattern watches, begun at the buffer's end
+    # (`</｜DSML｜ calls>` streamed up to its space): that run would be the complete match, and
+    # the marker's first word content. Each literal's whitespace any, as tplparse's parser
+    # reads the section's end: see _lit.)
+    watched = sorted(set(closes), key=len, reverse=True)
+    literals = "".join(_lit(m) + "|" for m in watched)
+    at_end = r"(?<=\s)\Z" + _not_inside(watched + (ends if before else []))
+    return {"close_pattern": _leading_space(literals + (before + "|" if before else "") + at_end)}
+
+
+def _not_inside(markers: list[str]) -> str:
+    r"""A lookbehind: the text does not end with one of `markers` begun up to a run of
+    whitespace inside it (`</｜DSML｜ ` of `</｜DSML｜ calls>`); "" where none has such a run.
+    (After `\Z`, so it is tried at the end only, reading back the run once.)"""
+    heads = {m.strip()[:run.start()] for m in markers for run in re.finditer(r"\s+", m.strip())
+             if run.start()}
+    return rf"(?<!{_alternatives(heads)}\s*)" if heads else ""
 
 
 # --- tool calls ----------------------------------------------------------------------------
