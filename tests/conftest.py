@@ -110,14 +110,6 @@ NOT_YET_PROVED: dict[str, NotYetProved] = {
         "call is not read by its keys; a call written without its id does not read back (nor "
         "does the deviated form, which drops the literal around the id, its '{' with it)",
         frozenset({TOLERATED, DEVIATIONS})),
-    "DeepSeek-V4.1": NotYetProved(
-        f"DSML with space-separated tag names ({_ISSUE_53}): a stream cut inside a call is not "
-        "read as truncated",
-        frozenset({CUT})),
-    "OpenBMB-MiniCPM3-4B-vllm-tool": NotYetProved(
-        f"pythonic calls fenced as a python code block inside tokens ({_ISSUE_53}): a stream cut "
-        "inside the fence is not read as truncated",
-        frozenset({CUT})),
 }
 
 

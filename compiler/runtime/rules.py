@@ -476,7 +476,21 @@ class Rules:
                     len(rest) < len(literal) and literal.startswith(rest)
                     for literal in self._p.literals)):
                 return True
-        return False
+        return self._ends_inside_a_call_head(text[pos:].lstrip())
+
+    def _ends_inside_a_call_head(self, rest: str) -> bool:
+        """Whether `rest` (what is left where a reader stopped) is the start of a call that
+        begins with its name (`get_ra`, `get_rate` of `get_rate(`): the name's characters, up
+        to the end or then a start of the literal the layout writes after the name; the name
+        an offered tool's start (any name, none offered). The next call, cut in its head."""
+        p = self._p
+        name = p.call_steps[0] if p.name_then and p.call_steps else None
+        if not rest or name is None or name.kind != NAME or name.run is None:
+            return False
+        end = name.run(rest, 0).end()  # type: ignore[union-attr]
+        head, then = rest[:end], rest[end:]
+        return (0 < end and len(then) < len(p.name_then) and p.name_then.startswith(then)
+                and (not self._tools or any(tool.startswith(head) for tool in self._tools)))
 
     def _reasoning_block(self) -> Generator[None, None, str | None]:
         """reasoning-text, up to its end marker (or a call opener, by policy: a call inside
@@ -1869,7 +1883,10 @@ class Rules:
                 # (only an output that ended by itself is settled so: cut by the length limit,
                 # the settling text may be the start of more of the value)
                 found = settling(inp.text, start) if inp.finish in NATURAL_STOPS else None
-                if found is None:
+                if found is None or stop.startswith(inp.text[found.start():]):
+                    # (nothing settles it; or what would is the start of the value's own closing
+                    # text, the output ending inside it: `</t` of `</t param>`, which the call's
+                    # `</t call>` begins with too: cut there, not closed by the call)
                     raise TruncatedOutput("the output ended inside an argument value")
                 inp.pos = found.start()
                 st.unclosed = True
