@@ -757,8 +757,8 @@ def _schema_kinds(schema: SchemaValue) -> tuple[str, ...]:
     kinds: list[str] = []
     for option in (schema.get("anyOf") or schema.get("oneOf") or []):
         kinds += [k for k in _schema_kinds(option) if k not in kinds]
-    values = [schema["const"]] if "const" in schema else schema.get("enum") or []
-    if not kinds and isinstance(values, list):
+    values = _listed(schema) or []
+    if not kinds:
         for value in values:  # (an enum's or a const's values type it: {"const": 7} is 7)
             k = _ENUM_KINDS.get(type(value), "string")
             if k not in kinds:
@@ -810,12 +810,18 @@ def typed_raw(text: str, schema: SchemaValue, fillers: Sequence[str] = (),
 _NOT_A_MEMBER = object()
 
 
+def _listed(schema: dict[str, Any]) -> list[JSONValue] | None:
+    """The values a schema lists: its const's, or its enum's; None where it lists none."""
+    values = [schema["const"]] if "const" in schema else schema.get("enum")
+    return values if isinstance(values, list) else None
+
+
 def _member_written(text: str, schema: dict[str, Any]) -> Any:
     """The one value of an enum (or the const) that `text` writes raw, where exactly one does
     (`3` is the integer 3 of ["a b", 3], `a b` the string): a raw value has no quotes to tell
     a string from another type, but the values it may be tell it. _NOT_A_MEMBER otherwise."""
-    values = [schema["const"]] if "const" in schema else schema.get("enum")
-    if not isinstance(values, list):
+    values = _listed(schema)
+    if values is None:
         return _NOT_A_MEMBER
     found = [v for v in values if text in _spellings(v)]
     return found[0] if len(found) == 1 else _NOT_A_MEMBER
@@ -2786,14 +2792,14 @@ def _refuse_unchecked(schema: object, root: JSONSchema, where: str, depth: int) 
                               f"stream's own check knows (give the parser a check that does: "
                               f"tplparse.bridge.dispatch_check)")
     if "$ref" in schema:
-        _resolve(schema["$ref"], root, where)
+        resolve_ref(schema["$ref"], root, where)
     if "pattern" in schema:
         _pattern(schema["pattern"], where)
     for key, sub in _subschemas(schema):
         _refuse_unchecked(sub, root, f"{where}.{key}", depth + 1)
 
 
-def _resolve(ref: object, root: JSONSchema, where: str = "parameters") -> Any:
+def resolve_ref(ref: object, root: JSONSchema, where: str = "parameters") -> Any:
     """The schema `ref` points to: a JSON pointer into this schema ("#", "#/$defs/x"). (Any:
     a pointer may reach any JSON value; a check of it refuses what is not a schema.)"""
     if not isinstance(ref, str) or not ref.startswith("#"):
@@ -2890,7 +2896,7 @@ def _check_ref(value: Any, schema: dict[str, Any], root: JSONSchema, path: str,
                depth: int) -> str | None:
     """The schema a $ref points to."""
     if "$ref" in schema:
-        return _problem(value, _resolve(schema["$ref"], root), root, path, depth + 1)
+        return _problem(value, resolve_ref(schema["$ref"], root), root, path, depth + 1)
     return None
 
 
@@ -6172,10 +6178,10 @@ def _followed(schema: Any, root: dict[str, Any], hops: int = 0) -> Any:
     if not isinstance(schema, dict) or hops > 16:
         return schema
     if isinstance(schema.get("$ref"), str):
-        node: Any = root
-        for part in schema["$ref"].lstrip("#").split("/")[1:] if schema["$ref"] != "#" else []:
-            part = part.replace("~1", "/").replace("~0", "~")
-            node = node.get(part) if isinstance(node, dict) else None
+        try:
+            node: Any = resolve_ref(schema["$ref"], root)
+        except SchemaError:
+            node = None
         rest = {k: v for k, v in schema.items() if k != "$ref"}
         return _followed({**node, **rest} if isinstance(node, dict) else rest, root, hops + 1)
     for keyword in ("anyOf", "oneOf"):

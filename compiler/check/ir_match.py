@@ -86,9 +86,7 @@ class _Match:
     def chars(self, node: Chars, start: int) -> Ends:
         if start >= len(self.text):
             return Ends()
-        ch = self.text[start]
-        inside = any(a <= ch <= b for a, b in node.ranges)
-        return Ends((start + 1,)) if inside != node.negate else Ends()
+        return Ends((start + 1,)) if node.holds(self.text[start]) else Ends()
 
     def any_char(self, node: AnyChar, start: int) -> Ends:
         return Ends((start + 1,)) if start < len(self.text) else Ends()

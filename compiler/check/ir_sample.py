@@ -101,10 +101,7 @@ def sample(grammar: Grammar, rule: str, draw: Draw) -> str:
 
 
 def _in(node: Chars | AnyChar, ch: str) -> bool:
-    if isinstance(node, AnyChar):
-        return True
-    inside = any(a <= ch <= b for a, b in node.ranges)
-    return inside != node.negate
+    return isinstance(node, AnyChar) or node.holds(ch)
 
 
 def _cut_at_stops(text: str, stops: tuple[str, ...]) -> str:

@@ -40,6 +40,10 @@ class Chars:
     ranges: tuple[tuple[str, str], ...]  # inclusive (first, last) pairs
     negate: bool = False
 
+    def holds(self, ch: str) -> bool:
+        """Whether the class takes the character `ch`."""
+        return any(a <= ch <= b for a, b in self.ranges) != self.negate
+
 
 @dataclass(frozen=True)
 class AnyChar:

@@ -13,7 +13,7 @@ from .input import Input
 from .messages import Messages
 from .output import COMPLETE, DELTAS, Delta, Dispatched, Message, Output, Validator, dispatch_only
 from .protocol import AFTER_REASONING, CONTENT_CONTINUED, REASONING_CONTINUED, STARTS, Protocol
-from .schema import schema_validator
+from .schema import SchemaError, resolve_ref, schema_validator
 from .tables import ReadingTables
 
 # isort: split
@@ -184,10 +184,10 @@ def _followed(schema: Any, root: dict[str, Any], hops: int = 0) -> Any:
     if not isinstance(schema, dict) or hops > 16:
         return schema
     if isinstance(schema.get("$ref"), str):
-        node: Any = root
-        for part in schema["$ref"].lstrip("#").split("/")[1:] if schema["$ref"] != "#" else []:
-            part = part.replace("~1", "/").replace("~0", "~")
-            node = node.get(part) if isinstance(node, dict) else None
+        try:
+            node: Any = resolve_ref(schema["$ref"], root)
+        except SchemaError:
+            node = None
         rest = {k: v for k, v in schema.items() if k != "$ref"}
         return _followed({**node, **rest} if isinstance(node, dict) else rest, root, hops + 1)
     for keyword in ("anyOf", "oneOf"):

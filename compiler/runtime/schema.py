@@ -102,14 +102,14 @@ def _refuse_unchecked(schema: object, root: JSONSchema, where: str, depth: int) 
                               f"stream's own check knows (give the parser a check that does: "
                               f"tplparse.bridge.dispatch_check)")
     if "$ref" in schema:
-        _resolve(schema["$ref"], root, where)
+        resolve_ref(schema["$ref"], root, where)
     if "pattern" in schema:
         _pattern(schema["pattern"], where)
     for key, sub in _subschemas(schema):
         _refuse_unchecked(sub, root, f"{where}.{key}", depth + 1)
 
 
-def _resolve(ref: object, root: JSONSchema, where: str = "parameters") -> Any:
+def resolve_ref(ref: object, root: JSONSchema, where: str = "parameters") -> Any:
     """The schema `ref` points to: a JSON pointer into this schema ("#", "#/$defs/x"). (Any:
     a pointer may reach any JSON value; a check of it refuses what is not a schema.)"""
     if not isinstance(ref, str) or not ref.startswith("#"):
@@ -206,7 +206,7 @@ def _check_ref(value: Any, schema: dict[str, Any], root: JSONSchema, path: str,
                depth: int) -> str | None:
     """The schema a $ref points to."""
     if "$ref" in schema:
-        return _problem(value, _resolve(schema["$ref"], root), root, path, depth + 1)
+        return _problem(value, resolve_ref(schema["$ref"], root), root, path, depth + 1)
     return None
 
 

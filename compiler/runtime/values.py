@@ -221,8 +221,8 @@ def _schema_kinds(schema: SchemaValue) -> tuple[str, ...]:
     kinds: list[str] = []
     for option in (schema.get("anyOf") or schema.get("oneOf") or []):
         kinds += [k for k in _schema_kinds(option) if k not in kinds]
-    values = [schema["const"]] if "const" in schema else schema.get("enum") or []
-    if not kinds and isinstance(values, list):
+    values = _listed(schema) or []
+    if not kinds:
         for value in values:  # (an enum's or a const's values type it: {"const": 7} is 7)
             k = _ENUM_KINDS.get(type(value), "string")
             if k not in kinds:
@@ -274,12 +274,18 @@ def typed_raw(text: str, schema: SchemaValue, fillers: Sequence[str] = (),
 _NOT_A_MEMBER = object()
 
 
+def _listed(schema: dict[str, Any]) -> list[JSONValue] | None:
+    """The values a schema lists: its const's, or its enum's; None where it lists none."""
+    values = [schema["const"]] if "const" in schema else schema.get("enum")
+    return values if isinstance(values, list) else None
+
+
 def _member_written(text: str, schema: dict[str, Any]) -> Any:
     """The one value of an enum (or the const) that `text` writes raw, where exactly one does
     (`3` is the integer 3 of ["a b", 3], `a b` the string): a raw value has no quotes to tell
     a string from another type, but the values it may be tell it. _NOT_A_MEMBER otherwise."""
-    values = [schema["const"]] if "const" in schema else schema.get("enum")
-    if not isinstance(values, list):
+    values = _listed(schema)
+    if values is None:
         return _NOT_A_MEMBER
     found = [v for v in values if text in _spellings(v)]
     return found[0] if len(found) == 1 else _NOT_A_MEMBER
