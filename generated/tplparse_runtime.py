@@ -2254,9 +2254,14 @@ ARGUMENTS_ALIASES = {"arguments": "parameters", "parameters": "arguments"}
 UNWRITTEN_SEPARATORS = (";", ",")
 
 
+# Where a JSON call object holds a slot: its key, then the keys of the objects inside it
+# (`("function", "name")` for OpenAI's `{"id": …, "function": {"name": …, "arguments": …}}`).
+KeyPath = tuple[str, ...]
+
+
 class JsonCallLayout:
     """A call layout that writes the call as a JSON object around its slots ({"name": NAME,
-    "arguments": ARGUMENTS}, with or without an id)."""
+    "arguments": ARGUMENTS}, with or without an id, or those inside an object of the call's)."""
 
     __slots__ = ("first", "before", "last", "after", "keys")
 
@@ -2264,10 +2269,10 @@ class JsonCallLayout:
     before: str  # that literal's text before the object
     last: int  # the step (a literal) the object ends in
     after: str  # that literal's text after the object
-    keys: dict[str, str]  # slot (name, arguments, id) -> the object's key that holds it
+    keys: dict[str, KeyPath]  # slot (name, arguments, id) -> the keys that lead to it
 
     def __init__(self, first: int, before: str, last: int, after: str,
-                 keys: dict[str, str]) -> None:
+                 keys: dict[str, KeyPath]) -> None:
         self.first = first
         self.before = before
         self.last = last
@@ -2277,7 +2282,8 @@ class JsonCallLayout:
 
 def json_call_object(layout: Layout) -> JsonCallLayout | None:
     """The layout's JSON call object (JsonCallLayout), or None when it writes none. Found by
-    writing the layout with placeholders and decoding it."""
+    writing the layout with placeholders and decoding it: the outermost object that holds the
+    name and the arguments (and every other slot) at any depth."""
     text, starts = "", []
     for piece in layout:
         starts.append(len(text))
@@ -2295,7 +2301,7 @@ def json_call_object(layout: Layout) -> JsonCallLayout | None:
             continue
         if not isinstance(value, dict):
             continue
-        keys = {slot: _key_holding(value, slot, fill) for slot, fill in _JSON_CALL_FILLS.items()}
+        keys = {slot: _path_holding(value, _json_fill(slot)) for slot in _JSON_CALL_FILLS}
         if not (keys["name"] and keys["arguments"] and all(keys[slot] for slot in slots)):
             continue
         first = max(i for i, start in enumerate(starts) if start <= at)
@@ -2304,14 +2310,37 @@ def json_call_object(layout: Layout) -> JsonCallLayout | None:
         if first == last or not isinstance(head, str) or not isinstance(tail, str):
             return None
         return JsonCallLayout(first, head[: at - starts[first]], last, tail[end - starts[last]:],
-                              {slot: key for slot, key in keys.items() if key})
+                              {slot: path for slot, path in keys.items() if path})
     return None
 
 
-def _key_holding(value: dict[str, Any], slot: str, fill: str) -> str | None:
-    """The key of a decoded call object whose value is the placeholder of `slot`."""
-    filled = JSON_DECODER.decode(f'"{fill}"' if slot != "arguments" else fill)
-    return next((key for key, held in value.items() if held == filled), None)
+def _json_fill(slot: str) -> Any:
+    """The decoded placeholder of `slot`."""
+    fill = _JSON_CALL_FILLS[slot]
+    return JSON_DECODER.decode(f'"{fill}"' if slot != "arguments" else fill)
+
+
+def _path_holding(value: dict[str, Any], filled: Any) -> KeyPath | None:
+    """The keys that lead, in a decoded call object, to the value `filled` (the nearest first)."""
+    for key, held in value.items():
+        if held == filled:
+            return (key,)
+    for key, held in value.items():
+        if isinstance(held, dict):
+            inner = _path_holding(held, filled)
+            if inner is not None:
+                return (key, *inner)
+    return None
+
+
+def value_at(value: dict[str, Any], path: KeyPath) -> Any:
+    """What a decoded call object holds at `path` (None where it holds nothing there)."""
+    held: Any = value
+    for key in path:
+        if not isinstance(held, dict):
+            return None
+        held = held.get(key)
+    return held
 
 
 class ArgumentsEnd:
@@ -2548,8 +2577,11 @@ class Protocol:
         self.call_heads_by_key: tuple[str, ...] = ()
         if (self.json_call is not None and self.json_call.first == 0
                 and not self.json_call.before.strip()):
-            keys = self.json_call.keys
-            named = {*keys.values(), ARGUMENTS_ALIASES.get(keys["arguments"], "arguments"), "type"}
+            paths = self.json_call.keys.values()
+            named = {path[0] for path in paths} | {"type"}
+            arguments_key = self.json_call.keys["arguments"]
+            if len(arguments_key) == 1:  # (the other name of a top-level arguments key)
+                named.add(ARGUMENTS_ALIASES.get(arguments_key[0], "arguments"))
             self.call_heads_by_key = tuple(sorted('{"' + key + '"' for key in named))
 
     def _read_calls_without_markers(self, tc: ToolCallsTable) -> None:
@@ -4979,12 +5011,12 @@ class Rules:
             yield from inp.match(json_call.after, ws_follows=last.ws_follows, eats=last.eats)
         return json_call.last
 
-    def _call_object_by_key(self, index: int, call: OpenCall, keys: dict[str, str],
+    def _call_object_by_key(self, index: int, call: OpenCall, keys: dict[str, KeyPath],
                             at: int) -> Generator[None, None, None]:
         """tool-call, written as a JSON object in another order than the layout's: the whole
         object from where it starts, decoded, its keys mapped to the call's slots (`keys`: the
-        layout's; "parameters" and "arguments" both name the arguments, other keys are not
-        the call's). What the layout's reader read of it stands if the object says the same."""
+        layout's paths; "parameters" and "arguments" both name the arguments, other keys are
+        not the call's). What the layout's reader read of it stands if the object says the same."""
         inp = self._in
         stream = inp.streaming
         if stream is not None:
@@ -5002,38 +5034,60 @@ class Rules:
                 f"the call is not a {'Python' if python else 'JSON'} object: {e}") from None
         if not isinstance(value, dict):
             raise InvalidWhole(f"the call is not a JSON object: {text[:40]!r}")
-        name = value.get(keys["name"])
-        if not isinstance(name, str) or not name:
-            raise InvalidWhole(f"the call object has no {keys['name']!r} string: {text[:60]!r}")
-        if call.name is not None and call.name != name:
-            raise InvalidOutput(f"the call's name is {call.name!r}, then {name!r}")
-        call.name = name
+        self._call_name_by_key(call, value, keys["name"], text)
         if "id" in keys:
-            found = value.get(keys["id"])
-            if found is not None and not isinstance(found, str):
-                raise InvalidOutput(f"the call's {keys['id']!r} is not a string: {found!r}")
-            if call.id is not None and found is not None and call.id != found:
-                raise InvalidOutput(f"the call's id is {call.id!r}, then {found!r}")
-            call.id = call.id or found
-        named = [k for k in (keys["arguments"], ARGUMENTS_ALIASES.get(keys["arguments"]))
-                 if k in value]
-        arguments = value[named[0]] if named else {}
-        if len(named) > 1:
-            call.bad = f"the call object has both {named[0]!r} and {named[1]!r}"
-            return
-        if isinstance(arguments, str):  # (arguments as a JSON string of the object)
-            try:
-                arguments = JSON_DECODER.decode(arguments)
-            except (ValueError, RecursionError):
-                call.bad = f"the arguments string is not a JSON object: {arguments[:40]!r}"
-                return
-        if not isinstance(arguments, dict):
-            call.bad = "the arguments are not an object"
+            self._call_id_by_key(call, value, keys["id"])
+        arguments = self._call_arguments_by_key(call, value, keys["arguments"])
+        if arguments is None:
             return
         call.bad = None
         self._arguments_read(call, arguments)
         if "id" not in keys or call.id is not None:
             self._announce_when_settled(index, call)
+
+    @staticmethod
+    def _call_name_by_key(call: OpenCall, value: dict[str, Any], path: KeyPath,
+                          text: str) -> None:
+        """The call's name, at `path` in its decoded object."""
+        name = value_at(value, path)
+        if not isinstance(name, str) or not name:
+            raise InvalidWhole(f"the call object has no {'.'.join(path)!r} string: {text[:60]!r}")
+        if call.name is not None and call.name != name:
+            raise InvalidOutput(f"the call's name is {call.name!r}, then {name!r}")
+        call.name = name
+
+    @staticmethod
+    def _call_id_by_key(call: OpenCall, value: dict[str, Any], path: KeyPath) -> None:
+        """The call's id, at `path` in its decoded object (a call may leave it out)."""
+        found = value_at(value, path)
+        if found is not None and not isinstance(found, str):
+            raise InvalidOutput(f"the call's {'.'.join(path)!r} is not a string: {found!r}")
+        if call.id is not None and found is not None and call.id != found:
+            raise InvalidOutput(f"the call's id is {call.id!r}, then {found!r}")
+        call.id = call.id or found
+
+    @staticmethod
+    def _call_arguments_by_key(call: OpenCall, value: dict[str, Any],
+                               path: KeyPath) -> dict[str, Any] | None:
+        """The call's arguments, at `path` in its decoded object or under the key's other name
+        beside it (none: no arguments); None, with the call marked bad, where they do not read."""
+        holder, key = value_at(value, path[:-1]), path[-1]
+        holder = holder if isinstance(holder, dict) else {}
+        named = [k for k in (key, ARGUMENTS_ALIASES.get(key)) if k in holder]
+        arguments = holder[named[0]] if named else {}
+        if len(named) > 1:
+            call.bad = f"the call object has both {named[0]!r} and {named[1]!r}"
+            return None
+        if isinstance(arguments, str):  # (arguments as a JSON string of the object)
+            try:
+                arguments = JSON_DECODER.decode(arguments)
+            except (ValueError, RecursionError):
+                call.bad = f"the arguments string is not a JSON object: {arguments[:40]!r}"
+                return None
+        if not isinstance(arguments, dict):
+            call.bad = "the arguments are not an object"
+            return None
+        return arguments
 
     def _announce_when_settled(self, index: int, call: OpenCall) -> None:
         """The header goes out once the name (and the id, when the layout has one) is read, and

@@ -104,12 +104,6 @@ NOT_YET_PROVED: dict[str, NotYetProved] = {
         "<|end_message|> and a tool-invocation block is not read as a call",
         frozenset({PROOF, RERENDER, ROUND_TRIP, DEVIATIONS, SEPARATED, LENGTH_CUT, TOOL_GRAMMAR,
                    UNKNOWN_TOOLS, CUT, DISPATCH})),
-    "TII-Falcon3": NotYetProved(
-        f"calls written as the raw OpenAI tool_calls list, indented ({_ISSUE_53}): the id sits in "
-        "the outer object and the name and arguments in the nested \"function\" object, so the "
-        "call is not read by its keys; a call written without its id does not read back (nor "
-        "does the deviated form, which drops the literal around the id, its '{' with it)",
-        frozenset({TOLERATED, DEVIATIONS})),
 }
 
 

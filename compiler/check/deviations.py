@@ -71,9 +71,11 @@ from ..runtime import (
     ARGUMENTS_ALIASES,
     CLOSES_A_VALUE,
     MARKER_BOUNDARY,
+    KeyPath,
     KeyValueFormat,
     json_call_object,
     stoppable_word,
+    value_at,
 )
 from ..spec import (
     ArgumentFormat,
@@ -174,8 +176,16 @@ def value_closer(spec: ProtocolSpec) -> str | None:
     return after.strip()
 
 
-def _rewritten_call_objects(text: str, name_key: str, names: set[str], rewrite) -> str:
-    """`text` with each JSON object that names one of `names` under `name_key` replaced by
+def _in_holder(value: dict, path: KeyPath, rewrite) -> dict:
+    """`value` with the object that holds `path`'s last key replaced by rewrite(that object)."""
+    if len(path) == 1:
+        return rewrite(value)
+    return {k: _in_holder(x, path[1:], rewrite) if k == path[0] and isinstance(x, dict) else x
+            for k, x in value.items()}
+
+
+def _rewritten_call_objects(text: str, name_key: KeyPath, names: set[str], rewrite) -> str:
+    """`text` with each JSON object that names one of `names` at `name_key` replaced by
     rewrite(its dict) (written by json.dumps)."""
     out, i = [], 0
     decoder = json.JSONDecoder()
@@ -187,7 +197,7 @@ def _rewritten_call_objects(text: str, name_key: str, names: set[str], rewrite) 
             value, end = decoder.raw_decode(text, at)
         except ValueError:
             value, end = None, at + 1
-        if isinstance(value, dict) and value.get(name_key) in names:
+        if isinstance(value, dict) and value_at(value, name_key) in names:
             out += [text[i:at], json.dumps(rewrite(value), ensure_ascii=False)]
         else:
             out.append(text[i:end])
@@ -231,21 +241,25 @@ def deviations(output: ModelOutput, spec: ProtocolSpec) -> list[Deviation]:
     calls = spec.tool_calls
     json_call = json_call_object(calls.call) if calls is not None \
         and calls.arguments.style == ArgumentStyle.OBJECT \
-        and calls.arguments.encoder == "json" else None
+        and calls.arguments.encoder.startswith("json") else None
     names = {name for name, _ in output.expected["tool_calls"]}
     if json_call is not None and names:
         keys = json_call.keys
-        alias = ARGUMENTS_ALIASES.get(keys["arguments"], "arguments")
+        arguments = keys["arguments"]
+        alias = ARGUMENTS_ALIASES.get(arguments[-1], "arguments")
         ways = {
             "keys reversed": lambda v: dict(reversed(list(v.items()))),
-            f"{alias!r} for {keys['arguments']!r}":
-                lambda v: {alias if k == keys["arguments"] else k: x for k, x in v.items()},
+            f"{alias!r} for {arguments[-1]!r}": lambda v: _in_holder(
+                v, arguments, lambda o: {alias if k == arguments[-1] else k: x
+                                         for k, x in o.items()}),
             "an extra key": lambda v: {"type": "function", **v},
-            "arguments as a JSON string":
-                lambda v: {k: json.dumps(x) if k == keys["arguments"] else x for k, x in v.items()},
+            "arguments as a JSON string": lambda v: _in_holder(
+                v, arguments, lambda o: {k: json.dumps(x) if k == arguments[-1] else x
+                                         for k, x in o.items()}),
         }
         if "id" in keys:
-            ways["no id"] = lambda v: {k: x for k, x in v.items() if k != keys["id"]}
+            ways["no id"] = lambda v: _in_holder(
+                v, keys["id"], lambda o: {k: x for k, x in o.items() if k != keys["id"][-1]})
         for way, rewrite in ways.items():
             text = _rewritten_call_objects(output.text, keys["name"], names, rewrite)
             if text != output.text:

@@ -33,7 +33,7 @@ from ..grammar.reading import (
     segment_format,
 )
 from ..probe.spans import Boundaries
-from ..runtime import json_call_object
+from ..runtime import KeyPath, json_call_object, value_at
 from ..spec import ArgumentStyle, ProtocolSpec, Start, ToolCallFormat, slot
 
 VERSION = 1  # the response_template version transformers 5 reads
@@ -375,16 +375,31 @@ def _content_field(spec: ProtocolSpec, listed: bool = False) -> dict:
             field["open_pattern"] = rf"{re.escape(start)}(?:\s*{re.escape(start)})?\s*"
         else:
             field["open"] = start
-    field.update(_content_close(start, end, closes, ends))
+    field.update(_content_close(start, end, closes, ends + _calls_after_open_content(spec)))
     return field
+
+
+def _calls_after_open_content(spec: ProtocolSpec) -> list[str]:
+    """The calls' opening marker where a turn writes its calls right after a content wrapper
+    that has no end (`<|assistant|>\n{content}\n<tool_call>…`): the wrapper's region closes
+    right before it, as before an end of turn, or the calls would be its text."""
+    tc = spec.tool_calls
+    if tc is None or spec.content_end.strip() or not spec.content_start.strip():
+        return []
+    follows = any(layout[at + 1: at + 2] == [slot("calls")]
+                  for layout in spec.turns.values()
+                  for at in range(len(layout)) if layout[at] == slot("content"))
+    opener = (tc.section_start.split() or [""])[0]
+    return [opener] if follows and opener else []
 
 
 def _content_close(start: str, end: str, closes: list[str], ends: list[str]) -> dict:
     """Content's close: its wrapper's end, or (open-less, or a wrapper with no end) `closes`
     and the output's end. A region its wrapper opened watches its own close only: it closes
     right before an end of turn too (a turn that ends without the wrapper's end, Cohere's
-    `<|START_RESPONSE|>…<|END_OF_TURN_TOKEN|>`), where the field after the end of turn opens.
-    The open-less one is closed by that field's open."""
+    `<|START_RESPONSE|>…<|END_OF_TURN_TOKEN|>`), and before the calls' opener where calls
+    follow it (`ends` holds that opener too), where the field after it opens. The open-less
+    one is closed by that field's open."""
     before = _close_before(ends) if start and ends else ""
     if end and before:
         return {"close_pattern": re.escape(end) + "|" + before if end not in ends else before}
@@ -513,7 +528,7 @@ def _python_call(tc: ToolCallFormat) -> bool | None:
     return True
 
 
-def _check_sample_list(tc: ToolCallFormat, keys: dict) -> None:
+def _check_sample_list(tc: ToolCallFormat, keys: dict[str, KeyPath]) -> None:
     """The section of two calls, written by the spec, must hold one JSON array of the call
     objects (the separator a comma, nothing else between them)."""
     calls = [{"name": "first_tool", "arguments": {"a": 1}},
@@ -524,17 +539,19 @@ def _check_sample_list(tc: ToolCallFormat, keys: dict) -> None:
     except ValueError:
         raise CannotExport("a calls list that is not a JSON array",
                            f"two calls are written {text!r}") from None
-    names = [item.get(keys["name"]) if isinstance(item, dict) else None for item in items]
+    names = [value_at(item, keys["name"]) if isinstance(item, dict) else None for item in items]
     if names != ["first_tool", "second_tool"]:
         raise CannotExport("a calls list that is not a JSON array of the calls",
                            f"two calls are written {text!r}")
 
 
-def _placeholder(key: str) -> str:
-    if not _WORD.fullmatch(key):
-        raise CannotExport("a JSON call object whose keys are not words",
-                           f"{key!r} cannot be named in a transform placeholder")
-    return "{" + key + "}"
+def _placeholder(path: KeyPath) -> str:
+    """A transform's placeholder for what a call object holds at `path` (`{function.name}`)."""
+    for key in path:
+        if not _WORD.fullmatch(key):
+            raise CannotExport("a JSON call object whose keys are not words",
+                               f"{key!r} cannot be named in a transform placeholder")
+    return "{" + ".".join(path) + "}"
 
 
 def _json_arguments(tc: ToolCallFormat) -> None:

@@ -59,7 +59,9 @@ def instructed_calls(prompt: str, spec: ProtocolSpec, tool_names: tuple[str, ...
         # (no call object, or markers of the call's own before it: not read bare)
         return Instructed()
     keys = json_call.keys
-    spelled = _spelled_out_call(prompt, keys["name"], keys["arguments"], tool_names)
+    if len(keys["name"]) > 1 or len(keys["arguments"]) > 1:
+        return Instructed()  # (a nested call object is not spelled out bare in a prompt)
+    spelled = _spelled_out_call(prompt, keys["name"][0], keys["arguments"][0], tool_names)
     if spelled is None:
         return Instructed()
     opener = _squeezed(tc.section_start)

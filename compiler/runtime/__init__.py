@@ -36,10 +36,12 @@ from .protocol import (
     STARTS,
     TABLES_VERSION,
     JsonCallLayout,
+    KeyPath,
     KeyValueFormat,
     Protocol,
     json_call_object,
     stoppable_word,
+    value_at,
 )
 from .schema import SchemaCheck, SchemaError, schema_validator
 from .tables import (
@@ -72,11 +74,11 @@ __all__ = [
     "AFTER_REASONING", "ARGUMENTS_ALIASES", "ArgumentsTable", "BadArguments", "BareCallsTable",
     "BareListTable", "CLOSES_A_VALUE", "COMPLETE", "CONTENT", "CONTENT_CONTINUED", "DELTAS",
     "InvalidOutput",
-    "JsonCallLayout", "KeyValueFormat", "MARKER_BOUNDARY", "MODULES", "MessagesTable",
+    "JsonCallLayout", "KeyPath", "KeyValueFormat", "MARKER_BOUNDARY", "MODULES", "MessagesTable",
     "NATURAL_STOPS", "PARALLEL_ALL", "Protocol", "REASONING", "REASONING_CONTINUED",
     "ReadingTables", "STARTS", "SchemaCheck",
     "SchemaError", "SegmentsTable", "SelfClosingTable", "Slot", "StreamParser", "TABLES_VERSION",
     "ToolCallsTable", "arguments_json", "decode_native", "format_fillers", "json_call_object",
     "object_value", "parse", "python_value", "read_all", "schema_validator", "stoppable_word",
-    "typed_raw",
+    "typed_raw", "value_at",
 ]

@@ -260,9 +260,14 @@ ARGUMENTS_ALIASES = {"arguments": "parameters", "parameters": "arguments"}
 UNWRITTEN_SEPARATORS = (";", ",")
 
 
+# Where a JSON call object holds a slot: its key, then the keys of the objects inside it
+# (`("function", "name")` for OpenAI's `{"id": …, "function": {"name": …, "arguments": …}}`).
+KeyPath = tuple[str, ...]
+
+
 class JsonCallLayout:
     """A call layout that writes the call as a JSON object around its slots ({"name": NAME,
-    "arguments": ARGUMENTS}, with or without an id)."""
+    "arguments": ARGUMENTS}, with or without an id, or those inside an object of the call's)."""
 
     __slots__ = ("first", "before", "last", "after", "keys")
 
@@ -270,10 +275,10 @@ class JsonCallLayout:
     before: str  # that literal's text before the object
     last: int  # the step (a literal) the object ends in
     after: str  # that literal's text after the object
-    keys: dict[str, str]  # slot (name, arguments, id) -> the object's key that holds it
+    keys: dict[str, KeyPath]  # slot (name, arguments, id) -> the keys that lead to it
 
     def __init__(self, first: int, before: str, last: int, after: str,
-                 keys: dict[str, str]) -> None:
+                 keys: dict[str, KeyPath]) -> None:
         self.first = first
         self.before = before
         self.last = last
@@ -283,7 +288,8 @@ class JsonCallLayout:
 
 def json_call_object(layout: Layout) -> JsonCallLayout | None:
     """The layout's JSON call object (JsonCallLayout), or None when it writes none. Found by
-    writing the layout with placeholders and decoding it."""
+    writing the layout with placeholders and decoding it: the outermost object that holds the
+    name and the arguments (and every other slot) at any depth."""
     text, starts = "", []
     for piece in layout:
         starts.append(len(text))
@@ -301,7 +307,7 @@ def json_call_object(layout: Layout) -> JsonCallLayout | None:
             continue
         if not isinstance(value, dict):
             continue
-        keys = {slot: _key_holding(value, slot, fill) for slot, fill in _JSON_CALL_FILLS.items()}
+        keys = {slot: _path_holding(value, _json_fill(slot)) for slot in _JSON_CALL_FILLS}
         if not (keys["name"] and keys["arguments"] and all(keys[slot] for slot in slots)):
             continue
         first = max(i for i, start in enumerate(starts) if start <= at)
@@ -310,14 +316,37 @@ def json_call_object(layout: Layout) -> JsonCallLayout | None:
         if first == last or not isinstance(head, str) or not isinstance(tail, str):
             return None
         return JsonCallLayout(first, head[: at - starts[first]], last, tail[end - starts[last]:],
-                              {slot: key for slot, key in keys.items() if key})
+                              {slot: path for slot, path in keys.items() if path})
     return None
 
 
-def _key_holding(value: dict[str, Any], slot: str, fill: str) -> str | None:
-    """The key of a decoded call object whose value is the placeholder of `slot`."""
-    filled = JSON_DECODER.decode(f'"{fill}"' if slot != "arguments" else fill)
-    return next((key for key, held in value.items() if held == filled), None)
+def _json_fill(slot: str) -> Any:
+    """The decoded placeholder of `slot`."""
+    fill = _JSON_CALL_FILLS[slot]
+    return JSON_DECODER.decode(f'"{fill}"' if slot != "arguments" else fill)
+
+
+def _path_holding(value: dict[str, Any], filled: Any) -> KeyPath | None:
+    """The keys that lead, in a decoded call object, to the value `filled` (the nearest first)."""
+    for key, held in value.items():
+        if held == filled:
+            return (key,)
+    for key, held in value.items():
+        if isinstance(held, dict):
+            inner = _path_holding(held, filled)
+            if inner is not None:
+                return (key, *inner)
+    return None
+
+
+def value_at(value: dict[str, Any], path: KeyPath) -> Any:
+    """What a decoded call object holds at `path` (None where it holds nothing there)."""
+    held: Any = value
+    for key in path:
+        if not isinstance(held, dict):
+            return None
+        held = held.get(key)
+    return held
 
 
 class ArgumentsEnd:
@@ -554,8 +583,11 @@ class Protocol:
         self.call_heads_by_key: tuple[str, ...] = ()
         if (self.json_call is not None and self.json_call.first == 0
                 and not self.json_call.before.strip()):
-            keys = self.json_call.keys
-            named = {*keys.values(), ARGUMENTS_ALIASES.get(keys["arguments"], "arguments"), "type"}
+            paths = self.json_call.keys.values()
+            named = {path[0] for path in paths} | {"type"}
+            arguments_key = self.json_call.keys["arguments"]
+            if len(arguments_key) == 1:  # (the other name of a top-level arguments key)
+                named.add(ARGUMENTS_ALIASES.get(arguments_key[0], "arguments"))
             self.call_heads_by_key = tuple(sorted('{"' + key + '"' for key in named))
 
     def _read_calls_without_markers(self, tc: ToolCallsTable) -> None:

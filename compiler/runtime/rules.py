@@ -48,9 +48,11 @@ from .protocol import (
     CallStep,
     Closing,
     JsonCallLayout,
+    KeyPath,
     KeyValueFormat,
     Protocol,
     stopped_in,
+    value_at,
 )
 from .streams import KeyValueStream, ObjectStream
 from .tables import ArgumentsTable, SelfClosingTable
@@ -1131,12 +1133,12 @@ class Rules:
             yield from inp.match(json_call.after, ws_follows=last.ws_follows, eats=last.eats)
         return json_call.last
 
-    def _call_object_by_key(self, index: int, call: OpenCall, keys: dict[str, str],
+    def _call_object_by_key(self, index: int, call: OpenCall, keys: dict[str, KeyPath],
                             at: int) -> Generator[None, None, None]:
         """tool-call, written as a JSON object in another order than the layout's: the whole
         object from where it starts, decoded, its keys mapped to the call's slots (`keys`: the
-        layout's; "parameters" and "arguments" both name the arguments, other keys are not
-        the call's). What the layout's reader read of it stands if the object says the same."""
+        layout's paths; "parameters" and "arguments" both name the arguments, other keys are
+        not the call's). What the layout's reader read of it stands if the object says the same."""
         inp = self._in
         stream = inp.streaming
         if stream is not None:
@@ -1154,38 +1156,60 @@ class Rules:
                 f"the call is not a {'Python' if python else 'JSON'} object: {e}") from None
         if not isinstance(value, dict):
             raise InvalidWhole(f"the call is not a JSON object: {text[:40]!r}")
-        name = value.get(keys["name"])
-        if not isinstance(name, str) or not name:
-            raise InvalidWhole(f"the call object has no {keys['name']!r} string: {text[:60]!r}")
-        if call.name is not None and call.name != name:
-            raise InvalidOutput(f"the call's name is {call.name!r}, then {name!r}")
-        call.name = name
+        self._call_name_by_key(call, value, keys["name"], text)
         if "id" in keys:
-            found = value.get(keys["id"])
-            if found is not None and not isinstance(found, str):
-                raise InvalidOutput(f"the call's {keys['id']!r} is not a string: {found!r}")
-            if call.id is not None and found is not None and call.id != found:
-                raise InvalidOutput(f"the call's id is {call.id!r}, then {found!r}")
-            call.id = call.id or found
-        named = [k for k in (keys["arguments"], ARGUMENTS_ALIASES.get(keys["arguments"]))
-                 if k in value]
-        arguments = value[named[0]] if named else {}
-        if len(named) > 1:
-            call.bad = f"the call object has both {named[0]!r} and {named[1]!r}"
-            return
-        if isinstance(arguments, str):  # (arguments as a JSON string of the object)
-            try:
-                arguments = JSON_DECODER.decode(arguments)
-            except (ValueError, RecursionError):
-                call.bad = f"the arguments string is not a JSON object: {arguments[:40]!r}"
-                return
-        if not isinstance(arguments, dict):
-            call.bad = "the arguments are not an object"
+            self._call_id_by_key(call, value, keys["id"])
+        arguments = self._call_arguments_by_key(call, value, keys["arguments"])
+        if arguments is None:
             return
         call.bad = None
         self._arguments_read(call, arguments)
         if "id" not in keys or call.id is not None:
             self._announce_when_settled(index, call)
+
+    @staticmethod
+    def _call_name_by_key(call: OpenCall, value: dict[str, Any], path: KeyPath,
+                          text: str) -> None:
+        """The call's name, at `path` in its decoded object."""
+        name = value_at(value, path)
+        if not isinstance(name, str) or not name:
+            raise InvalidWhole(f"the call object has no {'.'.join(path)!r} string: {text[:60]!r}")
+        if call.name is not None and call.name != name:
+            raise InvalidOutput(f"the call's name is {call.name!r}, then {name!r}")
+        call.name = name
+
+    @staticmethod
+    def _call_id_by_key(call: OpenCall, value: dict[str, Any], path: KeyPath) -> None:
+        """The call's id, at `path` in its decoded object (a call may leave it out)."""
+        found = value_at(value, path)
+        if found is not None and not isinstance(found, str):
+            raise InvalidOutput(f"the call's {'.'.join(path)!r} is not a string: {found!r}")
+        if call.id is not None and found is not None and call.id != found:
+            raise InvalidOutput(f"the call's id is {call.id!r}, then {found!r}")
+        call.id = call.id or found
+
+    @staticmethod
+    def _call_arguments_by_key(call: OpenCall, value: dict[str, Any],
+                               path: KeyPath) -> dict[str, Any] | None:
+        """The call's arguments, at `path` in its decoded object or under the key's other name
+        beside it (none: no arguments); None, with the call marked bad, where they do not read."""
+        holder, key = value_at(value, path[:-1]), path[-1]
+        holder = holder if isinstance(holder, dict) else {}
+        named = [k for k in (key, ARGUMENTS_ALIASES.get(key)) if k in holder]
+        arguments = holder[named[0]] if named else {}
+        if len(named) > 1:
+            call.bad = f"the call object has both {named[0]!r} and {named[1]!r}"
+            return None
+        if isinstance(arguments, str):  # (arguments as a JSON string of the object)
+            try:
+                arguments = JSON_DECODER.decode(arguments)
+            except (ValueError, RecursionError):
+                call.bad = f"the arguments string is not a JSON object: {arguments[:40]!r}"
+                return None
+        if not isinstance(arguments, dict):
+            call.bad = "the arguments are not an object"
+            return None
+        return arguments
 
     def _announce_when_settled(self, index: int, call: OpenCall) -> None:
         """The header goes out once the name (and the id, when the layout has one) is read, and
