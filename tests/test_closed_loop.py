@@ -18,6 +18,14 @@ grammar, every sample must still read back clean (`check`):
   at every earlier cut (after each piece the server sent) are a prefix of the final calls,
   so a call, once read, is never changed by more text.
 
+One exception, made by llama.cpp's lazy grammars: before its trigger the grammar holds
+nothing, and llama.cpp hands it the rest of the token that completes a trigger as well, so an
+opener the model spells in pieces triggers only together with the character the section
+writes after it (`<tool_call>\s*\[`: emit.llama_request's _opener_trigger). An opener the
+model writes in its free text without that character (copying the prompt's `<tool_call></tool_call>`)
+never brought the grammar in: the parser reads there the broken call it is
+(`invalid_tool_call`), which is excused where no trigger matches the text (`_never_triggered`).
+
 A disagreement is a bug in the grammar or the parser, never in the model. Each one the loop
 found is kept at the end of this file as a regression case that needs no model.
 
@@ -30,6 +38,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
@@ -43,7 +52,7 @@ from tplparse.bridge import Prompt, compile_in_memory, prompt_for, validate_tool
 from tplparse.check import llama as llama_check
 from tplparse.check.gbnf_lark import GbnfAcceptor
 from tplparse.emit.gbnf import emit_gbnf
-from tplparse.emit.llama_request import lazy_grammar, llama_request
+from tplparse.emit.llama_request import TRIGGER_PATTERN, TRIGGER_WORD, lazy_grammar, llama_request
 from tplparse.grammar import GrammarOptions, build
 from tplparse.probe import PLACEHOLDER_TOKENS
 from tplparse.source.render import fixed_clock
@@ -90,6 +99,7 @@ class Sample:
     one_shot: dict  # the message of the whole text parsed in one go
     prompt: Prompt = field(repr=False)
     seconds: float = 0.0
+    triggers: list[dict] = field(default_factory=list)  # the lazy grammar's, where it was lazy
 
     @property
     def text(self) -> str:
@@ -146,7 +156,8 @@ def generate(url: str, stem: str, template, prompt: Prompt, choice: str, seed: i
     finish = {"eos": "stop", "word": "stop", "limit": "length"}[last["stop_type"]]
     parser.end(finish)
     one_shot = runtime.read_all(prompt.parser(), "".join(pieces), finish)
-    return Sample(stem, choice, seed, pieces, finish, parser.message, one_shot, prompt, time.monotonic() - started)
+    return Sample(stem, choice, seed, pieces, finish, parser.message, one_shot, prompt, time.monotonic() - started,
+                  body.get("grammar_triggers", []))
 
 
 # --- what a sample must read back as ---------------------------------------------------------
@@ -158,17 +169,26 @@ def check(sample: Sample) -> None:
     assert message == sample.one_shot, f"streamed != one-shot\n{replay}\n{message}\n{sample.one_shot}"
     invalid = validate_tool_calls({**message, "errors": []}, TOOLS)
     assert invalid == [], f"a call that is not valid: {invalid}\n{replay}"
+    found = [e for e in message["errors"] if not _never_triggered(sample, e)]
     if sample.finish == "stop":
-        assert message["errors"] == [], f"errors at a stop: {message['errors']}\n{replay}"
+        assert found == [], f"errors at a stop: {found}\n{replay}"
         if sample.choice == "required":
             assert message["tool_calls"], f"required, and no call\n{replay}"
     else:
-        errors = [e for e in message["errors"] if e["kind"] not in CUT_ERRORS]
+        errors = [e for e in found if e["kind"] not in CUT_ERRORS]
         assert errors == [], f"errors at the token limit beyond the cut: {errors}\n{replay}"
     calls = _calls(message)
     for n in range(1, len(sample.pieces)):
         cut = _calls(runtime.read_all(sample.prompt.parser(), "".join(sample.pieces[:n]), "length"))
         assert cut == calls[: len(cut)], f"cut after piece {n}, the calls {cut}; the whole: {calls}\n{replay}"
+
+
+def _never_triggered(sample: Sample, error: dict) -> bool:
+    """A broken call in free text that no trigger of the lazy grammar matched (the module's
+    docstring): the grammar never held it."""
+    return error["kind"] == "invalid_tool_call" and bool(sample.triggers) and not any(
+        (re.search(t["value"], sample.text) if t["type"] == TRIGGER_PATTERN else t["value"] in sample.text)
+        for t in sample.triggers)
 
 
 def _calls(message: dict) -> list[tuple[str, str]]:
@@ -361,7 +381,9 @@ def test_a_call_written_from_its_own_marker_triggers_the_lazy_grammar(accepts):
     message = runtime.parse(protocol, written, tools=TOOLS, finish_reason="length")
     assert message["tool_calls"] == [] and message["errors"][0]["kind"] == "invalid_tool_call"
     request = llama_request(spec, GrammarOptions(tools=TOOLS), template.special_tokens)
-    assert [t["value"] for t in request["grammar_triggers"]] == ["<tool_call>", "<function="]
+    # (`<tool_call>` is no special token here: it triggers with the `<function=` written after it)
+    assert [t["value"] for t in request["grammar_triggers"]] == [r"<tool_call>\s*<function=", "<function="]
+    assert "<tool_call>" in request["preserved_tokens"]
     assert "<function=" in request["preserved_tokens"]
     assert not accepts(request["grammar"], written[written.index("<function="):] + "</function>\n</tool_call>")
     second = "<tool_call>\n" + CALL_FROM_ITS_OWN_MARKER.replace("Paris", "Oslo")  # (the template's next call)
@@ -370,6 +392,22 @@ def test_a_call_written_from_its_own_marker_triggers_the_lazy_grammar(accepts):
         message = runtime.parse(protocol, "Let me check. " + text, tools=TOOLS)
         assert message["errors"] == [] and [c["function"]["name"] for c in message["tool_calls"]] == \
             ["get_weather"] * text.count("<function=")
+
+
+def test_an_opener_spelled_in_pieces_triggers_with_what_the_section_writes_after_it():
+    """Falcon 3, auto: SmolLM2 copied the prompt's `inside <tool_call></tool_call> tags`, in
+    the pieces `<tool`, `_`, `call`, `></`; the word trigger `<tool_call>` fired on the last,
+    llama.cpp handed the grammar its `</` too, and the server failed the request (500,
+    "Unexpected empty grammar stack"). An opener that is no special token of the model now
+    triggers with the first character the section writes after it; a special token, which no
+    token goes on after, is still the word."""
+    template, spec, _ = _template(XML_CALLS_TEMPLATE, "xml-calls")
+    trigger = llama_request(spec, GrammarOptions(tools=TOOLS), template.special_tokens)["grammar_triggers"][0]
+    assert trigger["type"] == TRIGGER_PATTERN
+    assert not re.search(trigger["value"], "inside <tool_call></tool_call> tags")
+    assert re.search(trigger["value"], "Sure.\n<tool_call>\n<function=get_weather>")
+    as_token = llama_request(spec, GrammarOptions(tools=TOOLS), ("<tool_call>",))["grammar_triggers"][0]
+    assert as_token == {"type": TRIGGER_WORD, "value": "<tool_call>"}
 
 
 def test_the_lazy_grammar_takes_no_free_text_from_the_trigger_on(accepts):

@@ -21,7 +21,12 @@ from ..grammar import GrammarOptions, build
 from ..grammar.build import calls_from_marker
 from ..grammar.ir import Alt, Lit, Ref, Seq, Visitor, alt, children, covers, opt, seq
 from ..grammar.json_values import add_ws
-from ..grammar.reading import call_opener, calls_without_opener, content_may_follow_calls
+from ..grammar.reading import (
+    call_opener,
+    calls_without_opener,
+    content_may_follow_calls,
+    section_with_content,
+)
 from ..probe.spans import Boundaries
 from ..spec import ProtocolSpec
 from .gbnf import emit_gbnf
@@ -121,8 +126,12 @@ def llama_request(spec: ProtocolSpec, options: GrammarOptions,
         grammar = lazy_grammar(spec, options, special_tokens)
         triggers = _triggers(spec, options, boundaries)
         request["grammar_triggers"] = triggers
-        preserved += [t["value"] for t in triggers
-                      if t["type"] == TRIGGER_WORD and t["value"] not in preserved]
+        # (the trigger words, and an opener a pattern triggers on: kept as the text it is)
+        words = [t["value"] for t in triggers if t["type"] == TRIGGER_WORD]
+        opener = call_opener(spec, boundaries)
+        if not opener.startswith(("{", "[")):
+            words.append(opener)
+        preserved += [w for w in dict.fromkeys(words) if w not in preserved]
     else:
         grammar = build(spec, options, special_tokens)
     return {
@@ -167,19 +176,54 @@ def _trigger(spec: ProtocolSpec, options: GrammarOptions, boundaries: Boundaries
     if tc.section_start.strip():
         opener = call_opener(spec, boundaries)
         if not opener.lstrip().startswith(("{", "[")):
-            return {"type": TRIGGER_WORD, "value": opener}
+            return _opener_trigger(opener, _text_after(spec, opener), boundaries)
         return {"type": TRIGGER_PATTERN, "value": re.escape(tc.section_start.lstrip())}
     first = tc.call[0] if tc.call else ""
     if isinstance(first, str) and first.strip():
         opener = call_opener(spec, boundaries)
         if not opener.lstrip().startswith(("{", "[")):
-            return {"type": TRIGGER_WORD, "value": opener}
+            return _opener_trigger(opener, _text_after(spec, opener), boundaries)
         return {"type": TRIGGER_PATTERN, "value": re.escape(first.lstrip())}
     # The call starts with the tool's name: trigger on an offered name and what follows it.
     names = [(t.get("function") or t)["name"] for t in options.tools or []]
     following = next((p for p in tc.call[1:] if isinstance(p, str)), "")
     names_pattern = "|".join(re.escape(n) for n in names) if names else "[A-Za-z0-9_.-]+"
     return {"type": TRIGGER_PATTERN, "value": f"(?:{names_pattern}){re.escape(following)}"}
+
+
+def _text_after(spec: ProtocolSpec, opener: str) -> str:
+    """The fixed text the calls section writes right after its opener, up to its first slot
+    (`\n[` after Falcon 3's `<tool_call>`; "" where a slot follows, `<function=NAME`, or
+    content may, Llama 4's `<|python_start|>content<|python_end|>`)."""
+    tc = spec.tool_calls
+    assert tc is not None  # (a lazy grammar waits for calls)
+    if section_with_content(spec) is not None:
+        return ""
+    written = ""
+    for piece in [tc.section_start, *tc.call]:
+        if not isinstance(piece, str):
+            break
+        written += piece
+    written = written.lstrip()
+    return written[len(opener):] if written.startswith(opener) else ""
+
+
+def _opener_trigger(opener: str, after: str, boundaries: Boundaries) -> dict:
+    r"""A trigger on the call opener. llama.cpp hands the grammar the rest of the token that
+    completes a trigger too: an opener the model spells in pieces (no special token of its)
+    may be completed by a token that goes on with other text, where the model only mentions
+    the marker (`<tool_call` then `></`, copying a prompt's `<tool_call></tool_call>`), and
+    the server fails the request. Such an opener triggers only with what the section writes
+    after it, its JSON value's first character or its next word (`<tool_call>\s*\[`,
+    `<tool_call>\s*<function=`), as llama.cpp's own handlers trigger on `<tool_call>\s*{"name"`;
+    a special token, or an opener a slot follows, is the word."""
+    words = after.split()
+    # (a JSON value's first character, or the next word: `<function=`, not its `<`, which
+    # would also start the section's own closing tag)
+    following = "" if not words else words[0][:1] if words[0][0] in "{[" else words[0]
+    if opener in boundaries.special_tokens or not following:
+        return {"type": TRIGGER_WORD, "value": opener}
+    return {"type": TRIGGER_PATTERN, "value": re.escape(opener) + r"\s*" + re.escape(following)}
 
 
 def preserved_tokens(spec: ProtocolSpec, special_tokens: tuple[str, ...]) -> list[str]:
