@@ -252,6 +252,10 @@ def info(source, variant, as_json):
               help="OpenAI-style tool definitions (a JSON list).")
 @click.option("--no-generation-prompt", is_flag=True,
               help="Do not open an assistant turn at the end.")
+@click.option("--continue-final-message", is_flag=True,
+              help="End the prompt inside the final assistant message, right after its text "
+                   "(its content, else its reasoning_content), for the model to continue it: "
+                   "transformers' continue_final_message. No new turn is opened.")
 @click.option("--var", "variables", multiple=True, metavar="KEY=VALUE",
               help="A template variable; VALUE is parsed as JSON when it can be "
                    "(enable_thinking=false).")
@@ -262,8 +266,8 @@ def info(source, variant, as_json):
                                 "--tools is given and the source has it, as transformers "
                                 "does; else the main one).")
 @_token_options
-def render(source, messages, tools_path, no_generation_prompt, variables, string_variables, variant,
-           bos_token, eos_token):
+def render(source, messages, tools_path, no_generation_prompt, continue_final_message, variables,
+           string_variables, variant, bos_token, eos_token):
     """Render MESSAGES (a JSON list of chat messages, or - for stdin) with SOURCE's chat
     template."""
     conversation = _read_json_file(messages, "messages")
@@ -290,9 +294,20 @@ def render(source, messages, tools_path, no_generation_prompt, variables, string
             template = template.with_variant(variant)
         elif tools and "tool_use" in template.variants:
             template = template.with_variant("tool_use")
+        if continue_final_message:
+            from .bridge.prompt import continued_render
+
+            return continued_render(template, conversation, tools, **extra)
         return template.render(conversation, tools=tools,
                                add_generation_prompt=not no_generation_prompt, **extra)
 
+    if continue_final_message:
+        from .bridge.prompt import final_message_text
+
+        if no_generation_prompt:
+            raise InputError("--continue-final-message opens no turn already: leave out "
+                             "--no-generation-prompt")
+        final_message_text(conversation)  # (refused before any render: no such message)
     text = _isolated(rendered, source)
     _check_unicode(text, source)
     click.echo(text, nl=False)

@@ -56,6 +56,27 @@ def test_render_accepts_an_object_with_messages_and_tools():
     assert result.stdout.startswith('<s>[AVAILABLE_TOOLS][{"type": "function"')
 
 
+def test_render_continues_a_final_message_where_its_text_ends():
+    """transformers' continue_final_message: no new turn, the prompt ends with the answer begun
+    (its leading space kept), and the answer's own end of turn is not written."""
+    messages = [{"role": "user", "content": "What is 2+2?"}, {"role": "assistant", "content": " The answer is"}]
+    result = run_cli("render", CHATML_GGUF, "-", "--continue-final-message", stdin=json.dumps(messages))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.endswith("What is 2+2?<|im_end|>\n<|im_start|>assistant\n The answer is")
+
+
+@pytest.mark.parametrize("messages, extra, says", [
+    ([{"role": "user", "content": "hi"}], (), "the last message must be the assistant's answer"),
+    ([{"role": "user", "content": "hi"}, {"role": "assistant", "content": ""}], (), "no text to continue"),
+    ([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hi"}], ("--no-generation-prompt",),
+     "leave out --no-generation-prompt"),
+])
+def test_render_refuses_what_it_cannot_continue_in_one_line(messages, extra, says):
+    result = run_cli("render", CHATML_GGUF, "-", "--continue-final-message", *extra, stdin=json.dumps(messages))
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.count("\n") == 1 and says in result.stderr, result.stderr
+
+
 def _write(tmp_path, name, data: bytes):
     path = tmp_path / name
     path.write_bytes(data)

@@ -19,6 +19,8 @@ from hypothesis import strategies as st
 
 import tplparse
 from tplparse import TemplateError
+from tplparse.bridge.prompt import continued_render
+from tplparse.errors import InputError
 
 from conftest import CORPUS_TOKEN_LISTS, ORACLE_RENDER, ORACLE_THINKING, corpus_ids, corpus_templates, examples, marked_sources, needs_corpus
 
@@ -163,6 +165,35 @@ def test_reasoning_and_thinking_switch_match_transformers(path):
             assert isinstance(got, TemplateError) and str(expected) in str(got), (expected, got)
         else:
             assert got == expected, f"{extra}: renders differ\n{expected!r}\n{got!r}"
+
+
+@needs_corpus
+@pytest.mark.parametrize("path", marked_sources(TEMPLATES, ORACLE_RENDER))
+def test_a_continued_final_message_renders_as_in_transformers(path):
+    """`tplparse render --continue-final-message` (bridge.prompt.continued_render) against
+    transformers' `continue_final_message`: the same prompt, ending right after the final
+    answer's text; where transformers refuses (a template that drops or rewrites that text),
+    tplparse refuses too."""
+    source = path.read_bytes().decode("utf-8")
+    messages = [QUESTION, {"role": "assistant", "content": "The weather in Paris is"}]
+    extra = CORPUS_TOKEN_LISTS.get(path.stem, {})
+    try:
+        expected = hf_tokenizer(source).apply_chat_template(
+            messages, tokenize=False, continue_final_message=True, **extra)
+    except Exception as e:  # noqa: BLE001 - the oracle's refusal is an outcome to compare
+        expected = e
+    template = tplparse.load(path)
+    template = tplparse.ChatTemplate(source=template.source, name=template.name, family=template.family,
+                                     origin=template.origin, named_tokens=NAMED)
+    try:
+        got = continued_render(template, messages, own_containers=False, **extra)
+    except (InputError, TemplateError) as e:
+        got = e
+    if isinstance(expected, Exception):
+        assert isinstance(got, Exception), f"transformers refused ({expected}), tplparse rendered {got!r}"
+    else:
+        assert got == expected
+        assert got.endswith("The weather in Paris is")
 
 
 # Random message text (quotes, braces, markers, non-ASCII, control characters) through a

@@ -20,6 +20,7 @@ from ..errors import InputError, TemplateError
 from ..grammar.reading import reading_tables
 from ..probe import probe
 from ..probe.conversations import in_shape, with_empty_content
+from ..probe.spans import common_prefix_length
 from ..source import ChatTemplate
 from ..spec import ProtocolSpec, Start
 from .validate import dispatch_check
@@ -141,7 +142,7 @@ def prompt_for(template: ChatTemplate, messages: list, tools: list | None = None
                       reasoning_closed=start == Start.CONTENT and spec.reasoning is not None,
                       protocol=protocol, prefill=prefill)
     text, history = _rendered(template, spec, messages, tools, variables, notes)
-    generation_prompt = text[_common_prefix(text, history):]
+    generation_prompt = text[common_prefix_length(text, history):]
     start = mode.start
     closed = False
     if thinking is False and mode_name != "no_thinking" and spec.reasoning and spec.reasoning.end:
@@ -165,19 +166,46 @@ def prompt_for(template: ChatTemplate, messages: list, tools: list | None = None
                   protocol=protocol)
 
 
-def _common_prefix(a: str, b: str) -> int:
-    i = 0
-    while i < min(len(a), len(b)) and a[i] == b[i]:
-        i += 1
-    return i
-
-
 class Prefill(NamedTuple):
     text: str  # what the final message ends with
     field: str  # "content" or "reasoning_content": where the client wrote it
 
 
-def _prefill_of(messages: list, protocol: runtime.Protocol) -> Prefill:
+class ContinuedCut(NamedTuple):
+    prompt: str  # the conversation's render, up to the final message's text
+    turn: str  # the final turn's text in it
+    prefill: str  # the final message's text as the prompt ends with it
+    trimmed: bool  # the template wrote that text stripped of the whitespace around it
+
+
+def cut_in_final_turn(full: str, before: str, prefill: str) -> ContinuedCut:
+    """`full` (a conversation rendered whole, no generation prompt) cut right after `prefill`,
+    its final message's text, in the turn that `before` (the conversation without that message)
+    does not write; InputError where that turn does not hold the text."""
+    turn_at = common_prefix_length(full, before)
+    turn = full[turn_at:]
+    key = prefill
+    if key not in turn:
+        key = prefill.strip()
+        if not key or key not in turn:
+            raise InputError("continue_final_message: the template does not write the final "
+                             "message's text into its turn as given (it drops or changes it), "
+                             "so the prompt cannot end inside it")
+    cut = turn_at + turn.rindex(key) + len(key)
+    return ContinuedCut(full[:cut], full[turn_at:cut], key, key != prefill)
+
+
+def continued_render(template: ChatTemplate, messages: list, tools: list | None = None,
+                     **variables: Any) -> str:
+    """The conversation rendered as given (no probe, no reshaping: `tplparse render`), cut right
+    after its final message's text: transformers' `continue_final_message`."""
+    text = final_message_text(messages).text
+    full = template.render(messages, tools=tools, add_generation_prompt=False, **variables)
+    before = template.render(messages[:-1], tools=tools, add_generation_prompt=False, **variables)
+    return cut_in_final_turn(full, before, text).prompt
+
+
+def final_message_text(messages: list) -> Prefill:
     """The text a continued final message ends with: its content, else its reasoning_content;
     InputError for a conversation that does not end with such a message."""
     last = messages[-1] if isinstance(messages, list) and messages else None
@@ -195,14 +223,21 @@ def _prefill_of(messages: list, protocol: runtime.Protocol) -> Prefill:
             raise InputError(f"continue_final_message: the final message's {field_name} must be "
                              "text")
         if text:
-            opener = protocol.opener
-            if opener and opener.strip() and opener.strip() in text:
-                raise InputError(f"continue_final_message: the final message's {field_name} holds "
-                                 f"the call opener {opener.strip()!r}; a prefill continues text "
-                                 "or reasoning, not a call")
             return Prefill(text, field_name)
     raise InputError("continue_final_message: the final message has no text to continue (give "
                      "its content or reasoning_content, or leave it out to open a new answer)")
+
+
+def _prefill_of(messages: list, protocol: runtime.Protocol) -> Prefill:
+    """The text a continued final message ends with (final_message_text), which must not hold
+    the call opener."""
+    prefill = final_message_text(messages)
+    opener = protocol.opener
+    if opener and opener.strip() and opener.strip() in prefill.text:
+        raise InputError(f"continue_final_message: the final message's {prefill.field} holds "
+                         f"the call opener {opener.strip()!r}; a prefill continues text "
+                         "or reasoning, not a call")
+    return prefill
 
 
 def _continued(template: ChatTemplate, spec: ProtocolSpec, messages: list, tools: list | None,
@@ -214,19 +249,11 @@ def _continued(template: ChatTemplate, spec: ProtocolSpec, messages: list, tools
     not hold that text."""
     full, _ = _rendered(template, spec, messages, tools, variables, notes, generation=False)
     before, _ = _rendered(template, spec, messages[:-1], tools, variables, notes, generation=False)
-    turn_at = _common_prefix(full, before)
-    turn = full[turn_at:]
-    key = prefill
-    if key not in turn:
-        key = prefill.strip()
-        if not key or key not in turn:
-            raise InputError("continue_final_message: the template does not write the final "
-                             "message's text into its turn as given (it drops or changes it), "
-                             "so the prompt cannot end inside it")
+    cut = cut_in_final_turn(full, before, prefill)
+    if cut.trimmed:
         notes.append("the template trims the final message: the prompt ends with its text "
                      "stripped of the whitespace around it")
-    cut = turn_at + turn.rindex(key) + len(key)
-    return full[:cut], full[turn_at:cut], key
+    return cut.prompt, cut.turn, cut.prefill
 
 
 def _rendered(template: ChatTemplate, spec: ProtocolSpec, messages: list, tools: list | None,
