@@ -2248,6 +2248,9 @@ _JSON_CALL_FILLS = {"name": "tplparse-name", "id": "tplparse-id",
                     "arguments": '{"tplparse-arguments": 0}'}
 # The other name models use for the arguments key (Llama writes "parameters", others "arguments").
 ARGUMENTS_ALIASES = {"arguments": "parameters", "parameters": "arguments"}
+# Every name a call object's arguments go by (Inkling's layout writes "args"): a model that
+# writes another of them than its layout's means the arguments, not none.
+ARGUMENTS_KEYS = ("arguments", "parameters", "args")
 
 
 # Separators models write between calls that a format writes back to back (`{…}; {…}`).
@@ -2533,6 +2536,7 @@ class Protocol:
         self.inline_opener = tc["inline_opener"] if tc else ""
         self.section_inner = tuple(tc["section_inner"]) if tc and tc["section_inner"] else None
         self.after_arguments = ""
+        self.call_after_header = False
         if not tc:
             return
         self.call_head = tc["call_head"]
@@ -2542,6 +2546,12 @@ class Protocol:
         self.separator_core = self.separator.strip()
         self.parallel_all = tc["parallel"] == PARALLEL_ALL
         self._read_call(tc)
+        # A turn of segments whose call starts with its name, no section around it: the call
+        # is a segment whose header's slot names the tool (`<|message_model|>NAME<|content_
+        # invoke_tool_json|>{…}<|end_message|>`), told from a text segment by a name and the
+        # literal after it where a segment starts (the turn's start, after a header).
+        self.call_after_header = bool(self.segment_header and self.name_then
+                                      and not self.section_start.strip())
         self._read_calls_without_markers(tc)
         self._read_separators(tc)
         if not self.object_arguments:
@@ -4330,6 +4340,8 @@ class Rules:
             inp.pos += len(head)
         elif head is not None:
             yield from self._tool_calls(bare=head == p.bare_opener)
+        elif p.call_after_header and (yield from self._header_call_follows()):
+            yield from self._tool_calls()  # (a segment that is a call: its header names the tool)
         return True
 
     def _call_failed(self, kind: str, message: str, offset: int | None = None) -> None:
@@ -4420,6 +4432,8 @@ class Rules:
             yield from inp.need(len(p.content_start))
             if inp.text.startswith(p.content_start, inp.pos):
                 inp.pos += len(p.content_start)
+            elif p.call_after_header and (yield from self._header_call_follows()):
+                yield from self._tool_calls()  # (the turn's first segment is a call)
         field = out.content
         if p.bare_list is not None and self._tools and (yield from self._list_without_wrapper()):
             stops = p.end_of_turn  # (a list of calls on its own: only the turn's end follows)
@@ -4438,7 +4452,7 @@ class Rules:
                 if (yield from self._next_segment()) == "ended":
                     return
                 continue
-            if stop is not None and stop == p.segment_end:
+            if stop is not None and stop == p.segment_end and stop != p.content_end:
                 if stop not in p.end_of_turn and stop != p.opener:
                     out.emit_text(field, stop)  # (the marker with no header after it: text)
                     inp.pos += len(stop)
@@ -4811,13 +4825,27 @@ class Rules:
         inp.pos = start
         return False
 
-    def _name_then_after_ws(self, then: str) -> Generator[None, None, bool]:
+    def _header_call_follows(self) -> Generator[None, None, bool]:
+        """Where a segment starts: whether it is a call (p.call_after_header), a name and the
+        call's marker after it (whitespace either side; what follows the marker is the call
+        layout's to read, an object in another key order too)."""
+        p = self._p
+        then = p.name_then
+        marker = p.opener.strip()
+        return (yield from self._name_then_after_ws(
+            marker if marker and then.startswith(marker) else then, spaced=True))
+
+    def _name_then_after_ws(self, then: str,
+                            spaced: bool = False) -> Generator[None, None, bool]:
         """Whether a call that starts with its name comes next after whitespace: a name, then
-        `then` (the literal after the name). The whitespace is consumed, nothing else."""
+        `then` (the literal after the name; `spaced`: after whitespace, where `then` is a
+        marker). The whitespace before the name is consumed, nothing else."""
         inp = self._in
         while True:
             pos = inp.pos = SPACES.match(inp.text, inp.pos).end()  # type: ignore[union-attr]
             end = _NAME_RUN(inp.text, pos).end()  # type: ignore[union-attr]
+            if spaced and end > pos:
+                end = SPACES.match(inp.text, end).end()  # type: ignore[union-attr]
             here = inp.text[end:end + len(then)]
             if end < len(inp.text) or inp.eof:
                 if end == pos or len(here) == len(then) or inp.eof:
@@ -5069,11 +5097,13 @@ class Rules:
     @staticmethod
     def _call_arguments_by_key(call: OpenCall, value: dict[str, Any],
                                path: KeyPath) -> dict[str, Any] | None:
-        """The call's arguments, at `path` in its decoded object or under the key's other name
-        beside it (none: no arguments); None, with the call marked bad, where they do not read."""
+        """The call's arguments, at `path` in its decoded object or under another of their names
+        beside it (ARGUMENTS_KEYS; none: no arguments); None, with the call marked bad, where
+        they do not read (two of those names: not guessed)."""
         holder, key = value_at(value, path[:-1]), path[-1]
         holder = holder if isinstance(holder, dict) else {}
-        named = [k for k in (key, ARGUMENTS_ALIASES.get(key)) if k in holder]
+        named = [k for k in dict.fromkeys((key, ARGUMENTS_ALIASES.get(key), *ARGUMENTS_KEYS))
+                 if k is not None and k in holder]
         arguments = holder[named[0]] if named else {}
         if len(named) > 1:
             call.bad = f"the call object has both {named[0]!r} and {named[1]!r}"

@@ -93,18 +93,10 @@ class NotYetProved:
 # on it: the parametrized tests of those checks are strict xfails for it (a check that starts
 # passing fails the suite until it is taken off the list), the whole-corpus tests expect
 # exactly these gaps, and the property tests draw from the other templates. Batch 3's list was
-# emptied by issue #29; batch 4a brought these, which issue #53 (the generalization round)
-# empties. A new corpus template that does not prove yet goes here the same way.
-_ISSUE_53 = "issue #53"
-NOT_YET_PROVED: dict[str, NotYetProved] = {
-    "ThinkingMachines-Inkling-unsloth": NotYetProved(
-        f"typed content blocks ({_ISSUE_53}, class 2): each block opens with a marker naming its "
-        "kind (<|content_text|>, <|content_invoke_tool_json|>) and ends with <|end_message|>, the "
-        "turn with <|content_model_end_sampling|>; block kinds are not read yet, so content keeps "
-        "<|end_message|> and a tool-invocation block is not read as a call",
-        frozenset({PROOF, RERENDER, ROUND_TRIP, DEVIATIONS, SEPARATED, LENGTH_CUT, TOOL_GRAMMAR,
-                   UNKNOWN_TOOLS, CUT, DISPATCH})),
-}
+# emptied by issue #29; batch 4a brought six, which issue #53 (the generalization round)
+# emptied. A new corpus template that does not prove yet goes here the same way:
+#     "Stem": NotYetProved("what is not read yet (the issue)", frozenset({PROOF, ...})),
+NOT_YET_PROVED: dict[str, NotYetProved] = {}
 
 
 # The lists of special tokens a corpus template reads from its model's tokenizer (a bare .jinja

@@ -41,6 +41,7 @@ from ..spec import (
     ToolCallFormat,
     kv_parts,
     slot,
+    sorted_keys,
 )
 from ..spec.encodings import json_type
 from . import json_schema
@@ -680,6 +681,10 @@ def _add_arguments(g: Grammar, fmt: ArgumentFormat, name: str, schema: dict | No
                    warnings, closing: str = "", parsing: bool = False,
                    open_objects: bool = False) -> Ref:
     if fmt.style == ArgumentStyle.OBJECT:
+        if fmt.order == "sorted" and isinstance(schema, dict):
+            # (the format writes every object's keys sorted: the properties in that order,
+            # which an engine given the schema writes them in too)
+            schema = sorted_keys(schema)
         if fmt.encoder == "python":
             if schema is None:
                 add_python_literal(g)

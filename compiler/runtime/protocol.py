@@ -254,6 +254,9 @@ _JSON_CALL_FILLS = {"name": "tplparse-name", "id": "tplparse-id",
                     "arguments": '{"tplparse-arguments": 0}'}
 # The other name models use for the arguments key (Llama writes "parameters", others "arguments").
 ARGUMENTS_ALIASES = {"arguments": "parameters", "parameters": "arguments"}
+# Every name a call object's arguments go by (Inkling's layout writes "args"): a model that
+# writes another of them than its layout's means the arguments, not none.
+ARGUMENTS_KEYS = ("arguments", "parameters", "args")
 
 
 # Separators models write between calls that a format writes back to back (`{…}; {…}`).
@@ -539,6 +542,7 @@ class Protocol:
         self.inline_opener = tc["inline_opener"] if tc else ""
         self.section_inner = tuple(tc["section_inner"]) if tc and tc["section_inner"] else None
         self.after_arguments = ""
+        self.call_after_header = False
         if not tc:
             return
         self.call_head = tc["call_head"]
@@ -548,6 +552,12 @@ class Protocol:
         self.separator_core = self.separator.strip()
         self.parallel_all = tc["parallel"] == PARALLEL_ALL
         self._read_call(tc)
+        # A turn of segments whose call starts with its name, no section around it: the call
+        # is a segment whose header's slot names the tool (`<|message_model|>NAME<|content_
+        # invoke_tool_json|>{…}<|end_message|>`), told from a text segment by a name and the
+        # literal after it where a segment starts (the turn's start, after a header).
+        self.call_after_header = bool(self.segment_header and self.name_then
+                                      and not self.section_start.strip())
         self._read_calls_without_markers(tc)
         self._read_separators(tc)
         if not self.object_arguments:

@@ -34,6 +34,7 @@ from .output import OpenCall, Output, TextField
 from .protocol import (
     ARGUMENTS,
     ARGUMENTS_ALIASES,
+    ARGUMENTS_KEYS,
     CALL_ID,
     CONTENT,
     CONTENT_CONTINUED,
@@ -452,6 +453,8 @@ class Rules:
             inp.pos += len(head)
         elif head is not None:
             yield from self._tool_calls(bare=head == p.bare_opener)
+        elif p.call_after_header and (yield from self._header_call_follows()):
+            yield from self._tool_calls()  # (a segment that is a call: its header names the tool)
         return True
 
     def _call_failed(self, kind: str, message: str, offset: int | None = None) -> None:
@@ -542,6 +545,8 @@ class Rules:
             yield from inp.need(len(p.content_start))
             if inp.text.startswith(p.content_start, inp.pos):
                 inp.pos += len(p.content_start)
+            elif p.call_after_header and (yield from self._header_call_follows()):
+                yield from self._tool_calls()  # (the turn's first segment is a call)
         field = out.content
         if p.bare_list is not None and self._tools and (yield from self._list_without_wrapper()):
             stops = p.end_of_turn  # (a list of calls on its own: only the turn's end follows)
@@ -560,7 +565,7 @@ class Rules:
                 if (yield from self._next_segment()) == "ended":
                     return
                 continue
-            if stop is not None and stop == p.segment_end:
+            if stop is not None and stop == p.segment_end and stop != p.content_end:
                 if stop not in p.end_of_turn and stop != p.opener:
                     out.emit_text(field, stop)  # (the marker with no header after it: text)
                     inp.pos += len(stop)
@@ -933,13 +938,27 @@ class Rules:
         inp.pos = start
         return False
 
-    def _name_then_after_ws(self, then: str) -> Generator[None, None, bool]:
+    def _header_call_follows(self) -> Generator[None, None, bool]:
+        """Where a segment starts: whether it is a call (p.call_after_header), a name and the
+        call's marker after it (whitespace either side; what follows the marker is the call
+        layout's to read, an object in another key order too)."""
+        p = self._p
+        then = p.name_then
+        marker = p.opener.strip()
+        return (yield from self._name_then_after_ws(
+            marker if marker and then.startswith(marker) else then, spaced=True))
+
+    def _name_then_after_ws(self, then: str,
+                            spaced: bool = False) -> Generator[None, None, bool]:
         """Whether a call that starts with its name comes next after whitespace: a name, then
-        `then` (the literal after the name). The whitespace is consumed, nothing else."""
+        `then` (the literal after the name; `spaced`: after whitespace, where `then` is a
+        marker). The whitespace before the name is consumed, nothing else."""
         inp = self._in
         while True:
             pos = inp.pos = SPACES.match(inp.text, inp.pos).end()  # type: ignore[union-attr]
             end = _NAME_RUN(inp.text, pos).end()  # type: ignore[union-attr]
+            if spaced and end > pos:
+                end = SPACES.match(inp.text, end).end()  # type: ignore[union-attr]
             here = inp.text[end:end + len(then)]
             if end < len(inp.text) or inp.eof:
                 if end == pos or len(here) == len(then) or inp.eof:
@@ -1191,11 +1210,13 @@ class Rules:
     @staticmethod
     def _call_arguments_by_key(call: OpenCall, value: dict[str, Any],
                                path: KeyPath) -> dict[str, Any] | None:
-        """The call's arguments, at `path` in its decoded object or under the key's other name
-        beside it (none: no arguments); None, with the call marked bad, where they do not read."""
+        """The call's arguments, at `path` in its decoded object or under another of their names
+        beside it (ARGUMENTS_KEYS; none: no arguments); None, with the call marked bad, where
+        they do not read (two of those names: not guessed)."""
         holder, key = value_at(value, path[:-1]), path[-1]
         holder = holder if isinstance(holder, dict) else {}
-        named = [k for k in (key, ARGUMENTS_ALIASES.get(key)) if k in holder]
+        named = [k for k in dict.fromkeys((key, ARGUMENTS_ALIASES.get(key), *ARGUMENTS_KEYS))
+                 if k is not None and k in holder]
         arguments = holder[named[0]] if named else {}
         if len(named) > 1:
             call.bad = f"the call object has both {named[0]!r} and {named[1]!r}"

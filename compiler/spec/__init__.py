@@ -22,11 +22,12 @@ from .model import (
     kv_after,
     kv_parts,
     slot,
+    sorted_keys,
     turn_kind,
 )
 
 __all__ = [
     "SPEC_VERSION", "TURN_KINDS", "ArgumentFormat", "ArgumentStyle", "Parallel", "Piece",
     "PromptMode", "ProtocolSpec", "Reasoning", "SpecError", "Start", "ToolCallFormat", "fill",
-    "json_type", "kv_after", "kv_parts", "slot", "turn_kind",
+    "json_type", "kv_after", "kv_parts", "slot", "sorted_keys", "turn_kind",
 ]

@@ -131,7 +131,10 @@ class ArgumentFormat:
     def format(self, arguments: dict) -> str:
         items = sorted(arguments.items()) if self.order == "sorted" else list(arguments.items())
         if self.style == ArgumentStyle.OBJECT:
-            text = encode(self.encoder, dict(items))
+            # (an object written with its keys sorted has every object in it so: json.dumps's
+            # sort_keys, and the canonical JSON macros templates write)
+            text = encode(self.encoder, sorted_keys(arguments) if self.order == "sorted"
+                          else dict(items))
             return text.replace("\n", "\n" + self.line_indent) if self.line_indent else text
         parts = []
         for key, value in items:
@@ -163,6 +166,15 @@ class ArgumentFormat:
                      for v in value]
             return open_ + self.separator.join(items) + close
         return encode(encoder, value)
+
+
+def sorted_keys(value: Any) -> Any:
+    """`value` with the keys of every object in it sorted (lists keep their order)."""
+    if isinstance(value, dict):
+        return {k: sorted_keys(v) for k, v in sorted(value.items())}
+    if isinstance(value, list):
+        return [sorted_keys(v) for v in value]
+    return value
 
 
 @dataclass
