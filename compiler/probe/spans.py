@@ -51,6 +51,18 @@ def common_suffix_length(a: str, b: str) -> int:
     return lo
 
 
+def _inside_a_compound_delimiter(text: str, p: int) -> bool:
+    """Whether `p` falls inside a marker's delimiter of two characters: its `<` and a bracket
+    after it (`<[`), a bracket and the `>` after it (`]>`), or a doubled bracket (`[[`, `]]`):
+    a bracketed tag, `<[role_user]>` or `[[call]]`, is one marker, not a bracket and a marker
+    of its own (0 < p < len(text))."""
+    before, after = text[p - 1], text[p]
+    if before == "<" and after not in " \t\n":
+        return True  # (`<` then anything that is no space: `<[`, `<|`, `<tool`)
+    return ((p >= 2 and (text[p - 2] == "<" and before in "[{(" or text[p - 2:p] == "[["))
+            or (before in "]})" and after == ">") or (before == after and before in "[]"))
+
+
 @dataclass(frozen=True)
 class Boundaries:
     """Where markers may start and end in a text, from the model's special tokens."""
@@ -65,6 +77,8 @@ class Boundaries:
                 return False
         if p <= 0 or p >= len(text):
             return True
+        if _inside_a_compound_delimiter(text, p):
+            return False
         if text[p - 1] in _BOUNDARY_AFTER or text[p] in _OPENERS:
             return True
         return any(text.startswith(token, p) for token in self.special_tokens)

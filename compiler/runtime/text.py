@@ -191,8 +191,9 @@ MarkerPiece = tuple[str, bool, str, list[str]]
 
 _PIECES: dict[str, list[MarkerPiece]] = {}
 # Where a marker ends or begins inside a word of a literal (`<|tool_call_begin|>functions.`):
-# models write whitespace there that the template does not.
-MARKER_BOUNDARY = re.compile(r"(?<=[>\]])(?=\S)|(?<=\S)(?=[<\[])")
+# models write whitespace there that the template does not. (Not inside a bracketed tag's
+# `<[`, `]>`, `[[` or `]]`: `<[call]>` and `[[call]]` are one marker each.)
+MARKER_BOUNDARY = re.compile(r"(?<=>)(?=[^\s>])|(?<=\])(?=[^\s>\]])|(?<=[^\s<\[])(?=[<\[])")
 
 
 def marker_pieces(literal: str) -> list[MarkerPiece]:
