@@ -609,11 +609,12 @@ def _proof_error(proof) -> str:
         return f"{proof.family}: {proof.error}: nothing to prove the parser on"
     first = proof.unproved[0]
     more = f" (and {len(proof.unproved) - 1} more turns)" if len(proof.unproved) > 1 else ""
-    fields = (f"; spec fields involved: {', '.join(first.fields)} (an override sets them: "
-              "compile --override FILE)"
-              if first.fields else "")
+    # (a render that breaks its own notation is corrected in the template, not overridden)
+    way = "" if proof.defects else " (an override sets them: compile --override FILE)"
+    fields = f"; spec fields involved: {', '.join(first.fields)}{way}" if first.fields else ""
+    defect = f"; {proof.defects[0]}" if proof.defects else ""
     return (f"{proof.family}: the parser does not read back the {first.turn!r} turn: "
-            f"{first.detail}{more}{fields}")
+            f"{first.detail}{more}{fields}{defect}")
 
 
 class _Parsers:

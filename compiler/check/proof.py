@@ -27,6 +27,7 @@ from . import ir_match
 from . import llama as llama_check
 from .deviations import deviations
 from .fields import involved_fields
+from .notation import notation_defects
 from .outputs import STANDARD_TOOLS, ModelOutput, difference, mode_outputs, readable
 
 # --- the proof --------------------------------------------------------------------------
@@ -52,6 +53,9 @@ class Proof:
     tolerated: int = 0
     # those that were not: rule, turn, what differed
     not_tolerated: list[str] = field(default_factory=list)
+    # not proved: what the renders write against their own notation, with the way forward
+    # (check.notation)
+    defects: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -81,6 +85,7 @@ class Proof:
                          "turns (what models and engines write instead: docs/tolerance.md) "
                          "read back as their render")
             lines += [f"    not read back: {problem}" for problem in self.not_tolerated]
+        lines += [f"  {defect}" for defect in self.defects]
         return "\n".join(lines) + "\n"
 
 
@@ -148,8 +153,10 @@ def prove(template: ChatTemplate, spec: ProtocolSpec, grammars: bool = True) -> 
         if not problems:
             tolerance.extend(_deviations_read_back(protocol, output, spec, one_shot))
     failed = [problem for problem in tolerance if problem]
+    proved = all(t.proved for t in results)
     return Proof(spec.family, results, checker, tolerated=len(tolerance) - len(failed),
-                 not_tolerated=failed)
+                 not_tolerated=failed,
+                 defects=[] if proved else [d.message() for d in notation_defects(spec)])
 
 
 # The probe's warning that says why no conversation rendered (probe/derive.py).
