@@ -368,7 +368,7 @@ def _probed(template, override=None):
     spec = run_probe(template, override=override)
     with blamed_on(override):
         checks = verify(template, spec)
-        proof = prove(template, spec)
+        proof = prove(template, spec, override=override)
     return template, spec, checks, proof
 
 

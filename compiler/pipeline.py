@@ -64,7 +64,7 @@ def compile_template(template: ChatTemplate, standalone: bool = False, allow_par
     a user's `override` (tplparse.probe.overrides.read_override) applied to its spec."""
     spec = probe(template, override=override)
     with blamed_on(override):
-        proof = prove(template, spec)
+        proof = prove(template, spec, override=override)
         if not proof.ok and not allow_partial:
             return Compiled(spec, proof, {})
         spec.unproved = [f"{t.turn}: {t.detail}" for t in proof.unproved] \

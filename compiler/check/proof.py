@@ -20,6 +20,7 @@ from ..emit.gbnf import emit_gbnf
 from ..grammar import GrammarOptions, build
 from ..grammar.ir import Grammar
 from ..grammar.reading import reading_tables
+from ..probe.overrides import Override
 from ..source.loader import NAMED_TOKENS, TOKEN_LISTS
 from ..source.template import ChatTemplate
 from ..spec import ProtocolSpec
@@ -27,7 +28,7 @@ from . import ir_match
 from . import llama as llama_check
 from .deviations import deviations
 from .fields import involved_fields
-from .notation import notation_defects
+from .notation import notation_defects, restated_notation
 from .outputs import STANDARD_TOOLS, ModelOutput, difference, mode_outputs, readable
 
 # --- the proof --------------------------------------------------------------------------
@@ -56,6 +57,8 @@ class Proof:
     # not proved: what the renders write against their own notation, with the way forward
     # (check.notation)
     defects: list[str] = field(default_factory=list)
+    # the call turns read as a user's override states their notation (check.notation), or ""
+    restated: str = ""
 
     @property
     def ok(self) -> bool:
@@ -86,6 +89,7 @@ class Proof:
                          "read back as their render")
             lines += [f"    not read back: {problem}" for problem in self.not_tolerated]
         lines += [f"  {defect}" for defect in self.defects]
+        lines += [f"  {self.restated}"] if self.restated else []
         return "\n".join(lines) + "\n"
 
 
@@ -115,14 +119,20 @@ def _stream_one_character(protocol, text: str, start=None, finish_reason: str = 
     return parser.message
 
 
-def prove(template: ChatTemplate, spec: ProtocolSpec, grammars: bool = True) -> Proof:
-    """Render the standard turns and read each back (see the module docstring)."""
+def prove(template: ChatTemplate, spec: ProtocolSpec, grammars: bool = True,
+          override: Override | None = None) -> Proof:
+    """Render the standard turns and read each back (see the module docstring). `override`:
+    the user's, applied to `spec`; where it states a notation the renders break
+    (check.notation), the call turns are read as the notation writes them."""
     protocol = runtime.Protocol(reading_tables(spec, template.special_tokens))
     checker, accepts = _grammar_acceptor() if grammars else ("not checked", None)
     outputs = mode_outputs(template, spec)
     nothing = nothing_to_prove(spec, outputs)
     if nothing:
         return Proof(spec.family, [], checker, error=nothing)
+    restated = restated_notation(template, spec, override)
+    if restated is not None:
+        outputs = [restated.in_notation(output, spec) for output in outputs]
     grammars_by_start: dict = {}
     results = []
     tolerance: list[str] = []
@@ -156,7 +166,8 @@ def prove(template: ChatTemplate, spec: ProtocolSpec, grammars: bool = True) -> 
     proved = all(t.proved for t in results)
     return Proof(spec.family, results, checker, tolerated=len(tolerance) - len(failed),
                  not_tolerated=failed,
-                 defects=[] if proved else [d.message() for d in notation_defects(spec)])
+                 defects=[] if proved else [d.message() for d in notation_defects(spec)],
+                 restated=restated.note(spec) if restated is not None else "")
 
 
 # The probe's warning that says why no conversation rendered (probe/derive.py).
