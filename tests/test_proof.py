@@ -80,6 +80,18 @@ def test_lossy_turns_say_what_the_template_loses(stem, turn, reason):
 
 
 @needs_corpus
+@pytest.mark.parametrize("stem", ["OpenAI-gpt-oss-120b", "LLMjp-llm-jp-4.1-8b-thinking"])
+def test_a_reading_the_render_cannot_tell_is_said_with_the_one_taken(stem):
+    """Harmony templates render the content before a call on the analysis channel: the spec
+    says which reading the parser takes and why (a warning), and the compile's table too."""
+    _, spec, found = corpus_outputs(stem)
+    said = [w for w in spec.warnings if "writes its content inside the reasoning markers" in w]
+    assert said and "the parser reads such text as reasoning" in said[0], spec.warnings
+    assert any("read as reasoning, which the render cannot tell it from" in line
+               for line in found["content+call"].lossy), found["content+call"].lossy
+
+
+@needs_corpus
 def test_content_written_as_reasoning_is_expected_as_reasoning():
     _, _, found = corpus_outputs("OpenAI-gpt-oss-120b")
     expected = found["content+call"].expected

@@ -158,7 +158,8 @@ def model_outputs(template: ChatTemplate, spec: ProtocolSpec, turns: dict[str, T
         if content is not None and reasoning is not None and reasoning.start \
                 and _inside(shown, content, reasoning):
             lossy.append("the template writes the content where reasoning goes (inside "
-                         "the reasoning markers)")
+                         "the reasoning markers): read as reasoning, which the render cannot "
+                         "tell it from")
             thought = thought + "\n\n" + content if thought else content
             content = None
         elif turn.content and content is None:

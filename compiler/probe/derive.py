@@ -323,7 +323,30 @@ def _probe(template: ChatTemplate, override: Override | None = None) -> Protocol
     if spec.reasoning is None:
         spec.warnings.append("no reasoning markers: no render shows a reasoning block, "
                              "and no prompt opens one")
+    spec.warnings += _readings_the_renders_cannot_tell(spec)
     return settle_override(spec, override)
+
+
+def _readings_the_renders_cannot_tell(spec: ProtocolSpec) -> list[str]:
+    """Where a turn's layout writes content inside the reasoning markers (gpt-oss renders the
+    content before a call on its analysis channel): which reading the parser takes, and why."""
+    r = spec.reasoning
+    if r is None or not r.start.strip():
+        return []
+    found = []
+    for kind, layout in sorted(spec.turns.items()):
+        if slot("content") not in layout or slot("reasoning") in layout:
+            continue
+        at = layout.index(slot("content"))
+        before = "".join(p for p in layout[:at] if isinstance(p, str))
+        after = "".join(p for p in layout[at + 1:] if isinstance(p, str))
+        if before.rstrip().endswith(r.start.strip()) and after.lstrip().startswith(r.end.strip()):
+            found.append(f"the {kind} turn writes its content inside the reasoning markers "
+                         f"({r.start.strip()!r} … {r.end.strip()!r}), where reasoning goes: the "
+                         "render cannot tell the two apart, and the parser reads such text as "
+                         "reasoning (as the template renders it back); written in content's own "
+                         "markers, it is content")
+    return found
 
 
 def _close_the_section(turns: dict, tool_calls: ToolCallFormat, end_of_turn: list[str],
