@@ -4239,6 +4239,7 @@ class Rules:
             if inp.text.startswith(p.reasoning_start, inp.pos):
                 inp.pos += len(p.reasoning_start)
                 self.state = REASONING
+                yield from self._opener_repeated()
             elif inp.text.startswith(p.reasoning_end, inp.pos):
                 inp.pos += len(p.reasoning_end)
         elif self.state == REASONING and p.reasoning_start and not self.continued:
@@ -4247,6 +4248,7 @@ class Rules:
             yield from inp.skip_ws()
             if (yield from inp.peek(p.reasoning_start)):
                 inp.pos += len(p.reasoning_start)
+                yield from self._opener_repeated()
         if (self.state == REASONING and p.end_opens_content and self.reasoning_ended_at is None
                 and not self.continued):
             # The prompt opened the block and the output starts by opening the content block,
@@ -4284,6 +4286,18 @@ class Rules:
         at = inp.pos
         header = yield from inp.which_after_ws(p.repeated_headers)
         inp.pos = at if header is None else inp.pos + len(header)
+
+    def _opener_repeated(self) -> Generator[None, None, None]:
+        """Right after the reasoning opener: the same opener again (`<think><think>`), absorbed
+        with the whitespace before it, as often as it comes (a tolerance: not reasoning)."""
+        inp = self._in
+        p = self._p
+        while True:
+            at = inp.pos
+            if not (yield from inp.peek_after_ws(p.reasoning_start)):
+                inp.pos = at
+                return
+            inp.pos += len(p.reasoning_start)
 
     def _reasoning_again(self) -> Generator[None, None, bool]:
         """After a reasoning block's end: whether another block opens right after it (a

@@ -9,7 +9,8 @@ the parser does not read is a failing test, not a silent reading.
 
     rule                          what it does to the render
     reasoning opener repeated     the prompt opened the reasoning block and the model writes
-                                  the block's opener again at the start of its output
+                                  the block's opener again at the start of its output; or
+                                  the model opens the block itself and writes its opener twice
     closing markers eaten         the engine stopped on the turn's last markers (end of turn,
                                   end of the calls section, the call's closing tag) and left
                                   them out; finish_reason "stop"
@@ -214,6 +215,10 @@ def deviations(output: ModelOutput, spec: ProtocolSpec) -> list[Deviation]:
     if output.start == Start.REASONING and reasoning is not None and reasoning.start.strip():
         found.append(Deviation(OPENER_REPEATED, reasoning.start + output.text, output.start, "stop",
                                output.expected))
+    elif reasoning is not None and reasoning.start.strip() and output.expected["reasoning_content"] \
+            and output.text.startswith(reasoning.start):
+        found.append(Deviation(OPENER_REPEATED, reasoning.start + output.text, output.start, "stop",
+                               output.expected, ("written twice",)))
     # Closing markers eaten: the end of the output loses one more of them each time, for as
     # long as it ends with one (after whitespace), as an engine that stops on it leaves it out.
     markers = closing_markers(spec)
