@@ -215,8 +215,8 @@ def deviations(output: ModelOutput, spec: ProtocolSpec) -> list[Deviation]:
     if output.start == Start.REASONING and reasoning is not None and reasoning.start.strip():
         found.append(Deviation(OPENER_REPEATED, reasoning.start + output.text, output.start, "stop",
                                output.expected))
-    elif reasoning is not None and reasoning.start.strip() and output.expected["reasoning_content"] \
-            and output.text.startswith(reasoning.start):
+    elif reasoning is not None and reasoning.start.strip() \
+            and output.expected["reasoning_content"] and output.text.startswith(reasoning.start):
         found.append(Deviation(OPENER_REPEATED, reasoning.start + output.text, output.start, "stop",
                                output.expected, ("written twice",)))
     # Closing markers eaten: the end of the output loses one more of them each time, for as
