@@ -588,6 +588,10 @@ def compile_command(source, out_dir, family, variant, standalone, allow_partial,
                                  standalone=standalone, allow_partial=allow_partial,
                                  override=override), source)
     _say(compiled.proof.table(), nl=False)
+    for warning in compiled.spec.warnings:
+        if warning.startswith(_NO_CALLS) and warning != _NO_CALLS:
+            # (why no call format was found, and what the template reads instead)
+            _say(f"tplparse: warning: {compiled.spec.family}: {warning}", err=True)
     proof = compiled.proof
     if not proof.ok and not allow_partial:
         raise InputError(_proof_error(proof))
@@ -602,6 +606,10 @@ def compile_command(source, out_dir, family, variant, standalone, allow_partial,
         _say(f"tplparse: warning: {_proof_error(proof)} (written anyway: --allow-partial)",
                    err=True)
         sys.exit(1)
+
+
+# The probe's warning for a template that renders no call (probe/derive.py).
+_NO_CALLS = "the template does not render tool calls"
 
 
 def _proof_error(proof) -> str:

@@ -181,6 +181,33 @@ def test_templates_without_tool_calls_give_a_content_only_spec(specs):
     assert "content" in spec.turns
 
 
+@needs_corpus
+@pytest.mark.parametrize("stem, reads", [
+    ("Microsoft-Phi-4-mini-instruct", "a message's 'tools' field"),
+    ("HuggingFaceTB-SmolLM3-3B-xml-python-tools", "the variables python_tool_string, python_tools, xml_tool_string, "
+                                                  "xml_tools (render --var or --var-str gives them)"),
+])
+def test_a_template_without_calls_says_what_it_reads_them_through(specs, stem, reads):
+    """#53, class 3: a template that renders tools or calls only through fields other than
+    OpenAI's says which, so that the user sees why no call format was found."""
+    spec = corpus_spec(specs, stem)
+    assert spec.tool_calls is None
+    [said] = [w for w in spec.warnings if w.startswith("the template does not render tool calls")]
+    assert said == (f"the template does not render tool calls; it reads tools or calls through {reads}, which "
+                    "OpenAI's chat input does not carry: render it with them to see its format, and state that "
+                    "format in an override (docs/overrides.md)")
+
+
+def test_a_built_template_that_reads_function_call_says_so():
+    source = ("{%- for m in messages %}<|{{ m.role }}|>{% if m.function_call %}CALL {{ m.function_call.name }}"
+              "{% else %}{{ m.content }}{% endif %}<|end|>{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}")
+    template = ChatTemplate(source=source, name="fc", family="fc", origin="test",
+                                     named_tokens={"bos_token": "", "eos_token": "<|end|>"})
+    spec = probe(template)
+    assert spec.tool_calls is None
+    assert any("it reads tools or calls through a message's 'function_call' field" in w for w in spec.warnings)
+
+
 # --- Reasoning and the generation prompt -----------------------------------------------
 
 

@@ -48,8 +48,9 @@ from .conversations import (
     tool_definition,
 )
 from .instructions import instructed_calls
-from .modes import find_modes, name_thinking_modes
+from .modes import INPUTS, find_modes, name_thinking_modes
 from .overrides import Override, apply_overrides, check_template, settle_override
+from .reads import tool_reads
 from .renders import assistant_spans, layout_of
 from .spans import Boundaries
 from .wrappers import call_wrappers
@@ -166,7 +167,8 @@ def _probe_with(template: ChatTemplate, s: Sentinels) -> _Findings:
                 "appear in the prompt) but renders no call in history, so no render shows how a "
                 "model writes one (a declarative override can carry the format, with its source)")
         else:
-            findings.warnings.append("the template does not render tool calls")
+            findings.warnings.append("the template does not render tool calls"
+                                     + _what_it_reads_instead(template))
 
     # Turn layouts.
     for kind, turn in turns.items():
@@ -347,6 +349,17 @@ def _readings_the_renders_cannot_tell(spec: ProtocolSpec) -> list[str]:
                          "reasoning (as the template renders it back); written in content's own "
                          "markers, it is content")
     return found
+
+
+def _what_it_reads_instead(template: ChatTemplate) -> str:
+    """Where a template renders no call: the names it reads tools or calls through that
+    OpenAI's input does not have, and the way forward ("" where it reads none)."""
+    said = tool_reads(template, INPUTS).said()
+    if not said:
+        return ""
+    return (f"; it reads tools or calls through {said}, which OpenAI's chat input does not carry: "
+            "render it with them to see its format, and state that format in an override "
+            "(docs/overrides.md)")
 
 
 def _close_the_section(turns: dict, tool_calls: ToolCallFormat, end_of_turn: list[str],
