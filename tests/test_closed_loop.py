@@ -21,7 +21,7 @@ grammar, every sample must still read back clean (`check`):
 One exception, made by llama.cpp's lazy grammars: before its trigger the grammar holds
 nothing, and llama.cpp hands it the rest of the token that completes a trigger as well, so an
 opener the model spells in pieces triggers only together with the character the section
-writes after it (`<tool_call>\s*\[`: emit.llama_request's _opener_trigger). An opener the
+writes after it, as written (`<tool_call>\n\[`: emit.llama_request's _opener_trigger). An opener the
 model writes in its free text without that character (copying the prompt's `<tool_call></tool_call>`)
 never brought the grammar in: the parser reads there the broken call it is
 (`invalid_tool_call`), which is excused where no trigger matches the text (`_never_triggered`).
@@ -382,7 +382,7 @@ def test_a_call_written_from_its_own_marker_triggers_the_lazy_grammar(accepts):
     assert message["tool_calls"] == [] and message["errors"][0]["kind"] == "invalid_tool_call"
     request = llama_request(spec, GrammarOptions(tools=TOOLS), template.special_tokens)
     # (`<tool_call>` is no special token here: it triggers with the `<function=` written after it)
-    assert [t["value"] for t in request["grammar_triggers"]] == [r"<tool_call>\s*<function=", "<function="]
+    assert [t["value"] for t in request["grammar_triggers"]] == [r"<tool_call>\n<function=", "<function="]
     assert "<tool_call>" in request["preserved_tokens"]
     assert "<function=" in request["preserved_tokens"]
     assert not accepts(request["grammar"], written[written.index("<function="):] + "</function>\n</tool_call>")

@@ -214,16 +214,30 @@ def _opener_trigger(opener: str, after: str, boundaries: Boundaries) -> dict:
     may be completed by a token that goes on with other text, where the model only mentions
     the marker (`<tool_call` then `></`, copying a prompt's `<tool_call></tool_call>`), and
     the server fails the request. Such an opener triggers only with what the section writes
-    after it, its JSON value's first character or its next word (`<tool_call>\s*\[`,
-    `<tool_call>\s*<function=`), as llama.cpp's own handlers trigger on `<tool_call>\s*{"name"`;
-    a special token, or an opener a slot follows, is the word."""
+    after it, as written (the grammar takes exactly that): the whitespace, then its JSON
+    value's first character or its next word (`<tool_call>\n\[`, `<tool_call>\n<function=`),
+    as llama.cpp's own handlers trigger on `<tool_call>\s*{"name"`; a special token, or an
+    opener a slot follows, is the word."""
     words = after.split()
     # (a JSON value's first character, or the next word: `<function=`, not its `<`, which
     # would also start the section's own closing tag)
     following = "" if not words else words[0][:1] if words[0][0] in "{[" else words[0]
     if opener in boundaries.special_tokens or not following:
         return {"type": TRIGGER_WORD, "value": opener}
-    return {"type": TRIGGER_PATTERN, "value": re.escape(opener) + r"\s*" + re.escape(following)}
+    written = after[: after.index(following) + len(following)]
+    return {"type": TRIGGER_PATTERN, "value": _literal_pattern(opener + written)}
+
+
+# What a pattern trigger writes for a character that is not itself (ECMAScript's syntax, which
+# llama.cpp's std::regex reads, and Python's alike): regex syntax escaped, control whitespace
+# by name (not a backslash before a raw line break).
+_PATTERN_CHARACTERS = {**{c: "\\" + c for c in "\\^$.|?*+()[]{}/"},
+                       "\n": "\\n", "\t": "\\t", "\r": "\\r"}
+
+
+def _literal_pattern(text: str) -> str:
+    """A regex that matches `text` exactly."""
+    return "".join(_PATTERN_CHARACTERS.get(c, c) for c in text)
 
 
 def preserved_tokens(spec: ProtocolSpec, special_tokens: tuple[str, ...]) -> list[str]:

@@ -1170,8 +1170,9 @@ class Rules:
                             at: int) -> Generator[None, None, None]:
         """tool-call, written as a JSON object in another order than the layout's: the whole
         object from where it starts, decoded, its keys mapped to the call's slots (`keys`: the
-        layout's paths; "parameters" and "arguments" both name the arguments, other keys are
-        not the call's). What the layout's reader read of it stands if the object says the same."""
+        layout's paths; "arguments", "parameters" and "args" each name the arguments, other keys
+        are not the call's). What the layout's reader read of it stands if the object says the
+        same."""
         inp = self._in
         stream = inp.streaming
         if stream is not None:
