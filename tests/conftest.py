@@ -119,6 +119,15 @@ def load_corpus(path: Path):
     return template.with_token_lists(**lists) if lists else template
 
 
+def corpus_template(stem: str, **tokens: str):
+    """The corpus template `stem` (load_corpus) with `tokens` named (a bare .jinja names none);
+    the test is skipped where the corpus does not hold it."""
+    path = CORPUS / f"{stem}.jinja"
+    if not path.is_file():
+        pytest.skip(f"{stem} is not in the corpus")
+    return load_corpus(path).with_tokens(**tokens)
+
+
 def not_yet_proved(check: str) -> dict[str, str]:
     """stem -> why, of the listed templates on which `check` fails today."""
     return {stem: entry.why for stem, entry in NOT_YET_PROVED.items() if check in entry.fails}

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
 
 from tplparse import runtime
 from tplparse.bridge import compile_in_memory
@@ -17,7 +16,7 @@ from tplparse.check.proof import prove
 from tplparse.runtime import json_call_object
 from tplparse.source import ChatTemplate
 
-from conftest import CORPUS, needs_corpus
+from conftest import corpus_template, needs_corpus
 
 NESTED = (
     "{%- for m in messages %}<|{{ m.role }}|>\n"
@@ -36,12 +35,7 @@ def built() -> ChatTemplate:
 
 
 def falcon3() -> ChatTemplate:
-    import tplparse
-
-    path = CORPUS / "TII-Falcon3.jinja"
-    if not path.is_file():
-        pytest.skip("Falcon 3 is not in the corpus")
-    return tplparse.load(path).with_tokens(bos_token="<|bos|>", eos_token="<|endoftext|>")
+    return corpus_template("TII-Falcon3", bos_token="<|bos|>", eos_token="<|endoftext|>")
 
 
 def calls(message: dict) -> list[tuple[str, dict]]:

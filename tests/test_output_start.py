@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-import tplparse
 from tplparse import runtime
 from tplparse.bridge import compile_in_memory
 
-from conftest import CORPUS, needs_corpus
+from conftest import corpus_template, needs_corpus
 
 # (template, variables of its prompt, what the model writes, (reasoning, content, error kinds))
 CASES = {
@@ -43,10 +42,7 @@ CASES = {
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_an_anomaly_at_the_start_reads_as_the_superset_or_an_error_of_its_kind(case):
     stem, variables, text, expected = CASES[case]
-    path = CORPUS / f"{stem}.jinja"
-    if not path.is_file():
-        pytest.skip(f"{stem} is not in the corpus")
-    template = tplparse.load(path).with_tokens(bos_token="<|bos|>", eos_token="<|eos|>")
+    template = corpus_template(stem, bos_token="<|bos|>", eos_token="<|eos|>")
     _, protocol = compile_in_memory(template)
     prompt = template.render([{"role": "user", "content": "Hello"}], add_generation_prompt=True, **variables)
     message = runtime.parse(protocol, text, generation_prompt=prompt)

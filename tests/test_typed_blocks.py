@@ -16,7 +16,7 @@ from tplparse.bridge import compile_in_memory
 from tplparse.check.proof import prove
 from tplparse.source import ChatTemplate
 
-from conftest import CORPUS, needs_corpus
+from conftest import corpus_template, needs_corpus
 
 # A template of typed blocks written here: its own markers, `arguments` for the key, the keys
 # as given (not sorted), and the eos as the marker that ends the turn.
@@ -58,12 +58,7 @@ def built() -> ChatTemplate:
 
 
 def corpus_inkling() -> ChatTemplate:
-    import tplparse
-
-    path = CORPUS / "ThinkingMachines-Inkling-unsloth.jinja"
-    if not path.is_file():
-        pytest.skip("Inkling is not in the corpus")
-    return tplparse.load(path).with_tokens(bos_token="<|bos|>", eos_token="<|eos|>")
+    return corpus_template("ThinkingMachines-Inkling-unsloth", bos_token="<|bos|>", eos_token="<|eos|>")
 
 
 def read_in_every_chunking(protocol, text: str, prompt: str) -> dict:
